@@ -1,0 +1,29 @@
+# The two commands (see README):
+#   make demo   set everything up, then run Shuttle's main job on a local cluster
+#   make test   set everything up with test tools, then lint, type-check and test
+.PHONY: demo test setup setup-dev lint lock clean
+
+demo: setup
+	.venv/bin/shuttle demo
+
+test: setup-dev lint
+	.venv/bin/python -m pytest -q
+
+setup:
+	scripts/setup.sh
+
+setup-dev:
+	scripts/setup.sh --dev
+
+lint:
+	.venv/bin/ruff check src tests benchmarks
+	.venv/bin/ruff format --check src tests benchmarks
+	.venv/bin/mypy
+
+# Re-pin the dependencies after changing pyproject.toml (needs uv: pip install uv).
+lock:
+	uv pip compile pyproject.toml --generate-hashes --python-version 3.11 -q -o requirements.lock
+	uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 -q -o requirements-dev.lock
+
+clean:
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Set up Shuttle on a fresh Debian 12 machine: system packages, a virtualenv in
+# .venv, and the pinned Python dependencies from the lock files.
+#
+#   scripts/setup.sh          runtime only (requirements.lock)
+#   scripts/setup.sh --dev    runtime + test and lint tools (requirements-dev.lock)
+#
+# Idempotent and quick on a second run: it skips what is already in place.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+profile=runtime
+[[ "${1:-}" == "--dev" ]] && profile=dev
+
+# System packages the project uses: redis-server (the netrand benchmark's anchor),
+# tre-agrep and strace (the simulator's recorded mobile application), iproute2
+# (tc/ip for kernel-shaped links), python3-venv (Debian splits venv out).
+apt_packages=(redis-server tre-agrep strace iproute2 python3-venv)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    sudo_cmd=()
+    [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo_cmd[@]}" apt-get update -qq
+    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "setup: Shuttle needs Python 3.11 or newer; $python is $("$python" --version 2>&1)." >&2
+    echo "setup: install python3.11 or set PYTHON=/path/to/python3.11 and run again." >&2
+    exit 1
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+    echo "setup: creating .venv with $("$python" --version)"
+    "$python" -m venv .venv
+fi
+
+lock=requirements.lock
+[[ $profile == dev ]] && lock=requirements-dev.lock
+stamp=.venv/.shuttle-$profile-$(sha256sum "$lock" pyproject.toml | sha256sum | cut -c1-16)
+if [[ ! -f $stamp ]]; then
+    echo "setup: installing pinned dependencies from $lock"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q --require-hashes -r "$lock"
+    .venv/bin/python -m pip install -q --no-deps -e .
+    rm -f .venv/.shuttle-"$profile"-*
+    touch "$stamp"
+fi
+echo "setup: ready ($profile); the shuttle command is .venv/bin/shuttle"

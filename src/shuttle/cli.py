@@ -1,0 +1,65 @@
+"""The ``shuttle`` command.
+
+Each concept contributes its own typer sub-application (``shuttle sim ...`` lives in
+``shuttle.sim.cli``, ``shuttle trace ...`` in ``shuttle.traces.cli``); this module
+only assembles them and turns :class:`~shuttle.errors.ShuttleError` into a clear
+message and a stable exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from shuttle import __version__
+from shuttle.errors import ShuttleError
+from shuttle.sim.cli import app as sim_app
+from shuttle.traces.cli import app as trace_app
+
+app = typer.Typer(
+    name="shuttle",
+    help="Shuttle: an active storage system (storage nodes, a fast client, mobile "
+    "objects) and a simulator of mobile code on a file server.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(sim_app, name="sim")
+app.add_typer(trace_app, name="trace")
+
+err_console = Console(stderr=True)
+
+
+@app.command()
+def version() -> None:
+    """Print Shuttle's version."""
+    print(__version__)
+
+
+def main() -> None:
+    """Entry point: run the CLI, mapping Shuttle errors to messages and exit codes."""
+    try:
+        app(standalone_mode=False)
+    except ShuttleError as exc:
+        err_console.print(f"[bold red]error[/] ({exc.code}): {exc}")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # click usage errors come through here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(130)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

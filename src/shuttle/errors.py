@@ -1,0 +1,162 @@
+"""Every error Shuttle raises, split by whose fault it is.
+
+* :class:`UsageError` and its children: the caller asked for something invalid
+  (a bad key, a bad config, an oversized request). Fix the call.
+* :class:`RemoteError` and its children: something outside the caller failed or
+  refused (a node is unreachable, an object is missing, the peer broke the
+  protocol). See the message and ``__cause__``.
+
+Each error has a stable ``code`` (a short string) so that a storage node can send it
+back as a typed error response and the client can raise the same class again
+(:func:`error_from_code`). Messages say what was wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class ShuttleError(Exception):
+    """Base of every Shuttle error. ``code`` travels on the wire."""
+
+    code: ClassVar[str] = "error"
+    #: Exit status the CLI uses for this error (scripts can rely on it).
+    exit_code: ClassVar[int] = 1
+
+
+# --- the caller's fault --------------------------------------------------------------
+
+
+class UsageError(ShuttleError):
+    """The request itself is invalid; retrying it unchanged will fail again."""
+
+    code = "usage"
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A configuration file or flag is malformed or out of range."""
+
+    code = "config"
+
+
+class InvalidKeyError(UsageError):
+    """An object key is malformed or tries to escape the node's data directory."""
+
+    code = "invalid_key"
+
+
+class LimitExceededError(UsageError):
+    """A named limit (frame size, header size, in-flight requests, ...) was crossed."""
+
+    code = "limit_exceeded"
+
+
+class UnknownOperationError(UsageError):
+    """The peer does not implement the requested operation."""
+
+    code = "unknown_operation"
+
+
+class InvalidArgumentError(UsageError):
+    """An operation was called with missing or mistyped arguments."""
+
+    code = "invalid_argument"
+
+
+class LocalProtocolError(UsageError):
+    """We were about to break the wire protocol (a programming error on our side)."""
+
+    code = "local_protocol"
+
+
+# --- something outside the caller ----------------------------------------------------
+
+
+class RemoteError(ShuttleError):
+    """Something outside the caller failed; see the message and ``__cause__``."""
+
+    code = "remote"
+    exit_code = 3
+
+
+class NotFoundError(RemoteError):
+    """The object (or prefix) does not exist on the node."""
+
+    code = "not_found"
+    exit_code = 4
+
+
+class AlreadyExistsError(RemoteError):
+    """``create`` with ``exclusive`` found an object already there."""
+
+    code = "exists"
+    exit_code = 5
+
+
+class VersionMismatchError(RemoteError):
+    """A conditional operation found a different version than the caller expected."""
+
+    code = "version_mismatch"
+    exit_code = 5
+
+
+class RemoteProtocolError(RemoteError):
+    """The peer broke the wire protocol (garbage bytes, bad header, wrong version)."""
+
+    code = "protocol"
+
+
+class UnreachableError(RemoteError):
+    """A node could not be reached or the connection dropped."""
+
+    code = "unreachable"
+    exit_code = 6
+
+
+class RequestTimeoutError(RemoteError):
+    """A request did not complete within its timeout."""
+
+    code = "timeout"
+    exit_code = 6
+
+
+class ServerError(RemoteError):
+    """The node failed while handling a valid request (a bug or an I/O error there)."""
+
+    code = "server"
+
+
+class StorageIOError(ServerError):
+    """The node's disk returned an error (full, read-only, I/O error)."""
+
+    code = "storage_io"
+
+
+_BY_CODE: dict[str, type[ShuttleError]] = {}
+
+
+def _register(cls: type[ShuttleError]) -> None:
+    _BY_CODE[cls.code] = cls
+    for sub in cls.__subclasses__():
+        _register(sub)
+
+
+_register(ShuttleError)
+
+
+def error_from_code(code: str, message: str) -> ShuttleError:
+    """Rebuild the error a peer sent as ``(code, message)``.
+
+    Unknown codes (a newer peer) become a plain :class:`RemoteError` that keeps the
+    code in its message, so nothing is silently lost.
+    """
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return RemoteError(f"[{code}] {message}")
+    return cls(message)
+
+
+def all_error_codes() -> dict[str, type[ShuttleError]]:
+    """The registry of wire error codes (for docs and tests)."""
+    return dict(_BY_CODE)

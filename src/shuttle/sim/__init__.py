@@ -1,0 +1,1 @@
+"""The discrete-event simulator of a file server that hosts mobile code."""
