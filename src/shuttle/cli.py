@@ -41,24 +41,10 @@ def version() -> None:
 def main() -> None:
     """Entry point: run the CLI, mapping Shuttle errors to messages and exit codes."""
     try:
-        app(standalone_mode=False)
+        app()
     except ShuttleError as exc:
-        err_console.print(f"[bold red]error[/] ({exc.code}): {exc}")
+        err_console.print(f"[bold red]error[/] ({exc.code}): {exc}", highlight=False)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as exc:  # click usage errors come through here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(130)
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
 
 
 if __name__ == "__main__":
