@@ -1,0 +1,58 @@
+"""The Shuttle wire protocol, sans-I/O: bytes in, events out (see docs/protocol.md).
+
+Layout:
+
+* ``limits``      named limits (frame, header, in-flight) and protocol versions
+* ``events``      one class per frame kind, plus ``RequestRejected`` and ``NEED_DATA``
+* ``frames``      the frame layout: encoder and a bounded-memory reader
+* ``connection``  the state machine of one end (handshake, request ids, limits)
+
+There are no sockets in this package; ``shuttle.net`` moves the bytes.
+"""
+
+from shuttle.wire.connection import Connection, Role, State, choose_version
+from shuttle.wire.events import (
+    NEED_DATA,
+    ConnectionClosed,
+    ErrorResponse,
+    Event,
+    FrameKind,
+    Goodbye,
+    Hello,
+    Request,
+    RequestRejected,
+    Response,
+    Welcome,
+)
+from shuttle.wire.limits import (
+    HEADER_BYTES_MAX,
+    IN_FLIGHT_MAX,
+    PAYLOAD_BYTES_MAX,
+    PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
+    Limits,
+)
+
+__all__ = [
+    "HEADER_BYTES_MAX",
+    "IN_FLIGHT_MAX",
+    "NEED_DATA",
+    "PAYLOAD_BYTES_MAX",
+    "PROTOCOL_VERSION_MAX",
+    "PROTOCOL_VERSION_MIN",
+    "Connection",
+    "ConnectionClosed",
+    "ErrorResponse",
+    "Event",
+    "FrameKind",
+    "Goodbye",
+    "Hello",
+    "Limits",
+    "Request",
+    "RequestRejected",
+    "Response",
+    "Role",
+    "State",
+    "Welcome",
+    "choose_version",
+]

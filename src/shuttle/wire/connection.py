@@ -1,0 +1,350 @@
+"""The protocol state machine of one connection, for either end. No sockets here.
+
+Bytes in (:meth:`Connection.receive_data`), events out (:meth:`Connection.next_event`);
+events in (:meth:`Connection.send`), bytes out. Which event may be sent or received in
+which state is a table (:data:`_TRANSITIONS`); anything not in it is an error, whose
+fault depends on the direction: sending it is a :class:`LocalProtocolError`,
+receiving it a :class:`RemoteProtocolError`.
+
+Request ids let many requests be in flight at once (pipelining); responses may come
+back in any order. The client picks ids; the node answers each exactly once.
+"""
+
+from __future__ import annotations
+
+from enum import Enum, auto
+from typing import Any
+
+from shuttle.errors import (
+    InvalidArgumentError,
+    LimitExceededError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    ShuttleError,
+)
+from shuttle.wire.events import (
+    NEED_DATA,
+    ConnectionClosed,
+    ErrorResponse,
+    Event,
+    FrameKind,
+    Goodbye,
+    Hello,
+    Payload,
+    Request,
+    RequestRejected,
+    Response,
+    Welcome,
+    _NeedData,
+)
+from shuttle.wire.frames import FrameReader, RawFrame, encode_frame
+from shuttle.wire.limits import (
+    OP_NAME_BYTES_MAX,
+    PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
+    Limits,
+)
+
+
+class Role(Enum):
+    CLIENT = auto()
+    SERVER = auto()
+
+
+class State(Enum):
+    START = auto()
+    #: Client sent Hello, waits for Welcome.
+    AWAIT_WELCOME = auto()
+    #: Server received Hello, must answer with Welcome (or an error).
+    GREETING = auto()
+    READY = auto()
+    CLOSED = auto()
+    ERROR = auto()
+
+
+SEND, RECV = "send", "recv"
+
+_C, _S = Role.CLIENT, Role.SERVER
+_TRANSITIONS: dict[tuple[Role, State, str, type], State] = {
+    (_C, State.START, SEND, Hello): State.AWAIT_WELCOME,
+    (_C, State.AWAIT_WELCOME, RECV, Welcome): State.READY,
+    (_C, State.AWAIT_WELCOME, RECV, ErrorResponse): State.CLOSED,
+    (_C, State.READY, SEND, Request): State.READY,
+    (_C, State.READY, RECV, Response): State.READY,
+    (_C, State.READY, RECV, ErrorResponse): State.READY,
+    (_S, State.START, RECV, Hello): State.GREETING,
+    (_S, State.GREETING, SEND, Welcome): State.READY,
+    (_S, State.GREETING, SEND, ErrorResponse): State.CLOSED,
+    (_S, State.READY, RECV, Request): State.READY,
+    (_S, State.READY, RECV, RequestRejected): State.READY,
+    (_S, State.READY, SEND, Response): State.READY,
+    (_S, State.READY, SEND, ErrorResponse): State.READY,
+}
+# Goodbye and a clean EOF end the connection from any live state.
+for _role in Role:
+    for _state in (State.START, State.AWAIT_WELCOME, State.GREETING, State.READY):
+        for _direction in (SEND, RECV):
+            _TRANSITIONS[(_role, _state, _direction, Goodbye)] = State.CLOSED
+        _TRANSITIONS[(_role, _state, RECV, ConnectionClosed)] = State.CLOSED
+
+
+def choose_version(hello: Hello) -> int:
+    """The highest protocol version both sides speak (server side of the handshake).
+
+    Raises :class:`RemoteProtocolError` naming both ranges if there is none.
+    """
+    version = min(hello.version_max, PROTOCOL_VERSION_MAX)
+    if version < max(hello.version_min, PROTOCOL_VERSION_MIN):
+        raise RemoteProtocolError(
+            f"no common protocol version: client speaks {hello.version_min}.."
+            f"{hello.version_max}, node speaks {PROTOCOL_VERSION_MIN}..{PROTOCOL_VERSION_MAX}; "
+            "upgrade the older side"
+        )
+    return version
+
+
+class Connection:
+    """One end of a Shuttle connection.
+
+    ``limits`` are what this end enforces on what it receives; the peer's limits
+    (learned from the handshake on a client) bound what it sends.
+    """
+
+    def __init__(self, role: Role, limits: Limits | None = None) -> None:
+        self.role = role
+        self.state = State.START
+        self.our_limits = limits or Limits()
+        self.peer_limits = Limits()
+        self.version: int | None = None
+        self._reader = FrameReader(
+            header_bytes_max=self.our_limits.header_bytes_max,
+            payload_bytes_max=self.our_limits.payload_bytes_max,
+        )
+        #: Requests sent (client) or received (server) and not yet answered.
+        self._in_flight: set[int] = set()
+        self._next_rid = 1
+        self._eof = False
+
+    # --- bookkeeping --------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def next_request_id(self) -> int:
+        """A fresh request id (client side). Ids are positive; 0 means 'the connection'."""
+        rid = self._next_rid
+        self._next_rid = rid + 1 if rid < 0xFFFFFFFF else 1
+        return rid
+
+    def _transition(self, direction: str, event: Event) -> None:
+        key = (self.role, self.state, direction, type(event))
+        new_state = _TRANSITIONS.get(key)
+        if new_state is None:
+            what = f"{type(event).__name__} in state {self.state.name} as {self.role.name}"
+            if direction == SEND:
+                raise LocalProtocolError(f"cannot send {what}")
+            self.state = State.ERROR
+            raise RemoteProtocolError(f"peer sent {what}; closing the connection")
+        self.state = new_state
+
+    # --- sending ------------------------------------------------------------------
+
+    def send(self, event: Event) -> list[Payload]:
+        """Encode ``event``; returns buffers to write in order (payloads not copied).
+
+        Raises :class:`LocalProtocolError` if the event is not allowed now and
+        :class:`LimitExceededError` if it crosses the peer's limits; in both cases
+        nothing was sent and the connection is unchanged.
+        """
+        limits = self.peer_limits
+        kind, header, payload = self._to_wire(event)
+        if isinstance(event, Request):
+            if event.rid in self._in_flight:
+                raise LocalProtocolError(f"request id {event.rid} is already in flight")
+            if len(self._in_flight) >= limits.in_flight_max:
+                raise LimitExceededError(
+                    f"{len(self._in_flight)} requests already in flight, the node's limit is "
+                    f"{limits.in_flight_max}; wait for responses before sending more"
+                )
+        elif (
+            isinstance(event, Response | ErrorResponse)
+            and self.role is Role.SERVER
+            and self.state is State.READY
+            and event.rid not in self._in_flight
+        ):
+            raise LocalProtocolError(f"no request {event.rid} is waiting for a response")
+        buffers = encode_frame(
+            kind,
+            header,
+            payload,
+            header_bytes_max=limits.header_bytes_max,
+            payload_bytes_max=limits.payload_bytes_max,
+        )
+        self._transition(SEND, event)
+        if isinstance(event, Request):
+            self._in_flight.add(event.rid)
+        elif isinstance(event, Response | ErrorResponse):
+            self._in_flight.discard(event.rid)
+        elif isinstance(event, Welcome):
+            self.version = event.version
+        return buffers
+
+    def send_bytes(self, event: Event) -> bytes:
+        """:meth:`send`, joined into one bytes object (convenient for small frames)."""
+        return b"".join(self.send(event))
+
+    @staticmethod
+    def _to_wire(event: Event) -> tuple[FrameKind, Any, Payload]:
+        if isinstance(event, Request):
+            return FrameKind.REQUEST, [event.rid, event.op, event.args], event.payload
+        if isinstance(event, Response):
+            return FrameKind.RESPONSE, [event.rid, event.result], event.payload
+        if isinstance(event, ErrorResponse):
+            return FrameKind.ERROR, [event.rid, event.code, event.message], b""
+        if isinstance(event, Hello):
+            header: dict[str, Any] = {
+                "version_min": event.version_min,
+                "version_max": event.version_max,
+                "client": event.client_name,
+            }
+            if event.credentials is not None:
+                header["credentials"] = event.credentials
+            return FrameKind.HELLO, header, b""
+        if isinstance(event, Welcome):
+            return (
+                FrameKind.WELCOME,
+                {"version": event.version, "node": event.node_id, "limits": event.limits},
+                b"",
+            )
+        if isinstance(event, Goodbye):
+            return FrameKind.GOODBYE, {"reason": event.reason}, b""
+        raise LocalProtocolError(f"{type(event).__name__} is not sent on the wire")
+
+    # --- receiving ----------------------------------------------------------------
+
+    def receive_data(self, data: Payload) -> None:
+        """Buffer bytes from the peer; an empty ``data`` means end of stream."""
+        if not data:
+            self._eof = True
+            return
+        if self.state is State.ERROR:
+            raise RemoteProtocolError("connection already failed; open a new one")
+        self._reader.feed(data)
+
+    def next_event(self) -> Event | _NeedData:
+        """The next event from buffered bytes, or :data:`NEED_DATA`.
+
+        Raises :class:`RemoteProtocolError` if the peer broke the protocol; the
+        connection is then in state ERROR and should be closed.
+        """
+        if self.state is State.ERROR:
+            raise RemoteProtocolError("connection already failed; open a new one")
+        try:
+            frame = self._reader.next_frame()
+            if frame is None:
+                if self._eof:
+                    if not self._reader.at_frame_boundary():
+                        raise RemoteProtocolError(
+                            f"peer closed the connection in the middle of a frame "
+                            f"({self._reader.buffered_bytes} bytes of it received)"
+                        )
+                    if self.state is State.CLOSED:
+                        return NEED_DATA
+                    event: Event = ConnectionClosed()
+                    self._transition(RECV, event)
+                    return event
+                return NEED_DATA
+            event = self._from_wire(frame)
+            self._transition(RECV, event)
+        except RemoteProtocolError:
+            self.state = State.ERROR
+            raise
+        self._after_receive(event)
+        return event
+
+    def _after_receive(self, event: Event) -> None:
+        if isinstance(event, Request):
+            self._in_flight.add(event.rid)
+        elif isinstance(event, Response | ErrorResponse):
+            self._in_flight.discard(event.rid)
+        elif isinstance(event, Welcome):
+            self.version = event.version
+            self.peer_limits = Limits.from_wire(event.limits)
+
+    def _from_wire(self, frame: RawFrame) -> Event:
+        kind, h = frame.kind, frame.header
+        if kind is FrameKind.REQUEST:
+            return self._receive_request(frame)
+        if kind is FrameKind.RESPONSE or kind is FrameKind.ERROR:
+            if self.role is not Role.CLIENT:
+                raise RemoteProtocolError(f"a client sent a {kind.name} frame")
+            expected = 2 if kind is FrameKind.RESPONSE else 3
+            if not isinstance(h, list) or len(h) != expected or not isinstance(h[0], int):
+                raise RemoteProtocolError(f"malformed {kind.name} header {h!r:.200}")
+            rid = h[0]
+            if rid != 0 and rid not in self._in_flight:
+                raise RemoteProtocolError(f"response for request {rid}, which is not in flight")
+            if kind is FrameKind.ERROR:
+                if not isinstance(h[1], str) or not isinstance(h[2], str):
+                    raise RemoteProtocolError(f"malformed ERROR header {h!r:.200}")
+                return ErrorResponse(rid, h[1], h[2])
+            if frame.payload_refused:
+                return ErrorResponse(
+                    rid,
+                    LimitExceededError.code,
+                    f"response payload of {frame.payload_refused} bytes is over this client's "
+                    f"limit of {self.our_limits.payload_bytes_max}; request smaller ranges",
+                )
+            return Response(rid, h[1], frame.payload)
+        if not isinstance(h, dict):
+            raise RemoteProtocolError(f"malformed {kind.name} header {h!r:.200}")
+        if kind is FrameKind.HELLO:
+            vmin, vmax = h.get("version_min"), h.get("version_max")
+            if not isinstance(vmin, int) or not isinstance(vmax, int):
+                raise RemoteProtocolError(f"HELLO without integer versions: {h!r:.200}")
+            creds = h.get("credentials")
+            return Hello(
+                vmin, vmax, str(h.get("client", "")), creds if isinstance(creds, dict) else None
+            )
+        if kind is FrameKind.WELCOME:
+            version, node = h.get("version"), h.get("node")
+            if not isinstance(version, int) or not isinstance(node, str):
+                raise RemoteProtocolError(f"malformed WELCOME header {h!r:.200}")
+            limits = h.get("limits")
+            return Welcome(version, node, limits if isinstance(limits, dict) else {})
+        # FrameKind.GOODBYE: the only kind left.
+        return Goodbye(str(h.get("reason", "")))
+
+    def _receive_request(self, frame: RawFrame) -> Event:
+        if self.role is not Role.SERVER:
+            raise RemoteProtocolError("a node sent a REQUEST frame")
+        h = frame.header
+        if not isinstance(h, list) or len(h) != 3 or not isinstance(h[0], int) or h[0] <= 0:
+            raise RemoteProtocolError(f"malformed REQUEST header {h!r:.200}")
+        rid, op, args = h
+        if self.state is not State.READY:
+            return Request(rid, str(op), {}, b"")  # the transition table refuses it
+        error: ShuttleError | None = None
+        if rid in self._in_flight:
+            error = InvalidArgumentError(f"request id {rid} is already in flight")
+        elif len(self._in_flight) >= self.our_limits.in_flight_max:
+            error = LimitExceededError(
+                f"more than {self.our_limits.in_flight_max} requests in flight on one "
+                "connection; wait for responses before sending more"
+            )
+        elif frame.payload_refused:
+            error = LimitExceededError(
+                f"request payload of {frame.payload_refused} bytes is over the node's limit of "
+                f"{self.our_limits.payload_bytes_max}; split it into smaller range writes"
+            )
+        elif not isinstance(op, str) or not op or len(op) > OP_NAME_BYTES_MAX:
+            error = InvalidArgumentError(f"operation name must be a short string, got {op!r:.80}")
+        elif not isinstance(args, dict):
+            error = InvalidArgumentError(
+                f"arguments of {op!r} must be a map, got {type(args).__name__}"
+            )
+        if error is not None:
+            self._in_flight.add(rid)  # answered like any request, with an ErrorResponse
+            return RequestRejected(rid, error)
+        return Request(rid, op, args, frame.payload)

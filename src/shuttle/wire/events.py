@@ -1,0 +1,131 @@
+"""The events a :class:`~shuttle.wire.connection.Connection` takes and produces.
+
+One class per frame kind, plus two that never travel as themselves:
+:class:`RequestRejected` (the codec refused a request, e.g. an oversized payload, and
+the server should answer it with an :class:`ErrorResponse`) and :data:`NEED_DATA`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Final
+
+from shuttle.errors import ShuttleError, error_from_code
+
+
+class FrameKind(IntEnum):
+    """The ``kind`` byte of a frame's prefix."""
+
+    HELLO = 1
+    WELCOME = 2
+    REQUEST = 3
+    RESPONSE = 4
+    ERROR = 5
+    GOODBYE = 6
+
+
+Payload = bytes | bytearray | memoryview
+
+
+@dataclass(slots=True)
+class Hello:
+    """Client → node, first frame: the versions the client speaks, who it is."""
+
+    version_min: int
+    version_max: int
+    client_name: str = ""
+    #: Reserved for authentication (a later issue); passed through untouched.
+    credentials: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Welcome:
+    """Node → client, answer to :class:`Hello`: the chosen version and node limits."""
+
+    version: int
+    node_id: str
+    limits: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Request:
+    """A call of operation ``op`` with msgpack ``args`` and raw ``payload`` bytes."""
+
+    rid: int
+    op: str
+    args: dict[str, Any] = field(default_factory=dict)
+    payload: Payload = b""
+
+
+@dataclass(slots=True)
+class Response:
+    """The successful result of request ``rid``; ``payload`` carries raw data."""
+
+    rid: int
+    result: Any = None
+    payload: Payload = b""
+
+
+@dataclass(slots=True)
+class ErrorResponse:
+    """Request ``rid`` failed with a typed error (``rid`` 0: the connection itself)."""
+
+    rid: int
+    code: str
+    message: str
+
+    def to_exception(self) -> ShuttleError:
+        """The :class:`~shuttle.errors.ShuttleError` subclass named by ``code``."""
+        return error_from_code(self.code, self.message)
+
+    @classmethod
+    def from_exception(cls, rid: int, exc: ShuttleError) -> ErrorResponse:
+        return cls(rid, exc.code, str(exc))
+
+
+@dataclass(slots=True)
+class Goodbye:
+    """Either side is closing the connection on purpose; ``reason`` says why."""
+
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class RequestRejected:
+    """Server side only: the codec refused request ``rid`` (its bytes were consumed).
+
+    Answer it with ``ErrorResponse.from_exception(rid, error)``; the connection
+    stays usable.
+    """
+
+    rid: int
+    error: ShuttleError
+
+
+@dataclass(slots=True)
+class ConnectionClosed:
+    """The peer closed its side of the stream cleanly, between frames."""
+
+
+class _NeedData:
+    """Sentinel: the buffered bytes hold no complete frame yet."""
+
+    _instance: _NeedData | None = None
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Final = _NeedData()
+
+Event = (
+    Hello
+    | Welcome
+    | Request
+    | Response
+    | ErrorResponse
+    | Goodbye
+    | RequestRejected
+    | ConnectionClosed
+)
