@@ -1,0 +1,14 @@
+"""Moving bytes: the only package with sockets in it.
+
+Layout:
+
+* ``registry``  operations a node serves, as a registry of named handlers
+* ``server``    the asyncio (uvloop) server that runs a registry over the wire codec
+* ``blocking``  a blocking-socket connection to a node (the sync client's transport)
+* ``aio``       an asyncio connection to a node (the async client's transport)
+* ``clock``     the clock protocol (real and, in ``shuttle.testing``, fake)
+* ``profiles``  link profiles (bandwidth, latency) by name
+* ``shaping``   token bucket + delay link emulation, driven by a clock
+* ``cpu``       the CPU speed factor of a node (burns CPU to emulate a slower node)
+* ``netns``     network namespaces joined by veth pairs shaped with ``tc ... tbf``
+"""
