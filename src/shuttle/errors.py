@@ -46,6 +46,12 @@ class InvalidKeyError(UsageError):
     code = "invalid_key"
 
 
+class KeyConflictError(InvalidKeyError):
+    """A key clashes with another object's path (``a`` is an object, so ``a/b`` cannot be)."""
+
+    code = "key_conflict"
+
+
 class LimitExceededError(UsageError):
     """A named limit (frame size, header size, in-flight requests, ...) was crossed."""
 
