@@ -76,6 +76,12 @@ class LocalProtocolError(UsageError):
     code = "local_protocol"
 
 
+class TraceFormatError(UsageError):
+    """A trace file is malformed (the message names the line or byte offset)."""
+
+    code = "trace_format"
+
+
 # --- something outside the caller ----------------------------------------------------
 
 
@@ -125,6 +131,12 @@ class RequestTimeoutError(RemoteError):
 
     code = "timeout"
     exit_code = 6
+
+
+class ExternalToolError(RemoteError):
+    """A program Shuttle runs (strace, tre-agrep) is missing or failed."""
+
+    code = "external_tool"
 
 
 class ServerError(RemoteError):
