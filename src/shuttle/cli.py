@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from shuttle import __version__
+from shuttle.bench.cli import app as bench_app
 from shuttle.errors import ShuttleError
 from shuttle.sim.cli import app as sim_app
 from shuttle.traces.cli import app as trace_app
@@ -26,6 +27,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.add_typer(bench_app, name="bench")
 app.add_typer(sim_app, name="sim")
 app.add_typer(trace_app, name="trace")
 
