@@ -82,6 +82,13 @@ class TraceFormatError(UsageError):
     code = "trace_format"
 
 
+class NetnsUnavailableError(UsageError):
+    """Network namespaces were asked for where they cannot be made (not root, no
+    ``ip netns``, no ``tc``)."""
+
+    code = "netns_unavailable"
+
+
 # --- something outside the caller ----------------------------------------------------
 
 
