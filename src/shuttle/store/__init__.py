@@ -1,0 +1,85 @@
+"""The storage node's object store: objects as real files, attributes, atomic durable
+changes, and a block cache. A library with no networking; the node's request handlers
+call :class:`ObjectStore` (from any thread).
+
+Layout:
+
+* ``keys``       which strings are keys and listing prefixes (named limits)
+* ``paths``      reaching a key's file under the root with openat, refusing symlinks
+* ``chunking``   FastCDC cut points, blake3 hashes, incremental re-chunking
+* ``attrs``      per-object attributes, their encoding and their files
+* ``journal``    the redo journal (records, checksums, group commit)
+* ``recovery``   redo of journal records, online and after a crash
+* ``layout``     the internal directory ``.shuttle``: lock, checkpoint, syncfs
+* ``locks``      reader/writer locks and the per-key lock table
+* ``cache``      the block cache (LRU, write-through) and its counters
+* ``uploads``    upload sessions for large objects
+* ``listing``    listing by prefix, in key order, in pages
+* ``stats``      store-level counters
+* ``objects``    :class:`ObjectStore`, the public API tying the above together
+* ``bench``      ``python -m shuttle.store.bench``: chunking, writes, uploads
+
+docs/storage-format.md describes the on-disk format and the recovery procedure.
+"""
+
+from shuttle.store.attrs import ObjectAttrs, WriteResult
+from shuttle.store.cache import (
+    DEFAULT_BLOCK_SIZE_BYTES,
+    DEFAULT_CAPACITY_BYTES,
+    BlockCache,
+    CacheStats,
+)
+from shuttle.store.chunking import (
+    CHUNK_SIZE_BYTES_MAX,
+    CHUNK_SIZE_BYTES_MIN,
+    CHUNK_SIZE_BYTES_NORMAL,
+    ChunkRef,
+    chunk_buffer,
+    object_hash,
+)
+from shuttle.store.keys import (
+    INTERNAL_DIR_NAME,
+    KEY_BYTES_MAX,
+    KEY_COMPONENT_BYTES_MAX,
+    KEY_DEPTH_MAX,
+    validate_key,
+    validate_prefix,
+)
+from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX, Listing
+from shuttle.store.objects import (
+    OBJECT_SIZE_BYTES_MAX,
+    READ_BYTES_MAX,
+    WRITE_BYTES_MAX,
+    ObjectStore,
+    StoreConfig,
+)
+from shuttle.store.uploads import UPLOADS_OPEN_MAX
+
+__all__ = [
+    "CHUNK_SIZE_BYTES_MAX",
+    "CHUNK_SIZE_BYTES_MIN",
+    "CHUNK_SIZE_BYTES_NORMAL",
+    "DEFAULT_BLOCK_SIZE_BYTES",
+    "DEFAULT_CAPACITY_BYTES",
+    "INTERNAL_DIR_NAME",
+    "KEY_BYTES_MAX",
+    "KEY_COMPONENT_BYTES_MAX",
+    "KEY_DEPTH_MAX",
+    "LIST_PAGE_ENTRIES_MAX",
+    "OBJECT_SIZE_BYTES_MAX",
+    "READ_BYTES_MAX",
+    "UPLOADS_OPEN_MAX",
+    "WRITE_BYTES_MAX",
+    "BlockCache",
+    "CacheStats",
+    "ChunkRef",
+    "Listing",
+    "ObjectAttrs",
+    "ObjectStore",
+    "StoreConfig",
+    "WriteResult",
+    "chunk_buffer",
+    "object_hash",
+    "validate_key",
+    "validate_prefix",
+]

@@ -1,0 +1,58 @@
+"""Store-level counters: operations by kind, bytes moved, journal and recovery activity.
+
+The node's stats operation returns :meth:`StoreCounters.snapshot` (plain ints, ready for
+a msgpack header); benchmarks and tests read the same numbers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class StoreCounters:
+    """Thread-safe counters. ``ops`` counts calls by operation name (``read``, ``write``,
+    ``put``, ...), including calls that failed; ``errors`` counts those by error code."""
+
+    ops: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    bytes_read: int = 0
+    bytes_written: int = 0
+    bytes_rechunked: int = 0
+    chunks_reused: int = 0
+    hashes_deferred_computed: int = 0
+    checkpoints: int = 0
+    recovered_records: int = 0
+    adopted_objects: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def op(self, name: str) -> None:
+        with self._lock:
+            self.ops[name] += 1
+
+    def error(self, code: str) -> None:
+        with self._lock:
+            self.errors[code] += 1
+
+    def add(self, **amounts: int) -> None:
+        with self._lock:
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "ops": dict(self.ops),
+                "errors": dict(self.errors),
+                "bytes_read": self.bytes_read,
+                "bytes_written": self.bytes_written,
+                "bytes_rechunked": self.bytes_rechunked,
+                "chunks_reused": self.chunks_reused,
+                "hashes_deferred_computed": self.hashes_deferred_computed,
+                "checkpoints": self.checkpoints,
+                "recovered_records": self.recovered_records,
+                "adopted_objects": self.adopted_objects,
+            }
