@@ -1,5 +1,22 @@
-"""Trace records, readers (strace, nfsdump, block traces) and recorders."""
+"""Trace records, readers (strace, nfsdump, block traces), recorders and generators.
 
+Layout:
+
+* ``record``      the canonical record (:class:`TraceRecord`) and operations (:class:`Op`)
+* ``io``          canonical CSV reading and writing (``.gz`` aware)
+* ``formats``     the reader registry, format detection, time ordering (:func:`read_trace`)
+* ``csvformat``   the canonical CSV as a registered reader
+* ``strace``      ``strace -f -tt -T`` output → records (descriptor and offset tracking)
+* ``nfsdump``     nfsdump text (NFSv2/v3 calls) → records
+* ``block``       CloudPhysics block traces: binary vSCSI and CSV
+* ``summary``     counts, duration, op mix and bytes of a trace (``shuttle trace info``)
+* ``recorder``    run a real program under strace and convert its trace
+* ``agrep``       the recorded mobile application (tre-agrep over the stdlib)
+* ``background``  the synthetic background workload (``BackgroundConfig``, ``generate``)
+* ``cli``         ``shuttle trace ...``
+"""
+
+from shuttle.traces.io import read_csv, write_csv
 from shuttle.traces.record import CSV_COLUMNS, Op, TraceRecord
 
-__all__ = ["CSV_COLUMNS", "Op", "TraceRecord"]
+__all__ = ["CSV_COLUMNS", "Op", "TraceRecord", "read_csv", "write_csv"]

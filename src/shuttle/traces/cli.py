@@ -1,10 +1,170 @@
-"""``shuttle trace ...``: record, convert and inspect traces."""
+"""``shuttle trace ...``: record, convert, inspect and generate traces."""
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from shuttle.traces import io
+from shuttle.traces.formats import READERS, format_names, get_reader, read_trace
+from shuttle.traces.record import TraceRecord
+from shuttle.traces.recorder import record_strace
+from shuttle.traces.strace import StraceReader
+from shuttle.traces.summary import TraceSummary, summarize
 
 app = typer.Typer(
-    help="Record, convert and inspect I/O traces (strace, nfsdump, block traces).",
+    help="Record, convert and inspect I/O traces (strace, nfsdump, block traces), record "
+    "the mobile application and generate the background workload.",
     no_args_is_help=True,
 )
+console = Console(stderr=True)
+
+#: Records between progress-bar updates (an update per record would dominate).
+_PROGRESS_EVERY = 20_000
+
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        "-f",
+        help="Input format: auto, csv (canonical), strace, nfsdump, blockcsv or vscsi.",
+    ),
+]
+SortOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sort",
+        help="Sort the whole trace by time in memory (for traces that are not "
+        "time-ordered, e.g. pieces of several traces concatenated).",
+    ),
+]
+
+
+def with_progress(records: Iterable[TraceRecord], label: str) -> Iterator[TraceRecord]:
+    """Yield ``records`` while a spinner on stderr counts them."""
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TextColumn("{task.completed:,} records"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(label, total=None)
+        n = 0
+        for n, r in enumerate(records, start=1):
+            if n % _PROGRESS_EVERY == 0:
+                progress.update(task, completed=n)
+            yield r
+        progress.update(task, completed=n)
+
+
+@app.command()
+def convert(
+    source: Annotated[Path, typer.Argument(help="Trace to read.")],
+    out: Annotated[
+        Path, typer.Argument(help="Canonical CSV to write (.gz compresses; - is stdout).")
+    ],
+    format: FormatOpt = "auto",
+    sort: SortOpt = False,
+) -> None:
+    """Convert a trace in any supported format to Shuttle's canonical CSV."""
+    reader = get_reader(_format(source, format))
+    records = read_trace(source, reader=reader, sort=sort)
+    n = io.write_csv(out, with_progress(records, f"converting {source.name}"))
+    skipped = ", ".join(f"{k}: {v:,}" for k, v in sorted(reader.skipped.items()))
+    console.print(f"wrote {n:,} records to {out}" + (f" (skipped {skipped})" if skipped else ""))
+
+
+@app.command()
+def info(
+    trace: Annotated[Path, typer.Argument(help="Trace to summarise.")],
+    format: FormatOpt = "auto",
+    sort: SortOpt = False,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the summary as JSON here.")
+    ] = None,
+) -> None:
+    """Print a trace's record count, duration, clients, files, operation mix and bytes."""
+    name = _format(trace, format)
+    reader = get_reader(name)
+    summary = summarize(with_progress(read_trace(trace, reader=reader, sort=sort), "reading"))
+    print_summary(summary, f"{trace} ({name})", dict(reader.skipped))
+    if json_out is not None:
+        data = {"trace": str(trace), "format": name, **summary.to_dict()}
+        data["skipped"] = dict(reader.skipped)
+        json_out.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def print_summary(summary: TraceSummary, title: str, skipped: dict[str, int]) -> None:
+    """Render a summary as two rich tables on stdout."""
+    out = Console()
+    table = Table(title=title, show_header=False)
+    table.add_row("records", f"{summary.records:,}")
+    table.add_row("duration", f"{summary.duration_s:,.3f} s")
+    table.add_row("rate", f"{summary.rate_per_s:,.1f} records/s")
+    table.add_row("clients", f"{summary.clients:,}")
+    table.add_row("files", f"{summary.files:,}")
+    table.add_row("metadata requests", f"{summary.metadata_fraction:.1%}")
+    table.add_row("bytes read", f"{summary.bytes_read:,}")
+    table.add_row("bytes written", f"{summary.bytes_written:,}")
+    if summary.out_of_order:
+        table.add_row("out of order", f"{summary.out_of_order:,}")
+    for reason, n in sorted(skipped.items()):
+        table.add_row(f"skipped: {reason}", f"{n:,}")
+    out.print(table)
+    mix = Table(title="operation mix")
+    mix.add_column("op")
+    mix.add_column("records", justify="right")
+    mix.add_column("share", justify="right")
+    for op, n in summary.ops.most_common():
+        mix.add_row(op.value, f"{n:,}", f"{n / summary.records:.1%}")
+    out.print(mix)
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def record(
+    command: Annotated[list[str], typer.Argument(help="The command to run, after --.")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Canonical CSV to write (.gz compresses).")
+    ] = Path("-"),
+    under: Annotated[
+        Path | None,
+        typer.Option("--under", help="Keep only files under this directory."),
+    ] = None,
+    keep_strace: Annotated[
+        Path | None, typer.Option("--keep-strace", help="Also keep strace's raw log here.")
+    ] = None,
+) -> None:
+    """Run a real program under strace -f -tt -T and write its file I/O as a trace.
+
+    Example: shuttle trace record --out cat.csv -- cat /etc/os-release
+    """
+    with tempfile.TemporaryDirectory(prefix="shuttle-trace-") as tmp:
+        log = keep_strace or Path(tmp) / "strace.log"
+        code = record_strace(command, log, stdout=None, check=False)
+        prefix = str(under.resolve()) + "/" if under is not None else None
+        reader = StraceReader(
+            cwd=os.getcwd(),
+            include=(lambda p: p.startswith(prefix)) if prefix is not None else None,
+        )
+        n = io.write_csv(out, read_trace(log, reader=reader))
+    console.print(f"{command[0]} exited with status {code}; wrote {n:,} records to {out}")
+
+
+def _format(path: Path, format: str) -> str:
+    if format == "auto":
+        from shuttle.traces.formats import detect_format
+
+        return detect_format(path)
+    if format not in READERS and format not in format_names():
+        get_reader(format)  # raises the UsageError that lists the names
+    return format
