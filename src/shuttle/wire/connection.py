@@ -30,12 +30,12 @@ from shuttle.wire.events import (
     FrameKind,
     Goodbye,
     Hello,
+    NeedData,
     Payload,
     Request,
     RequestRejected,
     Response,
     Welcome,
-    _NeedData,
 )
 from shuttle.wire.frames import FrameReader, RawFrame, encode_frame
 from shuttle.wire.limits import (
@@ -232,7 +232,7 @@ class Connection:
             raise RemoteProtocolError("connection already failed; open a new one")
         self._reader.feed(data)
 
-    def next_event(self) -> Event | _NeedData:
+    def next_event(self) -> Event | NeedData:
         """The next event from buffered bytes, or :data:`NEED_DATA`.
 
         Raises :class:`RemoteProtocolError` if the peer broke the protocol; the

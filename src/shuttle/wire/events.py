@@ -108,16 +108,14 @@ class ConnectionClosed:
     """The peer closed its side of the stream cleanly, between frames."""
 
 
-class _NeedData:
+class NeedData:
     """Sentinel: the buffered bytes hold no complete frame yet."""
-
-    _instance: _NeedData | None = None
 
     def __repr__(self) -> str:
         return "NEED_DATA"
 
 
-NEED_DATA: Final = _NeedData()
+NEED_DATA: Final = NeedData()
 
 Event = (
     Hello

@@ -1,0 +1,127 @@
+"""Operations a node serves, as a registry of named handlers.
+
+The storage node registers its storage operations here, the server its system
+operations (``ping``, ``node.stats``, ``node.ops``), and the run-time (a later issue)
+its mobile-object operations; the server dispatches by name and never needs to know
+which is which.
+
+A handler takes ``(args, payload)`` and returns a :class:`Reply` (or any msgpack
+value, taken as the result with an empty payload). How it runs is its ``mode``:
+
+* ``INLINE``: a short synchronous call made directly on the event loop (no thread
+  hop: the fast path for cached reads and stats);
+* ``THREAD``: a synchronous call that may block (disk writes with fsync, cold reads),
+  run in the node's thread pool;
+* ``ASYNC``: a coroutine function, awaited as a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, TypeVar
+
+from shuttle.errors import ConfigError, InvalidArgumentError, UnknownOperationError
+from shuttle.wire.events import Payload
+
+
+class Mode(Enum):
+    INLINE = "inline"
+    THREAD = "thread"
+    ASYNC = "async"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A handler's result: a msgpack-able ``result`` and raw ``payload`` bytes."""
+
+    result: Any = None
+    payload: Payload = b""
+
+
+SyncHandler = Callable[[dict[str, Any], bytes], Any]
+AsyncHandler = Callable[[dict[str, Any], bytes], Awaitable[Any]]
+Handler = SyncHandler | AsyncHandler
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    name: str
+    handler: Handler
+    mode: Mode
+    doc: str
+
+
+class OperationRegistry:
+    """Name → :class:`Operation`. Names are dotted identifiers (``read``, ``node.stats``)."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, Operation] = {}
+
+    def add(self, name: str, handler: Handler, mode: Mode = Mode.INLINE, doc: str = "") -> None:
+        """Register ``handler`` as operation ``name``; a name can be taken only once."""
+        if name in self._ops:
+            raise ConfigError(f"operation {name!r} is registered twice")
+        self._ops[name] = Operation(name, handler, mode, doc or (handler.__doc__ or "").strip())
+
+    def operation(self, name: str, mode: Mode = Mode.INLINE) -> Callable[[F], F]:
+        """Decorator form of :meth:`add`."""
+
+        def register(fn: F) -> F:
+            self.add(name, fn, mode)
+            return fn
+
+        return register
+
+    def get(self, name: str) -> Operation:
+        """The operation called ``name``; :class:`UnknownOperationError` lists the known ones."""
+        op = self._ops.get(name)
+        if op is None:
+            known = ", ".join(sorted(self._ops))
+            raise UnknownOperationError(
+                f"unknown operation {name!r}; this node serves: {known}. "
+                "Is the client newer than the node?"
+            )
+        return op
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ops
+
+    def __iter__(self) -> Iterator[Operation]:
+        return iter(sorted(self._ops.values(), key=lambda op: op.name))
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+
+# --- argument helpers for handlers ----------------------------------------------------
+
+T = TypeVar("T")
+_MISSING: Any = object()
+
+
+def arg(args: dict[str, Any], name: str, kind: type[T], default: T = _MISSING) -> T:
+    """``args[name]`` checked to be a ``kind``; :class:`InvalidArgumentError` otherwise.
+
+    ``bool`` is not accepted where ``int`` is asked for (msgpack keeps them apart).
+    """
+    value = args.get(name, _MISSING)
+    if value is _MISSING or (value is None and default is not _MISSING):
+        if default is _MISSING:
+            raise InvalidArgumentError(f"missing argument {name!r}")
+        return default
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise InvalidArgumentError(
+            f"argument {name!r} must be {kind.__name__}, got {type(value).__name__}"
+        )
+    return value
+
+
+def non_negative(args: dict[str, Any], name: str, default: int = _MISSING) -> int:
+    """An integer argument that must be ≥ 0 (offsets, lengths, sizes)."""
+    value = arg(args, name, int, default)
+    if value < 0:
+        raise InvalidArgumentError(f"argument {name!r} must be ≥ 0, got {value}")
+    return value

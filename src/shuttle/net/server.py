@@ -1,0 +1,384 @@
+"""The asyncio server that runs an :class:`OperationRegistry` over the wire codec.
+
+Only bytes move here; the protocol lives in :mod:`shuttle.wire` and the operations in
+whatever registered them. Each connection answers every request exactly once, with a
+:class:`Response` or a typed :class:`ErrorResponse`; a connection is dropped only when
+its byte stream is corrupt (then the peer first gets an error frame saying why).
+A client that disconnects mid-request costs nothing but the work already started:
+late replies are discarded and the node keeps serving the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+from shuttle.errors import RemoteProtocolError, ServerError, ShuttleError, StorageIOError
+from shuttle.net.registry import Mode, Operation, OperationRegistry, Reply
+from shuttle.wire import (
+    ConnectionClosed,
+    ErrorResponse,
+    Goodbye,
+    Hello,
+    Limits,
+    Request,
+    RequestRejected,
+    Response,
+    Role,
+    Welcome,
+    choose_version,
+)
+from shuttle.wire.connection import Connection
+from shuttle.wire.events import NEED_DATA, FrameKind
+from shuttle.wire.frames import encode_frame
+
+log = logging.getLogger("shuttle.node")
+
+#: Threads for blocking handlers (fsync-bound writes, cold reads). Disk work gains
+#: little from more on one device; a few keep a slow fsync from stalling other reads.
+EXECUTOR_THREADS = 4
+
+#: How long a graceful shutdown waits for requests already running.
+SHUTDOWN_GRACE_S = 10.0
+
+#: Replies with payloads below this are sent as one joined buffer.
+SMALL_REPLY_BYTES = 64 << 10
+
+#: Pause reading from a client whose unsent replies exceed this many bytes
+#: (a slow reader must not make the node buffer without bound).
+WRITE_BUFFER_HIGH_BYTES = 8 << 20
+
+
+@dataclass
+class ServerCounters:
+    """What the server has done since it started (the ``node.stats`` operation)."""
+
+    started_at: float = field(default_factory=time.time)
+    connections_total: int = 0
+    connections_open: int = 0
+    requests: int = 0
+    errors: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    protocol_errors: int = 0
+    by_op: Counter[str] = field(default_factory=Counter)
+    errors_by_code: Counter[str] = field(default_factory=Counter)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "connections_total": self.connections_total,
+            "connections_open": self.connections_open,
+            "requests": self.requests,
+            "errors": self.errors,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "protocol_errors": self.protocol_errors,
+            "by_op": dict(self.by_op),
+            "errors_by_code": dict(self.errors_by_code),
+        }
+
+
+CpuAccount = Callable[[], AbstractContextManager[Any]]
+
+
+class RpcServer:
+    """Serves ``registry`` on a TCP port.
+
+    ``cpu_account`` wraps every handler call (e.g. the node's CPU speed factor,
+    which burns extra CPU after the work to emulate a slower machine).
+    """
+
+    def __init__(
+        self,
+        registry: OperationRegistry,
+        node_id: str,
+        *,
+        limits: Limits | None = None,
+        executor_threads: int = EXECUTOR_THREADS,
+        cpu_account: CpuAccount = nullcontext,
+    ) -> None:
+        self.registry = registry
+        self.node_id = node_id
+        self.limits = limits or Limits()
+        self.counters = ServerCounters()
+        self.cpu_account = cpu_account
+        self._executor = ThreadPoolExecutor(executor_threads, thread_name_prefix="shuttle-io")
+        self._server: asyncio.Server | None = None
+        self._protocols: set[_NodeProtocol] = set()
+        self._stats_sources: dict[str, Callable[[], dict[str, Any]]] = {}
+        self._register_system_ops()
+
+    # --- system operations ---------------------------------------------------------
+
+    def add_stats_source(self, name: str, source: Callable[[], dict[str, Any]]) -> None:
+        """Add a section to ``node.stats`` (the store, its cache, the CPU governor...)."""
+        self._stats_sources[name] = source
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"node": self.node_id, "server": self.counters.snapshot()}
+        for name, source in self._stats_sources.items():
+            out[name] = source()
+        return out
+
+    def _register_system_ops(self) -> None:
+        reg = self.registry
+
+        def ping(args: dict[str, Any], payload: bytes) -> Reply:
+            """Answer at once, echoing the payload (liveness and round-trip probe)."""
+            return Reply({"node": self.node_id, "time": time.time()}, payload)
+
+        def node_ops(args: dict[str, Any], payload: bytes) -> Any:
+            """The operations this node serves, with their modes and descriptions."""
+            return [{"name": op.name, "mode": op.mode.value, "doc": op.doc} for op in reg]
+
+        def node_stats(args: dict[str, Any], payload: bytes) -> Any:
+            """Counters of the server and of every registered component."""
+            return self.stats()
+
+        reg.add("ping", ping)
+        reg.add("node.ops", node_ops)
+        reg.add("node.stats", node_stats)
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        """Listen on ``host:port`` (port 0 picks a free one); returns the bound address."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _NodeProtocol(self), host, port, reuse_address=True, backlog=512
+        )
+        sock = self._server.sockets[0]
+        bound = sock.getsockname()
+        log.info("node %s listening on %s:%d", self.node_id, bound[0], bound[1])
+        return bound[0], bound[1]
+
+    async def close(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        """Stop accepting, let running requests finish (up to ``grace_s``), say goodbye."""
+        if self._server is not None:
+            self._server.close()
+        deadline = time.monotonic() + grace_s
+        while any(p.pending for p in self._protocols) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for proto in list(self._protocols):
+            proto.goodbye("node is shutting down")
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
+        self._executor.shutdown(wait=True, cancel_futures=False)
+        log.info("node %s stopped", self.node_id)
+
+    # --- calling handlers ----------------------------------------------------------
+
+    def call_sync(self, op: Operation, req: Request) -> Reply:
+        """Run a synchronous handler under the CPU account; errors become exceptions."""
+        with self.cpu_account():
+            out = op.handler(req.args, bytes(req.payload))
+        return out if isinstance(out, Reply) else Reply(out)
+
+    def error_for(self, op_name: str, exc: BaseException) -> ShuttleError:
+        """The typed error a handler's exception becomes on the wire."""
+        if isinstance(exc, ShuttleError):
+            return exc
+        if isinstance(exc, OSError):
+            return StorageIOError(
+                f"{op_name}: the node's disk failed ({exc.strerror or exc}); "
+                "check the node's log and free space"
+            )
+        log.error("internal error in %s", op_name, exc_info=exc)
+        return ServerError(
+            f"{op_name}: internal error on node {self.node_id} ({type(exc).__name__}: {exc}); "
+            "see the node's log"
+        )
+
+
+class _NodeProtocol(asyncio.Protocol):
+    """One client connection: bytes → codec events → handlers → bytes."""
+
+    def __init__(self, server: RpcServer) -> None:
+        self.server = server
+        self.conn = Connection(Role.SERVER, server.limits)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.pending: set[asyncio.Future[Any]] = set()
+        self.closed = False
+
+    # asyncio callbacks ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        counters = self.server.counters
+        counters.connections_total += 1
+        counters.connections_open += 1
+        self.server._protocols.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.counters.connections_open -= 1
+        self.server._protocols.discard(self)
+        for fut in self.pending:
+            fut.cancel()  # threads finish their call; only the reply is dropped
+
+    def pause_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.server.counters.bytes_in += len(data)
+        self.conn.receive_data(data)
+        self._process()
+
+    def eof_received(self) -> bool | None:
+        self.conn.receive_data(b"")
+        self._process()
+        return None
+
+    # events ---------------------------------------------------------------------------
+
+    def _process(self) -> None:
+        conn = self.conn
+        while not self.closed:
+            try:
+                ev = conn.next_event()
+            except RemoteProtocolError as exc:
+                self._fatal(exc)
+                return
+            if ev is NEED_DATA:
+                return
+            if isinstance(ev, Request):
+                self._dispatch(ev)
+            elif isinstance(ev, RequestRejected):
+                self._send_error(ev.rid, ev.error)
+            elif isinstance(ev, Hello):
+                self._greet(ev)
+            elif isinstance(ev, Goodbye | ConnectionClosed):
+                self._close()
+                return
+
+    def _greet(self, hello: Hello) -> None:
+        try:
+            version = choose_version(hello)
+        except RemoteProtocolError as exc:
+            log.warning("refusing %s: %s", self.peer, exc)
+            self._write(self.conn.send(ErrorResponse.from_exception(0, exc)))
+            self._close()
+            return
+        self._write(
+            self.conn.send(Welcome(version, self.server.node_id, self.server.limits.to_wire()))
+        )
+
+    def _dispatch(self, req: Request) -> None:
+        server = self.server
+        counters = server.counters
+        counters.requests += 1
+        counters.by_op[req.op] += 1
+        try:
+            op = server.registry.get(req.op)
+        except ShuttleError as exc:
+            self._send_error(req.rid, exc)
+            return
+        if op.mode is Mode.INLINE:
+            try:
+                reply = server.call_sync(op, req)
+            except Exception as exc:  # every failure is answered, typed
+                self._send_error(req.rid, server.error_for(op.name, exc))
+                return
+            self._send_reply(req.rid, reply)
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any]
+        if op.mode is Mode.THREAD:
+            fut = loop.run_in_executor(server._executor, server.call_sync, op, req)
+        else:
+            fut = loop.create_task(self._call_async(op, req))
+        self.pending.add(fut)
+        fut.add_done_callback(lambda f: self._finished(f, req.rid, op.name))
+
+    async def _call_async(self, op: Operation, req: Request) -> Reply:
+        out = await op.handler(req.args, bytes(req.payload))
+        return out if isinstance(out, Reply) else Reply(out)
+
+    def _finished(self, fut: asyncio.Future[Any], rid: int, op_name: str) -> None:
+        self.pending.discard(fut)
+        if self.closed or fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self._send_error(rid, self.server.error_for(op_name, exc))
+        else:
+            self._send_reply(rid, fut.result())
+
+    # output ---------------------------------------------------------------------------
+
+    def _send_reply(self, rid: int, reply: Reply) -> None:
+        if self.closed:
+            return
+        try:
+            buffers = self.conn.send(Response(rid, reply.result, reply.payload))
+        except ShuttleError as exc:  # e.g. a reply over the client's payload limit
+            self._send_error(rid, exc)
+            return
+        self._write(buffers)
+
+    def _send_error(self, rid: int, exc: ShuttleError) -> None:
+        counters = self.server.counters
+        counters.errors += 1
+        counters.errors_by_code[exc.code] += 1
+        if not self.closed:
+            self._write(self.conn.send(ErrorResponse.from_exception(rid, exc)))
+
+    def _write(self, buffers: list[Any]) -> None:
+        assert self.transport is not None
+        counters = self.server.counters
+        if len(buffers) == 1:
+            counters.bytes_out += len(buffers[0])
+            self.transport.write(buffers[0])
+        elif len(buffers[1]) < SMALL_REPLY_BYTES:
+            data = b"".join(buffers)  # one segment: the client wakes once, not twice
+            counters.bytes_out += len(data)
+            self.transport.write(data)
+        else:
+            counters.bytes_out += sum(len(b) for b in buffers)
+            self.transport.writelines(buffers)
+
+    def _fatal(self, exc: RemoteProtocolError) -> None:
+        """The stream is corrupt: tell the peer why (rid 0), then hang up."""
+        self.server.counters.protocol_errors += 1
+        log.warning("protocol error from %s: %s", self.peer, exc)
+        limits = self.server.limits
+        frame = encode_frame(
+            FrameKind.ERROR,
+            [0, exc.code, str(exc)],
+            header_bytes_max=limits.header_bytes_max,
+            payload_bytes_max=limits.payload_bytes_max,
+        )
+        if self.transport is not None and not self.closed:
+            self.transport.writelines(frame)
+        self._close()
+
+    def goodbye(self, reason: str) -> None:
+        if self.closed or self.transport is None:
+            return
+        with contextlib.suppress(ShuttleError):
+            self._write(self.conn.send(Goodbye(reason)))
+        self._close()
+
+    def _close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
