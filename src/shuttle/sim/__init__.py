@@ -2,11 +2,19 @@
 
 Layout (one concept a module):
 
-* ``kernel``   the event kernel: a heap of (time, priority+sequence, handler, arg)
-* ``mm1``      M/M/1 on our kernel and on SimPy with the same draws (bench-kernel)
-* ``cli``      ``shuttle sim ...`` commands
+* ``kernel``    the event kernel: a heap of (time, priority+sequence, handler, arg)
+* ``mm1``       M/M/1 on our kernel and on SimPy with the same draws (bench-kernel)
+* ``config``    every parameter of the server and of an experiment (TOML, flags)
+* ``workload``  traces as columns, request kinds, busiest intervals, cache warm-up
+* ``server``    the server model: CPU, block cache with locking, metadata cache, disk
+* ``mobile``    the mobile application's dependent trace, at the client or the server
+* ``metrics``   what a run counts: response-time parts, hit rates, loads
+* ``run``       one interval: warm-up, background feed, mobile application, results
+* ``cli``       ``shuttle sim ...`` commands
 """
 
+from shuttle.sim.config import ExperimentConfig, ServerConfig
 from shuttle.sim.kernel import Kernel
+from shuttle.sim.run import RunResult, simulate_interval
 
-__all__ = ["Kernel"]
+__all__ = ["ExperimentConfig", "Kernel", "RunResult", "ServerConfig", "simulate_interval"]
