@@ -173,12 +173,17 @@ class ObjectStore:
             )
         return report
 
-    def close(self) -> None:
-        """Checkpoint, discard open upload sessions and release the directory. Idempotent."""
+    def close(self, *, checkpoint: bool = True) -> None:
+        """Checkpoint, discard open upload sessions and release the directory. Idempotent.
+
+        ``checkpoint=False`` leaves the journal as it is, exactly as a crash would (every
+        change is still durable; the next open redoes the journal). Tests use it, and a
+        node may use it to stop fast.
+        """
         if self._closed:
             return
         try:
-            if self._broken is None:
+            if checkpoint and self._broken is None:
                 self.checkpoint()
         finally:
             self._closed = True
@@ -221,14 +226,21 @@ class ObjectStore:
 
     # --- attributes ------------------------------------------------------------------
 
-    def _current(self, key: str) -> StoredAttrs | None:
+    def _current(self, key: str, *, create_ok: bool = False) -> StoredAttrs | None:
         """The attributes of ``key`` or None; adopts a file that has none. Caller holds
         the key's lock (either mode) and not the gate."""
         rec = self.attrs.get(key)
         if isinstance(rec, StoredAttrs):
             return rec
-        if rec is ABSENT or not self.paths.is_object_file(key):
+        if rec is ABSENT:
             return None
+        try:
+            if not self.paths.is_object_file(key):
+                return None
+        except NotFoundError:
+            if create_ok:
+                return None  # a directory: _reserve reports the conflict
+            raise
         return self._adopt(key)
 
     def _adopt(self, key: str) -> StoredAttrs | None:
@@ -563,7 +575,7 @@ class ObjectStore:
         staged: str | None,
     ) -> ObjectAttrs:
         with self._locks.write(key):
-            rec = self._current(key)
+            rec = self._current(key, create_ok=True)
             self._check_version(key, rec, expected_version)
             self._check_usable()
             mtime_ns = time.time_ns()
@@ -694,14 +706,15 @@ class ObjectStore:
         create: bool,
     ) -> WriteResult:
         with self._locks.write(k):
-            rec = self._current(k)
+            rec = self._current(k, create_ok=create)
             if rec is None and not create:
                 raise NotFoundError(f"no object {k!r} to write; pass create=True to make it.")
             self._check_version(k, rec, expected_version)
             self._check_usable()
             mtime_ns = time.time_ns()
             old_size = 0 if rec is None else rec.size
-            new_size = max(old_size, offset + len(data))
+            # Like pwrite(2), writing nothing extends nothing (but still bumps the version).
+            new_size = max(old_size, offset + len(data)) if data else old_size
             meta = {"op": "write", "key": k, "mtime_ns": mtime_ns, "offset": offset}
             if rec is None:
                 meta["create"] = True

@@ -137,16 +137,32 @@ class SafeRoot:
             return None
 
     def is_object_file(self, key: str) -> bool:
-        """True if ``key`` names a regular file (not following symlinks anywhere)."""
+        """True if ``key`` names a regular file; False if nothing is there.
+
+        Raises:
+            InvalidKeyError: the path passes through or ends in a symlink.
+            NotFoundError: the path names a directory or a special file.
+        """
         try:
             dir_fd, leaf = self.open_parent(key, create=False)
         except NotFoundError:
             return False
         try:
             st = self.lstat_leaf(dir_fd, leaf)
-            return st is not None and stat.S_ISREG(st.st_mode)
         finally:
             os.close(dir_fd)
+        if st is None:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            raise symlink_error(key, key)
+        if stat.S_ISDIR(st.st_mode):
+            raise NotFoundError(
+                f"{key!r} is a directory (a prefix of other keys), not an object. "
+                "List it with a delimiter to see what is inside."
+            )
+        if not stat.S_ISREG(st.st_mode):
+            raise NotFoundError(f"{key!r} is a special file, not an object.")
+        return True
 
     def prune_empty_dirs(self, dir_key: str) -> None:
         """Remove ``dir_key`` and its ancestors while they are empty (never the root)."""
