@@ -79,10 +79,3 @@ async def test_cancelled_sleepers_are_forgotten() -> None:
     await clock.settle()
     assert clock.sleepers == 0
     assert clock.next_deadline() is None
-
-
-@async_test
-async def test_real_clock_sleeps_until_the_deadline() -> None:
-    start = REAL_CLOCK.now()
-    await REAL_CLOCK.sleep_until(start + 0.01)
-    assert REAL_CLOCK.now() >= start + 0.01
