@@ -10,7 +10,10 @@ Layout (one concept a module):
 * ``mobile``    the mobile application's dependent trace, at the client or the server
 * ``metrics``   what a run counts: response-time parts, hit rates, loads
 * ``run``       one interval: warm-up, background feed, mobile application, results
-* ``cli``       ``shuttle sim ...`` commands
+* ``sources``   where traces come from: files, the background generator, agrep
+* ``sweep``     the paper's two experiments (cache size, CPU speed), run in parallel
+* ``plots``     the figures of a sweep in the paper's layout
+* ``cli``, ``sweep_cli``   ``shuttle sim ...`` commands
 """
 
 from shuttle.sim.config import ExperimentConfig, ServerConfig

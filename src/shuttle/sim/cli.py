@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shuttle.sim.sweep_cli import sweep_command
+
 app = typer.Typer(
     help="Simulate a file server that hosts mobile code (kernel benchmark, cache "
     "replay, the paper's sweeps).",
@@ -17,6 +19,9 @@ app = typer.Typer(
 )
 
 console = Console()
+
+# The paper's experiments live in their own module (they are the larger part).
+app.command("sweep")(sweep_command)
 
 
 @app.command("bench-kernel")

@@ -1,0 +1,101 @@
+"""Where an experiment's traces come from: a file, or the generators in ``traces``.
+
+* Background: any trace file :func:`shuttle.traces.formats.read_trace` reads
+  (canonical CSV, nfsdump, strace, block traces), or the documented generator
+  :func:`shuttle.traces.background.generate` with a ``[background]`` config table
+  (its :class:`~shuttle.traces.background.BackgroundConfig`) and the experiment's seed.
+* Mobile application: any trace file, or the committed recording of ``tre-agrep``
+  over the Python standard library (:func:`shuttle.traces.agrep.load_agrep_trace`).
+
+Each loader returns the trace as :class:`~shuttle.sim.workload.Columns` and a
+description of its origin for the experiment's stated configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from shuttle.errors import ConfigError
+from shuttle.sim.config import from_mapping
+from shuttle.sim.kernel import derive_seed
+from shuttle.sim.workload import Columns
+from shuttle.traces.record import TraceRecord
+
+Progress = Callable[[int], None]
+
+
+def _counting(records: Iterable[TraceRecord], progress: Progress | None) -> Iterator[TraceRecord]:
+    if progress is None:
+        yield from records
+        return
+    # Report every 2**16 records: often enough for a bar, rarely enough to be free.
+    n = 0
+    for record in records:
+        yield record
+        n += 1
+        if not n & 0xFFFF:
+            progress(n)
+    progress(n)
+
+
+def _module(name: str, what: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{what} ({name}) is not available in this build; pass a trace file instead"
+        ) from exc
+
+
+def load_trace_file(path: Path, format: str = "auto", progress: Progress | None = None) -> Columns:
+    """Read any supported trace file into columns (time-ordered, first record at 0 s)."""
+    from shuttle.traces.formats import read_trace
+
+    return Columns.from_records(_counting(read_trace(path, format), progress))
+
+
+def load_background(
+    path: Path | None,
+    table: Mapping[str, Any],
+    seed: int,
+    format: str = "auto",
+    progress: Progress | None = None,
+) -> tuple[Columns, dict[str, Any]]:
+    """The background trace: from ``path``, or generated from ``table`` and ``seed``."""
+    if path is not None:
+        if table:
+            raise ConfigError(
+                "a [background] table configures the generator; it cannot apply to a trace "
+                f"file ({path}); drop one of them"
+            )
+        columns = load_trace_file(path, format, progress)
+        return columns, {"source": str(path), "format": format, "records": len(columns)}
+    background = _module("shuttle.traces.background", "the background generator")
+    config = from_mapping(background.BackgroundConfig, table, "[background]")
+    generator_seed = derive_seed(seed, "background")
+    columns = Columns.from_records(_counting(background.generate(config, generator_seed), progress))
+    description: dict[str, Any] = {
+        "source": "generated (shuttle.traces.background)",
+        "seed": generator_seed,
+        "records": len(columns),
+    }
+    if dataclasses.is_dataclass(config):
+        description["config"] = dataclasses.asdict(config)  # type: ignore[arg-type]
+    return columns, description
+
+
+def load_mobile(path: Path | None, format: str = "auto") -> tuple[Columns, dict[str, Any]]:
+    """The mobile application's trace: from ``path``, or the recorded agrep run."""
+    if path is not None:
+        columns = load_trace_file(path, format)
+        return columns, {"source": str(path), "format": format, "records": len(columns)}
+    agrep = _module("shuttle.traces.agrep", "the recorded agrep trace")
+    columns = Columns.from_records(agrep.load_agrep_trace())
+    return columns, {
+        "source": "recorded tre-agrep over the Python standard library (shuttle.traces.agrep)",
+        "records": len(columns),
+    }

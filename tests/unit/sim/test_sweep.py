@@ -1,0 +1,104 @@
+"""The sweeps end to end on small synthetic traces: results, determinism, CLI, plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from shuttle.cli import app
+from shuttle.errors import ConfigError
+from shuttle.sim.config import ExperimentConfig, ServerConfig
+from shuttle.sim.sweep import cache_size_sweep, cpu_speed_sweep, prepare, run_sweep
+from shuttle.sim.workload import Columns
+from shuttle.traces.io import write_csv
+
+from .synthetic import background, search
+
+EXPERIMENT = ExperimentConfig(
+    intervals=2, interval_s=60.0, warmup_s=300.0, warmup_timed_s=20.0, overrun_s_max=120.0
+)
+BACKGROUND_RECORDS = background(duration_s=600.0, rate_per_s=120.0, seed=9)
+MOBILE_RECORDS = search(files=30, blocks_per_file=5)
+PREPARED = prepare(
+    Columns.from_records(BACKGROUND_RECORDS),
+    Columns.from_records(MOBILE_RECORDS),
+    EXPERIMENT,
+    8192,
+)
+
+
+def test_the_cache_size_sweep_reports_every_point_and_placement() -> None:
+    sweep = cache_size_sweep([1.0, 4.0, float("inf")])
+    doc, perf = run_sweep(sweep, ServerConfig(), EXPERIMENT, PREPARED)
+    assert [p["x"] for p in doc["points"]] == ["1", "4", "inf"]
+    assert [p["cache_blocks"] for p in doc["points"]] == [128, 512, None]
+    assert perf.runs == 3 * 2 * 2 == len(doc["runs"])
+    hit = [p["placements"]["client"]["background_hit_rate"] for p in doc["points"]]
+    assert hit[0] < hit[1] < hit[2]  # a larger cache serves the background better
+    for point in doc["points"]:
+        for summary in point["placements"].values():
+            assert summary["mobile_unfinished_runs"] == 0
+            assert summary["mobile_server_hit_rate"] == 0.0  # one pass over its files
+    assert perf.records > 0 and perf.records_per_s > 0
+
+
+def test_the_cpu_speed_sweep_slows_the_mobile_program_on_a_slow_server() -> None:
+    sweep = cpu_speed_sweep([0.5, 2.0])
+    doc, _ = run_sweep(sweep, ServerConfig(cache_blocks=512), EXPERIMENT, PREPARED)
+    slow, fast = (p["placements"]["server"]["mobile_run_time_s"] for p in doc["points"])
+    assert slow > fast
+    assert doc["points"][0]["server_speed"] == 0.5
+
+
+def test_same_seed_same_bytes_whatever_the_number_of_workers() -> None:
+    sweep = cache_size_sweep([2.0, 8.0])
+    one, _ = run_sweep(sweep, ServerConfig(), EXPERIMENT, PREPARED, jobs=1)
+    again, _ = run_sweep(sweep, ServerConfig(), EXPERIMENT, PREPARED, jobs=1)
+    two, _ = run_sweep(sweep, ServerConfig(), EXPERIMENT, PREPARED, jobs=2)
+    assert json.dumps(one) == json.dumps(again) == json.dumps(two)
+
+
+def test_a_cache_smaller_than_the_mobile_program_is_refused() -> None:
+    with pytest.raises(ConfigError, match="cannot hold the mobile program"):
+        run_sweep(cache_size_sweep([0.5]), ServerConfig(), EXPERIMENT, PREPARED)
+
+
+def test_the_command_states_its_configuration_and_writes_json_and_figures(
+    tmp_path: Path,
+) -> None:
+    write_csv(tmp_path / "bg.csv", BACKGROUND_RECORDS)
+    write_csv(tmp_path / "app.csv", MOBILE_RECORDS)
+    config = tmp_path / "sim.toml"
+    config.write_text(
+        "[experiment]\nintervals = 1\ninterval_s = 60.0\nwarmup_s = 300.0\n"
+        "warmup_timed_s = 20.0\n[sweep]\npoints = [1, 16]\n"
+    )
+    out = tmp_path / "out"
+    args = ["sim", "sweep", "cache-size", "--config", str(config), "--jobs", "1"]
+    args += ["--background", str(tmp_path / "bg.csv"), "--mobile", str(tmp_path / "app.csv")]
+    args += ["--out", str(out), "--set", "server.client_cache_blocks=64"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "1 busiest intervals of 60 s" in result.output
+    doc = json.loads((out / "cache-size.json").read_text())
+    assert doc["config"]["server"]["client_cache_blocks"] == 64
+    assert doc["config"]["background"]["records"] == len(BACKGROUND_RECORDS)
+    assert json.loads((out / "cache-size-perf.json").read_text())["runs"] == 4
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == [
+        "cache-size-breakdown.png",
+        "cache-size-hit-rate.png",
+        "cache-size-response-all.png",
+        "cache-size-response-blocks.png",
+        "cache-size-run-time.png",
+    ]
+    assert all((out / name).read_bytes()[:4] == b"\x89PNG" for name in pngs)
+
+
+def test_the_command_rejects_an_unknown_sweep() -> None:
+    result = CliRunner().invoke(app, ["sim", "sweep", "memory"])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, ConfigError)
