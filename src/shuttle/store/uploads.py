@@ -37,8 +37,12 @@ class Upload:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
+        """Close the descriptor once (a second close could hit a reused descriptor
+        number belonging to another thread)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def discard(self) -> None:
         self.close()
