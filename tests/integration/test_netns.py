@@ -17,8 +17,10 @@ from shuttle.net.netns import (
     NETNS_PREFIX,
     NetnsLab,
     cleanup_stale,
+    destroy_lab,
     list_namespaces,
     netns_unavailable_reason,
+    persistent_labs,
 )
 from shuttle.net.profiles import BUILTIN_PROFILES, LinkProfile
 
@@ -123,3 +125,22 @@ def test_namespaces_of_dead_processes_are_cleaned_up() -> None:
         assert name not in list_namespaces()
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_a_persistent_lab_outlives_its_block_until_destroyed_by_tag() -> None:
+    lab = NetnsLab(1, BUILTIN_PROFILES["lan"], hub_in_namespace=False, persistent=True)
+    try:
+        with lab:
+            sleeper = lab.popen(lab.nodes[0].namespace, ["sleep", "60"])
+        assert lab.tag in persistent_labs()
+        assert not any(n.startswith(lab.tag) for n in cleanup_stale())
+        assert len(_ours(lab)) == 1 and sleeper.poll() is None
+        links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+        assert lab.nodes[0].hub_device in links
+    finally:
+        assert destroy_lab(lab.tag) == []
+    assert sleeper.wait(timeout=10) == -9  # SIGKILLed inside the namespace
+    assert _ours(lab) == []
+    assert lab.tag not in persistent_labs()
+    with pytest.raises(NetnsUnavailableError, match="not a Shuttle lab tag"):
+        destroy_lab("other")

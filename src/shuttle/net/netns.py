@@ -30,7 +30,9 @@ Teardown is reliable: leaving the ``with`` block (normally or by an exception) k
 every process the lab started and any other process still inside its namespaces,
 and deletes the namespaces (which deletes the veth pairs). A process killed before
 it could tear down leaves namespaces named after its pid; :func:`cleanup_stale`
-(called by every new lab) removes those of dead processes.
+(called by every new lab) removes those of dead processes. A lab meant to outlive
+its process (``persistent=True``, named ``shuttle-keep-<token>-...``) is ended by
+:func:`destroy_lab` with its tag, from any process.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import itertools
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -69,6 +72,7 @@ COMMAND_TIMEOUT_S = 10.0
 
 _lab_sequence = itertools.count()
 _NAME = re.compile(rf"^{NETNS_PREFIX}-(\d+)-")
+_KEPT = re.compile(rf"^{NETNS_PREFIX}-keep-[0-9a-f]+-")
 
 
 def _run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -157,6 +161,29 @@ def cleanup_stale() -> list[str]:
     return removed
 
 
+def persistent_labs() -> list[str]:
+    """Tags of the persistent labs that exist now (see ``NetnsLab(persistent=True)``)."""
+    tags = {name.rsplit("-", 1)[0] for name in list_namespaces() if _KEPT.match(name)}
+    return sorted(tags)
+
+
+def destroy_lab(tag: str) -> list[str]:
+    """Tear down a lab by its tag, from any process: SIGKILL what still runs inside its
+    namespaces, delete them (and so their veth pairs). Returns what could not be
+    removed. Only names starting with ``tag + "-"`` are touched."""
+    if not tag.startswith(f"{NETNS_PREFIX}-"):
+        raise NetnsUnavailableError(f"{tag!r} is not a Shuttle lab tag ({NETNS_PREFIX}-...)")
+    problems = []
+    for name in sorted(list_namespaces(), key=lambda n: n.endswith("-hub")):
+        if not name.startswith(f"{tag}-"):
+            continue
+        _kill_inside(name)
+        done = _run(["ip", "netns", "del", name], check=False)
+        if done.returncode != 0:
+            problems.append(f"namespace {name}: {done.stderr.strip()}")
+    return problems
+
+
 @dataclass(frozen=True)
 class NetnsNode:
     """One node's end of the lab.
@@ -182,6 +209,11 @@ class NetnsLab:
     profile (missing indices get no shaping). Entering builds everything (on failure
     it tears down what it built and raises); leaving tears it all down.
 
+    ``persistent=True`` is for labs that outlive the process (``cluster up
+    --netns``): leaving the ``with`` block normally keeps the lab and its processes
+    running, and any process ends it later with :func:`destroy_lab` ``(lab.tag)``;
+    :func:`cleanup_stale` never touches it. An exception still tears it down.
+
     Raises :class:`NetnsUnavailableError` when not root or ``ip netns`` does not work,
     :class:`ExternalToolError` when an ``ip``/``tc`` command fails.
     """
@@ -195,13 +227,25 @@ class NetnsLab:
         profiles: LinkProfile | Mapping[int, LinkProfile] | None = None,
         *,
         hub_in_namespace: bool = True,
+        persistent: bool = False,
     ) -> None:
         if not 1 <= nodes <= NODES_MAX:
             raise NetnsUnavailableError(
                 f"a namespace lab holds 1 to {NODES_MAX} nodes, not {nodes}"
             )
-        sequence = next(_lab_sequence)
-        self.tag = f"{NETNS_PREFIX}-{os.getpid()}-{sequence}"
+        self.persistent = persistent
+        # Hub-side device names must be unique in the hub's namespace; in the root
+        # namespace they must also not clash with other labs (15 characters at most).
+        if persistent:
+            # Not named after our pid: the lab outlives this process, and
+            # cleanup_stale() must leave it alone.
+            token = secrets.token_hex(3)
+            self.tag = f"{NETNS_PREFIX}-keep-{token}"
+            root_prefix = f"s{token}n"
+        else:
+            sequence = next(_lab_sequence)
+            self.tag = f"{NETNS_PREFIX}-{os.getpid()}-{sequence}"
+            root_prefix = f"s{os.getpid():x}x{sequence:x}n"
         self.hub: str | None = f"{self.tag}-hub" if hub_in_namespace else None
         by_index: dict[int, LinkProfile] = {}
         for i in range(nodes):
@@ -211,9 +255,7 @@ class NetnsLab:
                 by_index[i] = profiles[i]
             else:
                 by_index[i] = LinkProfile("loopback", None, 0.0)
-        # Hub-side device names must be unique in the hub's namespace; in the root
-        # namespace they must also not clash with other labs (15 characters at most).
-        prefix = "n" if hub_in_namespace else f"s{os.getpid():x}x{sequence:x}n"
+        prefix = "n" if hub_in_namespace else root_prefix
         self.nodes = [
             NetnsNode(
                 index=i,
@@ -234,7 +276,8 @@ class NetnsLab:
 
     # -- building ------------------------------------------------------------------
 
-    def __enter__(self) -> NetnsLab:
+    def up(self) -> NetnsLab:
+        """Build the lab (on failure, tear down what was built and raise)."""
         require_netns()
         cleanup_stale()
         try:
@@ -245,12 +288,20 @@ class NetnsLab:
         self._up = True
         return self
 
+    def __enter__(self) -> NetnsLab:
+        return self.up()
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self.persistent and exc is None:
+            # Left running on purpose (e.g. by 'cluster up'); destroy_lab(tag) ends it.
+            self._processes.clear()
+            self._created.clear()
+            return
         problems = self.teardown()
         if problems and exc is None:
             raise ExternalToolError("namespace teardown left: " + "; ".join(problems))
