@@ -17,4 +17,6 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from shuttle.client import Client, ObjectInfo, connect
+
+__all__ = ["Client", "ObjectInfo", "__version__", "connect"]

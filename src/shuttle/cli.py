@@ -15,7 +15,11 @@ from rich.console import Console
 
 from shuttle import __version__
 from shuttle.bench.cli import app as bench_app
+from shuttle.client.cli import COMMANDS as CLIENT_COMMANDS
+from shuttle.cluster.cli import app as cluster_app
+from shuttle.demo import demo
 from shuttle.errors import ShuttleError
+from shuttle.node.cli import serve
 from shuttle.sim.cli import app as sim_app
 from shuttle.traces.cli import app as trace_app
 
@@ -27,6 +31,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command()(demo)
+app.command()(serve)
+app.add_typer(cluster_app, name="cluster")
+for command in CLIENT_COMMANDS:
+    app.command()(command)
 app.add_typer(bench_app, name="bench")
 app.add_typer(sim_app, name="sim")
 app.add_typer(trace_app, name="trace")

@@ -26,6 +26,7 @@ from shuttle.errors import (
     ShuttleError,
     UnreachableError,
 )
+from shuttle.net.shaping import Link
 from shuttle.wire import (
     PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
@@ -335,3 +336,33 @@ class BlockingConnection:
                 ) from exc
             self.counters.bytes_received += len(data)
             conn.receive_data(data)
+
+
+class SyncLink:
+    """A :class:`~shuttle.net.shaping.Link` driven from blocking code on the real clock.
+
+    Requests go up the link's ``up`` shaper, responses down its ``down`` shaper; the
+    sleep is exact to tens of microseconds (a short final spin, since ``time.sleep``
+    overshoots by up to a scheduler tick and a SAN link's latency is 0.1 ms).
+    """
+
+    #: Below this, spin instead of sleeping (sleep overshoots by ~50–100 µs).
+    SPIN_BELOW_S = 200e-6
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def request_arrival(self, nbytes: int) -> float:
+        return self.link.up.transmit(nbytes)
+
+    def response_arrival(self, nbytes: int) -> float:
+        return self.link.down.transmit(nbytes)
+
+    def sleep_until(self, t: float) -> None:
+        clock = self.link.clock
+        while True:
+            remaining = t - clock.now()
+            if remaining <= 0:
+                return
+            if remaining > self.SPIN_BELOW_S:
+                time.sleep(remaining - self.SPIN_BELOW_S)

@@ -13,6 +13,10 @@ value, taken as the result with an empty payload). How it runs is its ``mode``:
 * ``THREAD``: a synchronous call that may block (disk writes with fsync, cold reads),
   run in the node's thread pool;
 * ``ASYNC``: a coroutine function, awaited as a task.
+
+A ``THREAD`` operation may name an ``inline_when(args)`` predicate: requests it
+accepts run inline instead (a small read is served from the block cache faster than
+a thread hop takes).
 """
 
 from __future__ import annotations
@@ -46,12 +50,16 @@ Handler = SyncHandler | AsyncHandler
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+InlineWhen = Callable[[dict[str, Any]], bool]
+
+
 @dataclass(frozen=True, slots=True)
 class Operation:
     name: str
     handler: Handler
     mode: Mode
     doc: str
+    inline_when: InlineWhen | None = None
 
 
 class OperationRegistry:
@@ -60,17 +68,30 @@ class OperationRegistry:
     def __init__(self) -> None:
         self._ops: dict[str, Operation] = {}
 
-    def add(self, name: str, handler: Handler, mode: Mode = Mode.INLINE, doc: str = "") -> None:
+    def add(
+        self,
+        name: str,
+        handler: Handler,
+        mode: Mode = Mode.INLINE,
+        doc: str = "",
+        *,
+        inline_when: InlineWhen | None = None,
+    ) -> None:
         """Register ``handler`` as operation ``name``; a name can be taken only once."""
         if name in self._ops:
             raise ConfigError(f"operation {name!r} is registered twice")
-        self._ops[name] = Operation(name, handler, mode, doc or (handler.__doc__ or "").strip())
+        if inline_when is not None and mode is not Mode.THREAD:
+            raise ConfigError(f"operation {name!r}: inline_when only applies to THREAD mode")
+        doc = doc or (handler.__doc__ or "").strip()
+        self._ops[name] = Operation(name, handler, mode, doc, inline_when)
 
-    def operation(self, name: str, mode: Mode = Mode.INLINE) -> Callable[[F], F]:
+    def operation(
+        self, name: str, mode: Mode = Mode.INLINE, *, inline_when: InlineWhen | None = None
+    ) -> Callable[[F], F]:
         """Decorator form of :meth:`add`."""
 
         def register(fn: F) -> F:
-            self.add(name, fn, mode)
+            self.add(name, fn, mode, inline_when=inline_when)
             return fn
 
         return register

@@ -214,8 +214,10 @@ class _NodeProtocol(asyncio.Protocol):
     # asyncio callbacks ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport
-        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        # uvloop's TCPTransport is not an asyncio.Transport subclass, but behaves as one.
+        tcp: asyncio.Transport = transport  # type: ignore[assignment]
+        self.transport = tcp
+        tcp.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         counters = self.server.counters
@@ -241,7 +243,8 @@ class _NodeProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.server.counters.bytes_in += len(data)
         self.conn.receive_data(data)
-        self._process()
+        with self.server.cpu_account():  # protocol work is node CPU too
+            self._process()
 
     def eof_received(self) -> bool | None:
         self.conn.receive_data(b"")
@@ -292,7 +295,7 @@ class _NodeProtocol(asyncio.Protocol):
         except ShuttleError as exc:
             self._send_error(req.rid, exc)
             return
-        if op.mode is Mode.INLINE:
+        if op.mode is Mode.INLINE or (op.inline_when is not None and op.inline_when(req.args)):
             try:
                 reply = server.call_sync(op, req)
             except Exception as exc:  # every failure is answered, typed

@@ -1,0 +1,5 @@
+"""``python -m shuttle``: the same as the ``shuttle`` command."""
+
+from shuttle.cli import main
+
+main()

@@ -1,0 +1,20 @@
+"""The Shuttle client: a file API over the storage nodes of a cluster.
+
+Layout:
+
+* ``model``    what calls return: :class:`ObjectInfo`, :class:`WriteInfo`, :class:`NodeAddress`
+* ``routing``  which node holds a key (rendezvous hashing)
+* ``cache``    the client block cache and its validation (NFS-style check on open)
+* ``client``   :class:`Client`, the synchronous API (no asyncio needed)
+* ``files``    file objects over remote objects (``client.open``)
+* ``aio``      :class:`AsyncClient`, the asyncio API the run-time uses
+* ``connect``  :func:`connect`: a client from an address, a cluster file or the environment
+* ``cli``      the client commands of ``shuttle`` (put, get, cat, ls, stat, rm, stats)
+"""
+
+from shuttle.client.cache import ClientCache
+from shuttle.client.client import Client
+from shuttle.client.connect import connect
+from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
+
+__all__ = ["Chunk", "Client", "ClientCache", "NodeAddress", "ObjectInfo", "WriteInfo", "connect"]

@@ -1,0 +1,246 @@
+"""The client commands of ``shuttle``: put, get, cat, ls, stat, rm, stats.
+
+Every command takes ``--node HOST:PORT`` or ``--cluster FILE`` (default: the file
+named by ``$SHUTTLE_CLUSTER``). Exit status: 0 done, 2 bad usage or input, 3 node
+error, 4 no such object, 5 version conflict or object exists, 6 node unreachable.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from shuttle.client.client import Client
+from shuttle.client.connect import connect
+from shuttle.cluster.clusterfile import CLUSTER_ENV
+
+console = Console()
+err = Console(stderr=True)
+
+NodeOpt = Annotated[str | None, typer.Option("--node", help="Talk to one node at HOST:PORT.")]
+ClusterOpt = Annotated[
+    Path | None, typer.Option("--cluster", help=f"Cluster file (default: ${CLUSTER_ENV}).")
+]
+LinkOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--link", help="Emulate this link to every node: loopback, san, lan, wan, bw=..,lat=.."
+    ),
+]
+#: Transfers larger than this show a progress bar (on a terminal).
+PROGRESS_BYTES_MIN = 8 << 20
+
+
+def _client(node: str | None, cluster: Path | None, link: str | None = None) -> Client:
+    return connect(node=node, cluster=cluster, link=link)
+
+
+@contextmanager
+def _progress(total: int, what: str) -> Iterator[Any]:
+    if total < PROGRESS_BYTES_MIN or not err.is_terminal:
+        yield lambda _n: None
+        return
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def put(
+    local: Annotated[Path, typer.Argument(help="Local file to upload ('-' for stdin).")],
+    key: Annotated[str, typer.Argument(help="Object key, e.g. logs/2026/a.txt.")],
+    node: NodeOpt = None,
+    cluster: ClusterOpt = None,
+    link: LinkOpt = None,
+) -> None:
+    """Upload a local file as object KEY (atomically: readers never see half of it)."""
+    with _client(node, cluster, link) as client:
+        if str(local) == "-":
+            info = client.put(key, sys.stdin.buffer)
+        else:
+            if not local.is_file():
+                raise typer.BadParameter(f"{local} is not a readable file", param_hint="LOCAL")
+            with _progress(local.stat().st_size, f"put {key}") as advance:
+                info = client.put(key, local, progress=advance)
+    console.print(
+        f"{key}: {info.size} bytes, version {info.version}, blake3 {info.hash.hex()[:16]}…"
+    )
+
+
+def get(
+    key: Annotated[str, typer.Argument(help="Object key.")],
+    local: Annotated[Path, typer.Argument(help="Local file to write ('-' for stdout).")],
+    node: NodeOpt = None,
+    cluster: ClusterOpt = None,
+    link: LinkOpt = None,
+) -> None:
+    """Download object KEY into a local file (written whole or not at all)."""
+    with _client(node, cluster, link) as client:
+        if str(local) == "-":
+            client.get_to(key, sys.stdout.buffer)
+            return
+        info = client.stat(key)
+        with _progress(info.size, f"get {key}") as advance:
+            client.get_to(key, local, progress=advance)
+    err.print(f"{key} → {local}: {info.size} bytes, version {info.version}")
+
+
+def cat(
+    keys: Annotated[list[str], typer.Argument(help="Object keys.")],
+    node: NodeOpt = None,
+    cluster: ClusterOpt = None,
+    link: LinkOpt = None,
+) -> None:
+    """Write objects to standard output, streaming large ones."""
+    out = sys.stdout.buffer
+    with _client(node, cluster, link) as client:
+        for key in keys:
+            for piece in client.iter_read(key):
+                out.write(piece)
+    out.flush()
+
+
+def ls(
+    prefix: Annotated[str, typer.Argument(help="Key prefix (a 'directory' ends in /).")] = "",
+    recursive: Annotated[
+        bool, typer.Option("--recursive", "-r", help="List every key below.")
+    ] = False,
+    long: Annotated[
+        bool, typer.Option("--long", "-l", help="Show size, version and mtime.")
+    ] = False,
+    node: NodeOpt = None,
+    cluster: ClusterOpt = None,
+) -> None:
+    """List keys under PREFIX, across all nodes (directories end in /)."""
+    with _client(node, cluster) as client:
+        if recursive:
+            prefixes: list[str] = []
+            keys = list(client.list(prefix))
+        else:
+            prefixes, keys = client.listdir(prefix)
+        for p in prefixes:
+            console.print(p, highlight=False)
+        if long and keys:
+            for key, info in zip(keys, client.stat_many(keys), strict=True):
+                if info is None:
+                    continue
+                when = datetime.fromtimestamp(info.mtime_ns / 1e9, UTC).strftime(
+                    "%Y-%m-%d %H:%M:%S"
+                )
+                console.print(f"{info.size:>12} v{info.version:<8} {when}  {key}", highlight=False)
+        else:
+            for key in keys:
+                console.print(key, highlight=False)
+
+
+def stat(
+    key: Annotated[str, typer.Argument(help="Object key.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    node: NodeOpt = None,
+    cluster: ClusterOpt = None,
+) -> None:
+    """Show an object's attributes: size, version, mtime, content hash, chunks."""
+    with _client(node, cluster) as client:
+        info = client.stat(key)
+        where = client.node_for(key)
+    record = {
+        "key": info.key,
+        "node": where.node_id,
+        "size": info.size,
+        "version": info.version,
+        "mtime_ns": info.mtime_ns,
+        "blake3": info.hash.hex(),
+        "chunks": [
+            {"offset": c.offset, "length": c.length, "blake3": c.hash.hex()} for c in info.chunks
+        ],
+    }
+    if as_json:
+        print(json.dumps(record, indent=2))
+        return
+    for name in ("key", "node", "size", "version", "mtime_ns", "blake3"):
+        console.print(f"{name:>9}: {record[name]}", highlight=False)
+    console.print(f"{'chunks':>9}: {len(info.chunks)} (content-defined, blake3)", highlight=False)
+
+
+def rm(
+    keys: Annotated[list[str], typer.Argument(help="Object keys to remove.")],
+    force: Annotated[bool, typer.Option("--force", "-f", help="Ignore missing keys.")] = False,
+    node: NodeOpt = None,
+    cluster: ClusterOpt = None,
+) -> None:
+    """Remove objects."""
+    with _client(node, cluster) as client:
+        existed = client.remove_many(keys)
+    missing = [k for k, e in zip(keys, existed, strict=True) if not e]
+    if missing and not force:
+        err.print(f"[red]error[/] (not_found): no object(s) {', '.join(missing)}")
+        raise typer.Exit(code=4)
+
+
+def stats(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the raw counters as JSON.")
+    ] = False,
+    node: NodeOpt = None,
+    cluster: ClusterOpt = None,
+) -> None:
+    """Show each node's counters: requests, bytes, errors, store and cache."""
+    with _client(node, cluster) as client:
+        all_stats = {n.node_id: client.node_stats(n) for n in client.nodes}
+    if as_json:
+        print(json.dumps(all_stats, indent=2, default=str))
+        return
+    table = Table(title="node counters")
+    for col in (
+        "node",
+        "uptime s",
+        "requests",
+        "errors",
+        "bytes in",
+        "bytes out",
+        "objects",
+        "cache hit %",
+    ):
+        table.add_column(col, justify="right")
+    for node_id, s in all_stats.items():
+        srv, store = s.get("server", {}), s.get("store", {})
+        cache = store.get("cache", {})
+        looked = cache.get("hits", 0) + cache.get("misses", 0)
+        hit = f"{100 * cache.get('hits', 0) / looked:.1f}" if looked else "-"
+        table.add_row(
+            node_id,
+            f"{srv.get('uptime_s', 0):.0f}",
+            str(srv.get("requests", 0)),
+            str(srv.get("errors", 0)),
+            str(srv.get("bytes_in", 0)),
+            str(srv.get("bytes_out", 0)),
+            str(store.get("objects", "?")),
+            hit,
+        )
+    console.print(table)
+
+
+COMMANDS = (put, get, cat, ls, stat, rm, stats)

@@ -1,0 +1,472 @@
+"""The synchronous client: a file API over the nodes of a cluster.
+
+Usable without asyncio: every call blocks until its answer is in. Large objects
+move as many 1 MiB range requests kept in flight on one connection (pipelining), so
+a stream is limited by the link, not by round trips. Keys are spread over the
+nodes by rendezvous hashing (:mod:`shuttle.client.routing`). One client may be shared
+by threads: each thread gets its own connection to each node.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from shuttle.client.cache import CLIENT_BLOCK_BYTES_DEFAULT, CLIENT_CACHE_BYTES_DEFAULT, ClientCache
+from shuttle.client.model import NodeAddress, ObjectInfo, WriteInfo
+from shuttle.client.routing import node_for_key
+from shuttle.errors import InvalidArgumentError, NotFoundError, ShuttleError
+from shuttle.net.blocking import (
+    CONNECT_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+    BlockingConnection,
+    Call,
+    SyncLink,
+)
+from shuttle.net.shaping import Link
+from shuttle.wire import Response
+from shuttle.wire.events import Payload
+
+#: Bytes per range request when streaming: big enough that per-request overhead is
+#: small next to the transfer, small enough to keep many in flight within the
+#: node's 16 MiB frame limit.
+PIECE_BYTES_DEFAULT = 1 << 20
+#: Range requests kept in flight while streaming (8 MiB: fills a loopback or LAN
+#: pipe; raise it for long fat links).
+WINDOW_DEFAULT = 8
+#: Objects up to this size are put with one request; larger ones through an upload
+#: session (streamed in pieces, made visible atomically at commit).
+SINGLE_PUT_BYTES_MAX = 4 << 20
+
+Progress = Callable[[int], None]
+Pieces = bytes | bytearray | memoryview | IO[bytes] | Iterable[bytes]
+Source = Pieces | str | Path
+
+
+def _no_progress(_: int) -> None:
+    pass
+
+
+class Client:
+    """A client of the nodes ``nodes`` (see :func:`shuttle.connect` to build one)."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeAddress],
+        *,
+        cache_bytes: int = CLIENT_CACHE_BYTES_DEFAULT,
+        cache_block_bytes: int = CLIENT_BLOCK_BYTES_DEFAULT,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        client_name: str = "shuttle-client",
+        piece_bytes: int = PIECE_BYTES_DEFAULT,
+        window: int = WINDOW_DEFAULT,
+    ) -> None:
+        if not nodes:
+            raise InvalidArgumentError("a client needs at least one node address")
+        if piece_bytes <= 0 or window <= 0:
+            raise InvalidArgumentError("piece_bytes and window must be positive")
+        self.nodes = list(nodes)
+        self.cache = ClientCache(cache_bytes, cache_block_bytes)
+        self.connect_timeout_s = connect_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.client_name = client_name
+        self.piece_bytes = piece_bytes
+        self.window = window
+        #: One emulated link per node, shared by all threads (they share its bandwidth).
+        self._links = {
+            n.node_id: Link(n.link)
+            for n in self.nodes
+            if n.link is not None and not n.link.is_unshaped
+        }
+        self._local = threading.local()
+        self._connections: list[BlockingConnection] = []
+        self._lock = threading.Lock()
+
+    # --- connections -----------------------------------------------------------------
+
+    def node_for(self, key: str) -> NodeAddress:
+        """The node that holds ``key``."""
+        return node_for_key(self.nodes, key)
+
+    def node(self, node_id: str) -> NodeAddress:
+        """The node called ``node_id`` (or addressed ``host:port``)."""
+        for node in self.nodes:
+            if node_id in (node.node_id, node.address):
+                return node
+        known = ", ".join(n.node_id for n in self.nodes)
+        raise InvalidArgumentError(f"no node {node_id!r} in this cluster; its nodes: {known}")
+
+    def connection(self, node: NodeAddress) -> BlockingConnection:
+        """This thread's connection to ``node`` (opened on first use)."""
+        conns: dict[str, BlockingConnection] | None = getattr(self._local, "conns", None)
+        if conns is None:
+            conns = self._local.conns = {}
+        conn = conns.get(node.node_id)
+        if conn is None:
+            link = self._links.get(node.node_id)
+            conn = BlockingConnection(
+                node.host,
+                node.port,
+                client_name=self.client_name,
+                connect_timeout_s=self.connect_timeout_s,
+                request_timeout_s=self.request_timeout_s,
+                link=SyncLink(link) if link is not None else None,
+            )
+            conns[node.node_id] = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def call(
+        self,
+        node: NodeAddress,
+        op: str,
+        args: dict[str, Any] | None = None,
+        payload: Payload = b"",
+        *,
+        idempotent: bool = True,
+    ) -> Response:
+        """Make one request of ``node`` (the escape hatch for any registered operation)."""
+        return self.connection(node).call(op, args, payload, idempotent=idempotent)
+
+    def _call_key(
+        self,
+        key: str,
+        op: str,
+        args: dict[str, Any],
+        payload: Payload = b"",
+        *,
+        idempotent: bool = True,
+    ) -> Response:
+        return self.call(
+            self.node_for(key), op, {"key": key, **args}, payload, idempotent=idempotent
+        )
+
+    def close(self) -> None:
+        """Close every connection (the client reconnects if used again)."""
+        with self._lock:
+            conns, self._connections = self._connections, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- attributes --------------------------------------------------------------------
+
+    def stat(self, key: str) -> ObjectInfo:
+        """Attributes of ``key`` (size, version, mtime, content hash, chunks)."""
+        return ObjectInfo.from_wire(self._call_key(key, "stat", {}).result)
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.stat(key)
+        except NotFoundError:
+            return False
+        return True
+
+    def stat_many(self, keys: Sequence[str]) -> list[ObjectInfo | None]:
+        """Attributes of many keys (None where missing): one round trip per node."""
+        by_node: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            by_node.setdefault(self.node_for(key).node_id, []).append(i)
+        out: list[ObjectInfo | None] = [None] * len(keys)
+        for node_id, idxs in by_node.items():
+            res = self.call(self.node(node_id), "stat_many", {"keys": [keys[i] for i in idxs]})
+            for i, raw in zip(idxs, res.result, strict=True):
+                out[i] = None if raw is None else ObjectInfo.from_wire(raw)
+        return out
+
+    # --- reading -------------------------------------------------------------------------
+
+    def read(self, key: str, offset: int = 0, length: int | None = None) -> bytes:
+        """Bytes ``[offset, offset+length)`` of ``key`` (to its end if ``length`` is None).
+
+        One round trip for a range up to the piece size; larger ranges are streamed
+        with pipelined requests against one version of the object.
+        """
+        if length is not None and length <= self.piece_bytes:
+            args: dict[str, Any] = {"offset": offset, "length": length}
+            return bytes(self._call_key(key, "read", args).payload)
+        return b"".join(self.iter_read(key, offset, length))
+
+    def get(self, key: str) -> bytes:
+        """The whole object ``key`` as bytes."""
+        return self.read(key)
+
+    def iter_read(
+        self,
+        key: str,
+        offset: int = 0,
+        length: int | None = None,
+        *,
+        progress: Progress = _no_progress,
+        info: ObjectInfo | None = None,
+    ) -> Iterator[bytes]:
+        """Stream ``key`` in pieces, keeping ``window`` range requests in flight.
+
+        All pieces come from the version current at the start: if the object changes
+        meanwhile, the stream fails with ``VersionMismatchError`` instead of mixing
+        versions.
+        """
+        info = info or self.stat(key)
+        end = info.size if length is None else min(info.size, offset + length)
+        if offset >= end:
+            return
+        calls = (
+            Call(
+                "read",
+                {
+                    "key": key,
+                    "offset": start,
+                    "length": min(self.piece_bytes, end - start),
+                    "expected_version": info.version,
+                },
+            )
+            for start in range(offset, end, self.piece_bytes)
+        )
+        conn = self.connection(self.node_for(key))
+        for res in conn.call_many(calls, window=self.window):
+            piece = bytes(res.payload)
+            progress(len(piece))
+            yield piece
+
+    def get_to(
+        self, key: str, target: str | Path | IO[bytes], *, progress: Progress = _no_progress
+    ) -> ObjectInfo:
+        """Stream ``key`` into a local file (written atomically if ``target`` is a path)."""
+        info = self.stat(key)
+        if isinstance(target, str | Path):
+            path = Path(target)
+            tmp = path.with_name(f".{path.name}.shuttle-partial")
+            try:
+                with open(tmp, "wb") as out:
+                    for piece in self.iter_read(key, info=info, progress=progress):
+                        out.write(piece)
+                tmp.replace(path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+        else:
+            for piece in self.iter_read(key, info=info, progress=progress):
+                target.write(piece)
+        return info
+
+    def open(self, key: str, mode: str = "rb") -> io.RawIOBase:
+        """A file object for ``key``: ``rb`` reads through the client cache (validated
+        by a stat on open), ``wb`` streams an upload made visible on close."""
+        from shuttle.client.files import open_remote
+
+        return open_remote(self, key, mode)
+
+    # --- writing -------------------------------------------------------------------------
+
+    def put(
+        self,
+        key: str,
+        source: Source,
+        *,
+        expected_version: int | None = None,
+        progress: Progress = _no_progress,
+    ) -> ObjectInfo:
+        """Create or replace ``key`` with ``source`` (bytes, a local path, a binary
+        file, or an iterable of byte pieces). Atomic: readers see the old object until
+        the new one is complete and durable.
+        """
+        cond = {} if expected_version is None else {"expected_version": expected_version}
+        if (
+            isinstance(source, bytes | bytearray | memoryview)
+            and len(source) <= SINGLE_PUT_BYTES_MAX
+        ):
+            res = self._call_key(key, "put", cond, source, idempotent=expected_version is None)
+            self.cache.forget(key)
+            progress(len(source))
+            return ObjectInfo.from_wire(res.result)
+        if isinstance(source, str | Path):
+            with open(source, "rb") as f:
+                return self.put(key, f, expected_version=expected_version, progress=progress)
+        return self._upload(key, _pieces(source, self.piece_bytes), cond, progress)
+
+    def _upload(
+        self, key: str, pieces: Iterator[bytes], cond: dict[str, Any], progress: Progress
+    ) -> ObjectInfo:
+        node = self.node_for(key)
+        conn = self.connection(node)
+        upload = conn.call("upload.begin", {"key": key, **cond}, idempotent=False).result["upload"]
+        sizes: deque[int] = deque()
+
+        def calls() -> Iterator[Call]:
+            offset = 0
+            for piece in pieces:
+                sizes.append(len(piece))
+                yield Call("upload.write", {"upload": upload, "offset": offset}, piece)
+                offset += len(piece)
+
+        try:
+            for _ in conn.call_many(calls(), window=self.window, idempotent=False):
+                progress(sizes.popleft())
+            res = conn.call("upload.commit", {"upload": upload}, idempotent=False)
+            info = ObjectInfo.from_wire(res.result)
+        except BaseException:
+            with contextlib.suppress(ShuttleError):  # else the node expires it itself
+                conn.call("upload.abort", {"upload": upload})
+            raise
+        self.cache.forget(key)
+        return info
+
+    def write(
+        self,
+        key: str,
+        offset: int,
+        data: Payload,
+        *,
+        expected_version: int | None = None,
+        create: bool = False,
+    ) -> WriteInfo:
+        """Write ``data`` at ``offset`` of ``key`` (extending it); durable when it returns."""
+        args: dict[str, Any] = {"offset": offset, "create": create}
+        if expected_version is not None:
+            args["expected_version"] = expected_version
+        res = self._call_key(key, "write", args, data, idempotent=False)
+        self.cache.forget(key)
+        return WriteInfo.from_wire(res.result)
+
+    def create(self, key: str, *, exclusive: bool = True) -> ObjectInfo:
+        """Create an empty object (``exclusive``: fail with AlreadyExistsError if present)."""
+        res = self._call_key(key, "create", {"exclusive": exclusive}, idempotent=False)
+        return ObjectInfo.from_wire(res.result)
+
+    def truncate(self, key: str, size: int, *, expected_version: int | None = None) -> WriteInfo:
+        args: dict[str, Any] = {"size": size}
+        if expected_version is not None:
+            args["expected_version"] = expected_version
+        res = self._call_key(key, "truncate", args, idempotent=False)
+        self.cache.forget(key)
+        return WriteInfo.from_wire(res.result)
+
+    def remove(self, key: str, *, expected_version: int | None = None) -> None:
+        args: dict[str, Any] = {}
+        if expected_version is not None:
+            args["expected_version"] = expected_version
+        self._call_key(key, "remove", args, idempotent=False)
+        self.cache.forget(key)
+
+    def remove_many(self, keys: Sequence[str]) -> list[bool]:
+        """Remove many keys (one round trip per node); per key, whether it existed."""
+        by_node: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            by_node.setdefault(self.node_for(key).node_id, []).append(i)
+        out = [False] * len(keys)
+        for node_id, idxs in by_node.items():
+            res = self.call(self.node(node_id), "remove_many", {"keys": [keys[i] for i in idxs]})
+            for i, existed in zip(idxs, res.result, strict=True):
+                out[i] = bool(existed)
+                self.cache.forget(keys[i])
+        return out
+
+    # --- listing -------------------------------------------------------------------------
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Every key under ``prefix``, in order, across all nodes."""
+        keys, _ = self._list(prefix, None)
+        yield from keys
+
+    def listdir(self, prefix: str = "") -> tuple[builtins.list[str], builtins.list[str]]:
+        """``(prefixes, keys)`` directly under ``prefix`` (``/`` separates levels)."""
+        keys, prefixes = self._list(prefix, "/")
+        return prefixes, keys
+
+    def _list(
+        self, prefix: str, delimiter: str | None
+    ) -> tuple[builtins.list[str], builtins.list[str]]:
+        keys: set[str] = set()
+        prefixes: set[str] = set()
+        for node in self.nodes:
+            start_after: str | None = None
+            while True:
+                args: dict[str, Any] = {"prefix": prefix}
+                if delimiter is not None:
+                    args["delimiter"] = delimiter
+                if start_after is not None:
+                    args["start_after"] = start_after
+                page = self.call(node, "list", args).result
+                keys.update(page["keys"])
+                prefixes.update(page["prefixes"])
+                start_after = page["next"]
+                if start_after is None:
+                    break
+        return sorted(keys), sorted(prefixes)
+
+    # --- nodes and counters ----------------------------------------------------------------
+
+    def ping(self, node: NodeAddress) -> dict[str, Any]:
+        result: dict[str, Any] = self.call(node, "ping").result
+        return result
+
+    def node_stats(self, node: NodeAddress) -> dict[str, Any]:
+        result: dict[str, Any] = self.call(node, "node.stats").result
+        return result
+
+    def drop_caches(self, keys: Sequence[str] = ()) -> None:
+        """Empty every node's block cache, the OS page cache of ``keys`` on their nodes,
+        and this client's cache (for cold-cache measurements)."""
+        for node in self.nodes:
+            mine = [k for k in keys if self.node_for(k).node_id == node.node_id]
+            self.call(node, "cache.drop", {"keys": mine})
+        self.cache.clear()
+
+    def counters(self) -> dict[str, Any]:
+        """Requests, round trips, bytes and cache hits of this client so far."""
+        with self._lock:
+            conns = list(self._connections)
+        totals = {
+            "requests": 0,
+            "round_trips": 0,
+            "bytes_sent": 0,
+            "bytes_received": 0,
+            "connects": 0,
+            "errors": 0,
+        }
+        for conn in conns:
+            for name in totals:
+                totals[name] += getattr(conn.counters, name)
+        cache = self.cache.stats()
+        return {
+            **totals,
+            "cache_hits": cache["hits"],
+            "cache_misses": cache["misses"],
+            "cache": cache,
+        }
+
+
+def _pieces(source: Pieces, piece_bytes: int) -> Iterator[bytes]:
+    """Cut any source into pieces of at most ``piece_bytes``."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        view = memoryview(source)
+        for start in range(0, len(view), piece_bytes):
+            yield bytes(view[start : start + piece_bytes])
+        return
+    if hasattr(source, "read"):
+        reader: IO[bytes] = source  # type: ignore[assignment]
+        while piece := reader.read(piece_bytes):
+            yield piece
+        return
+    buf = bytearray()
+    for part in source:  # type: ignore[union-attr]
+        buf += part
+        while len(buf) >= piece_bytes:
+            yield bytes(buf[:piece_bytes])
+            del buf[:piece_bytes]
+    if buf:
+        yield bytes(buf)

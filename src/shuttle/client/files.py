@@ -1,0 +1,166 @@
+"""File objects over remote objects: ``client.open(key, "rb" | "wb")``.
+
+* ``rb``: opening stats the object (NFS-style validation of the client cache: cached
+  blocks are kept only if the version still matches), then reads go through the
+  cache, each miss fetching whole cache blocks pinned to that version.
+* ``wb``: bytes are streamed to an upload session piece by piece; ``close()`` commits
+  it, making the new object visible atomically. Leaving a ``with`` block on an
+  exception aborts the upload instead, so a failed writer never replaces the object.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from shuttle.client.model import ObjectInfo
+from shuttle.errors import InvalidArgumentError, ShuttleError
+
+if TYPE_CHECKING:
+    from shuttle.client.client import Client
+
+
+def open_remote(client: Client, key: str, mode: str) -> io.RawIOBase:
+    if mode in ("rb", "r"):
+        return RemoteReader(client, key)
+    if mode in ("wb", "w"):
+        return RemoteWriter(client, key)
+    raise InvalidArgumentError(f"mode must be 'rb' or 'wb', got {mode!r}")
+
+
+class RemoteReader(io.RawIOBase):
+    """A seekable, read-only file over one version of a remote object."""
+
+    def __init__(self, client: Client, key: str) -> None:
+        super().__init__()
+        self.client = client
+        self.key = key
+        self.info: ObjectInfo = client.stat(key)
+        self.cache_was_valid = client.cache.validate(self.info)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self.info.size}[whence]
+        if base + offset < 0:
+            raise InvalidArgumentError(f"cannot seek to {base + offset}, before the start")
+        self._pos = base + offset
+        return self._pos
+
+    def _fetch(self, start: int, stop: int) -> bytes:
+        node = self.client.node_for(self.key)
+        args = {
+            "key": self.key,
+            "offset": start,
+            "length": stop - start,
+            "expected_version": self.info.version,
+        }
+        return bytes(self.client.call(node, "read", args).payload)
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self.closed:
+            raise ValueError("read of a closed file")
+        if size is None or size < 0:
+            size = self.info.size - self._pos
+        if self.client.cache.enabled:
+            data = self.client.cache.read(self.info, self._pos, size, self._fetch)
+        else:
+            data = (
+                b"".join(self.client.iter_read(self.key, self._pos, size, info=self.info))
+                if size
+                else b""
+            )
+        self._pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+
+class RemoteWriter(io.RawIOBase):
+    """A write-only file that becomes the object ``key`` when closed."""
+
+    def __init__(self, client: Client, key: str) -> None:
+        super().__init__()
+        self.client = client
+        self.key = key
+        self.node = client.node_for(key)
+        self._upload: str = client.call(
+            self.node, "upload.begin", {"key": key}, idempotent=False
+        ).result["upload"]
+        self._buf = bytearray()
+        self._offset = 0
+        self.info: ObjectInfo | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        if self.closed:
+            raise ValueError("write to a closed file")
+        view = memoryview(data).cast("B")
+        self._buf += view
+        while len(self._buf) >= self.client.piece_bytes:
+            self._send(self.client.piece_bytes)
+        return len(view)
+
+    def _send(self, n: int) -> None:
+        piece = bytes(self._buf[:n])
+        del self._buf[:n]
+        self.client.call(
+            self.node, "upload.write", {"upload": self._upload, "offset": self._offset}, piece
+        )
+        self._offset += len(piece)
+
+    def close(self) -> None:
+        """Send what is buffered and commit: the object appears, whole, now."""
+        if self.closed:
+            return
+        try:
+            if self._buf:
+                self._send(len(self._buf))
+            res = self.client.call(
+                self.node, "upload.commit", {"upload": self._upload}, idempotent=False
+            )
+            self.info = ObjectInfo.from_wire(res.result)
+            self.client.cache.forget(self.key)
+        finally:
+            super().close()
+
+    def abort(self) -> None:
+        """Drop the upload: the object keeps its old contents (or stays absent)."""
+        if self.closed:
+            return
+        try:
+            self.client.call(self.node, "upload.abort", {"upload": self._upload})
+        except ShuttleError:
+            pass  # the node expires abandoned uploads
+        finally:
+            super().close()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()

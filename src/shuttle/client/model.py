@@ -1,0 +1,77 @@
+"""What the client hands back: object attributes, write results, node addresses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from shuttle.errors import RemoteProtocolError
+from shuttle.net.profiles import LinkProfile
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One content-defined chunk of an object: where it is and its blake3 hash."""
+
+    offset: int
+    length: int
+    hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """An object's attributes as its node reported them."""
+
+    key: str
+    size: int
+    version: int
+    mtime_ns: int
+    hash: bytes
+    chunks: tuple[Chunk, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> ObjectInfo:
+        try:
+            return cls(
+                key=raw["key"],
+                size=raw["size"],
+                version=raw["version"],
+                mtime_ns=raw["mtime_ns"],
+                hash=raw["hash"],
+                chunks=tuple(Chunk(o, n, h) for o, n, h in raw.get("chunks", ())),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RemoteProtocolError(
+                f"malformed object attributes from node: {raw!r:.200}"
+            ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class WriteInfo:
+    """The result of a range write or truncate: the object's new size and version."""
+
+    key: str
+    size: int
+    version: int
+    mtime_ns: int
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> WriteInfo:
+        try:
+            return cls(raw["key"], raw["size"], raw["version"], raw["mtime_ns"])
+        except (KeyError, TypeError) as exc:
+            raise RemoteProtocolError(f"malformed write result from node: {raw!r:.200}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    """Where a node listens, and the link profile between this client and it."""
+
+    node_id: str
+    host: str
+    port: int
+    link: LinkProfile | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"

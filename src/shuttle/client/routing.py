@@ -1,0 +1,28 @@
+"""Which node holds a key: rendezvous (highest random weight) hashing.
+
+Every client computes the same answer from the cluster's node ids alone, with no
+directory to consult; adding or removing a node moves only the keys that node wins
+or held (about 1/N of them), which a later rebalancing issue can rely on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import blake3
+
+from shuttle.client.model import NodeAddress
+from shuttle.errors import ConfigError
+
+
+def _weight(node_id: str, key: str) -> bytes:
+    return blake3.blake3(f"{node_id}\x00{key}".encode()).digest(length=8)
+
+
+def node_for_key(nodes: Sequence[NodeAddress], key: str) -> NodeAddress:
+    """The node that holds ``key`` (the same on every client for the same node ids)."""
+    if not nodes:
+        raise ConfigError("no storage nodes configured; start some with `shuttle cluster up`")
+    if len(nodes) == 1:
+        return nodes[0]
+    return max(nodes, key=lambda node: _weight(node.node_id, key))

@@ -1,0 +1,198 @@
+"""The cluster file: which nodes a cluster has, where they listen, how links behave.
+
+Written by ``shuttle cluster up``, read by every client command (``--cluster FILE``
+or the ``SHUTTLE_CLUSTER`` environment variable). Example::
+
+    [cluster]
+    name = "local"
+    root = "/tmp/shuttle"          # node data directories and logs live under it
+
+    [links]                        # client–node link profiles (see shuttle.net.profiles)
+    default = "loopback"
+    n2 = "wan"
+
+    [[nodes]]
+    id = "n1"
+    host = "127.0.0.1"
+    port = 7401
+    data_dir = "/tmp/shuttle/n1"
+    cpu_factor = 1.0
+    cache_bytes = 67108864
+    pid = 12345                    # while running
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from shuttle.client.model import NodeAddress
+from shuttle.errors import ConfigError
+from shuttle.net.profiles import LinkProfile, parse_link_profile, parse_links_table
+
+#: Environment variable naming the default cluster file of client commands.
+CLUSTER_ENV = "SHUTTLE_CLUSTER"
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    """One node of a cluster file."""
+
+    id: str
+    host: str
+    port: int
+    data_dir: Path
+    cpu_factor: float = 1.0
+    cache_bytes: int | None = None
+    pid: int | None = None
+    log: Path | None = None
+    #: Network namespace the node runs in (``cluster up --netns``), if any.
+    netns: str | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def to_toml(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "host": self.host,
+            "port": self.port,
+            "data_dir": str(self.data_dir),
+            "cpu_factor": self.cpu_factor,
+        }
+        for name in ("cache_bytes", "pid", "log", "netns"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = str(value) if isinstance(value, Path) else value
+        return out
+
+
+@dataclass(frozen=True)
+class ClusterFile:
+    """A cluster: its nodes and the link profile between this machine's clients and each."""
+
+    name: str
+    root: Path
+    nodes: tuple[NodeEntry, ...]
+    #: Raw ``[links]`` table (kept as written, so custom profiles survive a rewrite).
+    links: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    def __post_init__(self) -> None:
+        ids = [n.id for n in self.nodes]
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"cluster {self.name!r}: node ids must be unique, got {ids}")
+        self.link_profiles()  # fail early on a bad [links] table
+
+    def link_profiles(self) -> dict[str, LinkProfile]:
+        return parse_links_table(self.links)
+
+    def link_for(self, node_id: str) -> LinkProfile:
+        profiles = self.link_profiles()
+        return profiles.get(node_id) or profiles.get("default") or parse_link_profile("loopback")
+
+    def addresses(self) -> list[NodeAddress]:
+        """What a client needs: every node's address and link profile."""
+        return [NodeAddress(n.id, n.host, n.port, self.link_for(n.id)) for n in self.nodes]
+
+    def node(self, node_id: str) -> NodeEntry:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise ConfigError(f"cluster {self.name!r} has no node {node_id!r}")
+
+    def with_node(self, entry: NodeEntry) -> ClusterFile:
+        return replace(self, nodes=tuple(entry if n.id == entry.id else n for n in self.nodes))
+
+    # --- TOML ------------------------------------------------------------------------
+
+    def to_toml(self) -> str:
+        doc: dict[str, Any] = {"cluster": {"name": self.name, "root": str(self.root)}}
+        if self.links:
+            doc["links"] = self.links
+        doc["nodes"] = [n.to_toml() for n in self.nodes]
+        return tomli_w.dumps(doc)
+
+    def save(self, path: Path | None = None) -> ClusterFile:
+        """Write atomically (readers never see half a file); returns self with ``path``."""
+        target = path or self.path
+        if target is None:
+            raise ConfigError("no path to save the cluster file to")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(self.to_toml())
+        os.replace(tmp, target)
+        return replace(self, path=target)
+
+    @classmethod
+    def load(cls, path: Path) -> ClusterFile:
+        """Read a cluster file; :class:`ConfigError` says what is wrong and where."""
+        try:
+            doc = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(
+                f"cluster file {path} does not exist; start a cluster with "
+                "`shuttle cluster up` or point --cluster at an existing file"
+            ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"cluster file {path} is not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read cluster file {path}: {exc.strerror}") from None
+        return cls.from_dict(doc, path)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], path: Path | None = None) -> ClusterFile:
+        where = str(path or "cluster file")
+        meta = doc.get("cluster", {})
+        if not isinstance(meta, dict):
+            raise ConfigError(f"{where}: [cluster] must be a table")
+        raw_nodes = doc.get("nodes")
+        if not isinstance(raw_nodes, list) or not raw_nodes:
+            raise ConfigError(f"{where}: needs at least one [[nodes]] entry with id, host, port")
+        nodes = []
+        for i, raw in enumerate(raw_nodes):
+            nodes.append(_node_from_dict(raw, f"{where}: nodes[{i}]"))
+        links = doc.get("links", {})
+        if not isinstance(links, dict):
+            raise ConfigError(f"{where}: [links] must be a table of node id → profile")
+        root = Path(meta.get("root", path.parent if path else "."))
+        return cls(str(meta.get("name", "cluster")), root, tuple(nodes), links, path)
+
+
+def _node_from_dict(raw: Any, where: str) -> NodeEntry:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a table")
+    for name, kind in (("id", str), ("host", str), ("port", int)):
+        if not isinstance(raw.get(name), kind):
+            raise ConfigError(f"{where}: {name!r} is required and must be a {kind.__name__}")
+    port = raw["port"]
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{where}: port must be in 1..65535, got {port}")
+    cpu = raw.get("cpu_factor", 1.0)
+    if not isinstance(cpu, int | float) or cpu <= 0:
+        raise ConfigError(f"{where}: cpu_factor must be a number > 0, got {cpu!r}")
+    unknown = set(raw) - {f for f in NodeEntry.__dataclass_fields__}
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    return NodeEntry(
+        id=raw["id"],
+        host=raw["host"],
+        port=port,
+        data_dir=Path(raw.get("data_dir", ".")),
+        cpu_factor=float(cpu),
+        cache_bytes=raw.get("cache_bytes"),
+        pid=raw.get("pid"),
+        log=Path(raw["log"]) if raw.get("log") else None,
+        netns=raw.get("netns"),
+    )
+
+
+def default_cluster_path() -> Path | None:
+    value = os.environ.get(CLUSTER_ENV)
+    return Path(value) if value else None

@@ -1,0 +1,232 @@
+"""Start, stop and check a local cluster: real ``shuttle serve`` processes on loopback.
+
+``up`` is also how a cluster comes back: run on an existing cluster file, it starts
+the nodes that are not running, on their old ports and data directories, so their
+data (which survives any crash) is served again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from shuttle.cluster.clusterfile import ClusterFile, NodeEntry
+from shuttle.errors import ConfigError, UnreachableError
+from shuttle.net.blocking import BlockingConnection
+from shuttle.node.config import CACHE_BYTES_DEFAULT
+
+#: How long ``up`` waits for a node to report that it listens (recovery of a large
+#: journal can take a moment; a node that is not up by then has failed).
+START_TIMEOUT_S = 30.0
+#: How long ``down`` waits after SIGTERM before it sends SIGKILL.
+STOP_TIMEOUT_S = 10.0
+#: Most nodes ``up`` starts on one machine (2 cores: more would only contend).
+NODES_MAX = 64
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    entry: NodeEntry
+    running: bool
+    reachable: bool
+    detail: str
+
+
+def pid_is_node(pid: int | None) -> bool:
+    """Whether ``pid`` is alive and is a ``shuttle serve`` process (pids get reused)."""
+    if not pid:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"serve" in cmdline and any(b"shuttle" in part for part in cmdline)
+
+
+def _serve_argv(entry: NodeEntry, ready_file: Path) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "shuttle",
+        "serve",
+        "--data",
+        str(entry.data_dir),
+        "--listen",
+        f"{entry.host}:{entry.port}",
+        "--node-id",
+        entry.id,
+        "--cpu-factor",
+        repr(entry.cpu_factor),
+        "--ready-file",
+        str(ready_file),
+    ]
+    if entry.cache_bytes is not None:
+        argv += ["--cache-bytes", str(entry.cache_bytes)]
+    return argv
+
+
+def start_node(entry: NodeEntry, run_dir: Path) -> NodeEntry:
+    """Start one node process (detached from this one) and wait until it listens.
+
+    Returns the entry with its pid and port (the port the kernel chose if it was 0).
+    Raises :class:`UnreachableError` with the tail of the node's log if it fails.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    entry.data_dir.mkdir(parents=True, exist_ok=True)
+    ready = run_dir / f"{entry.id}.ready"
+    ready.unlink(missing_ok=True)
+    log = run_dir / f"{entry.id}.log"
+    with open(log, "ab") as log_file:
+        proc = subprocess.Popen(
+            _serve_argv(entry, ready),
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # survives the CLI that started it; ^C does not reach it
+            close_fds=True,
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if ready.exists():
+            info = json.loads(ready.read_text())
+            return replace(entry, port=int(info["port"]), pid=proc.pid, log=log)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    else:
+        proc.kill()
+    tail = _tail(log)
+    raise UnreachableError(
+        f"node {entry.id} did not start (exit status {proc.poll()}); last lines of {log}:\n{tail}"
+    )
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def up(
+    root: Path,
+    *,
+    nodes: int = 3,
+    name: str = "local",
+    host: str = "127.0.0.1",
+    base_port: int = 0,
+    cpu_factors: Sequence[float] = (),
+    cache_bytes: int = CACHE_BYTES_DEFAULT,
+    links: dict[str, Any] | None = None,
+    cluster_path: Path | None = None,
+    report: Report = lambda _: None,
+) -> ClusterFile:
+    """Start a cluster of ``nodes`` nodes under ``root`` (or restart the stopped nodes
+    of the cluster file already there) and write its cluster file."""
+    path = cluster_path or root / "cluster.toml"
+    if path.exists():
+        cluster = ClusterFile.load(path)
+        report(f"cluster file {path} exists: starting the nodes that are not running")
+    else:
+        if not 1 <= nodes <= NODES_MAX:
+            raise ConfigError(f"--nodes must be in 1..{NODES_MAX}, got {nodes}")
+        if cpu_factors and len(cpu_factors) not in (1, nodes):
+            raise ConfigError(
+                f"give one CPU factor for all nodes or one per node ({nodes}), "
+                f"got {len(cpu_factors)}"
+            )
+        factors = list(cpu_factors) * nodes if len(cpu_factors) == 1 else list(cpu_factors)
+        entries = tuple(
+            NodeEntry(
+                id=f"n{i + 1}",
+                host=host,
+                port=base_port + i + 1 if base_port else 0,
+                data_dir=root / f"n{i + 1}",
+                cpu_factor=factors[i] if factors else 1.0,
+                cache_bytes=cache_bytes,
+            )
+            for i in range(nodes)
+        )
+        cluster = ClusterFile(name, root, entries, links or {"default": "loopback"}, path)
+    run_dir = cluster.root / "run"
+    for entry in cluster.nodes:
+        if pid_is_node(entry.pid):
+            report(f"{entry.id}: already running (pid {entry.pid}) on {entry.address}")
+            continue
+        started = start_node(entry, run_dir)
+        cluster = cluster.with_node(started)
+        cluster.save(path)  # record each node as soon as it runs: `down` can find it
+        report(f"{started.id}: started (pid {started.pid}) on {started.address}")
+    return cluster.save(path)
+
+
+def down(cluster: ClusterFile, *, report: Report = lambda _: None) -> ClusterFile:
+    """Stop every node (SIGTERM, then SIGKILL after a grace period); data stays on disk."""
+    for entry in cluster.nodes:
+        if not pid_is_node(entry.pid):
+            report(f"{entry.id}: not running")
+        else:
+            assert entry.pid is not None
+            os.kill(entry.pid, signal.SIGTERM)
+            if _wait_gone(entry.pid, STOP_TIMEOUT_S):
+                report(f"{entry.id}: stopped (pid {entry.pid})")
+            else:
+                os.kill(entry.pid, signal.SIGKILL)
+                _wait_gone(entry.pid, 2.0)
+                report(f"{entry.id}: did not stop within {STOP_TIMEOUT_S:g} s; killed")
+        cluster = cluster.with_node(replace(entry, pid=None))
+    return cluster.save() if cluster.path else cluster
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            reaped, _ = os.waitpid(pid, os.WNOHANG)  # our child: reap it
+            if reaped:
+                return True
+        except ChildProcessError:
+            pass
+        if not pid_is_node(pid):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def probe_node(host: str, port: int, timeout_s: float = 2.0) -> str:
+    """Ping a node; a one-line summary of its counters, or :class:`UnreachableError`."""
+    with BlockingConnection(
+        host, port, connect_timeout_s=timeout_s, request_timeout_s=timeout_s
+    ) as conn:
+        stats = conn.call("node.stats").result
+    server = stats.get("server", {})
+    store = stats.get("store", {})
+    objects = store.get("objects", "?")
+    return (
+        f"up {server.get('uptime_s', 0):.0f} s, {server.get('requests', 0)} requests, "
+        f"{objects} objects"
+    )
+
+
+def status(cluster: ClusterFile) -> list[NodeStatus]:
+    """Each node: is its process running, does it answer a ping."""
+    out = []
+    for entry in cluster.nodes:
+        running = pid_is_node(entry.pid)
+        try:
+            detail = probe_node(entry.host, entry.port)
+            reachable = True
+        except UnreachableError as exc:
+            reachable, detail = False, str(exc)
+        out.append(NodeStatus(entry, running, reachable, detail))
+    return out

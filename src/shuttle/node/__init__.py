@@ -1,0 +1,8 @@
+"""The storage node process: its configuration, its operations, its main loop.
+
+Layout:
+
+* ``config``    :class:`NodeConfig`, the one source of truth for a node's settings
+* ``handlers``  the storage operations (stat, read, write, ...) as registry handlers
+* ``main``      ``shuttle serve``: open the store, serve it, stop cleanly on SIGTERM
+"""

@@ -1,0 +1,94 @@
+"""A storage node's settings: one dataclass, filled from flags or a TOML file."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from shuttle.errors import ConfigError
+from shuttle.net.cpu import parse_speed_factor
+
+#: Default server block cache: big enough for a working set of small files, small
+#: enough that the netrand benchmark's default file (larger than it) misses when cold.
+CACHE_BYTES_DEFAULT = 64 << 20
+CACHE_BLOCK_BYTES_DEFAULT = 4096
+
+
+def parse_address(text: str, where: str = "--listen") -> tuple[str, int]:
+    """``HOST:PORT`` → (host, port), with a message naming ``where`` on error."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{where}: expected HOST:PORT (e.g. 127.0.0.1:7400), got {text!r}")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"{where}: port must be a number, got {port_text!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{where}: port must be in 0..65535, got {port}")
+    return host.strip("[]"), port
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything a node needs to run."""
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 7400
+    node_id: str = ""
+    cache_bytes: int = CACHE_BYTES_DEFAULT
+    cache_block_bytes: int = CACHE_BLOCK_BYTES_DEFAULT
+    #: CPU speed relative to this machine (0.5: the node does the same work on half
+    #: the CPU, by burning the difference).
+    cpu_factor: float = 1.0
+    #: Where to write ``{"host", "port", "pid", "node_id"}`` once listening (for
+    #: ``cluster up`` when the port is chosen by the kernel).
+    ready_file: Path | None = None
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if self.cache_bytes < 0:
+            raise ConfigError(f"cache size must be ≥ 0 bytes, got {self.cache_bytes}")
+        if self.cache_block_bytes <= 0 or self.cache_block_bytes & (self.cache_block_bytes - 1):
+            raise ConfigError(
+                f"cache block size must be a power of two, got {self.cache_block_bytes}"
+            )
+        parse_speed_factor(self.cpu_factor)
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ConfigError(
+                f"log level must be DEBUG, INFO, WARNING or ERROR, not {self.log_level!r}"
+            )
+
+    @property
+    def name(self) -> str:
+        return self.node_id or f"{self.host}:{self.port}"
+
+    @classmethod
+    def from_toml(cls, path: Path, **overrides: Any) -> NodeConfig:
+        """Read ``[node]`` from a TOML file; ``overrides`` (flags given) win."""
+        try:
+            raw = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        table = raw.get("node", raw)
+        known = {f.name for f in fields(cls)} | {"listen"}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ConfigError(
+                f"config file {path}: unknown setting(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        values: dict[str, Any] = dict(table)
+        if "listen" in values:
+            values["host"], values["port"] = parse_address(str(values.pop("listen")))
+        for key in ("data_dir", "ready_file"):
+            if values.get(key) is not None:
+                values[key] = Path(values[key])
+        if "data_dir" not in values and "data_dir" not in overrides:
+            raise ConfigError(f"config file {path}: data_dir is required")
+        base = cls(**{**values, **{k: v for k, v in overrides.items() if k == "data_dir"}})
+        return replace(base, **{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,179 @@
+"""The storage operations a node serves, registered as handlers.
+
+Each handler checks its arguments (``InvalidArgumentError`` names the bad one), calls
+:class:`~shuttle.store.ObjectStore`, and returns plain msgpack types. Data travels
+in the frame payload, never inside the header. The operations and their arguments
+are listed in docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from shuttle.errors import InvalidArgumentError
+from shuttle.net.registry import Mode, OperationRegistry, Reply, arg, non_negative
+from shuttle.store import ObjectAttrs, ObjectStore, WriteResult
+
+#: Reads up to this size run on the event loop: a block-cache hit is served faster
+#: than a hop to the thread pool takes. Larger reads (streaming) go to a thread.
+INLINE_READ_BYTES_MAX = 64 << 10
+
+
+def _version(args: dict[str, Any]) -> int | None:
+    value = args.get("expected_version")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidArgumentError(f"expected_version must be an integer ≥ 0, got {value!r}")
+    return value
+
+
+def _keys(args: dict[str, Any]) -> list[str]:
+    keys = arg(args, "keys", list)
+    if not all(isinstance(k, str) for k in keys):
+        raise InvalidArgumentError("keys must be a list of strings")
+    return keys
+
+
+def _attrs(a: ObjectAttrs) -> dict[str, Any]:
+    return a.as_dict()
+
+
+def _written(w: WriteResult) -> dict[str, Any]:
+    return {"key": w.key, "size": w.size, "version": w.version, "mtime_ns": w.mtime_ns}
+
+
+def _small_read(args: dict[str, Any]) -> bool:
+    length = args.get("length")
+    return isinstance(length, int) and length <= INLINE_READ_BYTES_MAX
+
+
+def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> None:
+    """Add the storage operations over ``store`` to ``registry``."""
+
+    def stat(args: dict[str, Any], payload: bytes) -> Any:
+        """Attributes of one object: size, version, mtime_ns, hash, chunks."""
+        return _attrs(store.stat(arg(args, "key", str), expected_version=_version(args)))
+
+    def stat_many(args: dict[str, Any], payload: bytes) -> Any:
+        """Attributes of many objects (None for a missing one), in one round trip."""
+        return [None if a is None else _attrs(a) for a in store.stat_many(_keys(args))]
+
+    def read(args: dict[str, Any], payload: bytes) -> Reply:
+        """Bytes [offset, offset+length) of an object (fewer at its end) as the payload."""
+        length = args.get("length")
+        if length is not None and (not isinstance(length, int) or length < 0):
+            raise InvalidArgumentError(f"length must be an integer ≥ 0, got {length!r}")
+        data = store.read(
+            arg(args, "key", str),
+            non_negative(args, "offset", 0),
+            length,
+            expected_version=_version(args),
+        )
+        return Reply(None, data)
+
+    def write(args: dict[str, Any], payload: bytes) -> Any:
+        """Write the payload at offset (extending the object); durable when answered."""
+        return _written(
+            store.write(
+                arg(args, "key", str),
+                non_negative(args, "offset", 0),
+                payload,
+                expected_version=_version(args),
+                create=arg(args, "create", bool, False),
+            )
+        )
+
+    def put(args: dict[str, Any], payload: bytes) -> Any:
+        """Create or replace an object with the payload, atomically."""
+        return _attrs(store.put(arg(args, "key", str), payload, expected_version=_version(args)))
+
+    def create(args: dict[str, Any], payload: bytes) -> Any:
+        """Create an empty object (``exclusive``: fail if it exists)."""
+        return _attrs(
+            store.create(arg(args, "key", str), exclusive=arg(args, "exclusive", bool, True))
+        )
+
+    def truncate(args: dict[str, Any], payload: bytes) -> Any:
+        """Cut or extend (with zeros) an object to ``size`` bytes."""
+        return _written(
+            store.truncate(
+                arg(args, "key", str), non_negative(args, "size"), expected_version=_version(args)
+            )
+        )
+
+    def remove(args: dict[str, Any], payload: bytes) -> Any:
+        """Remove an object."""
+        store.remove(arg(args, "key", str), expected_version=_version(args))
+        return None
+
+    def remove_many(args: dict[str, Any], payload: bytes) -> Any:
+        """Remove many objects; answers, per key, whether it existed."""
+        return store.remove_many(_keys(args))
+
+    def list_(args: dict[str, Any], payload: bytes) -> Any:
+        """A page of keys under ``prefix`` (with ``delimiter='/'``: and sub-prefixes)."""
+        kwargs: dict[str, Any] = {}
+        if "limit" in args:
+            kwargs["limit"] = arg(args, "limit", int)
+        page = store.list(
+            arg(args, "prefix", str, ""),
+            delimiter=arg(args, "delimiter", str, None),  # type: ignore[arg-type]
+            start_after=arg(args, "start_after", str, None),  # type: ignore[arg-type]
+            **kwargs,
+        )
+        return {"keys": page.keys, "prefixes": page.prefixes, "next": page.next_start_after}
+
+    def upload_begin(args: dict[str, Any], payload: bytes) -> Any:
+        """Start an upload session for a large object; nothing is visible until commit."""
+        upload = store.begin_upload(arg(args, "key", str), expected_version=_version(args))
+        return {"upload": upload}
+
+    def upload_write(args: dict[str, Any], payload: bytes) -> Any:
+        """Write the payload at ``offset`` of an open upload."""
+        return {
+            "size": store.upload_write(
+                arg(args, "upload", str), non_negative(args, "offset"), payload
+            )
+        }
+
+    def upload_commit(args: dict[str, Any], payload: bytes) -> Any:
+        """Make an upload's object visible, atomically and durably."""
+        return _attrs(store.commit_upload(arg(args, "upload", str)))
+
+    def upload_abort(args: dict[str, Any], payload: bytes) -> Any:
+        """Drop an upload session and its staged bytes."""
+        store.abort_upload(arg(args, "upload", str))
+        return None
+
+    def cache_drop(args: dict[str, Any], payload: bytes) -> Any:
+        """Empty the block cache and drop ``keys`` from the OS page cache (cold runs)."""
+        before = store.cache.stats().bytes_cached
+        store.cache.clear()
+        dropped = 0
+        for key in _keys(args) if "keys" in args else []:
+            fd = store.paths.open_file(key, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                dropped += 1
+            finally:
+                os.close(fd)
+        return {"block_cache_bytes_dropped": before, "files_dropped": dropped}
+
+    add = registry.add
+    add("stat", stat)
+    add("stat_many", stat_many)
+    add("read", read, Mode.THREAD, inline_when=_small_read)
+    add("write", write, Mode.THREAD)
+    add("put", put, Mode.THREAD)
+    add("create", create, Mode.THREAD)
+    add("truncate", truncate, Mode.THREAD)
+    add("remove", remove, Mode.THREAD)
+    add("remove_many", remove_many, Mode.THREAD)
+    add("list", list_, Mode.THREAD)
+    add("upload.begin", upload_begin, Mode.THREAD)
+    add("upload.write", upload_write, Mode.THREAD)
+    add("upload.commit", upload_commit, Mode.THREAD)
+    add("upload.abort", upload_abort, Mode.THREAD)
+    add("cache.drop", cache_drop, Mode.THREAD)
