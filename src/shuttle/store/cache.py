@@ -107,6 +107,9 @@ class BlockCache:
                     found[idx] = blk
             self._hits += len(found)
             self._misses += last - first + 1 - len(found)
+            if len(found) == last - first + 1:  # all hits: the common, fast case
+                self._bytes_from_cache += end - offset
+                return self._assemble(found, first, last, offset, end)
         hit_idxs = list(found)
         idx = first
         while idx <= last:

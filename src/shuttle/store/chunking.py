@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import blake3
@@ -84,11 +84,15 @@ def chunk_hash(data: Buffer) -> bytes:
 
 def cut_points(data: Buffer) -> list[int]:
     """The end offsets of the chunks of ``data`` (the last one is ``len(data)``)."""
-    ends: list[int] = []
+    return list(iter_cut_points(data))
+
+
+def iter_cut_points(data: Buffer) -> Generator[int, None, None]:
+    """Like :func:`cut_points`, lazily: each cut is found only when asked for, so a caller
+    that stops early does not scan the rest of the buffer."""
     view = data if not isinstance(data, mmap.mmap) else memoryview(data)
     for chunk in _CHUNKER.cut_buf(view):
-        ends.append(chunk.offset + chunk.length)
-    return ends
+        yield chunk.offset + chunk.length
 
 
 def chunk_buffer(data: Buffer, base_offset: int = 0) -> list[ChunkRef]:
@@ -153,9 +157,10 @@ def rechunk(
     view = memoryview(data)
     try:
         tail = view[start:]
+        cuts = iter_cut_points(tail)
         try:
             pos = start
-            for end in cut_points(tail):
+            for end in cuts:
                 cut = start + end
                 out.append(ChunkRef(pos, cut - pos, chunk_hash(view[pos:cut])))
                 st.chunks_rehashed += 1
@@ -167,6 +172,7 @@ def rechunk(
                     st.chunks_reused += len(rest)
                     break
         finally:
+            cuts.close()  # drop the chunker's hold on the buffer before releasing it
             tail.release()
     finally:
         view.release()

@@ -9,6 +9,7 @@ way down) happens at open time in :mod:`shuttle.store.paths`.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from shuttle.errors import InvalidKeyError
@@ -37,6 +38,23 @@ _ADVICE = "Use a relative path like 'logs/2026/a.txt'."
 
 
 def validate_key(key: object) -> str:
+    """Return ``key`` unchanged if it is a valid object key, else raise (see
+    :func:`_validate_key`). Valid keys are remembered, so a hot key costs a dict lookup."""
+    if type(key) is str:
+        return _validate_key_cached(key)
+    return _validate_key(key)
+
+
+#: Remembered valid keys (an LRU); a key is at most 1 KiB, so at most 16 MiB.
+_VALID_KEYS_REMEMBERED = 16384
+
+
+@functools.lru_cache(maxsize=_VALID_KEYS_REMEMBERED)
+def _validate_key_cached(key: str) -> str:
+    return _validate_key(key)  # an error is raised, and so never remembered
+
+
+def _validate_key(key: object) -> str:
     """Return ``key`` unchanged if it is a valid object key, else raise.
 
     A valid key is a non-empty ``str`` of at most :data:`KEY_BYTES_MAX` bytes of UTF-8,

@@ -8,8 +8,6 @@ blocks back. Waiting writers block new readers, so a busy object cannot starve a
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 
 class RWLock:
@@ -30,7 +28,7 @@ class RWLock:
     def release_read(self) -> None:
         with self._cond:
             self._readers -= 1
-            if self._readers == 0:
+            if self._readers == 0 and self._writers_waiting:
                 self._cond.notify_all()
 
     def acquire_write(self) -> None:
@@ -48,64 +46,63 @@ class RWLock:
             self._writer = False
             self._cond.notify_all()
 
-    @contextmanager
-    def read(self) -> Iterator[None]:
-        self.acquire_read()
-        try:
-            yield
-        finally:
-            self.release_read()
+    def read(self) -> _ReadGuard:
+        """``with lock.read():`` holds the lock shared for the block."""
+        return _ReadGuard(self)
 
-    @contextmanager
-    def write(self) -> Iterator[None]:
-        self.acquire_write()
-        try:
-            yield
-        finally:
-            self.release_write()
+    def write(self) -> _WriteGuard:
+        """``with lock.write():`` holds the lock exclusive for the block."""
+        return _WriteGuard(self)
+
+
+# Plain classes rather than @contextmanager generators: this sits on the path of every
+# cached 4 KiB read, and a generator-based context manager costs microseconds.
+class _ReadGuard:
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: RWLock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        self._lock.acquire_read()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release_read()
+
+
+class _WriteGuard:
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: RWLock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        self._lock.acquire_write()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release_write()
 
 
 class KeyLocks:
-    """One :class:`RWLock` per key, made on first use and dropped when nobody holds it."""
+    """A :class:`RWLock` per key, striped: key ``k`` uses lock ``hash(k) % stripes``.
 
-    def __init__(self) -> None:
-        self._mutex = threading.Lock()
-        self._locks: dict[str, tuple[RWLock, int]] = {}
+    Two keys may share a stripe, which only costs a little concurrency; the store never
+    holds two keys' locks at once, so sharing cannot deadlock. Striping saves making
+    and dropping a lock object on every call (a few microseconds of a 4 KiB cached read).
+    """
 
-    def _get(self, key: str) -> RWLock:
-        with self._mutex:
-            lock, users = self._locks.get(key, (None, 0))
-            if lock is None:
-                lock = RWLock()
-            self._locks[key] = (lock, users + 1)
-            return lock
+    #: 1,024 stripes: with the node's thread pool (tens of threads) two busy keys share
+    #: a stripe rarely, and the table costs about 200 KiB.
+    STRIPES = 1024
 
-    def _put(self, key: str) -> None:
-        with self._mutex:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
+    def __init__(self, stripes: int = STRIPES) -> None:
+        self._stripes = [RWLock() for _ in range(stripes)]
 
-    @contextmanager
-    def read(self, key: str) -> Iterator[None]:
-        lock = self._get(key)
-        try:
-            with lock.read():
-                yield
-        finally:
-            self._put(key)
+    def lock_for(self, key: str) -> RWLock:
+        return self._stripes[hash(key) % len(self._stripes)]
 
-    @contextmanager
-    def write(self, key: str) -> Iterator[None]:
-        lock = self._get(key)
-        try:
-            with lock.write():
-                yield
-        finally:
-            self._put(key)
+    def read(self, key: str) -> _ReadGuard:
+        return _ReadGuard(self._stripes[hash(key) % len(self._stripes)])
 
-    def __len__(self) -> int:
-        with self._mutex:
-            return len(self._locks)
+    def write(self, key: str) -> _WriteGuard:
+        return _WriteGuard(self._stripes[hash(key) % len(self._stripes)])

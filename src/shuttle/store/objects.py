@@ -61,6 +61,7 @@ from shuttle.store.locks import KeyLocks, RWLock
 from shuttle.store.paths import BytesLike, SafeRoot, fsync_dir, pread_exact, pwrite_all
 from shuttle.store.recovery import (
     RecoveryReport,
+    overwrite_object,
     rename_into_place,
     replay,
     unlink_object,
@@ -306,18 +307,10 @@ class ObjectStore:
                 "node: recovery completes every acknowledged change."
             )
 
-    @contextlib.contextmanager
-    def _op(self, name: str) -> Iterator[None]:
+    def _op(self, name: str) -> _OpScope:
         """Count an operation and turn OSErrors into StorageIOError."""
         self.counters.op(name)
-        try:
-            yield
-        except ShuttleError as exc:
-            self.counters.error(exc.code)
-            raise
-        except OSError as exc:
-            self.counters.error(StorageIOError.code)
-            raise StorageIOError(f"{name} failed on the node's disk: {exc}") from exc
+        return _OpScope(self.counters, name)
 
     @contextlib.contextmanager
     def _applying(self) -> Iterator[None]:
@@ -585,8 +578,10 @@ class ObjectStore:
             with self._gate.read(), self._reserve(key, rec):
                 seq = self.journal.append(meta, inline if staged is None else b"")
                 with self._applying():
-                    src = staged if staged is not None else write_staging_file(self.layout, inline)
-                    rename_into_place(self.paths, src, key)
+                    if staged is None:
+                        overwrite_object(self.paths, key, inline)
+                    else:
+                        rename_into_place(self.paths, staged, key)
                     new = StoredAttrs(key, size, seq, mtime_ns, whole, tuple(chunks))
                     self.attrs.set(key, new)
                     self.cache.invalidate(key)
@@ -886,3 +881,26 @@ class ObjectStore:
 
 def _is_reg(mode: int) -> bool:
     return stat_mod.S_ISREG(mode)
+
+
+class _OpScope:
+    """Around each public call: count its error, turn an OSError into StorageIOError.
+    A plain class, not a generator context manager: it is on every call's path."""
+
+    __slots__ = ("_counters", "_name")
+
+    def __init__(self, counters: StoreCounters, name: str) -> None:
+        self._counters = counters
+        self._name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            return
+        if isinstance(exc, ShuttleError):
+            self._counters.error(exc.code)
+        elif isinstance(exc, OSError):
+            self._counters.error(StorageIOError.code)
+            raise StorageIOError(f"{self._name} failed on the node's disk: {exc}") from exc

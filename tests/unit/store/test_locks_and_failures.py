@@ -1,0 +1,101 @@
+"""Reader/writer locks, automatic checkpoints, and what happens when the disk fails."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from shuttle.errors import StorageIOError
+from shuttle.store import ObjectStore, StoreConfig
+from shuttle.store import objects as objects_mod
+from shuttle.store.locks import KeyLocks, RWLock
+
+
+def test_readers_share_and_writers_exclude() -> None:
+    lock = RWLock()
+    log: list[str] = []
+    lock.acquire_read()
+    lock.acquire_read()  # a second reader gets in at once
+
+    def writer() -> None:
+        with lock.write():
+            log.append("writer")
+
+    t = threading.Thread(target=writer)
+    t.start()
+    time.sleep(0.05)
+    assert log == []  # the writer waits for both readers
+    lock.release_read()
+    lock.release_read()
+    t.join(timeout=5)
+    assert log == ["writer"]
+
+
+def test_waiting_writer_blocks_new_readers() -> None:
+    lock = RWLock()
+    order: list[str] = []
+    lock.acquire_read()
+
+    def writer() -> None:
+        with lock.write():
+            order.append("writer")
+
+    def reader() -> None:
+        with lock.read():
+            order.append("late reader")
+
+    w = threading.Thread(target=writer)
+    w.start()
+    time.sleep(0.05)
+    r = threading.Thread(target=reader)
+    r.start()
+    time.sleep(0.05)
+    lock.release_read()
+    w.join(timeout=5)
+    r.join(timeout=5)
+    assert order == ["writer", "late reader"]
+
+
+def test_key_locks_map_a_key_to_one_lock() -> None:
+    locks = KeyLocks(stripes=8)
+    assert locks.lock_for("a") is locks.lock_for("a")
+    other = next(k for k in map(str, range(100)) if locks.lock_for(k) is not locks.lock_for("a"))
+    with locks.write("a"), locks.read(other):  # different stripes do not block each other
+        pass
+
+
+def test_checkpoint_runs_when_the_journal_passes_its_bound(root: Path) -> None:
+    with ObjectStore(root, StoreConfig(journal_records_max=10)) as store:
+        for i in range(25):
+            store.put(f"k{i}", b"x")
+        stats = store.stats()
+        assert stats["checkpoints"] >= 2
+        assert stats["journal"]["pending_bytes"] < 10 * 200
+    with ObjectStore(root) as store:
+        assert store.recovery.records == 0  # close checkpointed the rest
+        assert len(store.list().keys) == 25
+
+
+def test_disk_error_after_journaling_stops_changes_until_reopen(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ObjectStore(root)
+    store.put("k", b"before")
+
+    def failing(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(objects_mod, "overwrite_object", failing)
+    with pytest.raises(StorageIOError, match="No space left"):
+        store.put("k", b"after")
+    monkeypatch.undo()
+    with pytest.raises(StorageIOError, match="Restart the node"):
+        store.put("other", b"x")
+    assert store.read("k") == b"before"  # reads still work
+    store.close()
+    with ObjectStore(root) as store:  # recovery finishes the journaled put
+        assert store.read("k") == b"after"
+        assert store.stat("k").size == 5
