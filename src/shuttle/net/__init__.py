@@ -9,6 +9,7 @@ Layout:
 * ``clock``     the clock protocol (real and, in ``shuttle.testing``, fake)
 * ``profiles``  link profiles (bandwidth, latency) by name
 * ``shaping``   token bucket + delay link emulation, driven by a clock
+* ``shaped_socket``  the same link emulation around a blocking socket (pipelined)
 * ``cpu``       the CPU speed factor of a node (burns CPU to emulate a slower node)
 * ``netns``     network namespaces joined by veth pairs shaped with ``tc ... tbf``
 """

@@ -89,20 +89,28 @@ class LinkShaper:
         self._burst_s = profile.effective_burst_bytes / self._rate_bytes_per_s
         self._tat_s = -math.inf
         self._last_departure_s = -math.inf
+        self._last_handover_s = -math.inf
 
-    def transmit(self, nbytes: int) -> float:
-        """Hand ``nbytes`` to the link at ``clock.now()``; return when the last of them
-        has arrived at the far end. Arrival times of successive calls never decrease
-        (FIFO). ``nbytes`` may be 0 (e.g. an end-of-stream marker: it arrives after
-        everything handed over before it)."""
+    def transmit(self, nbytes: int, at_s: float | None = None) -> float:
+        """Hand ``nbytes`` to the link; return when the last of them has arrived at the
+        far end. Arrival times of successive calls never decrease (FIFO). ``nbytes``
+        may be 0 (e.g. an end-of-stream marker: it arrives after everything handed
+        over before it).
+
+        ``at_s`` is the hand-over time when it was earlier than now (bytes a socket
+        received a while ago, by its kernel timestamp); it is clamped between the
+        previous hand-over time and ``clock.now()``. Default: now."""
         assert nbytes >= 0, f"nbytes must be >= 0, got {nbytes}"
         now_s = self.clock.now()
+        if at_s is not None:
+            now_s = min(now_s, max(at_s, self._last_handover_s))
+        self._last_handover_s = now_s
         if math.isinf(self._rate_bytes_per_s):
             departure_s = now_s
         else:
             self._tat_s = max(self._tat_s, now_s) + nbytes / self._rate_bytes_per_s
             departure_s = max(now_s, self._tat_s - self._burst_s)
-        # Clock readings never go backwards, but guard FIFO against float rounding.
+        # Hand-over times never go backwards, but guard FIFO against float rounding.
         departure_s = max(departure_s, self._last_departure_s)
         self._last_departure_s = departure_s
         arrival_s = departure_s + self.profile.latency_s

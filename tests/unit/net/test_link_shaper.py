@@ -121,3 +121,16 @@ def test_matches_the_reference_model(
     assert got == sorted(got)  # FIFO: delivery order is hand-over order
     for (t, _), arrival in zip(timeline, got, strict=True):
         assert arrival >= t + latency_s - 1e-12
+
+
+def test_bytes_handed_over_in_the_past_are_timed_from_then() -> None:
+    """A socket read late hands its bytes over at their kernel receive time."""
+    clock = FakeClock(start_s=10.0)
+    shaper = LinkShaper(LAN, clock)
+    late = shaper.transmit(50_000, at_s=9.5)
+    assert late == pytest.approx(9.5 + (50_000 - 4096) * 8 / 10e6 + 0.5e-3)
+    # Never before the previous hand-over (FIFO) ...
+    assert shaper.transmit(0, at_s=1.0) == pytest.approx(late)
+    # ... and never in the future.
+    clock.jump_to(20.0)
+    assert shaper.transmit(0, at_s=30.0) == pytest.approx(20.0 + 0.5e-3)
