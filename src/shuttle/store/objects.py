@@ -91,7 +91,7 @@ class StoreConfig:
     cache_block_size_bytes: int = DEFAULT_BLOCK_SIZE_BYTES
     #: Reads longer than this bypass the cache (a streaming read of a large object would
     #: otherwise evict everything for data read once).
-    cache_read_bytes_max: int = 1024 * 1024
+    cache_read_bytes_max: int = 256 * 1024
     #: Puts up to this size carry their data inside the journal record: one fdatasync
     #: per put. Larger ones go through a staging file (one more fsync, no double write).
     inline_put_bytes_max: int = 1024 * 1024
