@@ -123,15 +123,32 @@ async def _serve_connection(reader: asyncio.StreamReader, writer: asyncio.Stream
             else:
                 return
             await writer.drain()
-    except ConnectionError:
+    except (ConnectionError, asyncio.IncompleteReadError):
         return
     finally:
         writer.close()
 
 
 async def serve(host: str, port: int) -> None:
-    """Serve the benchmark protocol until SIGTERM; prints ``ready PORT`` when listening."""
-    server = await asyncio.start_server(_serve_connection, host, port)
+    """Serve the benchmark protocol until SIGTERM; prints ``ready PORT`` when listening.
+
+    On SIGTERM, open connections are closed first, so their handlers end normally
+    (cancelling them instead makes Python 3.11's ``start_server`` log an error)."""
+    open_writers: set[asyncio.StreamWriter] = set()
+    handlers: set[asyncio.Task[Any]] = set()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        open_writers.add(writer)
+        handlers.add(task)
+        try:
+            await _serve_connection(reader, writer)
+        finally:
+            open_writers.discard(writer)
+            handlers.discard(task)
+
+    server = await asyncio.start_server(handle, host, port)
     bound = server.sockets[0].getsockname()[1]
     print(f"ready {bound}", flush=True)
     stop = asyncio.Event()
@@ -140,6 +157,11 @@ async def serve(host: str, port: int) -> None:
     loop.add_signal_handler(signal.SIGINT, stop.set)
     async with server:
         await stop.wait()
+        server.close()
+        for writer in list(open_writers):
+            writer.transport.abort()
+        if handlers:
+            await asyncio.wait(list(handlers), timeout=PEER_READY_TIMEOUT_S)
 
 
 @dataclass
