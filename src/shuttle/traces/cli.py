@@ -205,3 +205,55 @@ def record_agrep_command(
         f"{meta['tree_files']:,} files / {meta['tree_bytes'] / 1e6:.1f} MB to {out}; "
         f"CPU {meta['cpu_s_per_byte'] * 1e9:.2f} ns/byte, think time {meta['think_s_total']:.2f} s"
     )
+
+
+@app.command("generate-background")
+def generate_background_command(
+    out: Annotated[Path, typer.Argument(help="Canonical CSV to write (.gz compresses).")],
+    hours: Annotated[
+        float, typer.Option("--hours", min=0.0, help="Length of the trace in hours.")
+    ] = 12.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of every random choice.")] = 0,
+    rate: Annotated[
+        float | None,
+        typer.Option("--rate", min=0.0, help="Mean requests/s over whole days (default 820)."),
+    ] = None,
+    clients: Annotated[
+        int | None, typer.Option("--clients", min=1, help="Client workstations (default 236).")
+    ] = None,
+) -> None:
+    """Generate the synthetic background workload (the Auspex stand-in) as a trace.
+
+    Writes OUT and, beside it, a JSON sidecar with the full configuration and seed.
+    Every parameter is documented in shuttle.traces.background.BackgroundConfig.
+    """
+    from dataclasses import replace
+
+    from shuttle.traces.agrep import sidecar_path
+    from shuttle.traces.background import BackgroundConfig, generate_columns
+
+    config = replace(BackgroundConfig(), duration_s=hours * 3600.0)
+    if rate is not None:
+        config = replace(config, request_rate_per_s=rate)
+    if clients is not None:
+        config = replace(config, clients=clients)
+
+    def records() -> Iterator[TraceRecord]:
+        columns = (
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TextColumn("{task.fields[n]:,} records"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("generating", total=config.duration_s, n=0)
+            n = 0
+            for chunk in generate_columns(config, seed):
+                n += len(chunk)
+                yield from chunk.records()
+                progress.update(task, completed=float(chunk.time_s[-1]), n=n)
+
+    n = io.write_csv(out, records())
+    meta = {"trace": out.name, "seed": seed, "records": n, "config": config.to_dict()}
+    sidecar_path(out).write_text(json.dumps(meta, indent=2) + "\n")
+    console.print(f"wrote {n:,} records ({hours:g} h, seed {seed}) to {out}")
