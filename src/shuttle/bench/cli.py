@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
+from shuttle.errors import UsageError
+
 app = typer.Typer(
     help="Run Shuttle's benchmarks on the live system; each prints its figures and "
     "writes JSON with --json FILE.",
@@ -45,20 +47,29 @@ def shaping(
     kernel: Annotated[
         bool, typer.Option("--kernel/--no-kernel", help="Also run the kernel-shaped mode (root).")
     ] = True,
+    transport: Annotated[
+        str,
+        typer.Option(
+            help="Client side: async (asyncio streams, ShapedStream) or sync (blocking "
+            "socket, ShapedSocket)."
+        ),
+    ] = "async",
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
 ) -> None:
     """Emulated link shaping (loopback + token bucket) against kernel tbf shaping
     between network namespaces, for the same profile and the same transfers."""
-    from shuttle.bench.shaping import default_bytes, run_benchmark
+    from shuttle.bench.shaping import TRANSPORTS, default_bytes, run_benchmark
     from shuttle.net.profiles import format_bandwidth, parse_link_profile
 
+    if transport not in TRANSPORTS:
+        raise UsageError(f"--transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
     link = parse_link_profile(profile)
     size = nbytes if nbytes is not None else default_bytes(link)
     console = Console()
     console.print(
         f"link {link.name}: bandwidth {format_bandwidth(link.bandwidth_bits_per_s)}, "
         f"latency {link.latency_s * 1e3:g} ms, burst {link.effective_burst_bytes} B; "
-        f"{size} bytes each way, {repeat} run(s) per mode"
+        f"{size} bytes each way, {repeat} run(s) per mode, {transport} client"
     )
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=console
@@ -72,7 +83,15 @@ def shaping(
             bar.update(task, description=what, completed=started[0])
             started[0] += 1
 
-        report = run_benchmark(link, size, repeat=repeat, pings=pings, kernel=kernel, progress=step)
+        report = run_benchmark(
+            link,
+            size,
+            repeat=repeat,
+            pings=pings,
+            kernel=kernel,
+            transport=transport,
+            progress=step,
+        )
         bar.update(task, completed=runs)
     _print_shaping(console, report)
     if json_path is not None:

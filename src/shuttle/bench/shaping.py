@@ -4,7 +4,8 @@ The same transfers, between a real TCP server process and a real client process,
 for the same :class:`~shuttle.net.profiles.LinkProfile`:
 
 * **emulated**: both processes on 127.0.0.1; the client wraps its connection in a
-  :class:`~shuttle.net.shaping.ShapedStream` with the full profile.
+  :class:`~shuttle.net.shaping.ShapedStream` (``transport="async"``) or a
+  :class:`~shuttle.net.shaped_socket.ShapedSocket` (``"sync"``) with the full profile.
 * **kernel**: the server in a node namespace, the client in the hub namespace of a
   :class:`~shuttle.net.netns.NetnsLab`, the link shaped by ``tbf`` in both
   directions; this kernel cannot delay packets (no netem, no fq), so the client
@@ -38,6 +39,7 @@ import json
 import os
 import platform
 import signal
+import socket
 import statistics
 import struct
 import subprocess
@@ -50,7 +52,8 @@ from typing import Any
 from shuttle.errors import ExternalToolError
 from shuttle.net.netns import NetnsLab, netns_unavailable_reason
 from shuttle.net.profiles import BUILTIN_PROFILES, LinkProfile, parse_link_profile
-from shuttle.net.shaping import Link
+from shuttle.net.shaped_socket import ShapedSocket
+from shuttle.net.shaping import SEND_BUFFER_BYTES_HIGH, Link
 
 #: Request: one op byte and a 64-bit length. 'D': send me n bytes; 'U': I send you
 #: n bytes, answer one byte; 'P': answer one byte.
@@ -69,6 +72,9 @@ WIRE_BYTES_PER_PAYLOAD_BYTE = (1448 + 32 + 20 + 14) / 1448
 #: How long to wait for a peer process to start listening or to finish.
 PEER_READY_TIMEOUT_S = 10.0
 PEER_RUN_TIMEOUT_S = 600.0
+#: Client transports: asyncio streams through ShapedStream, or a blocking socket
+#: through ShapedSocket (the synchronous client's).
+TRANSPORTS = ("async", "sync")
 
 
 def default_bytes(profile: LinkProfile) -> int:
@@ -219,6 +225,47 @@ async def run_client(
     return ClientResult(rtts, download_s, upload_s, nbytes)
 
 
+def run_client_sync(
+    host: str, port: int, profile: LinkProfile, nbytes: int, pings: int
+) -> ClientResult:
+    """The same transfers from blocking code, through a :class:`ShapedSocket`."""
+    sock = ShapedSocket(socket.create_connection((host, port)), Link(profile))
+
+    def read_exactly(n: int) -> int:
+        left = n
+        while left:
+            data = sock.recv(min(left, 1 << 20), timeout_s=PEER_RUN_TIMEOUT_S)
+            if not data:
+                raise ConnectionError(f"server closed with {left} bytes missing")
+            left -= len(data)
+        return n
+
+    rtts = []
+    for _ in range(pings):
+        start = time.monotonic()
+        sock.sendall(REQUEST.pack(b"P", 0))
+        read_exactly(1)
+        rtts.append(time.monotonic() - start)
+    start = time.monotonic()
+    sock.sendall(REQUEST.pack(b"D", nbytes))
+    read_exactly(nbytes)
+    download_s = time.monotonic() - start
+    block = b"\x5a" * min(nbytes, SERVER_CHUNK_BYTES)
+    start = time.monotonic()
+    sock.sendall(REQUEST.pack(b"U", nbytes))
+    left = nbytes
+    while left:
+        part = min(left, len(block))
+        sock.sendall(block[:part])
+        left -= part
+        if sock.pending_send_bytes > SEND_BUFFER_BYTES_HIGH:
+            sock.flush()  # keep at most ~1 MiB queued, like the async client's drain
+    read_exactly(1)
+    upload_s = time.monotonic() - start
+    sock.close()
+    return ClientResult(rtts, download_s, upload_s, nbytes)
+
+
 # -- running the modes ---------------------------------------------------------------------
 
 
@@ -252,7 +299,9 @@ def _client_result(done: subprocess.CompletedProcess[str]) -> ClientResult:
     return ClientResult(raw["ping_rtt_s"], raw["download_s"], raw["upload_s"], raw["nbytes"])
 
 
-def run_emulated(profile: LinkProfile, nbytes: int, pings: int) -> ClientResult:
+def run_emulated(
+    profile: LinkProfile, nbytes: int, pings: int, transport: str = "async"
+) -> ClientResult:
     """One run of the emulated mode: both peers on 127.0.0.1, the client shapes."""
 
     def popen(argv: list[str]) -> subprocess.Popen[str]:
@@ -261,13 +310,14 @@ def run_emulated(profile: LinkProfile, nbytes: int, pings: int) -> ClientResult:
     with _server(popen, "127.0.0.1") as port:
         argv = _peer("client", "--host", "127.0.0.1", "--port", str(port))
         argv += ["--profile", profile.spec(), "--bytes", str(nbytes), "--pings", str(pings)]
+        argv += ["--transport", transport]
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=PEER_RUN_TIMEOUT_S, check=False
         )
     return _client_result(done)
 
 
-def run_kernel(lab: NetnsLab, nbytes: int, pings: int) -> ClientResult:
+def run_kernel(lab: NetnsLab, nbytes: int, pings: int, transport: str = "async") -> ClientResult:
     """One run of the kernel mode in an open lab: tbf shapes, the client adds latency."""
     node = lab.nodes[0]
 
@@ -276,7 +326,7 @@ def run_kernel(lab: NetnsLab, nbytes: int, pings: int) -> ClientResult:
 
     with _server(popen, "0.0.0.0") as port:
         argv = _peer("client", "--host", node.address, "--port", str(port))
-        argv += ["--profile", lab.client_profile(0).spec()]
+        argv += ["--profile", lab.client_profile(0).spec(), "--transport", transport]
         argv += ["--bytes", str(nbytes), "--pings", str(pings)]
         done = lab.run(lab.client_namespace, argv, timeout_s=PEER_RUN_TIMEOUT_S)
     return _client_result(done)
@@ -303,6 +353,7 @@ def run_benchmark(
     repeat: int = 3,
     pings: int = 20,
     kernel: bool = True,
+    transport: str = "async",
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """Both modes, ``repeat`` runs each, interleaved (so drift on a shared machine hits
@@ -317,12 +368,12 @@ def run_benchmark(
     with lab if lab is not None else contextlib.nullcontext():
         for i in range(repeat):
             progress(f"unshaped run {i + 1}/{repeat}")
-            unshaped.append(run_emulated(BUILTIN_PROFILES["loopback"], nbytes, pings))
+            unshaped.append(run_emulated(BUILTIN_PROFILES["loopback"], nbytes, pings, transport))
             progress(f"emulated run {i + 1}/{repeat}")
-            emulated.append(run_emulated(profile, nbytes, pings))
+            emulated.append(run_emulated(profile, nbytes, pings, transport))
             if lab is not None:
                 progress(f"kernel run {i + 1}/{repeat}")
-                kernel_runs.append(run_kernel(lab, nbytes, pings))
+                kernel_runs.append(run_kernel(lab, nbytes, pings, transport))
     report: dict[str, Any] = {
         "benchmark": "shaping",
         "config": {
@@ -331,6 +382,7 @@ def run_benchmark(
             "bytes": nbytes,
             "repeat": repeat,
             "pings": pings,
+            "transport": transport,
             "machine": {
                 "cpus": os.cpu_count(),
                 "kernel": platform.release(),
@@ -374,12 +426,16 @@ def _main(argv: list[str] | None = None) -> None:
     client.add_argument("--profile", default="loopback", help="name or spec, e.g. bw=none,lat=1ms")
     client.add_argument("--bytes", type=int, required=True)
     client.add_argument("--pings", type=int, default=20)
+    client.add_argument("--transport", choices=TRANSPORTS, default="async")
     args = parser.parse_args(argv)
     if args.role == "server":
         asyncio.run(serve(args.host, args.port))
         return
     profile = parse_link_profile(args.profile)
-    result = asyncio.run(run_client(args.host, args.port, profile, args.bytes, args.pings))
+    if args.transport == "sync":
+        result = run_client_sync(args.host, args.port, profile, args.bytes, args.pings)
+    else:
+        result = asyncio.run(run_client(args.host, args.port, profile, args.bytes, args.pings))
     print(json.dumps(asdict(result)))
 
 
