@@ -94,6 +94,14 @@ class WriteResult:
     version: int
     mtime_ns: int
 
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "size": self.size,
+            "version": self.version,
+            "mtime_ns": self.mtime_ns,
+        }
+
 
 def encode_attrs(attrs: StoredAttrs) -> bytes:
     lengths = struct.pack(f"<{len(attrs.chunks)}I", *(c.length for c in attrs.chunks))
@@ -184,6 +192,12 @@ class AttrTable:
                 if key not in self._dirty:
                     self._remember_clean(key, loaded)
         return loaded
+
+    def peek(self, key: str) -> StoredAttrs | _Absent | None:
+        """Like :meth:`get` from memory only: None if the record is not in memory."""
+        with self._lock:
+            rec = self._dirty.get(key)
+            return rec if rec is not None else self._clean.get(key)
 
     def _load(self, key: str) -> StoredAttrs | None:
         try:

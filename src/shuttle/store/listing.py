@@ -11,6 +11,7 @@ import contextlib
 import os
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Any
 
 from shuttle.errors import InvalidArgumentError, InvalidKeyError, ShuttleError
 from shuttle.store.keys import INTERNAL_DIR_NAME, validate_key
@@ -38,6 +39,13 @@ class Listing:
     keys: list[str]
     prefixes: list[str]
     next_start_after: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "keys": self.keys,
+            "prefixes": self.prefixes,
+            "next_start_after": self.next_start_after,
+        }
 
 
 def list_page(

@@ -373,6 +373,18 @@ class ObjectStore:
             self._check_version(k, rec, expected_version)
             return self._complete(rec)
 
+    def stat_is_cached(self, key: str) -> bool:
+        """True if :meth:`stat` of ``key`` would be answered from memory (attributes cached,
+        whole-object hash known). An event-loop server can run such stats inline and send
+        the others to a thread: the first stat after a range write hashes the whole object
+        (about 0.15 s per 256 MiB here), and a stat of an uncached key reads its attribute
+        file. Never raises; an invalid key gives False."""
+        try:
+            rec = self.attrs.peek(validate_key(key))
+        except ShuttleError:
+            return False
+        return isinstance(rec, StoredAttrs) and rec.hash is not None
+
     def stat_many(self, keys: Sequence[str]) -> builtins.list[ObjectAttrs | None]:
         """:meth:`stat` of each key, None for a missing object.
 
@@ -821,6 +833,10 @@ class ObjectStore:
             if offset + len(data) > OBJECT_SIZE_BYTES_MAX:
                 raise LimitExceededError(f"objects are limited to {OBJECT_SIZE_BYTES_MAX} bytes.")
             with upload.lock:
+                if upload.fd < 0:
+                    raise NotFoundError(
+                        f"upload session {upload_id!r} was committed or aborted meanwhile."
+                    )
                 pwrite_all(upload.fd, data, offset)
                 upload.size = max(upload.size, offset + len(data))
                 upload.bytes_written += len(data)

@@ -337,3 +337,14 @@ def test_concurrent_writers_and_readers(store: ObjectStore) -> None:
         _check_attrs(store, k, store.read(k))
     s = store.stats()["journal"]
     assert s["records"] == 2 + 120
+
+
+def test_stat_is_cached_tells_when_stat_needs_no_disk(store: ObjectStore) -> None:
+    assert not store.stat_is_cached("k")
+    store.put("k", os.urandom(100_000))
+    assert store.stat_is_cached("k")
+    store.write("k", 10, b"x")
+    assert not store.stat_is_cached("k")  # the whole-object hash is pending
+    store.stat("k")
+    assert store.stat_is_cached("k")
+    assert not store.stat_is_cached("../bad")
