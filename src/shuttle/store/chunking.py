@@ -146,12 +146,13 @@ def rechunk(
         # remains, so chunks near either end of file must be redone too.
         lo = min(lo, min(old_size, new_size) - CHUNK_SIZE_BYTES_MAX)
     lo = max(0, min(lo, old_size - 1))
-    starts = [c.offset for c in old]
-    first = bisect.bisect_right(starts, lo) - 1
+    # Binary searches over the old list, not a dict or list built from it: this runs on
+    # every range write, and a 256 MiB object has ~4,000 chunks.
+    first = bisect.bisect_right(old, lo, key=_offset) - 1
     start = old[first].offset
-    # Old cuts past the change where the new cuts can fall back into step. Only valid
+    # Old cuts past the change are where the new cuts can fall back into step; only
     # when the size is unchanged (a changed size moves the end-of-file effects).
-    old_by_start = {c.offset: i for i, c in enumerate(old)} if new_size == old_size else {}
+    same_size = new_size == old_size
     out = list(old[:first])
     st.chunks_reused += first
     view = memoryview(data)
@@ -166,17 +167,23 @@ def rechunk(
                 st.chunks_rehashed += 1
                 st.bytes_rechunked += cut - pos
                 pos = cut
-                if cut >= changed_end and cut in old_by_start and cut < new_size:
-                    rest = old[old_by_start[cut] :]
-                    out.extend(rest)
-                    st.chunks_reused += len(rest)
-                    break
+                if same_size and cut >= changed_end and cut < new_size:
+                    i = bisect.bisect_left(old, cut, key=_offset)
+                    if i < len(old) and old[i].offset == cut:
+                        rest = old[i:]
+                        out.extend(rest)
+                        st.chunks_reused += len(rest)
+                        break
         finally:
             cuts.close()  # drop the chunker's hold on the buffer before releasing it
             tail.release()
     finally:
         view.release()
     return out
+
+
+def _offset(chunk: ChunkRef) -> int:
+    return chunk.offset
 
 
 def hash_file(fd: int, size: int) -> tuple[bytes, list[ChunkRef]]:
