@@ -136,3 +136,18 @@ def test_rechunk_after_a_small_write_redoes_only_nearby_chunks() -> None:
     assert stats.chunks_rehashed <= 4
     assert stats.bytes_rechunked <= 4 * CHUNK_SIZE_BYTES_MAX
     assert stats.chunks_reused >= len(chunks) - 4
+
+
+def test_compiled_chunker_agrees_with_the_pure_python_reference() -> None:
+    """pyfastcdc ships its algorithm twice; the Cython build we use must cut exactly where
+    the plain-Python one does with our parameters (including forced max-size cuts)."""
+    from pyfastcdc.py import FastCDC as Reference
+
+    from shuttle.store.chunking import CHUNK_SIZE_BYTES_NORMAL, cut_points
+
+    ref = Reference(
+        CHUNK_SIZE_BYTES_NORMAL, min_size=CHUNK_SIZE_BYTES_MIN, max_size=CHUNK_SIZE_BYTES_MAX
+    )
+    for data in (_random(11, 1_500_000), bytes(700_000), b"ab" * 300_000):
+        expected = [c.offset + c.length for c in ref.cut_buf(data)]
+        assert cut_points(data) == expected
