@@ -154,7 +154,12 @@ def _run_child_and_kill(root: Path, seed: int, existing: set[str], rng: random.R
     assert first == "ready\n", child.stderr.read().decode() if child.stderr else first
     reader = threading.Thread(target=lambda: lines.extend(_lines(child.stdout)), daemon=True)
     reader.start()
-    time.sleep(rng.uniform(0.02, 0.6))  # a random moment in the stream of changes
+    # Kill at a random moment in the stream of changes, counted from the first
+    # acknowledgement so that even a slow disk gives every round something to check.
+    deadline = time.monotonic() + 30
+    while not lines and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.005)
+    time.sleep(rng.uniform(0.0, 0.5))
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
     reader.join(timeout=30)
