@@ -206,6 +206,10 @@ class ObjectStore:
         shutdown, or when idle). Changes wait while it runs.
         """
         with self._ckpt_lock, self._gate.write():
+            if self._broken is not None:
+                # A journaled change may be unapplied: emptying the journal would lose it.
+                # Only reopening (which redoes the journal) may checkpoint now.
+                return
             if self.journal.size_bytes == 0 and self.attrs.dirty_count() == 0:
                 return
             self.attrs.flush()

@@ -95,6 +95,8 @@ def test_disk_error_after_journaling_stops_changes_until_reopen(
     with pytest.raises(StorageIOError, match="Restart the node"):
         store.put("other", b"x")
     assert store.read("k") == b"before"  # reads still work
+    store.checkpoint()  # must not empty the journal that holds the unapplied put
+    assert store.journal.size_bytes > 0
     store.close()
     with ObjectStore(root) as store:  # recovery finishes the journaled put
         assert store.read("k") == b"after"
