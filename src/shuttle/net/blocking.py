@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -144,6 +145,11 @@ class BlockingConnection:
                 "(`shuttle cluster status` shows a cluster's nodes)"
             ) from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Blocking mode with kernel timeouts: one syscall per recv, where a Python-level
+        # socket timeout costs a failed recv, a poll and a second recv.
+        sock.settimeout(None)
+        _set_kernel_timeout(sock, socket.SO_SNDTIMEO, self.request_timeout_s)
+        _set_kernel_timeout(sock, socket.SO_RCVTIMEO, self.connect_timeout_s)
         self._sock = sock
         self._conn = Connection(Role.CLIENT)
         self._early.clear()
@@ -158,6 +164,7 @@ class BlockingConnection:
             if not isinstance(ev, Welcome):
                 raise RemoteProtocolError(f"node {self.address} answered Hello with {ev!r:.100}")
             self.node_id = ev.node_id
+            _set_kernel_timeout(sock, socket.SO_RCVTIMEO, self.request_timeout_s)
         except BaseException:
             self.close()
             raise
@@ -192,7 +199,37 @@ class BlockingConnection:
         connection first; a non-idempotent one may or may not have taken effect,
         which the message says), or :class:`RequestTimeoutError`.
         """
-        return next(self.call_many([Call(op, args or {}, payload)], idempotent=idempotent))
+        attempts = 2 if idempotent else 1
+        for attempt in range(attempts):
+            fresh = self._sock is None
+            try:
+                rid = self._send_request(op, args or {}, payload)
+                ev = self._wait_for(rid)
+            except UnreachableError:
+                self.close()
+                if attempt + 1 >= attempts or fresh:
+                    raise
+                continue
+            self.counters.round_trips += 1
+            if isinstance(ev, ErrorResponse):
+                self.counters.errors += 1
+                raise ev.to_exception()
+            return ev
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    def _send_request(self, op: str, args: dict[str, Any], payload: Payload) -> int:
+        self.connect()
+        conn = self._conn
+        assert conn is not None
+        rid = conn.next_request_id()
+        buffers = conn.send(Request(rid, op, args, payload))
+        if self.link is not None:
+            self.link.sleep_until(self.link.request_arrival(sum(map(len, buffers))))
+        self._sendall(buffers)
+        counters = self.counters
+        counters.requests += 1
+        counters.by_op[op] = counters.by_op.get(op, 0) + 1
+        return rid
 
     def call_many(
         self, calls: Iterable[Call], *, window: int = WINDOW_DEFAULT, idempotent: bool = True
@@ -220,7 +257,7 @@ class BlockingConnection:
         conn = self._conn
         assert conn is not None
         window = max(1, min(window, conn.peer_limits.in_flight_max))
-        outstanding: deque[tuple[int, str]] = deque()
+        outstanding: deque[int] = deque()
         exhausted = False
         failure: ShuttleError | None = None
         while True:
@@ -229,19 +266,12 @@ class BlockingConnection:
                 if call is None:
                     exhausted = True
                     break
-                rid = conn.next_request_id()
-                buffers = conn.send(Request(rid, call.op, call.args, call.payload))
-                if self.link is not None:
-                    self.link.sleep_until(self.link.request_arrival(sum(map(len, buffers))))
-                self._sendall(buffers)
-                outstanding.append((rid, call.op))
-                self.counters.requests += 1
-                self.counters.by_op[call.op] = self.counters.by_op.get(call.op, 0) + 1
+                outstanding.append(self._send_request(call.op, call.args, call.payload))
             if not outstanding:
                 if failure is not None:
                     raise failure
                 return
-            rid, _op = outstanding.popleft()
+            rid = outstanding.popleft()
             ev = self._wait_for(rid)
             self.counters.round_trips += 1
             if isinstance(ev, ErrorResponse):
@@ -282,7 +312,6 @@ class BlockingConnection:
         sock = self._sock
         assert sock is not None
         try:
-            sock.settimeout(self.request_timeout_s)
             if len(buffers) == 1:
                 sock.sendall(buffers[0])
             elif len(buffers[-1]) < SMALL_PAYLOAD_BYTES:
@@ -290,7 +319,7 @@ class BlockingConnection:
             else:
                 for buffer in buffers:
                     sock.sendall(buffer)
-        except TimeoutError as exc:
+        except (TimeoutError, BlockingIOError) as exc:  # SO_SNDTIMEO expired
             self.close()
             raise RequestTimeoutError(
                 f"node {self.address} did not accept data for {self.request_timeout_s:g} s"
@@ -306,6 +335,7 @@ class BlockingConnection:
         conn, sock = self._conn, self._sock
         assert conn is not None and sock is not None
         deadline = time.monotonic() + timeout_s
+        eof = False
         while True:
             try:
                 ev = conn.next_event()
@@ -317,25 +347,37 @@ class BlockingConnection:
                     size = len(ev.payload) if isinstance(ev, Response) else 64
                     self.link.sleep_until(self.link.response_arrival(size))
                 return ev
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            try:
+                data = sock.recv(RECV_BYTES)
+            except BlockingIOError:  # SO_RCVTIMEO expired
+                if time.monotonic() < deadline:
+                    continue
                 self.close()
                 raise RequestTimeoutError(
                     f"node {self.address} did not answer within {timeout_s:g} s; "
                     "it may be overloaded, or raise the request timeout"
-                )
-            try:
-                sock.settimeout(remaining)
-                data = sock.recv(RECV_BYTES)
-            except TimeoutError:
-                continue
+                ) from None
             except OSError as exc:
                 self.close()
                 raise UnreachableError(
                     f"lost the connection to node {self.address} ({exc.strerror or exc})"
                 ) from exc
+            if not data:
+                if eof:
+                    self.close()
+                    raise UnreachableError(f"node {self.address} closed the connection")
+                eof = True
+                conn.receive_data(b"")  # end of stream: the codec says how it ended
+                continue
             self.counters.bytes_received += len(data)
             conn.receive_data(data)
+
+
+def _set_kernel_timeout(sock: socket.socket, option: int, seconds: float) -> None:
+    whole = int(seconds)
+    sock.setsockopt(
+        socket.SOL_SOCKET, option, struct.pack("ll", whole, int((seconds - whole) * 1e6))
+    )
 
 
 class SyncLink:
