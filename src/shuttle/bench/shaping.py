@@ -53,7 +53,7 @@ from shuttle.errors import ExternalToolError
 from shuttle.net.netns import NetnsLab, netns_unavailable_reason
 from shuttle.net.profiles import BUILTIN_PROFILES, LinkProfile, parse_link_profile
 from shuttle.net.shaped_socket import ShapedSocket
-from shuttle.net.shaping import SEND_BUFFER_BYTES_HIGH, Link
+from shuttle.net.shaping import Link
 
 #: Request: one op byte and a 64-bit length. 'D': send me n bytes; 'U': I send you
 #: n bytes, answer one byte; 'P': answer one byte.
@@ -258,8 +258,7 @@ def run_client_sync(
         part = min(left, len(block))
         sock.sendall(block[:part])
         left -= part
-        if sock.pending_send_bytes > SEND_BUFFER_BYTES_HIGH:
-            sock.flush()  # keep at most ~1 MiB queued, like the async client's drain
+        sock.drain()
     read_exactly(1)
     upload_s = time.monotonic() - start
     sock.close()

@@ -12,7 +12,8 @@ request in a window pay the latency one after the other (16 requests in flight o
 * :meth:`ShapedSocket.sendall` hands the bytes to ``link.up`` at once and returns (as
   a kernel send buffer would); they are written to the socket at their arrival
   instants, during whatever call comes next (:meth:`~ShapedSocket.recv`,
-  :meth:`~ShapedSocket.sendall`, :meth:`~ShapedSocket.flush`).
+  :meth:`~ShapedSocket.sendall`, :meth:`~ShapedSocket.drain`,
+  :meth:`~ShapedSocket.flush`).
 * Received bytes are handed to ``link.down`` at the instant the kernel received them
   (``SO_TIMESTAMPNS``), not when we happen to read them, so a caller that computes
   between reads does not delay a response that was already on its way;
@@ -33,7 +34,7 @@ import struct
 import time
 from collections.abc import Iterable
 
-from shuttle.net.shaping import RECV_BUFFER_BYTES_HIGH, Link
+from shuttle.net.shaping import RECV_BUFFER_BYTES_HIGH, SEND_BUFFER_BYTES_HIGH, Link
 
 #: Socket option for nanosecond kernel receive timestamps (``SO_TIMESTAMPNS`` on
 #: Linux); elsewhere bytes are handed over when read.
@@ -69,6 +70,11 @@ class ShapedSocket:
         self.link = link
         self.sock = sock
         sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
+            # The emulation decides when bytes leave; Nagle's algorithm would hold a
+            # small piece back until the previous one is acknowledged, and with the
+            # peer's delayed ACKs that adds up to 40 ms at random.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._timestamps = True
         try:
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
@@ -77,6 +83,7 @@ class ShapedSocket:
         self._sends: collections.deque[tuple[float, memoryview]] = collections.deque()
         self._received: collections.deque[tuple[float, bytes]] = collections.deque()
         self._received_bytes = 0
+        self._pending_send_bytes = 0
         self._end: tuple[float, OSError | None] | None = None  # EOF or error, and when
         self._closed = False
 
@@ -98,6 +105,7 @@ class ShapedSocket:
             for i in range(0, len(view), size):
                 piece = view[i : i + size]
                 self._sends.append((up.transmit(len(piece)), piece))
+            self._pending_send_bytes += len(view)
         self._progress()
 
     def recv(self, bufsize: int, timeout_s: float | None = None) -> bytes:
@@ -118,10 +126,17 @@ class ShapedSocket:
                 raise TimeoutError("timed out waiting for data on the shaped link")
             self._wait(deadline_s)
 
-    def flush(self, timeout_s: float | None = None) -> None:
-        """Wait until every queued write has been written to the socket."""
+    def drain(self, timeout_s: float | None = None) -> None:
+        """Wait until no more than :data:`~shuttle.net.shaping.SEND_BUFFER_BYTES_HIGH`
+        bytes are queued (a send buffer's worth). A writer that drains keeps the link
+        busy, where one that flushes lets it idle while the last bytes cross it."""
+        self.flush(timeout_s, pending_bytes_max=SEND_BUFFER_BYTES_HIGH)
+
+    def flush(self, timeout_s: float | None = None, pending_bytes_max: int = 0) -> None:
+        """Wait until every queued write (all but ``pending_bytes_max`` bytes) has been
+        written to the socket."""
         deadline_s = math.inf if timeout_s is None else time.monotonic() + timeout_s
-        while self._sends:
+        while self._sends and self.pending_send_bytes > pending_bytes_max:
             if self._end is not None and self._end[1] is not None:
                 raise self._end[1]
             if time.monotonic() >= deadline_s:
@@ -148,7 +163,7 @@ class ShapedSocket:
     @property
     def pending_send_bytes(self) -> int:
         """Bytes queued for the node that have not been written yet."""
-        return sum(len(p) for _, p in self._sends)
+        return self._pending_send_bytes
 
     # -- moving bytes ------------------------------------------------------------------
 
@@ -178,6 +193,7 @@ class ShapedSocket:
             except OSError as exc:
                 self._fail(exc)
                 return
+            self._pending_send_bytes -= sent
             if sent < len(piece):
                 self._sends[0] = (arrival_s, piece[sent:])
                 break
@@ -213,6 +229,7 @@ class ShapedSocket:
 
     def _fail(self, exc: OSError) -> None:
         self._sends.clear()
+        self._pending_send_bytes = 0
         if self._end is None:
             self._end = (self.link.down.transmit(0), exc)
 
