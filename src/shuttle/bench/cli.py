@@ -135,3 +135,86 @@ def _print_shaping(console: Console, report: dict[str, Any]) -> None:
         console.print(f"kernel mode skipped: {kernel['skipped']}")
     else:
         console.print(f"kernel mode latency: {kernel['latency']}")
+
+
+@app.command("netrand")
+def netrand(
+    pages: Annotated[int, typer.Option(min=1, help="Pages per run (the paper: 400).")] = 400,
+    rounds: Annotated[
+        int, typer.Option(min=1, help="Runs per mode (for stable percentiles).")
+    ] = 20,
+    file_bytes: Annotated[
+        int, typer.Option(min=4096, help="Size of the generated file (default 128 MiB).")
+    ] = 128 << 20,
+    generator: Annotated[
+        str, typer.Option(help="lcg (the paper's 17x+123 mod 65521) or seeded.")
+    ] = "lcg",
+    seed: Annotated[int, typer.Option(help="Seed of the page sequence (round r uses seed+r).")] = 1,
+    node: Annotated[
+        str | None, typer.Option(help="Use this node (HOST:PORT) instead of starting one.")
+    ] = None,
+    link: Annotated[
+        str | None, typer.Option(help="Emulated link to the node: san, lan, wan, bw=..,lat=..")
+    ] = None,
+    cpu_factor: Annotated[
+        float, typer.Option(help="CPU speed of the node started here (0.5: a slow server).")
+    ] = 1.0,
+    redis: Annotated[
+        bool, typer.Option("--redis/--no-redis", help="Measure the Redis anchor too.")
+    ] = True,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+) -> None:
+    """Random 4 KiB page fetches: local file (pread) against the same file through a
+    Shuttle node, cold and warm, with Redis on loopback as the fast-fetch anchor."""
+    from shuttle.bench.netrand import NetrandConfig
+    from shuttle.bench.netrand import run as run_netrand
+
+    config = NetrandConfig(
+        pages=pages,
+        rounds=rounds,
+        file_bytes=file_bytes,
+        generator=generator,
+        seed=seed,
+        node=node,
+        link=link,
+        cpu_factor=cpu_factor,
+        redis=redis,
+    )
+    console = Console()
+    with console.status("netrand") as status:
+        report = run_netrand(config, progress=lambda msg: status.update(f"netrand: {msg}"))
+    table = Table(title=f"netrand: {pages} random 4 KiB pages × {rounds} rounds")
+    for col in (
+        "mode",
+        "p50 µs",
+        "p90 µs",
+        "p99 µs",
+        "max µs",
+        "mean µs",
+        "pages/s",
+        f"{pages} pages, s",
+    ):
+        table.add_column(col, justify="right")
+    for mode in ("local_cold", "remote_cold", "local", "remote_warm", "redis"):
+        s = report.get(mode)
+        if not s:
+            continue
+        table.add_row(
+            mode,
+            *(f"{s[k]:.1f}" for k in ("p50_us", "p90_us", "p99_us", "max_us", "mean_us")),
+            f"{s['pages_per_s']:.0f}",
+            f"{s['run_s_mean']:.4f}",
+        )
+    console.print(table)
+    console.print(
+        f"remote/local p50 (warm): {report['remote_over_local_p50']:.2f}   "
+        f"remote/local p50 (cold): {report['remote_cold_over_local_cold_p50']:.2f}   "
+        f"(paper, cold NFS over 10 Mb/s: ~1.5)"
+    )
+    if "remote_over_redis_p50" in report:
+        console.print(
+            f"Shuttle/Redis p50 (warm): {report['remote_over_redis_p50']:.2f} (target ≤ 1.25)"
+        )
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"report written to {json_path}")

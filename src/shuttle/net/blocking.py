@@ -119,6 +119,10 @@ class BlockingConnection:
         self.node_id: str | None = None
         self._sock: socket.socket | None = None
         self._conn: Connection | None = None
+        # One receive buffer for the connection's life: recv(n) would allocate (and
+        # for large n mmap and unmap) a fresh n-byte object on every call.
+        self._recv_buf = bytearray(RECV_BYTES)
+        self._recv_view = memoryview(self._recv_buf)
         #: Responses that arrived while waiting for another request id.
         self._early: dict[int, Response | ErrorResponse] = {}
 
@@ -348,7 +352,7 @@ class BlockingConnection:
                     self.link.sleep_until(self.link.response_arrival(size))
                 return ev
             try:
-                data = sock.recv(RECV_BYTES)
+                n = sock.recv_into(self._recv_buf)
             except BlockingIOError:  # SO_RCVTIMEO expired
                 if time.monotonic() < deadline:
                     continue
@@ -362,15 +366,15 @@ class BlockingConnection:
                 raise UnreachableError(
                     f"lost the connection to node {self.address} ({exc.strerror or exc})"
                 ) from exc
-            if not data:
+            if not n:
                 if eof:
                     self.close()
                     raise UnreachableError(f"node {self.address} closed the connection")
                 eof = True
                 conn.receive_data(b"")  # end of stream: the codec says how it ended
                 continue
-            self.counters.bytes_received += len(data)
-            conn.receive_data(data)
+            self.counters.bytes_received += n
+            conn.receive_data(self._recv_view[:n])  # the codec copies what it keeps
 
 
 def _set_kernel_timeout(sock: socket.socket, option: int, seconds: float) -> None:

@@ -1,0 +1,227 @@
+"""``shuttle bench netrand``: random page-sized fetches, local file against remote file.
+
+Smith and Maguire's experiment (../shared/papers/page-sized-network-fetches.txt):
+read N random 4 KiB pages of a file, picked by the paper's linear congruential
+generator (or a seeded one), from a local file with ``os.pread`` and from the same
+file through a Shuttle node, with caches cold (OS page cache dropped with
+``posix_fadvise(DONTNEED)`` and the node's block cache cleared) and warm (a second
+pass over the same pages). In the same run, as the anchor for a fast remote fetch,
+a Redis server on loopback serves the same pages as values to the same timing
+harness. Modes are interleaved round by round so that drift on a shared machine
+hits them all alike.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shuttle.bench.nodes import bench_client
+from shuttle.bench.redis_anchor import RedisServer, RespClient
+from shuttle.client.client import Client
+from shuttle.errors import ConfigError
+
+#: The paper's page and its default run length.
+PAGE_BYTES = 4096
+PAGES_DEFAULT = 400
+#: Rounds of N pages per mode: 20 × 400 = 8,000 samples, enough for a stable p99.
+ROUNDS_DEFAULT = 20
+#: Default file: larger than the node's default 64 MiB block cache, so cold reads miss.
+FILE_BYTES_DEFAULT = 128 << 20
+KEY = "bench/netrand.dat"
+
+Fetch = Callable[[int], bytes]
+
+
+def lcg_pages(seed: int, count: int, file_pages: int) -> Iterator[int]:
+    """The paper's generator: ``last = (17*last + 123) % 65521``, page = last mod pages."""
+    last = seed % 65521 or 1
+    for _ in range(count):
+        last = (17 * last + 123) % 65521
+        yield last % file_pages
+
+
+def seeded_pages(seed: int, count: int, file_pages: int) -> Iterator[int]:
+    rng = random.Random(seed)
+    for _ in range(count):
+        yield rng.randrange(file_pages)
+
+
+GENERATORS = {"lcg": lcg_pages, "seeded": seeded_pages}
+
+
+@dataclass(frozen=True)
+class NetrandConfig:
+    pages: int = PAGES_DEFAULT
+    rounds: int = ROUNDS_DEFAULT
+    file_bytes: int = FILE_BYTES_DEFAULT
+    generator: str = "lcg"
+    seed: int = 1
+    node: str | None = None
+    link: str | None = None
+    cpu_factor: float = 1.0
+    redis: bool = True
+    page_bytes: int = PAGE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.generator not in GENERATORS:
+            raise ConfigError(
+                f"--generator must be one of {', '.join(GENERATORS)}, not {self.generator!r}"
+            )
+        if self.pages <= 0 or self.rounds <= 0:
+            raise ConfigError("--pages and --rounds must be positive")
+        if self.file_bytes < self.page_bytes:
+            raise ConfigError(f"--file-bytes must be at least one page ({self.page_bytes})")
+
+    @property
+    def file_pages(self) -> int:
+        return self.file_bytes // self.page_bytes
+
+
+@dataclass
+class Samples:
+    """Per-page latencies (ns) of one mode, and the elapsed time of each run of N pages."""
+
+    latencies_ns: list[int] = field(default_factory=list)
+    run_s: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        lat = sorted(self.latencies_ns)
+        if not lat:
+            return {}
+
+        def pct(q: float) -> float:
+            return lat[min(len(lat) - 1, int(q * len(lat)))] / 1e3
+
+        mean_us = statistics.fmean(lat) / 1e3
+        return {
+            "samples": len(lat),
+            "p50_us": pct(0.50),
+            "p90_us": pct(0.90),
+            "p99_us": pct(0.99),
+            "max_us": lat[-1] / 1e3,
+            "mean_us": mean_us,
+            "pages_per_s": 1e6 / mean_us,
+            "run_s_mean": statistics.fmean(self.run_s),
+        }
+
+
+def timed_run(pages: list[int], fetch: Fetch, page_bytes: int, into: Samples) -> None:
+    clock = time.perf_counter_ns
+    start = clock()
+    lat = into.latencies_ns
+    for page in pages:
+        t = clock()
+        data = fetch(page)
+        lat.append(clock() - t)
+        if len(data) != page_bytes:
+            raise AssertionError(f"page {page}: got {len(data)} bytes")
+    into.run_s.append((clock() - start) / 1e9)
+
+
+def make_file(path: Path, nbytes: int) -> None:
+    with open(path, "wb") as f:
+        remaining = nbytes
+        while remaining:
+            piece = os.urandom(min(remaining, 1 << 20))
+            f.write(piece)
+            remaining -= len(piece)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Run the benchmark; returns the report (figures and configuration)."""
+    pb = config.page_bytes
+    modes = ["local_cold", "remote_cold", "local", "remote_warm"] + (
+        ["redis"] if config.redis else []
+    )
+    samples = {m: Samples() for m in modes}
+    # The client cache is off: every remote page is a round trip to the node.
+    with bench_client(
+        config.node, link=config.link, cpu_factor=config.cpu_factor, cache_bytes=0
+    ) as (client, scratch):
+        path = scratch / "netrand.dat"
+        progress(f"writing a {config.file_bytes >> 20} MiB file and putting it into the node")
+        make_file(path, config.file_bytes)
+        client.put(KEY, path)
+        fd = os.open(path, os.O_RDONLY)
+        redis = RedisServer(scratch) if config.redis else None
+        resp = None
+        try:
+            if redis is not None:
+                progress("loading the same pages into redis")
+                resp = RespClient(redis.port)
+                with open(path, "rb") as f:
+                    resp.set_many((b"p:%d" % i, f.read(pb)) for i in range(config.file_pages))
+            fetchers: dict[str, Fetch] = {
+                "local": lambda p: os.pread(fd, pb, p * pb),
+                "remote": _remote_fetch(client, pb),
+            }
+            if resp is not None:
+                r = resp
+                fetchers["redis"] = lambda p: r.get(b"p:%d" % p) or b""
+            gen = GENERATORS[config.generator]
+            for rnd in range(config.rounds):
+                progress(f"round {rnd + 1}/{config.rounds}")
+                pages = list(gen(config.seed + rnd, config.pages, config.file_pages))
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                timed_run(pages, fetchers["local"], pb, samples["local_cold"])
+                client.drop_caches([KEY])
+                timed_run(pages, fetchers["remote"], pb, samples["remote_cold"])
+                # Warm: the pages were just read; a second pass finds them cached.
+                timed_run(pages, fetchers["local"], pb, samples["local"])
+                timed_run(pages, fetchers["remote"], pb, samples["remote_warm"])
+                if resp is not None:
+                    timed_run(pages, fetchers["redis"], pb, samples["redis"])
+            node_stats = client.node_stats(client.nodes[0])
+        finally:
+            os.close(fd)
+            if resp is not None:
+                resp.close()
+            if redis is not None:
+                redis.stop()
+    report: dict[str, Any] = {"config": asdict(config)}
+    for mode, s in samples.items():
+        report[mode] = s.summary()
+    report["remote_over_local_p50"] = report["remote_warm"]["p50_us"] / report["local"]["p50_us"]
+    report["remote_cold_over_local_cold_p50"] = (
+        report["remote_cold"]["p50_us"] / report["local_cold"]["p50_us"]
+    )
+    report["remote_cold_over_local_cold_run"] = (
+        report["remote_cold"]["run_s_mean"] / report["local_cold"]["run_s_mean"]
+    )
+    if config.redis:
+        report["remote_over_redis_p50"] = (
+            report["remote_warm"]["p50_us"] / report["redis"]["p50_us"]
+        )
+    report["node_cache"] = node_stats.get("store", {}).get("cache", {})
+    report["paper"] = PAPER
+    return report
+
+
+def _remote_fetch(client: Client, pb: int) -> Fetch:
+    read = client.read
+
+    def fetch(page: int) -> bytes:
+        return read(KEY, page * pb, pb)
+
+    return fetch
+
+
+#: The paper's figures (HP9000/350 client, 10 Mbit Ethernet, NFS), for the report.
+PAPER = {
+    "pages": 400,
+    "local_s": [10.68, 10.24, 9.74],
+    "remote_same_server_s": [15.42, 15.02, 13.32],
+    "remote_over_local": 1.5,
+    "remote_ms_per_page_cold": 39.0,
+    "fast_server_sun4_s_per_100_pages": 2.11,
+    "slow_server_vax_s_per_100_pages": 4.3,
+}

@@ -1,0 +1,46 @@
+"""Nodes for benchmarks: use the one the user named, or start a private one on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from shuttle.client.client import Client
+from shuttle.client.connect import connect
+from shuttle.cluster import local
+from shuttle.node.config import CACHE_BYTES_DEFAULT
+
+
+@contextlib.contextmanager
+def bench_client(
+    node: str | None,
+    *,
+    link: str | None = None,
+    cpu_factor: float = 1.0,
+    node_cache_bytes: int = CACHE_BYTES_DEFAULT,
+    workdir: Path | None = None,
+    **client_options: object,
+) -> Iterator[tuple[Client, Path]]:
+    """A client of ``node``, or of a node process started here for the benchmark (and
+    stopped, its data removed, afterwards). Yields the client and a scratch folder on
+    the same disk as the node's data."""
+    scratch = Path(tempfile.mkdtemp(prefix="shuttle-bench-", dir=workdir))
+    try:
+        if node is not None:
+            with connect(node=node, link=link, **client_options) as client:  # type: ignore[arg-type]
+                yield client, scratch
+            return
+        cluster = local.up(
+            scratch / "cluster", nodes=1, cpu_factors=[cpu_factor], cache_bytes=node_cache_bytes
+        )
+        try:
+            assert cluster.path is not None
+            with connect(cluster=cluster.path, link=link, **client_options) as client:  # type: ignore[arg-type]
+                yield client, scratch
+        finally:
+            local.down(cluster)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,159 @@
+"""A Redis server on loopback, and a raw RESP client: the anchor for a fast remote fetch.
+
+Debian's ``redis-server`` (installed by ``scripts/setup.sh``) is started on a free
+port with persistence off, so it serves purely from memory; the client speaks RESP
+over a plain socket, with the same per-request harness the Shuttle client is timed
+with, so the comparison is between servers, not client libraries.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+
+from shuttle.errors import ExternalToolError, RemoteProtocolError
+
+#: Where Debian puts the server; PATH is searched first.
+REDIS_SERVER = "redis-server"
+START_TIMEOUT_S = 10.0
+#: SETs sent per pipelined batch when loading pages.
+LOAD_BATCH = 512
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """``redis-server`` on 127.0.0.1 with no persistence; stopped on exit."""
+
+    def __init__(self, workdir: Path) -> None:
+        binary = shutil.which(REDIS_SERVER) or "/usr/bin/redis-server"
+        if not Path(binary).exists():
+            raise ExternalToolError(
+                "redis-server is not installed; run scripts/setup.sh (or apt-get install "
+                "redis-server), or pass --no-redis"
+            )
+        self.port = _free_port()
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(workdir),
+                "--daemonize",
+                "no",
+                "--protected-mode",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise ExternalToolError("redis-server did not start") from None
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def __enter__(self) -> RedisServer:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _command(*parts: bytes) -> bytes:
+    out = [b"*%d\r\n" % len(parts)]
+    for p in parts:
+        out.append(b"$%d\r\n%s\r\n" % (len(p), p))
+    return b"".join(out)
+
+
+class RespClient:
+    """A minimal blocking RESP client: SET (pipelined) and GET of bulk strings."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._buf = bytearray()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _fill(self) -> None:
+        data = self.sock.recv(1 << 20)
+        if not data:
+            raise RemoteProtocolError("redis closed the connection")
+        self._buf += data
+
+    def _line(self) -> bytes:
+        while (end := self._buf.find(b"\r\n")) < 0:
+            self._fill()
+        line = bytes(self._buf[:end])
+        del self._buf[: end + 2]
+        return line
+
+    def _reply(self) -> bytes | None:
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            while len(self._buf) < n + 2:
+                self._fill()
+            value = bytes(self._buf[:n])
+            del self._buf[: n + 2]
+            return value
+        raise RemoteProtocolError(f"unexpected redis reply {line[:80]!r}")
+
+    def set_many(self, items: Iterable[tuple[bytes, bytes]]) -> None:
+        batch: list[bytes] = []
+        for key, value in items:
+            batch.append(_command(b"SET", key, value))
+            if len(batch) == LOAD_BATCH:
+                self._send_batch(batch)
+                batch = []
+        if batch:
+            self._send_batch(batch)
+
+    def _send_batch(self, batch: list[bytes]) -> None:
+        self.sock.sendall(b"".join(batch))
+        for _ in batch:
+            self._reply()
+
+    def get(self, key: bytes) -> bytes | None:
+        self.sock.sendall(_command(b"GET", key))
+        return self._reply()
