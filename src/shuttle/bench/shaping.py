@@ -38,6 +38,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import signal
 import socket
 import statistics
@@ -331,6 +332,15 @@ def run_kernel(lab: NetnsLab, nbytes: int, pings: int, transport: str = "async")
     return _client_result(done)
 
 
+def _qdisc_counters(stats: str) -> dict[str, int]:
+    """``Sent B bytes P pkt (dropped D, overlimits O ...)`` from ``tc -s qdisc show``."""
+    found = re.search(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+), overlimits (\d+)", stats)
+    if found is None:
+        return {}
+    keys = ("sent_bytes", "sent_packets", "dropped", "overlimits")
+    return dict(zip(keys, map(int, found.groups()), strict=True))
+
+
 def _summary(runs: list[ClientResult]) -> dict[str, Any]:
     download_s = statistics.median(r.download_s for r in runs)
     upload_s = statistics.median(r.upload_s for r in runs)
@@ -364,6 +374,7 @@ def run_benchmark(
     kernel_runs: list[ClientResult] = []
     unshaped: list[ClientResult] = []
     lab = NetnsLab(1, profile) if reason is None else None
+    qdiscs: dict[str, dict[str, int]] = {}
     with lab if lab is not None else contextlib.nullcontext():
         for i in range(repeat):
             progress(f"unshaped run {i + 1}/{repeat}")
@@ -373,6 +384,12 @@ def run_benchmark(
             if lab is not None:
                 progress(f"kernel run {i + 1}/{repeat}")
                 kernel_runs.append(run_kernel(lab, nbytes, pings, transport))
+        if lab is not None:
+            node = lab.nodes[0]
+            qdiscs = {
+                "client_to_node": _qdisc_counters(lab.qdisc_stats(lab.hub, node.hub_device)),
+                "node_to_client": _qdisc_counters(lab.qdisc_stats(node.namespace, node.device)),
+            }
     report: dict[str, Any] = {
         "benchmark": "shaping",
         "config": {
@@ -397,6 +414,7 @@ def run_benchmark(
     if kernel_runs:
         k = _summary(kernel_runs)
         k["latency"] = "added by the emulated shaper at the client (no netem or fq here)"
+        k["tbf"] = qdiscs
         report["kernel"] = k
         e = report["emulated"]
         report["emulated_over_kernel"] = {
