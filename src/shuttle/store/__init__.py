@@ -16,6 +16,7 @@ Layout:
 * ``uploads``    upload sessions for large objects
 * ``listing``    listing by prefix, in key order, in pages
 * ``stats``      store-level counters
+* ``core``       opening, recovery, checkpoints and the guards every change goes through
 * ``objects``    :class:`ObjectStore`, the public API tying the above together
 * ``bench``      ``python -m shuttle.store.bench``: chunking, writes, uploads
 
