@@ -9,6 +9,7 @@ Layout (one concept a module):
 * ``server``    the server model: CPU, block cache with locking, metadata cache, disk
 * ``mobile``    the mobile application's dependent trace, at the client or the server
 * ``metrics``   what a run counts: response-time parts, hit rates, loads
+* ``prepare``   two passes over a long trace: busiest intervals, their warm caches
 * ``run``       one interval: warm-up, background feed, mobile application, results
 * ``sources``   where traces come from: files, the background generator, agrep
 * ``sweep``     the paper's two experiments (cache size, CPU speed), run in parallel

@@ -57,7 +57,17 @@ class Kernel:
     :meth:`run` or :meth:`step`.
     """
 
-    __slots__ = ("events_processed", "heap", "now", "seed", "sequence")
+    __slots__ = (
+        "_stream_handler",
+        "_stream_index",
+        "_stream_open",
+        "_stream_times",
+        "events_processed",
+        "heap",
+        "now",
+        "seed",
+        "sequence",
+    )
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
@@ -68,6 +78,10 @@ class Kernel:
         #: Sequence numbers start at NORMAL's base, so ``next(sequence)`` *is* the
         #: ordering key of a NORMAL event scheduled now.
         self.sequence = itertools.count(PRIORITY_NORMAL << _SEQUENCE_BITS)
+        self._stream_times: list[float] = []
+        self._stream_handler: Handler | None = None
+        self._stream_index = 0
+        self._stream_open = False
 
     # --- scheduling -----------------------------------------------------------------
 
@@ -100,13 +114,40 @@ class Kernel:
             raise ConfigError(f'"priority" must be in 0..{_PRIORITY_MAX}, got {priority!r}')
         self.at(self.now + delay_s, handler, arg, priority)
 
+    def stream(self, times: list[float], handler: Handler) -> None:
+        """Merge a time-ordered source of events: ``handler(times[i], i)`` for each ``i``.
+
+        A trace replayed at its recorded times is known in advance; keeping it out of
+        the heap saves a push and a pop per record. At equal times heap events run
+        first. The handler may call :meth:`end_stream` to drop the rest, or append
+        to ``times`` (later times only) to continue it. Raises
+        :class:`~shuttle.errors.ConfigError` if a stream is already attached.
+        """
+        if self._stream_open:
+            raise ConfigError("a kernel merges one stream at a time; end the first one")
+        self._stream_times = times
+        self._stream_handler = handler
+        self._stream_index = 0
+        self._stream_open = bool(times)
+
+    def end_stream(self) -> None:
+        """Drop the stream's remaining events."""
+        self._stream_open = False
+
+    def _stream_next(self) -> float:
+        if self._stream_open and self._stream_index < len(self._stream_times):
+            return self._stream_times[self._stream_index]
+        return math.inf
+
     def peek(self) -> float:
-        """Time of the next event, or ``inf`` if none is scheduled."""
-        return self.heap[0][0] if self.heap else math.inf
+        """Time of the next event (heap or stream), or ``inf`` if none is scheduled."""
+        top = self.heap[0][0] if self.heap else math.inf
+        return min(top, self._stream_next())
 
     def pending(self) -> int:
-        """Number of events scheduled and not yet run."""
-        return len(self.heap)
+        """Number of events scheduled and not yet run (the stream's included)."""
+        left = len(self._stream_times) - self._stream_index if self._stream_open else 0
+        return len(self.heap) + left
 
     # --- running --------------------------------------------------------------------
 
@@ -116,6 +157,8 @@ class Kernel:
         Returns the time of the last event run (``now``). Events scheduled at exactly
         ``until`` run. Counts events in ``events_processed``.
         """
+        if self._stream_open:
+            return self._run_merged(until)
         heap = self.heap
         pop = heappop
         processed = 0
@@ -138,13 +181,64 @@ class Kernel:
             self.events_processed += processed
         return now
 
+    def _run_merged(self, until: float) -> float:
+        """:meth:`run` with a stream: take the earlier of the heap's top and the stream's."""
+        heap = self.heap
+        pop = heappop
+        times = self._stream_times
+        count = len(times)
+        stream_handler = self._stream_handler
+        assert stream_handler is not None
+        index = self._stream_index
+        following = times[index] if index < count else math.inf
+        processed = 0
+        now = self.now
+        try:
+            while True:
+                if heap and heap[0][0] <= following:
+                    if heap[0][0] > until:
+                        break
+                    now, _, handler, arg = pop(heap)
+                    self.now = now
+                    handler(now, arg)
+                elif following <= until and following != math.inf:
+                    now = following
+                    self.now = now
+                    index += 1
+                    self._stream_index = index
+                    stream_handler(now, index - 1)
+                    if index < count and self._stream_open:
+                        following = times[index]
+                    else:
+                        count = len(times)  # the handler may have extended the stream
+                        if index < count and self._stream_open:
+                            following = times[index]
+                        else:
+                            following = math.inf
+                            self._stream_open = False
+                else:
+                    break
+                processed += 1
+        finally:
+            self.events_processed += processed
+        return now
+
     def step(self) -> bool:
-        """Run exactly one event; return False if there was none."""
-        if not self.heap:
+        """Run exactly one event (heap or stream); return False if there was none."""
+        following = self._stream_next()
+        if self.heap and self.heap[0][0] <= following:
+            now, _, handler, arg = heappop(self.heap)
+            self.now = now
+            handler(now, arg)
+        elif following != math.inf:
+            self.now = following
+            self._stream_index += 1
+            assert self._stream_handler is not None
+            self._stream_handler(following, self._stream_index - 1)
+            if self._stream_index >= len(self._stream_times):
+                self._stream_open = False
+        else:
             return False
-        now, _, handler, arg = heappop(self.heap)
-        self.now = now
-        handler(now, arg)
         self.events_processed += 1
         return True
 

@@ -16,10 +16,10 @@ issued, so the background is fed in arrival order, one pending event at a time.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from dataclasses import dataclass, field
-from heapq import heappush
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from shuttle.sim.config import ExperimentConfig, ServerConfig
 from shuttle.sim.kernel import Kernel
 from shuttle.sim.metrics import MobileStats, ResourceUse, TrafficStats
 from shuttle.sim.mobile import MobileApp
-from shuttle.sim.server import Request, Server
+from shuttle.sim.server import Server
 from shuttle.sim.workload import (
     BLOCK_BITS,
     BLOCK_READ,
@@ -38,6 +38,10 @@ from shuttle.sim.workload import (
     WarmState,
     warm_cache_contents,
 )
+
+#: Background requests are turned into Python values this far ahead (seconds of
+#: trace): the interval's records at once, the overrun only as far as it is needed.
+_LOAD_AHEAD_S = 30.0
 
 #: Where the mobile application runs; "none" measures the background alone.
 PLACEMENTS = ("client", "server", "none")
@@ -74,6 +78,8 @@ class RunTiming:
     """Wall-clock figures of one run, kept apart from the deterministic result."""
 
     wall_s: float = 0.0
+    #: CPU seconds of this process: steadier than wall time on a shared machine.
+    cpu_s: float = 0.0
     records: int = 0
     events: int = 0
     extra: dict[str, float] = field(default_factory=dict)
@@ -112,45 +118,49 @@ class BackgroundFeeder:
         back_s = np.where(kind == BLOCK_READ, with_data, small)
         arrival = issue + out_s
         order = np.argsort(arrival, kind="stable")
-        self.arrival: list[float] = arrival[order].tolist()
-        self.issue: list[float] = issue[order].tolist()
-        self.kind: list[int] = kind[order].tolist()
-        self.file: list[int] = columns.file[order].tolist()
-        self.first: list[int] = ((columns.file << BLOCK_BITS) + first)[order].tolist()
-        self.nblocks: list[int] = nblocks[order].tolist()
-        self.network_s: list[float] = (out_s + back_s)[order].tolist()
-        self.reply_s: list[float] = back_s[order].tolist()
         issued = issue[order]
-        self.measured: list[bool] = ((issued >= measure_from_s) & (issued < measure_to_s)).tolist()
-        self.count = len(self.arrival)
+        # Sorted columns; they become Python lists piece by piece (see _load).
+        self._arrival = arrival[order]
+        self._columns = (
+            kind[order],
+            columns.file[order],
+            ((columns.file << BLOCK_BITS) + first)[order],
+            nblocks[order],
+            issued,
+            (out_s + back_s)[order],
+            back_s[order],
+            (issued >= measure_from_s) & (issued < measure_to_s),
+        )
+        self.arrival: list[float] = []
+        #: One tuple per request: kind, file, first block key, blocks, issue time,
+        #: network time (both ways), reply time, measured.
+        self.requests: list[tuple[int, int, int, int, float, float, float, bool]] = []
+        self._last_loaded = -1
+        self._load(measure_to_s + _LOAD_AHEAD_S)
+
+    def _load(self, until_s: float) -> None:
+        """Convert the requests arriving up to ``until_s`` (at least one more)."""
+        lo = len(self.arrival)
+        hi = max(int(np.searchsorted(self._arrival, until_s, side="right")), lo + 1)
+        hi = min(hi, len(self._arrival))
+        self.arrival.extend(self._arrival[lo:hi].tolist())
+        self.requests.extend(zip(*(c[lo:hi].tolist() for c in self._columns), strict=True))
+        self._last_loaded = len(self.arrival) - 1
 
     def start(self) -> None:
-        if self.count and self.arrival[0] <= self.stop_s_max:
-            server = self.server
-            heappush(server.heap, (self.arrival[0], next(server.sequence), self._arrive, 0))
+        """Attach the requests to the server's kernel as a stream in arrival order."""
+        self.server.kernel.stream(self.arrival, self._arrive)
 
     def _arrive(self, now: float, i: int) -> None:
-        server = self.server
-        j = i + 1
-        if j < self.count:
-            at = self.arrival[j]
-            if at <= self.stop_s_max and (at <= self.measure_to_s or not self.mobile_done):
-                heappush(server.heap, (at, next(server.sequence), self._arrive, j))
+        if now > self.measure_to_s and (self.mobile_done or now > self.stop_s_max):
+            # Past the interval and nobody left to load the server for: stop.
+            self.server.kernel.end_stream()
+            return
+        if i == self._last_loaded and i + 1 < len(self._arrival):
+            # The mobile application is still running: convert the next piece.
+            self._load(now + _LOAD_AHEAD_S)
         self.fed += 1
-        server.arrive(
-            now,
-            Request(
-                self.kind[i],
-                self.file[i],
-                self.first[i],
-                self.nblocks[i],
-                self.issue[i],
-                self.network_s[i],
-                self.reply_s[i],
-                self.stats,
-                self.measured[i],
-            ),
-        )
+        self.server.arrive_independent(now, self.requests[i], self.stats)
 
 
 def simulate_interval(
@@ -172,6 +182,7 @@ def simulate_interval(
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, not {placement!r}")
     began = time.perf_counter()
+    began_cpu = time.process_time()
     speed = config.client_speed
     start_s = interval.start_s / speed
     end_s = interval.end_s / speed
@@ -208,10 +219,19 @@ def simulate_interval(
 
     kernel.at(start_s, mark, "start")
     kernel.at(end_s, mark, "end")
-    kernel.run(until=stop_s_max)
-    if app is not None and not app.done:
-        app.abandon(kernel.now)
-    kernel.run()  # the measured requests still in the server finish
+    # A run allocates millions of short-lived objects and holds millions of tuples;
+    # the cyclic garbage collector would traverse them again and again for nothing
+    # (the model makes no reference cycles it needs collected). Off while running.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        kernel.run(until=stop_s_max)
+        if app is not None and not app.done:
+            app.abandon(kernel.now)
+        kernel.run()  # the measured requests still in the server finish
+    finally:
+        if collecting:
+            gc.enable()
     load.cpu_busy_s = marks["end_cpu"] - marks["start_cpu"]
     load.disk_busy_s = marks["end_disk"] - marks["start_disk"]
     load.mobile_cpu_s = marks["end_mobile"] - marks["start_mobile"]
@@ -229,6 +249,7 @@ def simulate_interval(
     )
     if timing is not None:
         timing.wall_s += time.perf_counter() - began
+        timing.cpu_s += time.process_time() - began_cpu
         timing.records += feeder.fed
         timing.events += kernel.events_processed
     return result

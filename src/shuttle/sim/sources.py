@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from shuttle.errors import ConfigError
 from shuttle.sim.config import from_mapping
 from shuttle.sim.kernel import derive_seed
-from shuttle.sim.workload import Columns
+from shuttle.sim.prepare import ChunkSource, columns_source
+from shuttle.sim.workload import Columns, kind_of
 from shuttle.traces.record import TraceRecord
 
 Progress = Callable[[int], None]
@@ -64,8 +68,12 @@ def load_background(
     seed: int,
     format: str = "auto",
     progress: Progress | None = None,
-) -> tuple[Columns, dict[str, Any]]:
-    """The background trace: from ``path``, or generated from ``table`` and ``seed``."""
+) -> tuple[ChunkSource, dict[str, Any]]:
+    """The background trace: read from ``path``, or generated from ``table`` and ``seed``.
+
+    A file is read whole (it is finite and already on disk); the generator is asked
+    for pieces of columns as they are needed, so hours of trace never sit in memory.
+    """
     if path is not None:
         if table:
             raise ConfigError(
@@ -73,19 +81,43 @@ def load_background(
                 f"file ({path}); drop one of them"
             )
         columns = load_trace_file(path, format, progress)
-        return columns, {"source": str(path), "format": format, "records": len(columns)}
+        return columns_source(columns), {
+            "source": str(path),
+            "format": format,
+            "records": len(columns),
+        }
     background = _module("shuttle.traces.background", "the background generator")
     config = from_mapping(background.BackgroundConfig, table, "[background]")
     generator_seed = derive_seed(seed, "background")
-    columns = Columns.from_records(_counting(background.generate(config, generator_seed), progress))
     description: dict[str, Any] = {
         "source": "generated (shuttle.traces.background)",
         "seed": generator_seed,
-        "records": len(columns),
     }
-    if dataclasses.is_dataclass(config):
+    if hasattr(config, "to_dict"):
+        description["config"] = config.to_dict()
+    elif dataclasses.is_dataclass(config):
         description["config"] = dataclasses.asdict(config)  # type: ignore[arg-type]
-    return columns, description
+    if not hasattr(background, "generate_columns"):
+        records = background.generate(config, generator_seed)
+        columns = Columns.from_records(_counting(records, progress))
+        description["records"] = len(columns)
+        return columns_source(columns), description
+    kinds = np.array([kind_of(op) for op in background.OPS], dtype=np.int8)
+
+    def chunks(start_s: float, end_s: float) -> Iterator[Columns]:
+        end = None if math.isinf(end_s) else end_s
+        for chunk in background.generate_columns(config, generator_seed, start_s, end):
+            yield Columns(
+                time_s=chunk.time_s,
+                client=chunk.client,
+                kind=kinds[chunk.op],
+                file=chunk.file,
+                offset=chunk.offset,
+                size=chunk.size,
+                file_count=0,
+            )
+
+    return chunks, description
 
 
 def load_mobile(path: Path | None, format: str = "auto") -> tuple[Columns, dict[str, Any]]:

@@ -25,8 +25,15 @@ from typing import Any
 from shuttle.errors import ConfigError
 from shuttle.sim.config import ExperimentConfig, ServerConfig, replace, to_dict
 from shuttle.sim.metrics import TrafficStats
-from shuttle.sim.run import PLACEMENTS, RunResult, RunTiming, simulate_interval, warm_state_for
-from shuttle.sim.workload import Columns, Interval, WarmState, busiest_intervals
+from shuttle.sim.prepare import (
+    ChunkSource,
+    IntervalData,
+    Progress,
+    columns_source,
+    prepare_intervals,
+)
+from shuttle.sim.run import PLACEMENTS, RunResult, RunTiming, simulate_interval
+from shuttle.sim.workload import Columns
 
 MB = 1 << 20
 
@@ -102,28 +109,29 @@ def cpu_speed_sweep(
 
 @dataclass(slots=True)
 class Prepared:
-    """The traces cut into intervals, with each interval's warmed caches."""
+    """The measured intervals (each with its warmed caches) and the mobile trace."""
 
-    background: Columns
+    intervals: list[IntervalData]
     mobile: Columns
-    intervals: list[Interval]
-    warm: list[WarmState]
     sources: dict[str, Any] = field(default_factory=dict)
 
 
 def prepare(
-    background: Columns,
+    background: ChunkSource | Columns,
     mobile: Columns,
     experiment: ExperimentConfig,
     block_size_bytes: int,
     sources: dict[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> Prepared:
     """Pick the busiest intervals and replay each one's warm-up through the caches."""
-    intervals = busiest_intervals(
-        background.time_s, experiment.interval_s, experiment.intervals, experiment.warmup_s
-    )
-    warm = [warm_state_for(background, i, experiment, block_size_bytes) for i in intervals]
-    return Prepared(background, mobile, intervals, warm, dict(sources or {}))
+    chunks = columns_source(background) if isinstance(background, Columns) else background
+    intervals, records = prepare_intervals(chunks, experiment, block_size_bytes, progress)
+    described = dict(sources or {})
+    background_source = dict(described.get("background", {}))
+    background_source["records"] = records
+    described["background"] = background_source
+    return Prepared(intervals, mobile, described)
 
 
 # --- running ------------------------------------------------------------------------
@@ -145,13 +153,14 @@ def _run_task(task: Task) -> tuple[Task, RunResult, RunTiming]:
     configs: list[ServerConfig] = _SHARED["configs"]
     experiment: ExperimentConfig = _SHARED["experiment"]
     timing = RunTiming()
+    data = prepared.intervals[task.interval]
     result = simulate_interval(
         configs[task.point],
         experiment,
         task.placement,
-        prepared.intervals[task.interval],
-        prepared.background,
-        prepared.warm[task.interval],
+        data.interval,
+        data.background,
+        data.warm,
         prepared.mobile,
         timing,
     )
@@ -166,17 +175,19 @@ class SweepPerf:
     jobs: int = 1
     wall_s: float = 0.0
     run_wall_s: float = 0.0
+    run_cpu_s: float = 0.0
     records: int = 0
     events: int = 0
 
     @property
     def records_per_s(self) -> float:
-        """Trace records simulated per second of one worker's time."""
-        return self.records / self.run_wall_s if self.run_wall_s else 0.0
+        """Trace records simulated per CPU second of a worker (steady under load)."""
+        return self.records / self.run_cpu_s if self.run_cpu_s else 0.0
 
     @property
     def events_per_s(self) -> float:
-        return self.events / self.run_wall_s if self.run_wall_s else 0.0
+        """Kernel events per CPU second of a worker."""
+        return self.events / self.run_cpu_s if self.run_cpu_s else 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -184,6 +195,7 @@ class SweepPerf:
             "jobs": self.jobs,
             "wall_s": self.wall_s,
             "run_wall_s": self.run_wall_s,
+            "run_cpu_s": self.run_cpu_s,
             "records": self.records,
             "events": self.events,
             "records_per_s": self.records_per_s,
@@ -235,6 +247,7 @@ def run_sweep(
             for task, result, timing in outputs:
                 results[task] = result
                 perf.run_wall_s += timing.wall_s
+                perf.run_cpu_s += timing.cpu_s
                 perf.records += timing.records
                 perf.events += timing.events
                 if progress is not None:
@@ -323,14 +336,15 @@ def _document(
             },
             "intervals": [
                 {
-                    "index": i.index,
-                    "start_s": i.start_s,
-                    "end_s": i.end_s,
-                    "requests": i.requests,
-                    "warmup_records": w.records,
-                    "warm_blocks": len(w.blocks_lru_first),
+                    "index": d.interval.index,
+                    "start_s": d.interval.start_s,
+                    "end_s": d.interval.end_s,
+                    "requests": d.interval.requests,
+                    "warmup_records": d.warm.records,
+                    "warm_blocks": len(d.warm.blocks_lru_first),
+                    "warm_files": len(d.warm.metadata_files),
                 }
-                for i, w in zip(prepared.intervals, prepared.warm, strict=True)
+                for d in prepared.intervals
             ],
             "points": points,
             "runs": [

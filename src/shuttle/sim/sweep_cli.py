@@ -133,19 +133,22 @@ def sweep_command(
         task = bar.add_task("background trace: loading", total=None)
 
         def loaded(n: int) -> None:
-            bar.update(task, completed=n, description=f"background trace: {n:,} records")
+            bar.update(task, completed=n, description=f"background trace: {n:,} records read")
 
-        bg_columns, bg_source = load_background(
+        def passed(n: int, phase: str) -> None:
+            bar.update(task, completed=n, description=f"background: {phase}, {n:,} records")
+
+        bg_chunks, bg_source = load_background(
             background, tables.get("background", {}), experiment.seed, background_format, loaded
         )
         mobile_columns, mobile_source = load_mobile(mobile, mobile_format)
-        bar.update(task, description="intervals: choosing and warming the caches")
         prepared = prepare(
-            bg_columns,
+            bg_chunks,
             mobile_columns,
             experiment,
             server.block_size_bytes,
             {"background": bg_source, "mobile": mobile_source},
+            passed,
         )
         bar.remove_task(task)
         prep_s = time.perf_counter() - began
@@ -165,7 +168,7 @@ def sweep_command(
     perf_path.write_text(json.dumps(perf_doc, indent=1) + "\n")
     _intervals_table(document)
     _results_table(document)
-    _perf_line(perf, prep_s, total_s, bg_source, mobile_source)
+    _perf_line(perf, prep_s, total_s, document["config"]["background"]["records"], mobile_source)
     console.print(f"wrote {json_path} and {perf_path}")
     if plots:
         from shuttle.sim.plots import plot_sweep
@@ -303,13 +306,14 @@ def _perf_line(
     perf: SweepPerf,
     prep_s: float,
     total_s: float,
-    bg_source: dict[str, Any],
+    background_records: int,
     mobile_source: dict[str, Any],
 ) -> None:
     console.print(
         f"{perf.runs} runs on {perf.jobs} worker(s) in {perf.wall_s:.1f} s "
         f"({perf.records:,} records, {perf.records_per_s:,.0f} records/s and "
-        f"{perf.events_per_s:,.0f} events/s per worker); traces and warm-up {prep_s:.1f} s "
-        f"({bg_source['records']:,} background, {mobile_source['records']:,} mobile records); "
+        f"{perf.events_per_s:,.0f} events/s per worker CPU second); "
+        f"traces and warm-up {prep_s:.1f} s "
+        f"({background_records:,} background, {mobile_source['records']:,} mobile records); "
         f"total {total_s:.1f} s"
     )

@@ -10,10 +10,10 @@ so the mobile trace's file ids live in their own range (:data:`MOBILE_FILE_BASE`
 
 Interval selection (section 4.1): the trace is cut into aligned windows of length T;
 the K windows with the most requests that have a full warm-up W before them are
-measured. The warm-up is replayed through the caches alone
-(:func:`warm_cache_contents`): LRU contents depend only on the order of accesses, so
-one pass gives the contents of a cache of every size at once (the LRU stack
-property) -- the C most recently used blocks.
+measured. The warm-up is replayed through the caches alone (:class:`WarmUp`): LRU
+contents depend only on the order of accesses, so one pass gives the contents of a
+cache of every size at once (the LRU stack property) -- the C most recently used
+blocks.
 """
 
 from __future__ import annotations
@@ -111,6 +111,41 @@ class Columns:
             file_count=len(ids),
         )
 
+    @classmethod
+    def concat(cls, pieces: list[Columns]) -> Columns:
+        """The pieces one after another (their file ids must share one numbering)."""
+        if not pieces:
+            return cls.from_records([])
+        if len(pieces) == 1:
+            return pieces[0]
+        return cls(
+            time_s=np.concatenate([p.time_s for p in pieces]),
+            client=np.concatenate([p.client for p in pieces]),
+            kind=np.concatenate([p.kind for p in pieces]),
+            file=np.concatenate([p.file for p in pieces]),
+            offset=np.concatenate([p.offset for p in pieces]),
+            size=np.concatenate([p.size for p in pieces]),
+            file_count=max(p.file_count for p in pieces),
+        )
+
+    def copy(self) -> Columns:
+        """A copy that does not keep a larger parent array alive."""
+        return Columns(
+            self.time_s.copy(),
+            self.client.copy(),
+            self.kind.copy(),
+            self.file.copy(),
+            self.offset.copy(),
+            self.size.copy(),
+            self.file_count,
+        )
+
+    def with_files(self, file: I64, file_count: int) -> Columns:
+        """The same records with their files renumbered."""
+        return Columns(
+            self.time_s, self.client, self.kind, file, self.offset, self.size, file_count
+        )
+
     def window(self, start_s: float, end_s: float) -> Columns:
         """The records with ``start_s <= time < end_s`` (a view, no copy)."""
         lo, hi = np.searchsorted(self.time_s, [start_s, end_s], side="left")
@@ -144,44 +179,65 @@ class Interval:
     requests: int
 
 
+def window_counts(time_s: F64, origin_s: float, interval_s: float) -> I64:
+    """Requests per aligned window ``[origin + k T, origin + (k+1) T)`` (k = 0, 1, ...)."""
+    if len(time_s) == 0:
+        return np.zeros(0, dtype=np.int64)
+    bins = ((time_s - origin_s) // interval_s).astype(np.int64)
+    counts: I64 = np.bincount(bins).astype(np.int64)
+    return counts
+
+
+def choose_windows(
+    counts: I64,
+    origin_s: float,
+    span_s: float,
+    interval_s: float,
+    count: int,
+    warmup_s: float,
+) -> list[Interval]:
+    """The ``count`` windows with the most requests among those that qualify.
+
+    A window qualifies if it lies wholly inside the trace's ``span_s`` and has a full
+    ``warmup_s`` of trace before it. Ties go to the earlier window; the result is in
+    time order. Raises :class:`~shuttle.errors.ConfigError` if too few qualify.
+    """
+    windows = min(int(span_s // interval_s), len(counts))
+    first = int(np.ceil(warmup_s / interval_s - 1e-9))
+    if windows - first < count:
+        raise ConfigError(
+            f"the background trace spans {span_s:.0f} s: too short for {count} intervals of "
+            f"{interval_s:g} s after a {warmup_s:g} s warm-up (needs at least "
+            f"{warmup_s + count * interval_s:.0f} s); generate a longer trace or lower "
+            "experiment.intervals / experiment.warmup_s"
+        )
+    eligible = np.arange(first, windows)
+    # Stable sort on -count keeps earlier windows first among equals.
+    order = eligible[np.argsort(-counts[eligible], kind="stable")][:count]
+    return [
+        Interval(
+            index=i,
+            start_s=origin_s + w * interval_s,
+            end_s=origin_s + (w + 1) * interval_s,
+            requests=int(counts[w]),
+        )
+        for i, w in enumerate(sorted(int(w) for w in order))
+    ]
+
+
 def busiest_intervals(
     time_s: F64, interval_s: float, count: int, warmup_s: float
 ) -> list[Interval]:
-    """The ``count`` aligned windows of ``interval_s`` with the most requests.
+    """The ``count`` windows of ``interval_s`` with the most requests (section 4.1).
 
-    Windows are aligned to the trace's first record; only whole windows with a full
-    ``warmup_s`` of trace before them qualify. Ties go to the earlier window. The
-    result is in time order. Raises :class:`~shuttle.errors.ConfigError` if the
-    trace is too short to hold ``count`` such windows.
+    Windows are aligned to the trace's first record; see :func:`choose_windows`.
     """
     if len(time_s) == 0:
         raise ConfigError("the background trace is empty; nothing to measure")
     origin = float(time_s[0])
     span = float(time_s[-1]) - origin
-    windows = int(span // interval_s)
-    first = int(np.ceil(warmup_s / interval_s - 1e-9))
-    if windows - first < count:
-        raise ConfigError(
-            f"the background trace spans {span:.0f} s: too short for {count} intervals of "
-            f"{interval_s:g} s after a {warmup_s:g} s warm-up (needs at least "
-            f"{warmup_s + count * interval_s:.0f} s); generate a longer trace or lower "
-            "experiment.intervals / experiment.warmup_s"
-        )
-    bins = ((time_s - origin) // interval_s).astype(np.int64)
-    counts = np.bincount(bins, minlength=windows + 1)[:windows]
-    eligible = np.arange(first, windows)
-    # Stable sort on -count keeps earlier windows first among equals.
-    order = eligible[np.argsort(-counts[eligible], kind="stable")][:count]
-    chosen = sorted(int(w) for w in order)
-    return [
-        Interval(
-            index=i,
-            start_s=origin + w * interval_s,
-            end_s=origin + (w + 1) * interval_s,
-            requests=int(counts[w]),
-        )
-        for i, w in enumerate(chosen)
-    ]
+    counts = window_counts(time_s, origin, interval_s)
+    return choose_windows(counts, origin, span, interval_s, count, warmup_s)
 
 
 # --- the warm-up --------------------------------------------------------------------
@@ -205,35 +261,87 @@ class WarmState:
 
 def block_keys(columns: Columns, block_size_bytes: int, file_base: int = 0) -> I64:
     """Every block access of the block requests in ``columns``, in order, as keys."""
+    files, blocks = block_accesses(columns, block_size_bytes)
+    return ((files + file_base) << BLOCK_BITS) + blocks
+
+
+def block_accesses(columns: Columns, block_size_bytes: int) -> tuple[I64, I64]:
+    """(file, block number) of every block access, in order (multi-block requests expanded)."""
     is_block = columns.kind >= BLOCK_READ
     first, count = columns.block_range(block_size_bytes)
     first, count = first[is_block], count[is_block]
-    files = columns.file[is_block] + file_base
-    base = (files << BLOCK_BITS) + first
+    files = columns.file[is_block]
     total = int(count.sum())
-    if total == len(base):
-        return base
-    # Expand multi-block requests: base repeated, plus 0, 1, ... within each request.
-    starts = np.repeat(base, count)
-    offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-    return starts + offsets
+    if total == len(first):
+        return files, first
+    # Expand: each request's file repeated, its first block plus 0, 1, ... .
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(files, count), np.repeat(first, count) + within
+
+
+class WarmUp:
+    """Replays trace pieces through an LRU block cache and an infinite metadata cache.
+
+    Only the order of accesses matters to LRU contents, so instead of a cache this
+    keeps, per block, the sequence number of its last access; :meth:`finish` sorts by
+    it (the LRU stack). Each piece is reduced to its distinct blocks as it comes, so
+    hours of trace fit in little memory. Writes allocate (write-through with
+    allocation): every block access moves its block to the most recently used end.
+    File ids may be any int64 (they are not packed into keys here).
+    """
+
+    def __init__(self, block_size_bytes: int) -> None:
+        self.block_size_bytes = block_size_bytes
+        self.records = 0
+        self._accesses = 0
+        self._files: list[I64] = []
+        self._blocks: list[I64] = []
+        self._last: list[I64] = []
+        self._metadata: list[I64] = []
+
+    def add(self, columns: Columns) -> None:
+        """Replay the next piece of the trace (pieces must come in time order)."""
+        self.records += len(columns)
+        files, blocks = block_accesses(columns, self.block_size_bytes)
+        sequence = self._accesses + np.arange(len(files), dtype=np.int64)
+        self._accesses += len(files)
+        files, blocks, sequence = _last_per_block(files, blocks, sequence)
+        self._files.append(files)
+        self._blocks.append(blocks)
+        self._last.append(sequence)
+        self._metadata.append(np.unique(columns.file[columns.kind < BLOCK_READ]))
+
+    def finish(self) -> tuple[I64, I64, I64]:
+        """(files, blocks) from least to most recently used, and the metadata files."""
+        empty = np.empty(0, dtype=np.int64)
+        files, blocks, last = _last_per_block(
+            np.concatenate(self._files or [empty]),
+            np.concatenate(self._blocks or [empty]),
+            np.concatenate(self._last or [empty]),
+        )
+        order = np.argsort(last, kind="stable")
+        metadata = np.unique(np.concatenate(self._metadata or [empty]))
+        return files[order], blocks[order], metadata
+
+
+def _last_per_block(files: I64, blocks: I64, sequence: I64) -> tuple[I64, I64, I64]:
+    """Keep one entry per (file, block): the one with the highest sequence number."""
+    if len(files) == 0:
+        return files, blocks, sequence
+    order = np.lexsort((sequence, blocks, files))
+    files, blocks, sequence = files[order], blocks[order], sequence[order]
+    last = np.ones(len(files), dtype=bool)
+    last[:-1] = (files[1:] != files[:-1]) | (blocks[1:] != blocks[:-1])
+    return files[last], blocks[last], sequence[last]
 
 
 def warm_cache_contents(columns: Columns, block_size_bytes: int) -> WarmState:
-    """Replay ``columns`` through an LRU block cache and an infinite metadata cache.
-
-    Writes allocate (write-through with allocation), so every block access moves the
-    block to the most recently used end. Returns the blocks ordered by their last
-    access (the LRU stack) and the files the metadata cache holds.
-    """
-    keys = block_keys(columns, block_size_bytes)
-    if len(keys):
-        reversed_keys = keys[::-1]
-        unique, first_in_reversed = np.unique(reversed_keys, return_index=True)
-        last_access = len(keys) - 1 - first_in_reversed
-        blocks = unique[np.argsort(last_access, kind="stable")]
-    else:
-        blocks = np.empty(0, dtype=np.int64)
-    meta = columns.kind < BLOCK_READ
-    files = np.unique(columns.file[meta])
-    return WarmState(blocks_lru_first=blocks, metadata_files=files, records=len(columns))
+    """Replay ``columns`` (interned file ids) through the caches: the state afterwards."""
+    warm = WarmUp(block_size_bytes)
+    warm.add(columns)
+    files, blocks, metadata = warm.finish()
+    return WarmState(
+        blocks_lru_first=(files << BLOCK_BITS) + blocks,
+        metadata_files=metadata,
+        records=warm.records,
+    )

@@ -131,3 +131,72 @@ def test_draw_names_the_bad_parameter() -> None:
         draw(10, 1.2, 0)
     with pytest.raises(ConfigError, match='"customers"'):
         draw(0, 0.5, 0)
+
+
+def test_a_stream_merges_with_the_heap_in_time_order() -> None:
+    """A trace replayed at its times interleaves with the events the model schedules."""
+    kernel = Kernel()
+    log: list[tuple[float, str]] = []
+    arrivals = [1.0, 2.0, 2.0, 5.0]
+
+    def arrive(now: float, i: int) -> None:
+        log.append((now, f"arrival {i}"))
+        if i == 0:
+            kernel.at(now + 1.0, lambda t, _: log.append((t, "reply 0")))
+
+    kernel.stream(arrivals, arrive)
+    kernel.at(0.5, lambda t, _: log.append((t, "tick")))
+    kernel.at(4.0, lambda t, _: log.append((t, "tick")))
+    assert kernel.pending() == 6
+    assert kernel.peek() == 0.5
+    kernel.run()
+    assert log == [
+        (0.5, "tick"),
+        (1.0, "arrival 0"),
+        (2.0, "reply 0"),  # heap events go first at equal times
+        (2.0, "arrival 1"),
+        (2.0, "arrival 2"),
+        (4.0, "tick"),
+        (5.0, "arrival 3"),
+    ]
+    assert kernel.events_processed == 7
+    assert kernel.pending() == 0
+
+
+def test_a_stream_can_be_cut_short_and_run_until_a_time() -> None:
+    kernel = Kernel()
+    seen: list[int] = []
+
+    def arrive(now: float, i: int) -> None:
+        seen.append(i)
+        if i == 3:
+            kernel.end_stream()
+
+    kernel.stream([float(t) for t in range(10)], arrive)
+    kernel.run(until=1.5)
+    assert seen == [0, 1]
+    assert kernel.step()
+    assert seen == [0, 1, 2]
+    kernel.run()
+    assert seen == [0, 1, 2, 3]
+    assert not kernel.step()
+    kernel.stream([1.0], arrive)  # a new stream may follow the ended one
+    with pytest.raises(ConfigError, match="one stream at a time"):
+        kernel.stream([2.0], arrive)
+
+
+def test_a_stream_handler_may_extend_its_stream() -> None:
+    """A feeder converts its trace in pieces: it appends the next piece at the last record."""
+    kernel = Kernel()
+    times = [0.0, 1.0]
+    seen: list[float] = []
+
+    def arrive(now: float, i: int) -> None:
+        seen.append(now)
+        if i == len(times) - 1 and now < 5.0:
+            times.extend([now + 1.0, now + 2.0])
+
+    kernel.stream(times, arrive)
+    kernel.at(2.5, lambda t, _: seen.append(t))
+    kernel.run()
+    assert seen == [0.0, 1.0, 2.0, 2.5, 3.0, 4.0, 5.0]
