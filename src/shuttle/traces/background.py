@@ -76,18 +76,18 @@ _WRITE = _CODE[Op.WRITE]
 
 #: Metadata requests by kind. Reads: getattr dominates NFS traffic (clients
 #: revalidate cached files every few seconds), then lookups (name resolution),
-#: directory reads, symbolic links, file system status. Writes are about 1.2% of
+#: directory reads, symbolic links, file system status. Writes are about 0.9% of
 #: metadata: every one is written through to the server's disk, so they are kept to
 #: what a disk of the time could absorb beside the reads.
 DEFAULT_METADATA_MIX: tuple[tuple[Op, float], ...] = (
     (Op.GETATTR, 0.650),
-    (Op.LOOKUP, 0.260),
-    (Op.READDIR, 0.045),
+    (Op.LOOKUP, 0.262),
+    (Op.READDIR, 0.046),
     (Op.READLINK, 0.023),
     (Op.FSSTAT, 0.010),
-    (Op.SETATTR, 0.004),
-    (Op.CREATE, 0.004),
-    (Op.REMOVE, 0.003),
+    (Op.SETATTR, 0.003),
+    (Op.CREATE, 0.003),
+    (Op.REMOVE, 0.002),
     (Op.RENAME, 0.001),
 )
 
@@ -142,7 +142,7 @@ class BackgroundConfig:
     #: Metadata kinds and their relative weights.
     metadata_mix: tuple[tuple[Op, float], ...] = DEFAULT_METADATA_MIX
     #: Share of block requests that are writes.
-    block_write_fraction: float = 0.10
+    block_write_fraction: float = 0.08
     #: Bytes per block request (NFS 8 KB transfers; the last block of a file is short).
     request_bytes: int = 8192
 

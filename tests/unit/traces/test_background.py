@@ -78,7 +78,7 @@ def test_request_mix_matches_the_configuration() -> None:
     meta = sum(v for op, v in ops.items() if op.is_metadata)
     assert meta / n == pytest.approx(0.87, abs=0.01)
     blocks = ops[Op.READ] + ops[Op.WRITE]
-    assert ops[Op.WRITE] / blocks == pytest.approx(0.10, abs=0.01)
+    assert ops[Op.WRITE] / blocks == pytest.approx(SHORT.block_write_fraction, abs=0.01)
     weights = dict(SHORT.metadata_mix)
     total_w = sum(weights.values())
     for op, w in weights.items():
