@@ -10,13 +10,13 @@ from shuttle.sim.config import ServerConfig
 from shuttle.traces.background import BackgroundConfig
 from shuttle.traces.calibration import IntervalLoad, background_load
 
-#: 30 minutes at the daily peak: a 10-minute warm-up, then the busiest 3 minutes.
-PEAK = replace(BackgroundConfig(), duration_s=1800.0, start_time_of_day_s=13.6 * 3600)
+#: 20 minutes at the daily peak: a 7-minute warm-up, then the busiest 3 minutes.
+PEAK = replace(BackgroundConfig(), duration_s=1200.0, start_time_of_day_s=13.7 * 3600)
 
 
 @pytest.fixture(scope="module")
 def default_load() -> IntervalLoad:
-    (load,) = background_load(PEAK, 0, ServerConfig(), intervals=1, warmup_s=600.0)
+    (load,) = background_load(PEAK, 0, ServerConfig(), intervals=1, warmup_s=420.0)
     return load
 
 
@@ -32,6 +32,6 @@ def test_busy_interval_loads_the_cpu_in_the_paper_regime(default_load: IntervalL
 
 
 def test_a_smaller_cache_hits_less_and_loads_the_disk_more(default_load: IntervalLoad) -> None:
-    (small,) = background_load(PEAK, 0, ServerConfig(cache_blocks=256), intervals=1, warmup_s=600)
+    (small,) = background_load(PEAK, 0, ServerConfig(cache_blocks=256), intervals=1, warmup_s=420.0)
     assert small.block_hit_ratio < default_load.block_hit_ratio - 0.1
     assert small.disk_utilisation > default_load.disk_utilisation
