@@ -91,10 +91,16 @@ DEFAULT_METADATA_MIX: tuple[tuple[Op, float], ...] = (
     (Op.RENAME, 0.001),
 )
 
-#: New files get ids from here up (above any client's own files).
-NEW_FILE_BASE = 1 << 40
-#: Sessions one client may have (a bound that keeps new-file ids unique).
-SESSIONS_PER_CLIENT_MAX = 1 << 24
+#: Every background file id is below this, so a simulator can give the mobile
+#: application's files ids from here up and build block keys as ``file << 32 | block``
+#: in 64-bit integers (``shuttle.sim.workload`` does both).
+FILE_IDS_MAX = 1 << 28
+#: Files created during the trace get ids from here up (above every client's own
+#: files, which are numbered ``client × files_per_client + rank``).
+NEW_FILE_BASE = 1 << 24
+#: New files one epoch may create (their ids are ``NEW_FILE_BASE + epoch ×`` this
+#: ``+ k``, unique without counting across epochs). The default creates about 70.
+NEW_FILES_PER_EPOCH_MAX = 1 << 12
 #: Trace time generated per chunk: bounds memory (a minute at the default rate is
 #: ~50,000 records) while keeping numpy calls large.
 CHUNK_S = 60.0
@@ -203,6 +209,18 @@ class BackgroundConfig:
             )
         if sum(w for _, w in self.metadata_mix) <= 0:
             raise ConfigError('"metadata_mix" weights must not all be 0')
+        if self.clients * self.files_per_client > NEW_FILE_BASE:
+            raise ConfigError(
+                f'"clients" × "files_per_client" must be at most {NEW_FILE_BASE} (file ids), '
+                f"got {self.clients * self.files_per_client}"
+            )
+        epochs_max = (FILE_IDS_MAX - NEW_FILE_BASE) // NEW_FILES_PER_EPOCH_MAX
+        longest_s = epochs_max * EPOCH_S - self.session_s_max
+        if self.duration_s > longest_s:
+            raise ConfigError(
+                f'"duration_s" must be at most {longest_s:g} s (about 42 days: new files are '
+                f"numbered per minute of trace), got {self.duration_s:g}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The configuration as plain JSON-ready values (recorded with results)."""
@@ -280,7 +298,6 @@ class _Schedule:
     start_s: F64
     end_s: F64
     client: I64
-    index: I64  # the session's number within its client (names its new files)
     origin_s: float  # start of epoch 0
     epoch_bounds: I64  # sessions of epoch e: [epoch_bounds[e], epoch_bounds[e + 1])
     popularity_cdf: F64
@@ -303,7 +320,7 @@ def _schedule(config: BackgroundConfig, seed: int) -> _Schedule:
     # Sessions may start before 0 so the trace begins in steady state.
     lead_s = c.session_s_max
     span_s = c.duration_s + lead_s
-    starts, ends, clients, indexes = [], [], [], []
+    starts, ends, clients = [], [], []
     for client in range(c.clients):
         rng = np.random.default_rng([seed, 1, client])
         candidates = rng.poisson(peak_rate * weights[client] / per_session * span_s)
@@ -319,7 +336,6 @@ def _schedule(config: BackgroundConfig, seed: int) -> _Schedule:
         starts.append(t[live])
         ends.append((t + length)[live])
         clients.append(np.full(int(live.sum()), client, dtype=np.int64))
-        indexes.append(np.nonzero(live)[0].astype(np.int64))
     start = np.concatenate(starts)
     order = np.argsort(start, kind="stable")
     start = start[order]
@@ -336,7 +352,6 @@ def _schedule(config: BackgroundConfig, seed: int) -> _Schedule:
         start_s=start,
         end_s=np.concatenate(ends)[order],
         client=np.concatenate(clients)[order],
-        index=np.concatenate(indexes)[order],
         origin_s=origin,
         epoch_bounds=bounds.astype(np.int64),
         popularity_cdf=np.cumsum(popularity) / popularity.sum(),
@@ -386,8 +401,14 @@ def _epoch_requests(c: BackgroundConfig, s: _Schedule, seed: int, epoch: int) ->
     ws_file = client[:, None] * c.files_per_client + ws_rank
     ws_size = s.file_sizes[client[:, None], ws_rank]
     new = rng.uniform(0.0, 1.0, (sessions, w)) < c.new_file_fraction
-    uid = ((client * SESSIONS_PER_CLIENT_MAX + s.index[lo:hi]) * w)[:, None] + np.arange(w)
-    ws_file = np.where(new, NEW_FILE_BASE + uid, ws_file)
+    created = int(new.sum())
+    if created > NEW_FILES_PER_EPOCH_MAX:
+        raise ConfigError(
+            f"{created} new files in one {EPOCH_S:g} s epoch exceed the {NEW_FILES_PER_EPOCH_MAX} "
+            'the file numbering allows; lower "new_file_fraction" or "session_files"'
+        )
+    serial = np.cumsum(new).reshape(new.shape) - 1  # row-major: session order, then slot
+    ws_file = np.where(new, NEW_FILE_BASE + epoch * NEW_FILES_PER_EPOCH_MAX + serial, ws_file)
     ws_size = np.where(new, _file_sizes(c, rng, (sessions, w)), ws_size)
     # Each request: from its session's working set, or from its client's popularity.
     req_client = client[owner]

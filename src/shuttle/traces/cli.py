@@ -150,7 +150,8 @@ def record(
     """
     with tempfile.TemporaryDirectory(prefix="shuttle-trace-") as tmp:
         log = keep_strace or Path(tmp) / "strace.log"
-        code = record_strace(command, log, stdout=None, check=False)
+        # With the trace on stdout, the command's own output goes to stderr.
+        code = record_strace(command, log, stdout=2 if str(out) == "-" else None, check=False)
         prefix = str(under.resolve()) + "/" if under is not None else None
         reader = StraceReader(
             cwd=os.getcwd(),

@@ -157,3 +157,25 @@ def test_defaults_make_the_server_busy_at_full_speed_and_saturate_at_half() -> N
     cols = short_trace()
     measured = len(cols) / SHORT.duration_s * _cpu_s_per_request(config)
     assert measured == pytest.approx(busy, rel=0.2)
+
+
+def test_file_ids_leave_room_for_the_mobile_application_and_block_keys() -> None:
+    """Ids stay below 2**28: the simulator numbers mobile files from there and builds
+    block keys as file << 32 | block in 64-bit integers."""
+    from shuttle.traces.background import FILE_IDS_MAX, NEW_FILE_BASE
+
+    cols = short_trace()
+    assert int(cols.file.max()) < FILE_IDS_MAX == 1 << 28
+    created = cols.file[cols.file >= NEW_FILE_BASE]
+    assert len(created) > 0  # sessions do create files
+    owners: dict[int, set[int]] = {}
+    for f, c in zip(
+        created.tolist(), cols.client[cols.file >= NEW_FILE_BASE].tolist(), strict=True
+    ):
+        owners.setdefault(f, set()).add(c)
+    assert all(len(c) == 1 for c in owners.values())  # a new file belongs to one client
+
+
+def test_too_long_a_trace_is_refused() -> None:
+    with pytest.raises(ConfigError, match='"duration_s"'):
+        BackgroundConfig(duration_s=60 * 86_400.0)
