@@ -29,6 +29,7 @@ from shuttle.sim.workload import (
     I64,
     Columns,
     Interval,
+    WarmPiece,
     WarmState,
     WarmUp,
     choose_windows,
@@ -118,9 +119,15 @@ def collect_intervals(
     records = 0
     for piece in chunks(min(warm_from), max(timed_to)):
         records += len(piece)
+        # Most pieces lie wholly inside several intervals' warm-ups: reduce them once.
+        whole: WarmPiece | None = None
         for k in range(len(intervals)):
             warm_part = piece.window(warm_from[k], timed_from[k])
-            if len(warm_part):
+            if len(warm_part) == len(piece) and len(piece):
+                if whole is None:
+                    whole = WarmPiece.of(piece, block_size_bytes)
+                warmups[k].add_piece(whole)
+            elif len(warm_part):
                 warmups[k].add(warm_part)
             timed_part = piece.window(timed_from[k], timed_to[k])
             if len(timed_part):

@@ -26,6 +26,7 @@ from shuttle.errors import ConfigError
 from shuttle.sim.config import from_mapping
 from shuttle.sim.kernel import derive_seed
 from shuttle.sim.prepare import ChunkSource, columns_source
+from shuttle.sim.prepcache import file_identity
 from shuttle.sim.workload import Columns, kind_of
 from shuttle.traces.record import TraceRecord
 
@@ -62,6 +63,38 @@ def load_trace_file(path: Path, format: str = "auto", progress: Progress | None 
     return Columns.from_records(_counting(read_trace(path, format), progress))
 
 
+def describe_background(
+    path: Path | None, table: Mapping[str, Any], seed: int, format: str = "auto"
+) -> dict[str, Any]:
+    """What the background will be, without reading or generating it.
+
+    Raises :class:`~shuttle.errors.ConfigError` for a ``[background]`` table given
+    with a file, or a bad generator parameter.
+    """
+    if path is not None:
+        if table:
+            raise ConfigError(
+                "a [background] table configures the generator; it cannot apply to a trace "
+                f"file ({path}); drop one of them"
+            )
+        try:
+            identity = file_identity(path)
+        except OSError as exc:
+            raise ConfigError(f"cannot read background trace {str(path)!r}: {exc}") from exc
+        return {"source": str(path), "format": format, "file": identity}
+    background = _module("shuttle.traces.background", "the background generator")
+    config = from_mapping(background.BackgroundConfig, table, "[background]")
+    description: dict[str, Any] = {
+        "source": "generated (shuttle.traces.background)",
+        "seed": derive_seed(seed, "background"),
+    }
+    if hasattr(config, "to_dict"):
+        description["config"] = config.to_dict()
+    elif dataclasses.is_dataclass(config):
+        description["config"] = dataclasses.asdict(config)  # type: ignore[arg-type]
+    return description
+
+
 def load_background(
     path: Path | None,
     table: Mapping[str, Any],
@@ -73,34 +106,18 @@ def load_background(
 
     A file is read whole (it is finite and already on disk); the generator is asked
     for pieces of columns as they are needed, so hours of trace never sit in memory.
+    Returns the source and :func:`describe_background`'s description.
     """
+    description = describe_background(path, table, seed, format)
     if path is not None:
-        if table:
-            raise ConfigError(
-                "a [background] table configures the generator; it cannot apply to a trace "
-                f"file ({path}); drop one of them"
-            )
         columns = load_trace_file(path, format, progress)
-        return columns_source(columns), {
-            "source": str(path),
-            "format": format,
-            "records": len(columns),
-        }
+        return columns_source(columns), description
     background = _module("shuttle.traces.background", "the background generator")
     config = from_mapping(background.BackgroundConfig, table, "[background]")
-    generator_seed = derive_seed(seed, "background")
-    description: dict[str, Any] = {
-        "source": "generated (shuttle.traces.background)",
-        "seed": generator_seed,
-    }
-    if hasattr(config, "to_dict"):
-        description["config"] = config.to_dict()
-    elif dataclasses.is_dataclass(config):
-        description["config"] = dataclasses.asdict(config)  # type: ignore[arg-type]
+    generator_seed = description["seed"]
     if not hasattr(background, "generate_columns"):
         records = background.generate(config, generator_seed)
         columns = Columns.from_records(_counting(records, progress))
-        description["records"] = len(columns)
         return columns_source(columns), description
     kinds = np.array([kind_of(op) for op in background.OPS], dtype=np.int8)
 

@@ -30,17 +30,20 @@ from rich.progress import (
 from rich.table import Table
 
 from shuttle.errors import ConfigError
+from shuttle.sim import prepcache
 from shuttle.sim.config import (
     ExperimentConfig,
     ServerConfig,
     from_mapping,
     load_tables,
 )
-from shuttle.sim.sources import load_background, load_mobile
+from shuttle.sim.prepcache import cache_key
+from shuttle.sim.sources import describe_background, load_background, load_mobile
 from shuttle.sim.sweep import (
     CACHE_SIZES_MB,
     CPU_SPEEDS,
     SWEEP_NAMES,
+    Prepared,
     Sweep,
     SweepPerf,
     default_jobs,
@@ -99,6 +102,21 @@ def sweep_command(
         Path | None, typer.Option("--json", help="Results JSON (default OUT/NAME.json).")
     ] = None,
     plots: Annotated[bool, typer.Option(help="Write the PNG figures.")] = True,
+    prep_cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="Directory keeping prepared intervals between sweeps "
+            "(default results/sim/prepared)."
+        ),
+    ] = None,
+    use_prep_cache: Annotated[
+        bool,
+        typer.Option(
+            "--use-prep-cache/--no-prep-cache",
+            help="Reuse (and keep) the prepared intervals of an earlier run with the same "
+            "background, intervals and code.",
+        ),
+    ] = True,
 ) -> None:
     """Run the paper's cache-size or CPU-speed sweep, the mobile app at the client and server.
 
@@ -138,18 +156,31 @@ def sweep_command(
         def passed(n: int, phase: str) -> None:
             bar.update(task, completed=n, description=f"background: {phase}, {n:,} records")
 
-        bg_chunks, bg_source = load_background(
-            background, tables.get("background", {}), experiment.seed, background_format, loaded
-        )
+        table = tables.get("background", {})
         mobile_columns, mobile_source = load_mobile(mobile, mobile_format)
-        prepared = prepare(
-            bg_chunks,
-            mobile_columns,
-            experiment,
-            server.block_size_bytes,
-            {"background": bg_source, "mobile": mobile_source},
-            passed,
-        )
+        bg_source = describe_background(background, table, experiment.seed, background_format)
+        sources = {"background": bg_source, "mobile": mobile_source}
+        key = cache_key(bg_source, experiment, server.block_size_bytes)
+        cached_path = (prep_cache or Path("results") / "sim" / "prepared") / f"{key}.npz"
+        cached = prepcache.load(cached_path) if use_prep_cache else None
+        if cached is not None:
+            intervals_data, records = cached
+            bg_source["records"] = records
+            prepared = Prepared(intervals_data, mobile_columns, sources)
+            console.print(f"prepared intervals from {cached_path}")
+        else:
+            bg_chunks, _ = load_background(
+                background, table, experiment.seed, background_format, loaded
+            )
+            prepared = prepare(
+                bg_chunks, mobile_columns, experiment, server.block_size_bytes, sources, passed
+            )
+            if use_prep_cache:
+                prepcache.save(
+                    cached_path,
+                    prepared.intervals,
+                    int(prepared.sources["background"]["records"]),
+                )
         bar.remove_task(task)
         prep_s = time.perf_counter() - began
         runs = bar.add_task(f"{which}: runs", total=None)

@@ -279,6 +279,27 @@ def block_accesses(columns: Columns, block_size_bytes: int) -> tuple[I64, I64]:
     return np.repeat(files, count), np.repeat(first, count) + within
 
 
+@dataclass(frozen=True, slots=True)
+class WarmPiece:
+    """A piece of trace reduced to what a warm-up needs: its distinct blocks with the
+    position of their last access in the piece, and its distinct metadata files."""
+
+    files: I64
+    blocks: I64
+    last: I64
+    accesses: int
+    metadata: I64
+    records: int
+
+    @classmethod
+    def of(cls, columns: Columns, block_size_bytes: int) -> WarmPiece:
+        files, blocks = block_accesses(columns, block_size_bytes)
+        accesses = len(files)
+        files, blocks, last = _last_per_block(files, blocks, np.arange(accesses, dtype=np.int64))
+        metadata = np.unique(columns.file[columns.kind < BLOCK_READ])
+        return cls(files, blocks, last, accesses, metadata, len(columns))
+
+
 class WarmUp:
     """Replays trace pieces through an LRU block cache and an infinite metadata cache.
 
@@ -301,15 +322,16 @@ class WarmUp:
 
     def add(self, columns: Columns) -> None:
         """Replay the next piece of the trace (pieces must come in time order)."""
-        self.records += len(columns)
-        files, blocks = block_accesses(columns, self.block_size_bytes)
-        sequence = self._accesses + np.arange(len(files), dtype=np.int64)
-        self._accesses += len(files)
-        files, blocks, sequence = _last_per_block(files, blocks, sequence)
-        self._files.append(files)
-        self._blocks.append(blocks)
-        self._last.append(sequence)
-        self._metadata.append(np.unique(columns.file[columns.kind < BLOCK_READ]))
+        self.add_piece(WarmPiece.of(columns, self.block_size_bytes))
+
+    def add_piece(self, piece: WarmPiece) -> None:
+        """Replay a piece already reduced (several warm-ups can share one reduction)."""
+        self.records += piece.records
+        self._files.append(piece.files)
+        self._blocks.append(piece.blocks)
+        self._last.append(piece.last + self._accesses)
+        self._accesses += piece.accesses
+        self._metadata.append(piece.metadata)
 
     def finish(self) -> tuple[I64, I64, I64]:
         """(files, blocks) from least to most recently used, and the metadata files."""

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from shuttle.errors import ConfigError
+from shuttle.sim import prepcache
 from shuttle.sim.config import ExperimentConfig, ServerConfig
 from shuttle.sim.prepare import ChunkSource, columns_source, plan_intervals, prepare_intervals
 from shuttle.sim.run import simulate_interval, warm_state_for
@@ -73,3 +75,48 @@ def test_the_warm_caches_hold_what_the_direct_warm_up_holds() -> None:
 def test_an_empty_trace_is_refused() -> None:
     with pytest.raises(ConfigError, match="empty"):
         plan_intervals(columns_source(Columns.from_records([])), EXPERIMENT)
+
+
+def test_prepared_intervals_survive_a_round_trip_through_the_disk_cache(tmp_path: Path) -> None:
+    prepared, records = prepare_intervals(columns_source(TRACE), EXPERIMENT, 8192)
+    path = tmp_path / "p.npz"
+    prepcache.save(path, prepared, records)
+    loaded = prepcache.load(path)
+    assert loaded is not None
+    again, again_records = loaded
+    assert again_records == records
+    config = ServerConfig(cache_blocks=300)
+    for a, b in zip(prepared, again, strict=True):
+        assert a.interval == b.interval
+        results = [
+            simulate_interval(
+                config, EXPERIMENT, "client", d.interval, d.background, d.warm, MOBILE
+            ).to_json()
+            for d in (a, b)
+        ]
+        assert results[0] == results[1]
+    assert prepcache.load(tmp_path / "missing.npz") is None
+    (tmp_path / "broken.npz").write_bytes(b"not an npz")
+    assert prepcache.load(tmp_path / "broken.npz") is None
+
+
+def test_the_cache_key_changes_with_what_the_intervals_depend_on() -> None:
+    background = {"source": "generated", "seed": 1}
+    key = prepcache.cache_key(background, EXPERIMENT, 8192)
+    assert key == prepcache.cache_key(dict(background), EXPERIMENT, 8192)
+    assert key != prepcache.cache_key({"source": "generated", "seed": 2}, EXPERIMENT, 8192)
+    assert key != prepcache.cache_key(background, EXPERIMENT, 4096)
+    longer = ExperimentConfig(
+        intervals=3, interval_s=60.0, warmup_s=600.0, warmup_timed_s=15.0, overrun_s_max=60.0
+    )
+    assert key != prepcache.cache_key(background, longer, 8192)
+    # The seed of the runs themselves does not change the prepared intervals.
+    reseeded = ExperimentConfig(
+        intervals=3,
+        interval_s=60.0,
+        warmup_s=300.0,
+        warmup_timed_s=15.0,
+        overrun_s_max=60.0,
+        seed=99,
+    )
+    assert key == prepcache.cache_key(background, reseeded, 8192)

@@ -80,9 +80,17 @@ def test_the_command_states_its_configuration_and_writes_json_and_figures(
     args = ["sim", "sweep", "cache-size", "--config", str(config), "--jobs", "1"]
     args += ["--background", str(tmp_path / "bg.csv"), "--mobile", str(tmp_path / "app.csv")]
     args += ["--out", str(out), "--set", "server.client_cache_blocks=64"]
+    args += ["--prep-cache", str(tmp_path / "prepared")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "1 busiest intervals of 60 s" in result.output
+    assert "prepared intervals from" not in result.output
+    first = (out / "cache-size.json").read_text()
+    # A second sweep over the same background reuses the prepared intervals.
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert "prepared intervals from" in again.output
+    assert (out / "cache-size.json").read_text() == first
     doc = json.loads((out / "cache-size.json").read_text())
     assert doc["config"]["server"]["client_cache_blocks"] == 64
     assert doc["config"]["background"]["records"] == len(BACKGROUND_RECORDS)
