@@ -18,8 +18,8 @@ What becomes a record, and why:
   ``symlink``; ``chmod``/``chown``/``truncate``/``utimensat`` and friends →
   ``setattr``; ``fsync``/``fdatasync`` → ``commit``.
 * Descriptors are followed across ``dup*``, ``fcntl(F_DUPFD*)``, ``fork``/``clone``
-  (a copied table, or a shared one with ``CLONE_FILES``) and ``execve`` (which
-  closes ``O_CLOEXEC`` descriptors). I/O on descriptors that were not opened from a
+  (a copied table, or a shared one with ``CLONE_FILES``), ``execve`` (which
+  closes ``O_CLOEXEC`` descriptors) and ``close_range``. I/O on descriptors that were not opened from a
   path (pipes, sockets, inherited stdio) is not file-server traffic and is skipped.
 * Paths are made absolute with the directory descriptor or the process's working
   directory (tracked through ``chdir``/``fchdir``) when it is known.
@@ -122,7 +122,8 @@ _HANDLED = (
     | set(_PATH_OPS)
     | set(_AT_OPS)
     | _FORKS
-    | {"close", "lseek", "dup", "dup2", "dup3", "fcntl", "fcntl64", "execve", "execveat"}
+    | {"close", "close_range", "lseek", "dup", "dup2", "dup3", "fcntl", "fcntl64"}
+    | {"execve", "execveat"}
     | {"chdir", "fchdir", "symlink", "symlinkat", "sendfile", "sendfile64", "copy_file_range"}
 )
 
@@ -341,6 +342,20 @@ class _State:
             proc.cloexec.discard(fd if fd is not None else -1)
             if of is not None and not failed:
                 yield from emit(Op.CLOSE, of.path)
+        elif name == "close_range":
+            # close_range(first, last, flags): closes a range unless CLOSE_RANGE_CLOEXEC
+            # only marks it close-on-exec.
+            first, last = int(args[0], 0), int(args[1].split()[0], 0)
+            in_range = [fd for fd in proc.fds if first <= fd <= last]
+            if failed:
+                return
+            if "CLOSE_RANGE_CLOEXEC" in args[2]:
+                proc.cloexec.update(in_range)
+                return
+            for fd in sorted(in_range):
+                of = proc.fds.pop(fd)
+                proc.cloexec.discard(fd)
+                yield from emit(Op.CLOSE, of.path)
         elif name == "lseek":
             of = _tracked(proc, args[0])
             if of is not None and not failed:
@@ -348,8 +363,14 @@ class _State:
         elif name in ("dup", "dup2", "dup3") or (
             name in ("fcntl", "fcntl64") and args[1] in _DUP_CMDS
         ):
+            if failed:
+                return
+            # The new descriptor now means whatever the old one does, which may be
+            # something untracked (a shell restoring its saved stdout with dup2).
+            proc.fds.pop(value, None)
+            proc.cloexec.discard(value)
             of = _tracked(proc, args[0])
-            if of is not None and not failed:
+            if of is not None:
                 cloexec = "O_CLOEXEC" in "".join(args[2:]) or args[1:2] == ["F_DUPFD_CLOEXEC"]
                 _install(proc, value, of, cloexec=cloexec)
         elif name in ("fcntl", "fcntl64"):

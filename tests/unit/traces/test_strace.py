@@ -317,3 +317,38 @@ def test_real_strace_of_a_program_with_seeks_dups_and_a_fork(tmp_path: Path) -> 
 def test_record_strace_needs_a_command(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no command"):
         record_strace([], tmp_path / "log")
+
+
+def test_dup2_from_an_untracked_descriptor_untracks_the_target() -> None:
+    # A shell redirects stdout to a file, runs a command, then restores stdout.
+    records = parse(
+        """\
+        1 10:00:00.000000 openat(AT_FDCWD, "/out", O_WRONLY|O_CREAT|O_TRUNC, 0666) = 3 <0.1>
+        1 10:00:00.000001 fcntl(1, F_DUPFD_CLOEXEC, 10) = 10 <0.1>
+        1 10:00:00.000002 dup2(3, 1) = 1 <0.1>
+        1 10:00:00.000003 close(3) = 0 <0.1>
+        1 10:00:00.000004 write(1, "x", 1) = 1 <0.1>
+        1 10:00:00.000005 dup2(10, 1) = 1 <0.1>
+        1 10:00:00.000006 write(1, "y", 1) = 1 <0.1>
+        """
+    )
+    assert ops(records) == [
+        ("create", "/out", 0, 0),
+        ("close", "/out", 0, 0),
+        ("write", "/out", 0, 1),
+    ]
+
+
+def test_close_range_closes_tracked_descriptors_in_range() -> None:
+    records = parse(
+        """\
+        1 10:00:00.000000 openat(AT_FDCWD, "/a", O_RDONLY) = 3 <0.1>
+        1 10:00:00.000001 openat(AT_FDCWD, "/b", O_RDONLY) = 4 <0.1>
+        1 10:00:00.000002 openat(AT_FDCWD, "/c", O_RDONLY) = 5 <0.1>
+        1 10:00:00.000003 close_range(4, 4294967295 /* ~0U */, 0) = 0 <0.1>
+        1 10:00:00.000004 close_range(3, 3, CLOSE_RANGE_CLOEXEC) = 0 <0.1>
+        1 10:00:00.000005 execve("/bin/x", ["x"], 0x1 /* 1 var */) = 0 <0.1>
+        1 10:00:00.000006 read(3, ""..., 10) = 10 <0.1>
+        """
+    )
+    assert ops(records)[3:] == [("close", "/b", 0, 0), ("close", "/c", 0, 0)]
