@@ -19,8 +19,9 @@ What becomes a record, and why:
   ``setattr``; ``fsync``/``fdatasync`` → ``commit``.
 * Descriptors are followed across ``dup*``, ``fcntl(F_DUPFD*)``, ``fork``/``clone``
   (a copied table, or a shared one with ``CLONE_FILES``), ``execve`` (which
-  closes ``O_CLOEXEC`` descriptors) and ``close_range``. I/O on descriptors that were not opened from a
-  path (pipes, sockets, inherited stdio) is not file-server traffic and is skipped.
+  closes ``O_CLOEXEC`` descriptors) and ``close_range``. I/O on descriptors that
+  were not opened from a path (pipes, sockets, inherited stdio) is not file-server
+  traffic and is skipped.
 * Paths are made absolute with the directory descriptor or the process's working
   directory (tracked through ``chdir``/``fchdir``) when it is known.
 
