@@ -48,8 +48,9 @@ def record_strace(
     """Run ``command`` under strace, writing the trace to ``log``; return its exit code.
 
     Raises :class:`UsageError` for an empty command and :class:`ExternalToolError` if
-    strace is missing, cannot start the command, or (with ``check``) the command
-    exits with a status above 1 (grep-like tools exit 1 for "no match").
+    strace is missing, records nothing (it could not start the command), or (with
+    ``check``) the command exits with a status above 1 (grep-like tools exit 1 for
+    "no match").
     """
     if not command:
         raise UsageError("no command to record; put it after --, e.g. -- cat README.md")
@@ -59,8 +60,14 @@ def record_strace(
         done = subprocess.run(argv, cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, check=False)
     except OSError as exc:
         raise ExternalToolError(f"cannot run strace: {exc}") from exc
+    err = done.stderr.decode(errors="replace").strip().splitlines()
+    if not Path(log).exists() or Path(log).stat().st_size == 0:
+        # strace could not start the command (not found, not executable).
+        raise ExternalToolError(
+            f"strace recorded nothing for {command[0]!r}"
+            + (f": {err[-1]}" if err else f" (exit status {done.returncode})")
+        )
     if check and done.returncode > 1:
-        err = done.stderr.decode(errors="replace").strip().splitlines()
         raise ExternalToolError(
             f"{command[0]} exited with status {done.returncode} under strace"
             + (f": {err[-1]}" if err else "")

@@ -352,3 +352,10 @@ def test_close_range_closes_tracked_descriptors_in_range() -> None:
         """
     )
     assert ops(records)[3:] == [("close", "/b", 0, 0), ("close", "/c", 0, 0)]
+
+
+def test_record_strace_of_a_missing_program_says_so(tmp_path: Path) -> None:
+    from shuttle.errors import ExternalToolError
+
+    with pytest.raises(ExternalToolError, match="no-such-program"):
+        record_strace(["no-such-program-xyz"], tmp_path / "log")
