@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -138,13 +139,59 @@ def load_background(
 
 
 def load_mobile(path: Path | None, format: str = "auto") -> tuple[Columns, dict[str, Any]]:
-    """The mobile application's trace: from ``path``, or the recorded agrep run."""
+    """The mobile application's trace: from ``path``, or the recorded agrep run.
+
+    The description carries ``recording_cpu_mhz`` when the trace has a sidecar JSON
+    naming the machine its think times were measured on (``host.cpu_mhz``), as the
+    recorded agrep trace does; :func:`recording_speed` turns it into a speed.
+    """
     if path is not None:
         columns = load_trace_file(path, format)
-        return columns, {"source": str(path), "format": format, "records": len(columns)}
-    agrep = _module("shuttle.traces.agrep", "the recorded agrep trace")
-    columns = Columns.from_records(agrep.load_agrep_trace())
-    return columns, {
-        "source": "recorded tre-agrep over the Python standard library (shuttle.traces.agrep)",
-        "records": len(columns),
-    }
+        description: dict[str, Any] = {
+            "source": str(path),
+            "format": format,
+            "records": len(columns),
+        }
+        sidecar = _sidecar(path)
+    else:
+        agrep = _module("shuttle.traces.agrep", "the recorded agrep trace")
+        columns = Columns.from_records(agrep.load_agrep_trace())
+        description = {
+            "source": "recorded tre-agrep over the Python standard library (shuttle.traces.agrep)",
+            "records": len(columns),
+        }
+        sidecar = _sidecar(agrep.AGREP_TRACE)
+    mhz = sidecar.get("host", {}).get("cpu_mhz")
+    if isinstance(mhz, int | float) and mhz > 0:
+        description["recording_cpu_mhz"] = float(mhz)
+        description["think_s_total"] = float(columns.time_s[-1]) if len(columns) else 0.0
+    return columns, description
+
+
+def recording_speed(description: dict[str, Any], cpu_reference_hz: float) -> float | None:
+    """The speed of the CPU a mobile trace was recorded on, relative to the reference.
+
+    A clock ratio (``recording_cpu_mhz`` over the reference clock): it ignores how
+    much more a modern core does per cycle, so it understates the recording CPU's
+    speed -- the think times it implies at the reference are a lower bound. None if
+    the trace does not say where it was recorded.
+    """
+    mhz = description.get("recording_cpu_mhz")
+    if mhz is None:
+        return None
+    return float(mhz) * 1e6 / cpu_reference_hz
+
+
+def _sidecar(trace: Path) -> dict[str, Any]:
+    """The JSON sidecar of a trace file (``x.csv.gz`` -> ``x.json``), or {}."""
+    name = trace.name
+    for suffix in (".csv.gz", ".csv"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    side = trace.with_name(name + ".json")
+    try:
+        data = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

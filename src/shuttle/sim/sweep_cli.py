@@ -36,9 +36,15 @@ from shuttle.sim.config import (
     ServerConfig,
     from_mapping,
     load_tables,
+    replace,
 )
 from shuttle.sim.prepcache import cache_key
-from shuttle.sim.sources import describe_background, load_background, load_mobile
+from shuttle.sim.sources import (
+    describe_background,
+    load_background,
+    load_mobile,
+    recording_speed,
+)
 from shuttle.sim.sweep import (
     CACHE_SIZES_MB,
     CPU_SPEEDS,
@@ -139,6 +145,12 @@ def sweep_command(
     if intervals is not None:
         experiment_table["intervals"] = intervals
     server = from_mapping(ServerConfig, tables.get("server", {}), "[server]")
+    mobile_columns, mobile_source = load_mobile(mobile, mobile_format)
+    recorded_speed = recording_speed(mobile_source, server.cpu_reference_hz)
+    if recorded_speed is not None and "mobile_trace_speed" not in tables.get("server", {}):
+        # Think times were measured on the recording machine: express them at the
+        # reference CPU the request costs are given for (see docs/simulator.md).
+        server = replace(server, mobile_trace_speed=recorded_speed)
     experiment = from_mapping(ExperimentConfig, experiment_table, "[experiment]")
     sweep = _sweep(which, tables.get("sweep", {}), points, placements)
     jobs = jobs or default_jobs()
@@ -157,7 +169,6 @@ def sweep_command(
             bar.update(task, completed=n, description=f"background: {phase}, {n:,} records")
 
         table = tables.get("background", {})
-        mobile_columns, mobile_source = load_mobile(mobile, mobile_format)
         bg_source = describe_background(background, table, experiment.seed, background_format)
         sources = {"background": bg_source, "mobile": mobile_source}
         key = cache_key(bg_source, experiment, server.block_size_bytes)
@@ -264,7 +275,8 @@ def _state(
         f"disk {server.disk_seek_s * 1e3:g} ms + size/{server.disk_bandwidth_bytes_per_s / 1e6:g}"
         f" MB/s; network {server.network_latency_s * 1e6:g} us + size/"
         f"{server.network_bandwidth_bits_per_s / 1e6:g} Mb/s; mobile program "
-        f"{server.mobile_blocks} blocks, client cache {server.client_cache_blocks} blocks"
+        f"{server.mobile_blocks} blocks, client cache {server.client_cache_blocks} blocks, "
+        f"think times recorded at speed {server.mobile_trace_speed:.3g}"
     )
     console.print(
         f"experiment: {experiment.intervals} busiest intervals of {experiment.interval_s:g} s, "

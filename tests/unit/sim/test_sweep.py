@@ -110,3 +110,24 @@ def test_the_command_rejects_an_unknown_sweep() -> None:
     result = CliRunner().invoke(app, ["sim", "sweep", "memory"])
     assert result.exit_code != 0
     assert isinstance(result.exception, ConfigError)
+
+
+def test_think_times_are_scaled_from_the_machine_that_recorded_them(tmp_path: Path) -> None:
+    """A 266 MHz recording is twice the 133 MHz reference: its gaps double there."""
+    write_csv(tmp_path / "bg.csv", BACKGROUND_RECORDS)
+    write_csv(tmp_path / "app.csv", MOBILE_RECORDS)
+    (tmp_path / "app.json").write_text('{"host": {"cpu_mhz": 266.0}}')
+    out = tmp_path / "out"
+    args = ["sim", "sweep", "cpu-speed", "--points", "1", "--jobs", "1", "--no-plots"]
+    args += ["--background", str(tmp_path / "bg.csv"), "--mobile", str(tmp_path / "app.csv")]
+    args += ["--out", str(out), "--no-prep-cache", "--intervals", "1"]
+    args += ["--set", "experiment.warmup_s=300", "--set", "experiment.interval_s=60"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "cpu-speed.json").read_text())
+    assert doc["config"]["server"]["mobile_trace_speed"] == pytest.approx(2.0)
+    assert doc["config"]["mobile"]["recording_cpu_mhz"] == 266.0
+    explicit = CliRunner().invoke(app, [*args, "--set", "server.mobile_trace_speed=1.0"])
+    assert explicit.exit_code == 0, explicit.output
+    doc = json.loads((out / "cpu-speed.json").read_text())
+    assert doc["config"]["server"]["mobile_trace_speed"] == 1.0
