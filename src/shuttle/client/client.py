@@ -29,6 +29,7 @@ from shuttle.net.blocking import (
     Call,
     SyncLink,
 )
+from shuttle.net.memory import tune_allocator
 from shuttle.net.shaping import Link
 from shuttle.wire import Response
 from shuttle.wire.events import Payload
@@ -73,6 +74,7 @@ class Client:
         if piece_bytes <= 0 or window <= 0:
             raise InvalidArgumentError("piece_bytes and window must be positive")
         self.nodes = list(nodes)
+        tune_allocator()  # streamed pieces land in fresh buffers: keep them off mmap
         self.cache = ClientCache(cache_bytes, cache_block_bytes)
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
@@ -213,7 +215,7 @@ class Client:
         *,
         progress: Progress = _no_progress,
         info: ObjectInfo | None = None,
-    ) -> Iterator[bytes]:
+    ) -> Iterator[bytes | bytearray]:
         """Stream ``key`` in pieces, keeping ``window`` range requests in flight.
 
         All pieces come from the version current at the start: if the object changes
@@ -238,7 +240,10 @@ class Client:
         )
         conn = self.connection(self.node_for(key))
         for res in conn.call_many(calls, window=self.window):
-            piece = bytes(res.payload)
+            # Large pieces arrive as a bytearray received in place: hand it on uncopied.
+            piece = (
+                res.payload if isinstance(res.payload, bytes | bytearray) else bytes(res.payload)
+            )
             progress(len(piece))
             yield piece
 

@@ -351,8 +351,9 @@ class BlockingConnection:
                     size = len(ev.payload) if isinstance(ev, Response) else 64
                     self.link.sleep_until(self.link.response_arrival(size))
                 return ev
+            direct = conn.receive_buffer()  # a large payload: receive it in place
             try:
-                n = sock.recv_into(self._recv_buf)
+                n = sock.recv_into(direct if direct is not None else self._recv_buf)
             except BlockingIOError:  # SO_RCVTIMEO expired
                 if time.monotonic() < deadline:
                     continue
@@ -374,7 +375,10 @@ class BlockingConnection:
                 conn.receive_data(b"")  # end of stream: the codec says how it ended
                 continue
             self.counters.bytes_received += n
-            conn.receive_data(self._recv_view[:n])  # the codec copies what it keeps
+            if direct is not None:
+                conn.received_into(n)
+            else:
+                conn.receive_data(self._recv_view[:n])  # the codec copies what it keeps
 
 
 def _set_kernel_timeout(sock: socket.socket, option: int, seconds: float) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import uvloop
 
 from shuttle.net.cpu import CpuSpeed
+from shuttle.net.memory import tune_allocator
 from shuttle.net.registry import OperationRegistry
 from shuttle.net.server import RpcServer
 from shuttle.node.config import NodeConfig
@@ -28,6 +29,9 @@ from shuttle.node.handlers import register_storage_ops
 from shuttle.store import ObjectStore, StoreConfig
 
 log = logging.getLogger("shuttle.node")
+
+#: Reads up to this size go through the node's block cache; larger ones go to disk.
+CACHED_READ_BYTES_MAX = 64 << 10
 
 
 def _write_ready_file(path: Path, host: str, port: int, node_id: str) -> None:
@@ -44,6 +48,9 @@ async def serve(config: NodeConfig) -> None:
         StoreConfig(
             cache_capacity_bytes=config.cache_bytes,
             cache_block_size_bytes=config.cache_block_bytes,
+            # Streaming reads (the client asks for 1 MiB pieces) bypass the block cache:
+            # data read once would only evict the pages that random reads reuse.
+            cache_read_bytes_max=CACHED_READ_BYTES_MAX,
         ),
     )
     cpu = CpuSpeed(config.cpu_factor)
@@ -76,6 +83,7 @@ async def serve(config: NodeConfig) -> None:
 
 def run(config: NodeConfig) -> None:
     """Run a node in this process (blocks until it stops)."""
+    tune_allocator()  # large request and reply buffers: keep them off mmap
     logging.basicConfig(
         level=config.log_level.upper(),
         format=f"%(asctime)s %(levelname)s node[{config.name}] %(message)s",

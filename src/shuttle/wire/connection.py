@@ -232,6 +232,15 @@ class Connection:
             raise RemoteProtocolError("connection already failed; open a new one")
         self._reader.feed(data)
 
+    def receive_buffer(self) -> memoryview | None:
+        """Where the rest of a large incoming payload should be received, if one is
+        under way (``recv_into`` it, then call :meth:`received_into`): saves a copy."""
+        return self._reader.payload_buffer()
+
+    def received_into(self, nbytes: int) -> None:
+        """``nbytes`` were written into :meth:`receive_buffer`'s view."""
+        self._reader.payload_received(nbytes)
+
     def next_event(self) -> Event | NeedData:
         """The next event from buffered bytes, or :data:`NEED_DATA`.
 

@@ -34,6 +34,11 @@ _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
 assert _PREFIX.size == PREFIX_BYTES
 
+#: Payloads at least this large are received into a buffer of their own (no copy
+#: through the reader's stream buffer; with :meth:`FrameReader.payload_buffer`, no
+#: copy at all). Smaller ones are cheaper to slice out of the stream buffer.
+DIRECT_PAYLOAD_BYTES_MIN = 64 << 10
+
 
 @dataclass(slots=True)
 class RawFrame:
@@ -46,7 +51,7 @@ class RawFrame:
 
     kind: FrameKind
     header: Any
-    payload: bytes = b""
+    payload: bytes | bytearray = b""
     payload_refused: int = 0
 
 
@@ -95,10 +100,15 @@ class FrameReader:
         self._pos = 0
         #: Bytes of a refused payload still to discard as they arrive.
         self._skip = 0
+        #: A large payload being received into a buffer of its own (see
+        #: :meth:`payload_buffer`), with the kind and header of its frame.
+        self._payload: bytearray | None = None
+        self._filled = 0
+        self._pending: tuple[FrameKind, Any] | None = None
 
     @property
     def buffered_bytes(self) -> int:
-        return len(self._buf) - self._pos
+        return len(self._buf) - self._pos + self._filled
 
     def feed(self, data: Payload) -> None:
         if self._skip:
@@ -108,6 +118,14 @@ class FrameReader:
                 return
             data = memoryview(data)[self._skip :]
             self._skip = 0
+        if self._payload is not None:
+            view = memoryview(data).cast("B")
+            take = min(view.nbytes, len(self._payload) - self._filled)
+            self._payload[self._filled : self._filled + take] = view[:take]
+            self._filled += take
+            if take == view.nbytes:
+                return
+            data = view[take:]
         if self._pos and self._pos * 2 >= len(self._buf):
             del self._buf[: self._pos]
             self._pos = 0
@@ -115,10 +133,33 @@ class FrameReader:
 
     def at_frame_boundary(self) -> bool:
         """True when no partial frame is buffered (a clean place for EOF)."""
-        return self._skip == 0 and self.buffered_bytes == 0
+        return self._skip == 0 and self._payload is None and self.buffered_bytes == 0
+
+    def payload_buffer(self) -> memoryview | None:
+        """Where the rest of a large payload goes, or None when none is awaited.
+
+        An I/O layer may ``recv_into`` this view and then call
+        :meth:`payload_received`; the bytes then land in their final buffer with no
+        intermediate copy. (Feeding them through :meth:`feed` works too.)
+        """
+        if self._payload is None or self._filled == len(self._payload):
+            return None
+        return memoryview(self._payload)[self._filled :]
+
+    def payload_received(self, nbytes: int) -> None:
+        """``nbytes`` were written into :meth:`payload_buffer`."""
+        assert self._payload is not None and self._filled + nbytes <= len(self._payload)
+        self._filled += nbytes
 
     def next_frame(self) -> RawFrame | None:
         """The next complete frame, or ``None`` if more bytes are needed."""
+        if self._payload is not None:
+            if self._filled < len(self._payload):
+                return None
+            assert self._pending is not None
+            (kind_, header_), payload_ = self._pending, self._payload
+            self._payload, self._pending, self._filled = None, None, 0
+            return RawFrame(kind_, header_, payload_)
         buf = self._buf
         pos = self._pos
         avail = len(buf) - pos
@@ -141,7 +182,8 @@ class FrameReader:
                 f"{self._header_bytes_max}; refusing the stream"
             )
         refuse = payload_len > self._payload_bytes_max
-        needed = PREFIX_BYTES + header_len + (0 if refuse else payload_len)
+        direct = not refuse and payload_len >= DIRECT_PAYLOAD_BYTES_MIN
+        needed = PREFIX_BYTES + header_len + (0 if refuse or direct else payload_len)
         if avail < needed:
             return None
         head_start = pos + PREFIX_BYTES
@@ -161,9 +203,33 @@ class FrameReader:
             self._pos += take
             self._skip = payload_len - take
             return RawFrame(FrameKind(kind), header, b"", payload_refused=payload_len)
-        payload = bytes(buf[head_end : head_end + payload_len]) if payload_len else b""
+        if direct:
+            return self._start_direct_payload(FrameKind(kind), header, head_end, payload_len)
+        payload = b""
+        if payload_len:
+            with memoryview(buf) as view:  # one copy, where a bytearray slice makes two
+                payload = view[head_end : head_end + payload_len].tobytes()
         self._pos = head_end + payload_len
         if self._pos == len(buf):
             buf.clear()
             self._pos = 0
         return RawFrame(FrameKind(kind), header, payload)
+
+    def _start_direct_payload(
+        self, kind: FrameKind, header: Any, start: int, payload_len: int
+    ) -> RawFrame | None:
+        """Move the payload bytes already buffered into the payload's own buffer; the
+        rest will be received straight into it."""
+        buf = self._buf
+        have = min(len(buf) - start, payload_len)
+        payload = bytearray(payload_len)
+        with memoryview(buf) as view:
+            payload[:have] = view[start : start + have]
+        self._pos = start + have
+        if self._pos == len(buf):
+            buf.clear()
+            self._pos = 0
+        if have == payload_len:
+            return RawFrame(kind, header, payload)
+        self._payload, self._filled, self._pending = payload, have, (kind, header)
+        return None

@@ -322,3 +322,44 @@ def test_goodbye_closes_either_side() -> None:
     server.receive_data(client.send_bytes(Goodbye("done")))
     assert drain(server) == [Goodbye("done")]
     assert server.state is State.CLOSED and client.state is State.CLOSED
+
+
+# --- large payloads: received into their own buffer -----------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(min_value=64 << 10, max_value=300_000),
+    sizes=st.lists(st.integers(min_value=1, max_value=90_000), min_size=1, max_size=40),
+)
+def test_large_payloads_round_trip_in_any_chunking(size: int, sizes: list[int]) -> None:
+    client, server = handshake()
+    body = bytes(range(256)) * (size // 256) + b"t" * (size % 256)
+    wire = client.send_bytes(Request(1, "put", {"k": 1}, body)) + client.send_bytes(
+        Request(2, "stat", {})
+    )
+    events = feed_in_chunks(server, wire, sizes)
+    assert [type(e) for e in events] == [Request, Request]
+    assert bytes(events[0].payload) == body  # type: ignore[union-attr]
+
+
+def test_large_payload_received_in_place() -> None:
+    """The I/O layer may write a large payload straight into its final buffer."""
+    client, server = handshake()
+    body = bytes(range(256)) * 1024  # 256 KiB
+    wire = client.send_bytes(Request(1, "put", {}, body)) + client.send_bytes(
+        Request(2, "ping", {})
+    )
+    server.receive_data(wire[:100])  # the header and a little of the payload
+    assert server.next_event() is NEED_DATA
+    pos = 100
+    while (target := server.receive_buffer()) is not None:
+        n = min(len(target), 50_000, len(wire) - pos)
+        target[:n] = wire[pos : pos + n]
+        server.received_into(n)
+        pos += n
+    events = [server.next_event()]
+    server.receive_data(wire[pos:])
+    events += drain(server)
+    assert isinstance(events[0], Request) and bytes(events[0].payload) == body
+    assert isinstance(events[1], Request) and events[1].op == "ping"

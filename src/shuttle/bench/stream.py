@@ -1,0 +1,133 @@
+"""``shuttle bench stream``: one large object streamed from a node, against raw TCP.
+
+The anchor is the least any TCP transfer of the same bytes between two processes on
+this machine costs in Python: a child process reads the same file (from the page
+cache) in 1 MiB pieces and ``sendall``s them; the parent ``recv_into``s a reused
+buffer. Shuttle's number is :meth:`Client.iter_read` of the object on a node (its
+file warm in the page cache too), with pipelined 1 MiB range requests. Runs are
+interleaved and the medians compared.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from shuttle.bench.netrand import make_file
+from shuttle.bench.nodes import bench_client
+from shuttle.errors import ConfigError
+
+PIECE_BYTES = 1 << 20
+KEY = "bench/stream.dat"
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    nbytes: int = 1 << 30
+    repeat: int = 3
+    node: str | None = None
+    window: int = 8
+    piece_bytes: int = PIECE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.nbytes <= 0 or self.repeat <= 0 or self.window <= 0:
+            raise ConfigError("--bytes, --repeat and --window must be positive")
+
+
+def raw_tcp_receive(path: Path, nbytes: int) -> float:
+    """Seconds to receive ``nbytes`` of ``path`` from a sender process over loopback TCP."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        sender = subprocess.Popen(
+            [sys.executable, "-m", "shuttle.bench.stream", str(path), str(port), str(nbytes)]
+        )
+        conn, _ = listener.accept()
+    buf = bytearray(PIECE_BYTES)
+    got = 0
+    with conn:
+        start = time.perf_counter()
+        while got < nbytes:
+            n = conn.recv_into(buf)
+            if not n:
+                break
+            got += n
+        elapsed = time.perf_counter() - start
+    sender.wait(30)
+    if got != nbytes:
+        raise AssertionError(f"raw TCP sender delivered {got} of {nbytes} bytes")
+    return elapsed
+
+
+def _send_file(path: str, port: int, nbytes: int) -> None:
+    """The raw sender (run as a child process): the file's bytes, 1 MiB at a time."""
+    buf = bytearray(PIECE_BYTES)
+    view = memoryview(buf)
+    with socket.create_connection(("127.0.0.1", port)) as sock, open(path, "rb", buffering=0) as f:
+        sent = 0
+        while sent < nbytes:
+            n = f.readinto(buf)
+            if not n:
+                f.seek(0)
+                continue
+            n = min(n, nbytes - sent)
+            sock.sendall(view[:n])
+            sent += n
+
+
+def run(config: StreamConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    raw_s: list[float] = []
+    shuttle_s: list[float] = []
+    with bench_client(
+        config.node, cache_bytes=0, piece_bytes=config.piece_bytes, window=config.window
+    ) as (client, scratch):
+        path = scratch / "stream.dat"
+        progress(f"writing {config.nbytes >> 20} MiB and putting it into the node")
+        make_file(path, config.nbytes)
+        client.put(KEY, path)
+        info = client.stat(KEY)
+
+        def shuttle_once() -> float:
+            start = time.perf_counter()
+            n = sum(len(piece) for piece in client.iter_read(KEY, info=info))
+            elapsed = time.perf_counter() - start
+            if n != config.nbytes:
+                raise AssertionError(f"streamed {n} of {config.nbytes} bytes")
+            return elapsed
+
+        progress("warming the page cache (one pass each)")
+        raw_tcp_receive(path, config.nbytes)
+        shuttle_once()
+        for i in range(config.repeat):
+            progress(f"run {i + 1}/{config.repeat}")
+            raw_s.append(raw_tcp_receive(path, config.nbytes))
+            shuttle_s.append(shuttle_once())
+        counters = client.counters()
+    raw_med, shuttle_med = statistics.median(raw_s), statistics.median(shuttle_s)
+    mib = config.nbytes / (1 << 20)
+    return {
+        "config": asdict(config),
+        "raw_tcp": {"runs_s": raw_s, "median_s": raw_med, "mib_per_s": mib / raw_med},
+        "shuttle": {
+            "runs_s": shuttle_s,
+            "median_s": shuttle_med,
+            "mib_per_s": mib / shuttle_med,
+            "requests": counters["requests"],
+        },
+        "shuttle_over_raw_throughput": raw_med / shuttle_med,
+        "target": 0.6,
+    }
+
+
+if __name__ == "__main__":  # the raw sender's entry point
+    _send_file(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    os._exit(0)
