@@ -25,7 +25,7 @@ from shuttle.traces.formats import read_trace
 
 SHARED = Path(
     os.environ.get(
-        "SHUTTLE_SHARED_TRACES", Path(__file__).resolve().parents[4] / "shared" / "traces"
+        "SHUTTLE_SHARED_TRACES", Path(__file__).resolve().parents[3] / "data" / "traces" / "shared"
     )
 )
 VSCSI = SHARED / "cloudphysics" / "cloudPhysicsIO.vscsi"

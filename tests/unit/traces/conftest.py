@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-#: The read-only real traces every engineer shares (see its README.md): ../shared/traces
-#: beside the checkout, or wherever SHUTTLE_SHARED_TRACES points.
+#: The real sample traces (a copy of ../shared/traces kept in data/traces/shared, so a
+#: fresh clone tests the same data), or wherever SHUTTLE_SHARED_TRACES points.
 SHARED_TRACES = Path(
     os.environ.get(
-        "SHUTTLE_SHARED_TRACES", Path(__file__).resolve().parents[4] / "shared" / "traces"
+        "SHUTTLE_SHARED_TRACES", Path(__file__).resolve().parents[3] / "data" / "traces" / "shared"
     )
 )
 CLOUDPHYSICS_VSCSI = SHARED_TRACES / "cloudphysics" / "cloudPhysicsIO.vscsi"
