@@ -27,7 +27,6 @@ from shuttle.net.blocking import (
     REQUEST_TIMEOUT_S,
     BlockingConnection,
     Call,
-    SyncLink,
 )
 from shuttle.net.memory import tune_allocator
 from shuttle.net.shaping import Link
@@ -119,7 +118,7 @@ class Client:
                 client_name=self.client_name,
                 connect_timeout_s=self.connect_timeout_s,
                 request_timeout_s=self.request_timeout_s,
-                link=SyncLink(link) if link is not None else None,
+                link=link,
             )
             conns[node.node_id] = conn
             with self._lock:

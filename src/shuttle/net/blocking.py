@@ -5,9 +5,11 @@ complete its response, which keeps a small read's round trip as short as the
 protocol allows. Many requests can be in flight (:meth:`BlockingConnection.call_many`
 keeps a window of them outstanding), and responses are matched by request id.
 
-A link emulator (bandwidth + latency, see :mod:`shuttle.net.shaping`) can sit on
-the connection; it delays each request until it would have arrived at the node and
-each response until it would have arrived back, so nodes need no knowledge of it.
+An emulated link (bandwidth + latency, see :mod:`shuttle.net.shaping`) can sit on
+the connection: a :class:`~shuttle.net.shaped_socket.ShapedSocket` releases each
+request when it would have arrived at the node and each response when it would have
+arrived back, without serialising the latency of pipelined requests; nodes need no
+knowledge of it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from shuttle.errors import (
     RemoteProtocolError,
@@ -27,6 +29,7 @@ from shuttle.errors import (
     ShuttleError,
     UnreachableError,
 )
+from shuttle.net.shaped_socket import ShapedSocket
 from shuttle.net.shaping import Link
 from shuttle.wire import (
     PROTOCOL_VERSION_MAX,
@@ -56,19 +59,6 @@ RECV_BYTES = 1 << 20
 SMALL_PAYLOAD_BYTES = 64 << 10
 #: Requests kept in flight by call_many unless told otherwise.
 WINDOW_DEFAULT = 16
-
-
-class LinkEmulator(Protocol):
-    """What the transport needs from a link emulator (both directions, one clock)."""
-
-    def request_arrival(self, nbytes: int) -> float:
-        """Clock time at which ``nbytes`` handed to the link now reach the node."""
-
-    def response_arrival(self, nbytes: int) -> float:
-        """Clock time at which ``nbytes`` the node sent (received now) reach us."""
-
-    def sleep_until(self, t: float) -> None:
-        """Block until clock time ``t``."""
 
 
 @dataclass
@@ -107,7 +97,7 @@ class BlockingConnection:
         client_name: str = "shuttle-client",
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
-        link: LinkEmulator | None = None,
+        link: Link | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -118,6 +108,7 @@ class BlockingConnection:
         self.counters = ConnectionCounters()
         self.node_id: str | None = None
         self._sock: socket.socket | None = None
+        self._shaped: ShapedSocket | None = None
         self._conn: Connection | None = None
         # One receive buffer for the connection's life: recv(n) would allocate (and
         # for large n mmap and unmap) a fresh n-byte object on every call.
@@ -155,6 +146,7 @@ class BlockingConnection:
         _set_kernel_timeout(sock, socket.SO_SNDTIMEO, self.request_timeout_s)
         _set_kernel_timeout(sock, socket.SO_RCVTIMEO, self.connect_timeout_s)
         self._sock = sock
+        self._shaped = ShapedSocket(sock, self.link) if self.link is not None else None
         self._conn = Connection(Role.CLIENT)
         self._early.clear()
         self.counters.connects += 1
@@ -175,9 +167,12 @@ class BlockingConnection:
 
     def close(self) -> None:
         """Close the socket; the next call reconnects."""
-        sock, self._sock, self._conn = self._sock, None, None
-        if sock is not None:
-            with contextlib.suppress(OSError):
+        sock, shaped = self._sock, self._shaped
+        self._sock, self._shaped, self._conn = None, None, None
+        with contextlib.suppress(OSError):
+            if shaped is not None:
+                shaped.close()
+            elif sock is not None:
                 sock.close()
 
     def __enter__(self) -> BlockingConnection:
@@ -226,10 +221,7 @@ class BlockingConnection:
         conn = self._conn
         assert conn is not None
         rid = conn.next_request_id()
-        buffers = conn.send(Request(rid, op, args, payload))
-        if self.link is not None:
-            self.link.sleep_until(self.link.request_arrival(sum(map(len, buffers))))
-        self._sendall(buffers)
+        self._sendall(conn.send(Request(rid, op, args, payload)))
         counters = self.counters
         counters.requests += 1
         counters.by_op[op] = counters.by_op.get(op, 0) + 1
@@ -316,7 +308,9 @@ class BlockingConnection:
         sock = self._sock
         assert sock is not None
         try:
-            if len(buffers) == 1:
+            if self._shaped is not None:
+                self._shaped.sendall(buffers)  # queued; leaves when the link says
+            elif len(buffers) == 1:
                 sock.sendall(buffers[0])
             elif len(buffers[-1]) < SMALL_PAYLOAD_BYTES:
                 sock.sendall(b"".join(buffers))  # one syscall beats saving a small copy
@@ -347,10 +341,10 @@ class BlockingConnection:
                 self.close()
                 raise
             if not isinstance(ev, NeedData):
-                if self.link is not None and isinstance(ev, Response | ErrorResponse):
-                    size = len(ev.payload) if isinstance(ev, Response) else 64
-                    self.link.sleep_until(self.link.response_arrival(size))
                 return ev
+            if self._shaped is not None:
+                self._recv_shaped(conn, deadline)
+                continue
             direct = conn.receive_buffer()  # a large payload: receive it in place
             try:
                 n = sock.recv_into(direct if direct is not None else self._recv_buf)
@@ -380,39 +374,27 @@ class BlockingConnection:
             else:
                 conn.receive_data(self._recv_view[:n])  # the codec copies what it keeps
 
+    def _recv_shaped(self, conn: Connection, deadline: float) -> None:
+        assert self._shaped is not None
+        try:
+            data = self._shaped.recv(RECV_BYTES, timeout_s=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            self.close()
+            raise RequestTimeoutError(
+                f"node {self.address} did not answer in time over the emulated link; "
+                "a slow profile may need a longer request timeout"
+            ) from None
+        except OSError as exc:
+            self.close()
+            raise UnreachableError(
+                f"lost the connection to node {self.address} ({exc.strerror or exc})"
+            ) from exc
+        self.counters.bytes_received += len(data)
+        conn.receive_data(data)  # b"" (end of stream) included: the codec says how it ended
+
 
 def _set_kernel_timeout(sock: socket.socket, option: int, seconds: float) -> None:
     whole = int(seconds)
     sock.setsockopt(
         socket.SOL_SOCKET, option, struct.pack("ll", whole, int((seconds - whole) * 1e6))
     )
-
-
-class SyncLink:
-    """A :class:`~shuttle.net.shaping.Link` driven from blocking code on the real clock.
-
-    Requests go up the link's ``up`` shaper, responses down its ``down`` shaper; the
-    sleep is exact to tens of microseconds (a short final spin, since ``time.sleep``
-    overshoots by up to a scheduler tick and a SAN link's latency is 0.1 ms).
-    """
-
-    #: Below this, spin instead of sleeping (sleep overshoots by ~50–100 µs).
-    SPIN_BELOW_S = 200e-6
-
-    def __init__(self, link: Link) -> None:
-        self.link = link
-
-    def request_arrival(self, nbytes: int) -> float:
-        return self.link.up.transmit(nbytes)
-
-    def response_arrival(self, nbytes: int) -> float:
-        return self.link.down.transmit(nbytes)
-
-    def sleep_until(self, t: float) -> None:
-        clock = self.link.clock
-        while True:
-            remaining = t - clock.now()
-            if remaining <= 0:
-                return
-            if remaining > self.SPIN_BELOW_S:
-                time.sleep(remaining - self.SPIN_BELOW_S)

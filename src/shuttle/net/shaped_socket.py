@@ -51,7 +51,7 @@ _TIMESPEC = struct.Struct("@qq")
 _FD_SETSIZE = 1024
 
 
-def _buffers(data: bytes | bytearray | memoryview | Iterable[bytes | memoryview]) -> list[bytes]:
+def _buffers(data: bytes | bytearray | memoryview | Iterable[bytes | bytearray | memoryview]) -> list[bytes]:
     if isinstance(data, bytes | bytearray | memoryview):
         return [bytes(data)]
     return [bytes(b) for b in data]
@@ -89,7 +89,7 @@ class ShapedSocket:
 
     # -- the caller's side --------------------------------------------------------------
 
-    def sendall(self, data: bytes | bytearray | memoryview | Iterable[bytes | memoryview]) -> None:
+    def sendall(self, data: bytes | bytearray | memoryview | Iterable[bytes | bytearray | memoryview]) -> None:
         """Queue ``data`` (one buffer or several) to reach the node when the link says.
 
         Raises ``OSError(EBADF)`` after :meth:`close`, or the error that broke the
