@@ -33,6 +33,8 @@ class Ledger:
 
     attempted: dict[str, int] = field(default_factory=dict)
     acked: dict[str, int] = field(default_factory=dict)
+    #: Keys whose last attempt was truncate-then-write: empty is a state it passes through.
+    truncating: set[str] = field(default_factory=set)
 
 
 def writer(
@@ -47,10 +49,12 @@ def writer(
             gen += 1
             body = content(key, gen)
             ledger.attempted[key] = gen
+            ledger.truncating.discard(key)
             how = rng.random()
             if how < 0.5 or key not in ledger.acked:
                 client.put(key, body)  # whole-object replace (journalled or staged)
             elif how < 0.8:
+                ledger.truncating.add(key)
                 client.truncate(key, 0)  # two steps, each atomic: track both
                 ledger.acked[key] = -gen
                 client.write(key, 0, body)  # one atomic range write of the whole body
@@ -82,6 +86,8 @@ def check_no_loss_no_tear(address: str, ledgers: list[Ledger]) -> int:
                     ok = got == b"" or got == content(key, -acked)
                     assert ok, f"{key}: torn after truncate+write of generation {-acked}"
                     continue
+                if got == b"" and key in ledger.truncating and acked != last:
+                    continue  # the truncate landed, the crash came before its answer
                 lowest = acked if acked is not None else 1
                 assert any(got == content(key, g) for g in range(lowest, last + 1)), (
                     f"{key}: contents are no generation in {lowest}..{last} (torn or lost)"
