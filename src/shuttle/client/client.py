@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from shuttle.client.cache import CLIENT_BLOCK_BYTES_DEFAULT, CLIENT_CACHE_BYTES_DEFAULT, ClientCache
-from shuttle.client.model import NodeAddress, ObjectInfo, WriteInfo
+from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
 from shuttle.client.routing import node_for_key
 from shuttle.errors import InvalidArgumentError, NotFoundError, ShuttleError
 from shuttle.net.blocking import (
@@ -169,6 +169,18 @@ class Client:
     def stat(self, key: str) -> ObjectInfo:
         """Attributes of ``key`` (size, version, mtime, content hash, chunks)."""
         return ObjectInfo.from_wire(self._call_key(key, "stat", {}).result)
+
+    def chunks(self, key: str) -> builtins.list[Chunk]:
+        """The whole chunk list of ``key`` (paged from the node for very large objects).
+
+        Raises ``VersionMismatchError`` if the object changes while it is being paged."""
+        info = self.stat(key)
+        out = builtins.list(info.chunks)
+        while len(out) < info.chunks_total:
+            args = {"start": len(out), "expected_version": info.version}
+            page = self._call_key(key, "chunks", args).result
+            out += [Chunk(o, n, h) for o, n, h in page["chunks"]]
+        return out
 
     def exists(self, key: str) -> bool:
         try:

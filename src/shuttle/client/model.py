@@ -27,18 +27,27 @@ class ObjectInfo:
     version: int
     mtime_ns: int
     hash: bytes
+    #: The chunk list, or its first page for very large objects (see ``chunks_total``
+    #: and :meth:`shuttle.Client.chunks`).
     chunks: tuple[Chunk, ...] = field(default=(), repr=False)
+    chunks_total: int = 0
+
+    @property
+    def chunks_complete(self) -> bool:
+        return len(self.chunks) == self.chunks_total
 
     @classmethod
     def from_wire(cls, raw: Any) -> ObjectInfo:
         try:
+            chunks = tuple(Chunk(o, n, h) for o, n, h in raw.get("chunks", ()))
             return cls(
                 key=raw["key"],
                 size=raw["size"],
                 version=raw["version"],
                 mtime_ns=raw["mtime_ns"],
                 hash=raw["hash"],
-                chunks=tuple(Chunk(o, n, h) for o, n, h in raw.get("chunks", ())),
+                chunks=chunks,
+                chunks_total=raw.get("chunks_total", len(chunks)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RemoteProtocolError(

@@ -15,6 +15,11 @@ from shuttle.errors import InvalidArgumentError
 from shuttle.net.registry import Mode, OperationRegistry, Reply, arg, non_negative
 from shuttle.store import ObjectAttrs, ObjectStore, WriteResult
 
+#: Chunks listed inline in a stat result. A chunk costs about 45 bytes of header, so
+#: 8,192 (a ~512 MiB object) stay well inside the 1 MiB header limit; larger objects
+#: say ``chunks_total`` and the client pages the list with the ``chunks`` operation.
+STAT_CHUNKS_MAX = 8192
+
 #: Reads up to this size run on the event loop: a block-cache hit is served faster
 #: than a hop to the thread pool takes. Larger reads (streaming) go to a thread.
 INLINE_READ_BYTES_MAX = 64 << 10
@@ -37,7 +42,11 @@ def _keys(args: dict[str, Any]) -> list[str]:
 
 
 def _attrs(a: ObjectAttrs) -> dict[str, Any]:
-    return a.as_dict()
+    out = a.as_dict()
+    out["chunks_total"] = len(a.chunks)
+    if len(a.chunks) > STAT_CHUNKS_MAX:
+        out["chunks"] = out["chunks"][:STAT_CHUNKS_MAX]
+    return out
 
 
 def _written(w: WriteResult) -> dict[str, Any]:
@@ -55,6 +64,18 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
     def stat(args: dict[str, Any], payload: bytes) -> Any:
         """Attributes of one object: size, version, mtime_ns, hash, chunks."""
         return _attrs(store.stat(arg(args, "key", str), expected_version=_version(args)))
+
+    def chunks(args: dict[str, Any], payload: bytes) -> Any:
+        """A page of an object's chunk list: ``[offset, length, blake3]`` from ``start``."""
+        start = non_negative(args, "start", 0)
+        limit = min(non_negative(args, "limit", STAT_CHUNKS_MAX), STAT_CHUNKS_MAX)
+        a = store.stat(arg(args, "key", str), expected_version=_version(args))
+        page = a.chunks[start : start + limit]
+        return {
+            "version": a.version,
+            "chunks": [[c.offset, c.length, c.hash] for c in page],
+            "next": start + len(page) if start + len(page) < len(a.chunks) else None,
+        }
 
     def stat_many(args: dict[str, Any], payload: bytes) -> Any:
         """Attributes of many objects (None for a missing one), in one round trip."""
@@ -162,8 +183,13 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
         return {"block_cache_bytes_dropped": before, "files_dropped": dropped}
 
     add = registry.add
-    add("stat", stat)
-    add("stat_many", stat_many)
+    # A stat is answered from memory unless the attributes must be read from disk or
+    # the whole-object hash recomputed after range writes: only then take a thread.
+    add(
+        "stat", stat, Mode.THREAD, inline_when=lambda a: store.stat_is_cached(str(a.get("key", "")))
+    )
+    add("chunks", chunks, Mode.THREAD)
+    add("stat_many", stat_many, Mode.THREAD)
     add("read", read, Mode.THREAD, inline_when=_small_read)
     add("write", write, Mode.THREAD)
     add("put", put, Mode.THREAD)
