@@ -221,7 +221,7 @@ def stats(
         "errors",
         "bytes in",
         "bytes out",
-        "objects",
+        "written MB",
         "cache hit %",
     ):
         table.add_column(col, justify="right")
@@ -237,7 +237,7 @@ def stats(
             str(srv.get("errors", 0)),
             str(srv.get("bytes_in", 0)),
             str(srv.get("bytes_out", 0)),
-            str(store.get("objects", "?")),
+            f"{store.get('bytes_written', 0) / 1e6:.1f}",
             hit,
         )
     console.print(table)

@@ -49,6 +49,14 @@ def up(
     link: Annotated[
         str, typer.Option(help="Client–node link profile: loopback, san, lan, wan or bw=..,lat=..")
     ] = "loopback",
+    netns: Annotated[
+        bool,
+        typer.Option(
+            "--netns",
+            help="Run each node in its own network namespace behind a veth pair shaped by "
+            "the kernel (tc tbf) to --link's bandwidth (Linux, root).",
+        ),
+    ] = False,
 ) -> None:
     """Start N storage-node processes on loopback and write the cluster file.
 
@@ -71,6 +79,7 @@ def up(
         cpu_factors=factors,
         cache_bytes=cache_bytes,
         links={"default": link},
+        netns_profile=link if netns else None,
         cluster_path=path.resolve(),
         report=lambda line: console.print(line, highlight=False),
     )

@@ -83,6 +83,10 @@ class ClusterFile:
     #: Raw ``[links]`` table (kept as written, so custom profiles survive a rewrite).
     links: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    #: The persistent namespace lab the nodes run in (``cluster up --netns``), if any.
+    netns_tag: str | None = None
+    #: The link profile the kernel shapes (with ``tc tbf``) in that lab.
+    netns_profile: str | None = None
 
     def __post_init__(self) -> None:
         ids = [n.id for n in self.nodes]
@@ -113,7 +117,12 @@ class ClusterFile:
     # --- TOML ------------------------------------------------------------------------
 
     def to_toml(self) -> str:
-        doc: dict[str, Any] = {"cluster": {"name": self.name, "root": str(self.root)}}
+        meta: dict[str, Any] = {"name": self.name, "root": str(self.root)}
+        if self.netns_profile is not None:
+            meta["netns_profile"] = self.netns_profile
+        if self.netns_tag is not None:
+            meta["netns_tag"] = self.netns_tag
+        doc: dict[str, Any] = {"cluster": meta}
         if self.links:
             doc["links"] = self.links
         doc["nodes"] = [n.to_toml() for n in self.nodes]
@@ -162,7 +171,15 @@ class ClusterFile:
         if not isinstance(links, dict):
             raise ConfigError(f"{where}: [links] must be a table of node id → profile")
         root = Path(meta.get("root", path.parent if path else "."))
-        return cls(str(meta.get("name", "cluster")), root, tuple(nodes), links, path)
+        return cls(
+            str(meta.get("name", "cluster")),
+            root,
+            tuple(nodes),
+            links,
+            path,
+            netns_tag=meta.get("netns_tag"),
+            netns_profile=meta.get("netns_profile"),
+        )
 
 
 def _node_from_dict(raw: Any, where: str) -> NodeEntry:

@@ -21,6 +21,8 @@ from typing import Any
 from shuttle.cluster.clusterfile import ClusterFile, NodeEntry
 from shuttle.errors import ConfigError, UnreachableError
 from shuttle.net.blocking import BlockingConnection
+from shuttle.net.netns import NetnsLab, destroy_lab, persistent_labs
+from shuttle.net.profiles import parse_link_profile
 from shuttle.node.config import CACHE_BYTES_DEFAULT
 
 #: How long ``up`` waits for a node to report that it listens (recovery of a large
@@ -76,6 +78,11 @@ def _serve_argv(entry: NodeEntry, ready_file: Path) -> list[str]:
 
 
 def start_node(entry: NodeEntry, run_dir: Path) -> NodeEntry:
+    """Start one node process (inside its network namespace, if it has one)."""
+    return _start(entry, run_dir, NetnsLab.command(entry.netns, []) if entry.netns else [])
+
+
+def _start(entry: NodeEntry, run_dir: Path, prefix: list[str]) -> NodeEntry:
     """Start one node process (detached from this one) and wait until it listens.
 
     Returns the entry with its pid and port (the port the kernel chose if it was 0).
@@ -88,7 +95,7 @@ def start_node(entry: NodeEntry, run_dir: Path) -> NodeEntry:
     log = run_dir / f"{entry.id}.log"
     with open(log, "ab") as log_file:
         proc = subprocess.Popen(
-            _serve_argv(entry, ready),
+            [*prefix, *_serve_argv(entry, ready)],
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -128,11 +135,18 @@ def up(
     cpu_factors: Sequence[float] = (),
     cache_bytes: int = CACHE_BYTES_DEFAULT,
     links: dict[str, Any] | None = None,
+    netns_profile: str | None = None,
     cluster_path: Path | None = None,
     report: Report = lambda _: None,
 ) -> ClusterFile:
     """Start a cluster of ``nodes`` nodes under ``root`` (or restart the stopped nodes
-    of the cluster file already there) and write its cluster file."""
+    of the cluster file already there) and write its cluster file.
+
+    With ``netns_profile`` (Linux, root) each node runs in a network namespace of its
+    own, joined to this one by a veth pair that the kernel shapes to that profile's
+    bandwidth with ``tc ... tbf``; clients add only the latency (this kernel has no
+    netem), through the cluster file's ``[links]``.
+    """
     path = cluster_path or root / "cluster.toml"
     if path.exists():
         cluster = ClusterFile.load(path)
@@ -158,6 +172,12 @@ def up(
             for i in range(nodes)
         )
         cluster = ClusterFile(name, root, entries, links or {"default": "loopback"}, path)
+        if netns_profile is not None:
+            cluster = replace(cluster, netns_profile=netns_profile)
+    if cluster.netns_profile is not None and (
+        cluster.netns_tag is None or cluster.netns_tag not in persistent_labs()
+    ):
+        cluster = _build_lab(cluster, report)
     run_dir = cluster.root / "run"
     for entry in cluster.nodes:
         if pid_is_node(entry.pid):
@@ -168,6 +188,24 @@ def up(
         cluster.save(path)  # record each node as soon as it runs: `down` can find it
         report(f"{started.id}: started (pid {started.pid}) on {started.address}")
     return cluster.save(path)
+
+
+def _build_lab(cluster: ClusterFile, report: Report) -> ClusterFile:
+    """Put the cluster's nodes in a new persistent namespace lab (kernel-shaped links)."""
+    assert cluster.netns_profile is not None
+    profile = parse_link_profile(cluster.netns_profile)
+    lab = NetnsLab(len(cluster.nodes), profile, hub_in_namespace=False, persistent=True)
+    with lab:
+        links: dict[str, Any] = {}
+        nodes = []
+        for entry, ns in zip(cluster.nodes, lab.nodes, strict=True):
+            nodes.append(replace(entry, host=ns.address, netns=ns.namespace, pid=None))
+            links[entry.id] = lab.client_profile(ns.index).spec()
+    report(
+        f"namespace lab {lab.tag}: {len(nodes)} veth links shaped by tc tbf to "
+        f"{profile}; clients add the latency"
+    )
+    return replace(cluster, nodes=tuple(nodes), links=links, netns_tag=lab.tag)
 
 
 def down(cluster: ClusterFile, *, report: Report = lambda _: None) -> ClusterFile:
@@ -185,6 +223,12 @@ def down(cluster: ClusterFile, *, report: Report = lambda _: None) -> ClusterFil
                 _wait_gone(entry.pid, 2.0)
                 report(f"{entry.id}: did not stop within {STOP_TIMEOUT_S:g} s; killed")
         cluster = cluster.with_node(replace(entry, pid=None))
+    if cluster.netns_tag is not None:
+        problems = destroy_lab(cluster.netns_tag)
+        report(
+            f"namespace lab {cluster.netns_tag}: removed" + (f" ({problems})" if problems else "")
+        )
+        cluster = replace(cluster, netns_tag=None)
     return cluster.save() if cluster.path else cluster
 
 
@@ -211,10 +255,9 @@ def probe_node(host: str, port: int, timeout_s: float = 2.0) -> str:
         stats = conn.call("node.stats").result
     server = stats.get("server", {})
     store = stats.get("store", {})
-    objects = store.get("objects", "?")
     return (
         f"up {server.get('uptime_s', 0):.0f} s, {server.get('requests', 0)} requests, "
-        f"{objects} objects"
+        f"{store.get('bytes_written', 0) / 1e6:.1f} MB written"
     )
 
 

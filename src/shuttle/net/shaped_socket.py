@@ -46,12 +46,16 @@ RECV_CHUNK_BYTES = 256 * 1024
 SPIN_BELOW_S = 150e-6
 #: How long close() waits for queued writes to go out before closing anyway.
 CLOSE_FLUSH_TIMEOUT_S = 30.0
+#: What sendall takes: one buffer, or several to send in order.
+Data = bytes | bytearray | memoryview | Iterable[bytes | bytearray | memoryview]
 _TIMESPEC = struct.Struct("@qq")
 #: select() cannot watch descriptors at or above this (glibc's FD_SETSIZE).
 _FD_SETSIZE = 1024
 
 
-def _buffers(data: bytes | bytearray | memoryview | Iterable[bytes | bytearray | memoryview]) -> list[bytes]:
+def _buffers(
+    data: bytes | bytearray | memoryview | Iterable[bytes | bytearray | memoryview],
+) -> list[bytes]:
     if isinstance(data, bytes | bytearray | memoryview):
         return [bytes(data)]
     return [bytes(b) for b in data]
@@ -89,7 +93,9 @@ class ShapedSocket:
 
     # -- the caller's side --------------------------------------------------------------
 
-    def sendall(self, data: bytes | bytearray | memoryview | Iterable[bytes | bytearray | memoryview]) -> None:
+    def sendall(
+        self, data: bytes | bytearray | memoryview | Iterable[bytes | bytearray | memoryview]
+    ) -> None:
         """Queue ``data`` (one buffer or several) to reach the node when the link says.
 
         Raises ``OSError(EBADF)`` after :meth:`close`, or the error that broke the
