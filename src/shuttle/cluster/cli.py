@@ -22,6 +22,11 @@ console = Console()
 
 DEFAULT_ROOT = Path(".shuttle")
 
+ExistingClusterOpt = Annotated[
+    Path | None,
+    typer.Option(help=f"Cluster file (default ${CLUSTER_ENV} or .shuttle/cluster.toml)."),
+]
+
 
 def _cluster_path(cluster: Path | None) -> Path:
     path = cluster or default_cluster_path() or DEFAULT_ROOT / "cluster.toml"
@@ -89,10 +94,7 @@ def up(
 
 @app.command()
 def down(
-    cluster: Annotated[
-        Path | None,
-        typer.Option(help=f"Cluster file (default ${CLUSTER_ENV} or .shuttle/cluster.toml)."),
-    ] = None,
+    cluster: ExistingClusterOpt = None,
 ) -> None:
     """Stop every node of the cluster (SIGTERM, SIGKILL after 10 s). Data stays on disk."""
     spec = ClusterFile.load(_cluster_path(cluster))
@@ -101,10 +103,7 @@ def down(
 
 @app.command()
 def status(
-    cluster: Annotated[
-        Path | None,
-        typer.Option(help=f"Cluster file (default ${CLUSTER_ENV} or .shuttle/cluster.toml)."),
-    ] = None,
+    cluster: ExistingClusterOpt = None,
 ) -> None:
     """Show each node: address, process, whether it answers, and a summary of its counters."""
     spec = ClusterFile.load(_cluster_path(cluster))
