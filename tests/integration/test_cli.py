@@ -127,3 +127,14 @@ def test_link_option_shapes_transfers(node: NodeProcess, link: str) -> None:
     body = b"z" * 200_000
     ok(shuttle_cli("put", "-", "shaped", "--node", node.address, "--link", link, input=body))
     assert ok(shuttle_cli("cat", "shaped", "--node", node.address, "--link", link)).encode() == body
+
+
+def test_serve_on_a_port_in_use_fails_clearly(node: NodeProcess, tmp_path: Path) -> None:
+    clash = shuttle_cli("serve", "--data", str(tmp_path / "other"), "--listen", node.address)
+    assert clash.returncode == 2
+    assert b"cannot listen on" in clash.stderr and b"--listen" in clash.stderr
+
+
+def test_second_node_on_the_same_data_directory_is_refused(node: NodeProcess) -> None:
+    second = shuttle_cli("serve", "--data", str(node.data_dir), "--listen", "127.0.0.1:0")
+    assert second.returncode != 0 and b"error" in second.stderr

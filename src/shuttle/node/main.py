@@ -20,6 +20,7 @@ from pathlib import Path
 
 import uvloop
 
+from shuttle.errors import ConfigError
 from shuttle.net.cpu import CpuSpeed
 from shuttle.net.memory import tune_allocator
 from shuttle.net.registry import OperationRegistry
@@ -29,6 +30,12 @@ from shuttle.node.handlers import register_storage_ops
 from shuttle.store import ObjectStore, StoreConfig
 
 log = logging.getLogger("shuttle.node")
+
+#: An upload session idle this long belongs to a client that went away: its staged
+#: bytes are dropped (a live client sends a piece at least every request timeout).
+UPLOAD_IDLE_S = 600.0
+#: How often the node looks for such sessions.
+UPLOAD_SWEEP_INTERVAL_S = 30.0
 
 #: Reads up to this size go through the node's block cache; larger ones go to disk.
 CACHED_READ_BYTES_MAX = 64 << 10
@@ -66,7 +73,13 @@ async def serve(config: NodeConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        host, port = await server.start(config.host, config.port)
+        try:
+            host, port = await server.start(config.host, config.port)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {config.host}:{config.port} ({exc.strerror or exc}); "
+                "is another node using that port? choose another with --listen"
+            ) from exc
         if not config.node_id:
             server.node_id = f"{host}:{port}"
         if config.ready_file is not None:
@@ -74,11 +87,23 @@ async def serve(config: NodeConfig) -> None:
         print(
             f"shuttle node {server.node_id} serving {config.data_dir} on {host}:{port}", flush=True
         )
+        sweeper = loop.create_task(_expire_uploads(store))
         await stop.wait()
         log.info("stop signal received; shutting down")
+        sweeper.cancel()
     finally:
         await server.close()
         store.close()
+
+
+async def _expire_uploads(store: ObjectStore) -> None:
+    """Drop upload sessions abandoned by their clients, now and then."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(UPLOAD_SWEEP_INTERVAL_S)
+        expired = await loop.run_in_executor(None, store.expire_uploads, UPLOAD_IDLE_S)
+        if expired:
+            log.info("dropped %d upload session(s) idle for over %.0f s", expired, UPLOAD_IDLE_S)
 
 
 def run(config: NodeConfig) -> None:
