@@ -1,0 +1,61 @@
+"""Short smoke runs of the storage benchmarks: they run end to end and write the report
+their READMEs promise. Figures are measured by the benchmarks, never asserted here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.integration.nodeproc import shuttle_cli
+
+
+def test_netrand_smoke_writes_every_section(tmp_path: Path) -> None:
+    out = tmp_path / "netrand.json"
+    result = shuttle_cli(
+        "bench",
+        "netrand",
+        "--rounds",
+        "2",
+        "--pages",
+        "30",
+        "--file-bytes",
+        str(2 << 20),
+        "--json",
+        str(out),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(out.read_text())
+    for section in ("local", "local_cold", "remote_cold", "remote_warm", "redis"):
+        figures = report[section]
+        assert figures["samples"] == 60
+        for name in ("p50_us", "p90_us", "p99_us", "max_us", "mean_us", "pages_per_s"):
+            assert figures[name] > 0
+        assert figures["p50_us"] <= figures["p90_us"] <= figures["p99_us"] <= figures["max_us"]
+    assert report["remote_over_local_p50"] > 0 and report["remote_over_redis_p50"] > 0
+    assert report["config"]["pages"] == 30 and report["paper"]["pages"] == 400
+
+
+def test_stream_smoke_compares_with_raw_tcp(tmp_path: Path) -> None:
+    out = tmp_path / "stream.json"
+    result = shuttle_cli(
+        "bench",
+        "stream",
+        "--bytes",
+        str(16 << 20),
+        "--repeat",
+        "1",
+        "--json",
+        str(out),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(out.read_text())
+    assert report["raw_tcp"]["mib_per_s"] > 0 and report["shuttle"]["mib_per_s"] > 0
+    assert report["shuttle"]["requests"] >= 16  # streamed as 1 MiB range requests
+    assert report["shuttle_over_raw_throughput"] > 0
+
+
+def test_netrand_rejects_a_bad_generator() -> None:
+    result = shuttle_cli("bench", "netrand", "--generator", "dice", "--no-redis")
+    assert result.returncode == 2 and b"--generator must be one of lcg, seeded" in result.stderr
