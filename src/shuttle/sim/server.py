@@ -447,6 +447,15 @@ class Server:
         if on_done is not None:
             heappush(self.heap, (now + req.reply_s, next(self.sequence), on_done, req))
 
+    def close(self) -> None:
+        """Forget the cache contents and any waiting request (see :meth:`Kernel.close`)."""
+        self.lru.clear()
+        self.locked.clear()
+        self.free_waiters.clear()
+        self.metadata.clear()
+        self.mobile_done = None
+        self.mobile_computing = False
+
     # --- inspection (tests, reports) --------------------------------------------------
 
     def resident_blocks(self) -> int:
