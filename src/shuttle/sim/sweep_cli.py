@@ -58,6 +58,9 @@ from shuttle.sim.sweep import (
 )
 
 console = Console()
+if not console.is_terminal:
+    # Piped or captured output (logs, CI): rich would fold the tables to 80 columns.
+    console = Console(width=140)
 
 _TABLES = ("server", "experiment", "background", "sweep")
 
