@@ -22,7 +22,7 @@ import hashlib
 import itertools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from heapq import heappop, heappush
 from typing import Any
 
@@ -58,10 +58,9 @@ class Kernel:
     """
 
     __slots__ = (
+        "_stream",
         "_stream_handler",
-        "_stream_index",
-        "_stream_open",
-        "_stream_times",
+        "_stream_head",
         "events_processed",
         "heap",
         "now",
@@ -78,10 +77,10 @@ class Kernel:
         #: Sequence numbers start at NORMAL's base, so ``next(sequence)`` *is* the
         #: ordering key of a NORMAL event scheduled now.
         self.sequence = itertools.count(PRIORITY_NORMAL << _SEQUENCE_BITS)
-        self._stream_times: list[float] = []
+        self._stream: Iterator[tuple[float, Any]] = iter(())
         self._stream_handler: Handler | None = None
-        self._stream_index = 0
-        self._stream_open = False
+        #: The stream's next event, read ahead (None: no stream, or it has ended).
+        self._stream_head: tuple[float, Any] | None = None
 
     # --- scheduling -----------------------------------------------------------------
 
@@ -114,30 +113,29 @@ class Kernel:
             raise ConfigError(f'"priority" must be in 0..{_PRIORITY_MAX}, got {priority!r}')
         self.at(self.now + delay_s, handler, arg, priority)
 
-    def stream(self, times: list[float], handler: Handler) -> None:
-        """Merge a time-ordered source of events: ``handler(times[i], i)`` for each ``i``.
+    def stream(self, events: Iterable[tuple[float, Any]], handler: Handler) -> None:
+        """Merge a time-ordered source of events: ``handler(time, payload)`` for each.
 
         A trace replayed at its recorded times is known in advance; keeping it out of
-        the heap saves a push and a pop per record. At equal times heap events run
-        first. The handler may call :meth:`end_stream` to drop the rest, or append
-        to ``times`` (later times only) to continue it. Raises
-        :class:`~shuttle.errors.ConfigError` if a stream is already attached.
+        the heap saves a push and a pop per record, and an iterator lets the source
+        make its events as they are needed (memory stays flat over hours of trace).
+        At equal times heap events run first. The handler may call :meth:`end_stream`
+        to drop the rest. Raises :class:`~shuttle.errors.ConfigError` if a stream is
+        already attached.
         """
-        if self._stream_open:
+        if self._stream_head is not None:
             raise ConfigError("a kernel merges one stream at a time; end the first one")
-        self._stream_times = times
+        self._stream = iter(events)
         self._stream_handler = handler
-        self._stream_index = 0
-        self._stream_open = bool(times)
+        self._stream_head = next(self._stream, None)
 
     def end_stream(self) -> None:
         """Drop the stream's remaining events."""
-        self._stream_open = False
+        self._stream_head = None
+        self._stream = iter(())
 
     def _stream_next(self) -> float:
-        if self._stream_open and self._stream_index < len(self._stream_times):
-            return self._stream_times[self._stream_index]
-        return math.inf
+        return self._stream_head[0] if self._stream_head is not None else math.inf
 
     def peek(self) -> float:
         """Time of the next event (heap or stream), or ``inf`` if none is scheduled."""
@@ -145,9 +143,8 @@ class Kernel:
         return min(top, self._stream_next())
 
     def pending(self) -> int:
-        """Number of events scheduled and not yet run (the stream's included)."""
-        left = len(self._stream_times) - self._stream_index if self._stream_open else 0
-        return len(self.heap) + left
+        """Events scheduled on the heap, plus one if a stream has more to come."""
+        return len(self.heap) + (self._stream_head is not None)
 
     # --- running --------------------------------------------------------------------
 
@@ -157,7 +154,7 @@ class Kernel:
         Returns the time of the last event run (``now``). Events scheduled at exactly
         ``until`` run. Counts events in ``events_processed``.
         """
-        if self._stream_open:
+        if self._stream_head is not None:
             return self._run_merged(until)
         heap = self.heap
         pop = heappop
@@ -185,12 +182,11 @@ class Kernel:
         """:meth:`run` with a stream: take the earlier of the heap's top and the stream's."""
         heap = self.heap
         pop = heappop
-        times = self._stream_times
-        count = len(times)
+        stream = self._stream
         stream_handler = self._stream_handler
         assert stream_handler is not None
-        index = self._stream_index
-        following = times[index] if index < count else math.inf
+        head = self._stream_head
+        following, payload = head if head is not None else (math.inf, None)
         processed = 0
         now = self.now
         try:
@@ -204,18 +200,14 @@ class Kernel:
                 elif following <= until and following != math.inf:
                     now = following
                     self.now = now
-                    index += 1
-                    self._stream_index = index
-                    stream_handler(now, index - 1)
-                    if index < count and self._stream_open:
-                        following = times[index]
+                    current = payload
+                    head = next(stream, None)
+                    self._stream_head = head
+                    stream_handler(now, current)
+                    if self._stream_head is None:  # exhausted, or ended by the handler
+                        following, payload = math.inf, None
                     else:
-                        count = len(times)  # the handler may have extended the stream
-                        if index < count and self._stream_open:
-                            following = times[index]
-                        else:
-                            following = math.inf
-                            self._stream_open = False
+                        following, payload = head  # type: ignore[misc]
                 else:
                     break
                 processed += 1
@@ -225,18 +217,17 @@ class Kernel:
 
     def step(self) -> bool:
         """Run exactly one event (heap or stream); return False if there was none."""
-        following = self._stream_next()
+        head = self._stream_head
+        following = head[0] if head is not None else math.inf
         if self.heap and self.heap[0][0] <= following:
             now, _, handler, arg = heappop(self.heap)
             self.now = now
             handler(now, arg)
-        elif following != math.inf:
+        elif head is not None:
             self.now = following
-            self._stream_index += 1
+            self._stream_head = next(self._stream, None)
             assert self._stream_handler is not None
-            self._stream_handler(following, self._stream_index - 1)
-            if self._stream_index >= len(self._stream_times):
-                self._stream_open = False
+            self._stream_handler(following, head[1])
         else:
             return False
         self.events_processed += 1
@@ -250,8 +241,7 @@ class Kernel:
         reference counting, without waiting for the cyclic garbage collector.
         """
         self.heap.clear()
-        self._stream_open = False
-        self._stream_times = []
+        self.end_stream()
         self._stream_handler = None
 
     # --- randomness -----------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,7 +120,7 @@ class BackgroundFeeder:
         arrival = issue + out_s
         order = np.argsort(arrival, kind="stable")
         issued = issue[order]
-        # Sorted columns; they become Python lists piece by piece (see _load).
+        # Sorted columns; they become Python values piece by piece (see _events).
         self._arrival = arrival[order]
         self._columns = (
             kind[order],
@@ -131,36 +132,36 @@ class BackgroundFeeder:
             back_s[order],
             (issued >= measure_from_s) & (issued < measure_to_s),
         )
-        self.arrival: list[float] = []
-        #: One tuple per request: kind, file, first block key, blocks, issue time,
-        #: network time (both ways), reply time, measured.
-        self.requests: list[tuple[int, int, int, int, float, float, float, bool]] = []
-        self._last_loaded = -1
-        self._load(measure_to_s + _LOAD_AHEAD_S)
 
-    def _load(self, until_s: float) -> None:
-        """Convert the requests arriving up to ``until_s`` (at least one more)."""
-        lo = len(self.arrival)
-        hi = max(int(np.searchsorted(self._arrival, until_s, side="right")), lo + 1)
-        hi = min(hi, len(self._arrival))
-        self.arrival.extend(self._arrival[lo:hi].tolist())
-        self.requests.extend(zip(*(c[lo:hi].tolist() for c in self._columns), strict=True))
-        self._last_loaded = len(self.arrival) - 1
+    def _events(self) -> Iterator[tuple[float, tuple[Any, ...]]]:
+        """(arrival, request) in arrival order, converted _LOAD_AHEAD_S at a time.
+
+        A request is (kind, file, first block key, blocks, issue time, network time,
+        reply time, measured). Converting lazily keeps only a slice of the trace in
+        Python objects (about 350 bytes a request) and converts nothing past the
+        point where the run stops.
+        """
+        arrival = self._arrival
+        count = len(arrival)
+        lo = 0
+        while lo < count:
+            hi = int(np.searchsorted(arrival, arrival[lo] + _LOAD_AHEAD_S, side="right"))
+            hi = max(hi, lo + 1)
+            requests = zip(*(c[lo:hi].tolist() for c in self._columns), strict=True)
+            yield from zip(arrival[lo:hi].tolist(), requests, strict=True)
+            lo = hi
 
     def start(self) -> None:
         """Attach the requests to the server's kernel as a stream in arrival order."""
-        self.server.kernel.stream(self.arrival, self._arrive)
+        self.server.kernel.stream(self._events(), self._arrive)
 
-    def _arrive(self, now: float, i: int) -> None:
+    def _arrive(self, now: float, request: tuple[Any, ...]) -> None:
         if now > self.measure_to_s and (self.mobile_done or now > self.stop_s_max):
             # Past the interval and nobody left to load the server for: stop.
             self.server.kernel.end_stream()
             return
-        if i == self._last_loaded and i + 1 < len(self._arrival):
-            # The mobile application is still running: convert the next piece.
-            self._load(now + _LOAD_AHEAD_S)
         self.fed += 1
-        self.server.arrive_independent(now, self.requests[i], self.stats)
+        self.server.arrive_independent(now, request, self.stats)  # type: ignore[arg-type]
 
 
 def simulate_interval(

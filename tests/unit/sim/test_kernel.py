@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import pytest
 
@@ -137,17 +138,17 @@ def test_a_stream_merges_with_the_heap_in_time_order() -> None:
     """A trace replayed at its times interleaves with the events the model schedules."""
     kernel = Kernel()
     log: list[tuple[float, str]] = []
-    arrivals = [1.0, 2.0, 2.0, 5.0]
 
-    def arrive(now: float, i: int) -> None:
-        log.append((now, f"arrival {i}"))
-        if i == 0:
+    def arrive(now: float, name: str) -> None:
+        log.append((now, name))
+        if name == "arrival 0":
             kernel.at(now + 1.0, lambda t, _: log.append((t, "reply 0")))
 
+    arrivals = [(1.0, "arrival 0"), (2.0, "arrival 1"), (2.0, "arrival 2"), (5.0, "arrival 3")]
     kernel.stream(arrivals, arrive)
     kernel.at(0.5, lambda t, _: log.append((t, "tick")))
     kernel.at(4.0, lambda t, _: log.append((t, "tick")))
-    assert kernel.pending() == 6
+    assert kernel.pending() == 3  # two on the heap, and the stream's next
     assert kernel.peek() == 0.5
     kernel.run()
     assert log == [
@@ -172,31 +173,30 @@ def test_a_stream_can_be_cut_short_and_run_until_a_time() -> None:
         if i == 3:
             kernel.end_stream()
 
-    kernel.stream([float(t) for t in range(10)], arrive)
+    kernel.stream(((float(t), t) for t in range(10)), arrive)
     kernel.run(until=1.5)
     assert seen == [0, 1]
+    assert kernel.peek() == 2.0
     assert kernel.step()
     assert seen == [0, 1, 2]
     kernel.run()
     assert seen == [0, 1, 2, 3]
     assert not kernel.step()
-    kernel.stream([1.0], arrive)  # a new stream may follow the ended one
+    kernel.stream([(1.0, 9)], arrive)  # a new stream may follow the ended one
     with pytest.raises(ConfigError, match="one stream at a time"):
-        kernel.stream([2.0], arrive)
+        kernel.stream([(2.0, 10)], arrive)
 
 
-def test_a_stream_handler_may_extend_its_stream() -> None:
-    """A feeder converts its trace in pieces: it appends the next piece at the last record."""
+def test_a_stream_is_read_lazily() -> None:
+    """The source makes its events as the kernel reaches them (memory stays flat)."""
     kernel = Kernel()
-    times = [0.0, 1.0]
-    seen: list[float] = []
+    made: list[float] = []
 
-    def arrive(now: float, i: int) -> None:
-        seen.append(now)
-        if i == len(times) - 1 and now < 5.0:
-            times.extend([now + 1.0, now + 2.0])
+    def source() -> Iterator[tuple[float, None]]:
+        for t in range(1_000_000):
+            made.append(float(t))
+            yield float(t), None
 
-    kernel.stream(times, arrive)
-    kernel.at(2.5, lambda t, _: seen.append(t))
-    kernel.run()
-    assert seen == [0.0, 1.0, 2.0, 2.5, 3.0, 4.0, 5.0]
+    kernel.stream(source(), lambda now, _: None)
+    kernel.run(until=10.0)
+    assert len(made) == 12  # up to 10, plus the one read ahead
