@@ -10,10 +10,12 @@ Layout (one concept a module):
 * ``mobile``    the mobile application's dependent trace, at the client or the server
 * ``metrics``   what a run counts: response-time parts, hit rates, loads
 * ``prepare``   two passes over a long trace: busiest intervals, their warm caches
+* ``prepcache`` prepared intervals kept on disk between sweeps
 * ``run``       one interval: warm-up, background feed, mobile application, results
 * ``sources``   where traces come from: files, the background generator, agrep
 * ``sweep``     the paper's two experiments (cache size, CPU speed), run in parallel
 * ``plots``     the figures of a sweep in the paper's layout
+* ``replay``    a trace through a cache policy alone (``shuttle sim cache``)
 * ``cli``, ``sweep_cli``   ``shuttle sim ...`` commands
 """
 

@@ -293,7 +293,7 @@ def _state(
 
 
 def _intervals_table(doc: dict[str, Any]) -> None:
-    table = Table(title="Measured intervals (busiest first by count, in time order)")
+    table = Table(title="Measured intervals: the busiest, in time order")
     for column in ("#", "start s", "requests", "warm-up records", "warm blocks"):
         table.add_column(column, justify="right")
     for i in doc["intervals"]:
