@@ -32,6 +32,7 @@ from shuttle.errors import (
 from shuttle.net.shaped_socket import ShapedSocket
 from shuttle.net.shaping import Link
 from shuttle.wire import (
+    NEED_DATA,
     PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
     Connection,
@@ -40,7 +41,6 @@ from shuttle.wire import (
     Goodbye,
     Hello,
     NeedData,
-    Request,
     Response,
     Role,
     Welcome,
@@ -52,9 +52,12 @@ CONNECT_TIMEOUT_S = 5.0
 #: Seconds a request may take before the call fails (a 16 MiB frame over a 1 Mb/s
 #: emulated link takes ~134 s, so shaped clusters should raise it).
 REQUEST_TIMEOUT_S = 60.0
-#: Bytes asked of the kernel per recv; large enough that streaming reads are not
-#: dominated by syscalls.
-RECV_BYTES = 1 << 20
+#: Bytes asked of the kernel per recv between large payloads (those are received in
+#: place, as much as the kernel has): a small response and the start of a large one.
+RECV_BYTES = 64 << 10
+#: Bytes taken per receive from an emulated link's queue (it hands over what the
+#: link has released, already in memory).
+SHAPED_RECV_BYTES = 1 << 20
 #: Payloads below this are joined with their frame header into one send.
 SMALL_PAYLOAD_BYTES = 64 << 10
 #: Requests kept in flight by call_many unless told otherwise.
@@ -110,10 +113,6 @@ class BlockingConnection:
         self._sock: socket.socket | None = None
         self._shaped: ShapedSocket | None = None
         self._conn: Connection | None = None
-        # One receive buffer for the connection's life: recv(n) would allocate (and
-        # for large n mmap and unmap) a fresh n-byte object on every call.
-        self._recv_buf = bytearray(RECV_BYTES)
-        self._recv_view = memoryview(self._recv_buf)
         #: Responses that arrived while waiting for another request id.
         self._early: dict[int, Response | ErrorResponse] = {}
 
@@ -202,30 +201,72 @@ class BlockingConnection:
         for attempt in range(attempts):
             fresh = self._sock is None
             try:
-                rid = self._send_request(op, args or {}, payload)
-                ev = self._wait_for(rid)
+                if self._conn is not None and self._shaped is None and not self._early:
+                    ev = self._exchange(op, args or {}, payload)
+                else:
+                    ev = self._wait_for(self._send_request(op, args or {}, payload))
             except UnreachableError:
                 self.close()
                 if attempt + 1 >= attempts or fresh:
                     raise
                 continue
             self.counters.round_trips += 1
-            if isinstance(ev, ErrorResponse):
+            if type(ev) is ErrorResponse:
                 self.counters.errors += 1
                 raise ev.to_exception()
-            return ev
+            return ev  # type: ignore[return-value]
         raise AssertionError("unreachable: the loop returns or raises")
 
     def _send_request(self, op: str, args: dict[str, Any], payload: Payload) -> int:
-        self.connect()
         conn = self._conn
-        assert conn is not None
+        if conn is None:
+            self.connect()
+            conn = self._conn
+            assert conn is not None
         rid = conn.next_request_id()
-        self._sendall(conn.send(Request(rid, op, args, payload)))
+        self._sendall(conn.send_request(rid, op, args, payload, join_below=SMALL_PAYLOAD_BYTES))
         counters = self.counters
         counters.requests += 1
-        counters.by_op[op] = counters.by_op.get(op, 0) + 1
+        by_op = counters.by_op
+        by_op[op] = by_op.get(op, 0) + 1
         return rid
+
+    def _exchange(
+        self, op: str, args: dict[str, Any], payload: Payload
+    ) -> Response | ErrorResponse:
+        """:meth:`_send_request` then :meth:`_wait_for` on an open, unshaped connection,
+        with the usual case in line: one send, one receive holding the whole response,
+        one event. Anything else (a partial frame, other events, failures) is handed
+        to the general loop, so the outcome is the same either way."""
+        conn, sock = self._conn, self._sock
+        assert conn is not None and sock is not None
+        rid = conn.next_request_id()
+        self._sendall(conn.send_request(rid, op, args, payload, join_below=SMALL_PAYLOAD_BYTES))
+        counters = self.counters
+        counters.requests += 1
+        by_op = counters.by_op
+        by_op[op] = by_op.get(op, 0) + 1
+        if conn.buffered_bytes or conn.eof_received:
+            return self._wait_for(rid)
+        try:
+            data = sock.recv(RECV_BYTES)
+        except OSError as exc:
+            # It blocked for the whole request timeout (SO_RCVTIMEO), or failed: with no
+            # time left, _recv_failed raises the typed error.
+            self._recv_failed(exc, 0.0, self.request_timeout_s)
+            raise
+        if not data:
+            conn.receive_data(b"")  # end of stream: the loop reports how it ended
+            return self._wait_for(rid)
+        counters.bytes_received += len(data)
+        try:
+            ev = conn.receive_event(data)
+        except RemoteProtocolError:
+            self.close()
+            raise
+        if (type(ev) is Response or type(ev) is ErrorResponse) and ev.rid == rid:  # type: ignore[union-attr]
+            return ev  # type: ignore[return-value]
+        return self._wait_for(rid, ev)
 
     def call_many(
         self, calls: Iterable[Call], *, window: int = WINDOW_DEFAULT, idempotent: bool = True
@@ -279,22 +320,48 @@ class BlockingConnection:
             if failure is None:
                 yield ev
 
-    def _wait_for(self, rid: int) -> Response | ErrorResponse:
-        early = self._early.pop(rid, None)
-        if early is not None:
-            return early
+    def _wait_for(
+        self, rid: int, first: Event | NeedData | None = None
+    ) -> Response | ErrorResponse:
+        """Events until the response to ``rid`` (``first``: one already taken from the
+        codec); responses to other requests are kept for their callers."""
+        if self._early:
+            early = self._early.pop(rid, None)
+            if early is not None:
+                return early
+        conn = self._conn
+        assert conn is not None
+        next_event = conn.next_event
+        deadline = 0.0
+        if first is None and not conn.buffered_bytes and not conn.eof_received:
+            # Nothing can be waiting in the codec: receive first (the usual case).
+            deadline = time.monotonic() + self.request_timeout_s
+            self._receive(conn, deadline, self.request_timeout_s)
         while True:
-            ev = self._next_event(self.request_timeout_s)
-            if isinstance(ev, Response | ErrorResponse):
+            if first is not None:
+                ev, first = first, None
+            else:
+                try:
+                    ev = next_event()
+                except RemoteProtocolError:
+                    self.close()
+                    raise
+            kind = type(ev)
+            if kind is Response or kind is ErrorResponse:
+                assert isinstance(ev, Response | ErrorResponse)
+                if ev.rid == rid:
+                    return ev
                 if ev.rid == 0 and isinstance(ev, ErrorResponse):
                     self.close()
                     raise UnreachableError(
                         f"node {self.address} closed the connection: {ev.message}"
                     ) from ev.to_exception()
-                if ev.rid == rid:
-                    return ev
                 self._early[ev.rid] = ev
-            elif isinstance(ev, Goodbye | ConnectionClosed):
+            elif ev is NEED_DATA:
+                if not deadline:
+                    deadline = time.monotonic() + self.request_timeout_s
+                self._receive(conn, deadline, self.request_timeout_s)
+            elif kind is Goodbye or kind is ConnectionClosed:
                 self.close()
                 reason = ev.reason if isinstance(ev, Goodbye) else "connection closed"
                 raise UnreachableError(
@@ -310,13 +377,19 @@ class BlockingConnection:
         try:
             if self._shaped is not None:
                 self._shaped.sendall(buffers)  # queued; leaves when the link says
+                sent = sum(map(len, buffers))
             elif len(buffers) == 1:
-                sock.sendall(buffers[0])
+                data = buffers[0]
+                sock.sendall(data)
+                sent = len(data)
             elif len(buffers[-1]) < SMALL_PAYLOAD_BYTES:
-                sock.sendall(b"".join(buffers))  # one syscall beats saving a small copy
+                data = b"".join(buffers)  # one syscall beats saving a small copy
+                sock.sendall(data)
+                sent = len(data)
             else:
                 for buffer in buffers:
                     sock.sendall(buffer)
+                sent = sum(map(len, buffers))
         except (TimeoutError, BlockingIOError) as exc:  # SO_SNDTIMEO expired
             self.close()
             raise RequestTimeoutError(
@@ -327,13 +400,13 @@ class BlockingConnection:
             raise UnreachableError(
                 f"lost the connection to node {self.address} while sending ({exc.strerror or exc})"
             ) from exc
-        self.counters.bytes_sent += sum(map(len, buffers))
+        self.counters.bytes_sent += sent
 
     def _next_event(self, timeout_s: float) -> Event:
-        conn, sock = self._conn, self._sock
-        assert conn is not None and sock is not None
+        """The next event, receiving as needed (the handshake's path)."""
+        conn = self._conn
+        assert conn is not None
         deadline = time.monotonic() + timeout_s
-        eof = False
         while True:
             try:
                 ev = conn.next_event()
@@ -342,42 +415,62 @@ class BlockingConnection:
                 raise
             if not isinstance(ev, NeedData):
                 return ev
-            if self._shaped is not None:
-                self._recv_shaped(conn, deadline)
-                continue
-            direct = conn.receive_buffer()  # a large payload: receive it in place
+            self._receive(conn, deadline, timeout_s)
+
+    def _receive(self, conn: Connection, deadline: float, timeout_s: float) -> None:
+        """One receive into the codec (blocks until some bytes, the end, or the deadline)."""
+        sock = self._sock
+        assert sock is not None
+        if self._shaped is not None:
+            self._recv_shaped(conn, deadline)
+            return
+        direct = conn.receive_buffer()  # a large payload: receive it in place
+        while True:
             try:
-                n = sock.recv_into(direct if direct is not None else self._recv_buf)
-            except BlockingIOError:  # SO_RCVTIMEO expired
-                if time.monotonic() < deadline:
-                    continue
-                self.close()
-                raise RequestTimeoutError(
-                    f"node {self.address} did not answer within {timeout_s:g} s; "
-                    "it may be overloaded, or raise the request timeout"
-                ) from None
+                if direct is not None:
+                    n = sock.recv_into(direct)
+                else:
+                    # A fresh bytes object, which the codec keeps without copying; at
+                    # most RECV_BYTES, so the heap serves it (no mmap, see net.memory).
+                    data = sock.recv(RECV_BYTES)
+                    n = len(data)
+                break
             except OSError as exc:
+                self._recv_failed(exc, deadline, timeout_s)
+        if not n:
+            if conn.eof_received:
                 self.close()
-                raise UnreachableError(
-                    f"lost the connection to node {self.address} ({exc.strerror or exc})"
-                ) from exc
-            if not n:
-                if eof:
-                    self.close()
-                    raise UnreachableError(f"node {self.address} closed the connection")
-                eof = True
-                conn.receive_data(b"")  # end of stream: the codec says how it ended
-                continue
-            self.counters.bytes_received += n
-            if direct is not None:
-                conn.received_into(n)
-            else:
-                conn.receive_data(self._recv_view[:n])  # the codec copies what it keeps
+                raise UnreachableError(f"node {self.address} closed the connection")
+            conn.receive_data(b"")  # end of stream: the codec says how it ended
+            return
+        self.counters.bytes_received += n
+        if direct is not None:
+            conn.received_into(n)
+        else:
+            conn.receive_data(data)
+
+    def _recv_failed(self, exc: OSError, deadline: float, timeout_s: float) -> None:
+        """A receive raised ``exc``: return if it may be retried (the kernel's receive
+        timeout expired before ``deadline``), else close and raise the typed error."""
+        if isinstance(exc, BlockingIOError):  # SO_RCVTIMEO expired
+            if time.monotonic() < deadline:
+                return
+            self.close()
+            raise RequestTimeoutError(
+                f"node {self.address} did not answer within {timeout_s:g} s; "
+                "it may be overloaded, or raise the request timeout"
+            ) from None
+        self.close()
+        raise UnreachableError(
+            f"lost the connection to node {self.address} ({exc.strerror or exc})"
+        ) from exc
 
     def _recv_shaped(self, conn: Connection, deadline: float) -> None:
         assert self._shaped is not None
         try:
-            data = self._shaped.recv(RECV_BYTES, timeout_s=max(0.0, deadline - time.monotonic()))
+            data = self._shaped.recv(
+                SHAPED_RECV_BYTES, timeout_s=max(0.0, deadline - time.monotonic())
+            )
         except TimeoutError:
             self.close()
             raise RequestTimeoutError(

@@ -36,7 +36,9 @@ class Mode(Enum):
     ASYNC = "async"
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets its fields through object.__setattr__, which
+# makes it three times as dear to build, and one is built for every data reply.
+@dataclass(slots=True)
 class Reply:
     """A handler's result: a msgpack-able ``result`` and raw ``payload`` bytes."""
 
@@ -95,6 +97,10 @@ class OperationRegistry:
             return fn
 
         return register
+
+    def find(self, name: str) -> Operation | None:
+        """The operation called ``name``, or None."""
+        return self._ops.get(name)
 
     def get(self, name: str) -> Operation:
         """The operation called ``name``; :class:`UnknownOperationError` lists the known ones."""

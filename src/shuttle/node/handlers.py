@@ -83,6 +83,23 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
 
     def read(args: dict[str, Any], payload: bytes) -> Reply:
         """Bytes [offset, offset+length) of an object (fewer at its end) as the payload."""
+        # The arguments of nearly every read, checked in one go (exact types: msgpack
+        # never gives a bool or int subclass for an int); any other shape takes the
+        # checks below, which name what is wrong.
+        key, offset, length = args.get("key"), args.get("offset", 0), args.get("length")
+        version = args.get("expected_version")
+        if (
+            type(key) is str
+            and type(offset) is int
+            and offset >= 0
+            and type(length) is int
+            and length >= 0
+            and (version is None or (type(version) is int and version >= 0))
+        ):
+            return Reply(None, store.read(key, offset, length, expected_version=version))
+        return _checked_read(args)
+
+    def _checked_read(args: dict[str, Any]) -> Reply:
         length = args.get("length")
         if length is not None and (not isinstance(length, int) or length < 0):
             raise InvalidArgumentError(f"length must be an integer ≥ 0, got {length!r}")

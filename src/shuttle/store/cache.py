@@ -138,6 +138,34 @@ class BlockCache:
             self._bytes_from_cache += from_cache
         return self._assemble(found, first, last, offset, end)
 
+    def read_hit(self, key: str, offset: int, end: int) -> bytes | None:
+        """Bytes ``[offset, end)`` of ``key`` if they lie in one cached block, else None.
+
+        The fast path of :meth:`read` for a small read that hits (counted as one hit);
+        a None counts nothing, and the caller then goes the long way. ``end`` must
+        already be clipped to the object's size.
+        """
+        bsz = self.block_size_bytes
+        idx = offset // bsz
+        base = idx * bsz
+        if end - base > bsz:
+            return None  # spans two blocks
+        ident = (key, idx)
+        blocks = self._blocks
+        lock = self._lock
+        # acquire/release rather than ``with``: nothing below can raise, and this runs
+        # for every cached page a node serves.
+        lock.acquire()
+        blk = blocks.get(ident)
+        if blk is None or len(blk) < end - base:
+            lock.release()
+            return None
+        blocks.move_to_end(ident)
+        self._hits += 1
+        self._bytes_from_cache += end - offset
+        lock.release()
+        return blk[offset - base : end - base]
+
     def _assemble(
         self, found: dict[int, bytes], first: int, last: int, offset: int, end: int
     ) -> bytes:

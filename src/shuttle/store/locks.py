@@ -11,13 +11,21 @@ import threading
 
 
 class RWLock:
-    """Many readers or one writer. Not reentrant."""
+    """Many readers or one writer. Not reentrant.
+
+    ``generation`` makes it a sequence lock as well: it is odd while a writer holds the
+    lock and grows by two with every write. A reader that takes no lock at all can read
+    it before and after looking at shared state: the same even value both times means
+    no writer held the lock in between, so what it saw was consistent (the store's
+    lock-free cache hits, :meth:`ObjectStore.read`).
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+        self.generation = 0
 
     def acquire_read(self) -> None:
         with self._cond:
@@ -40,9 +48,11 @@ class RWLock:
             finally:
                 self._writers_waiting -= 1
             self._writer = True
+            self.generation += 1  # odd: a change is under way
 
     def release_write(self) -> None:
         with self._cond:
+            self.generation += 1  # even again, and different from before the change
             self._writer = False
             self._cond.notify_all()
 

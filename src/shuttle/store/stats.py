@@ -37,6 +37,15 @@ class StoreCounters:
         with self._lock:
             self.errors[code] += 1
 
+    def read_done(self, nbytes: int) -> None:
+        """One ``read`` that returned ``nbytes``: ``op`` and ``add`` in one short lock
+        (the store's cache-hit path calls it for every page it serves)."""
+        lock = self._lock
+        lock.acquire()
+        self.ops["read"] += 1
+        self.bytes_read += nbytes
+        lock.release()
+
     def add(self, **amounts: int) -> None:
         with self._lock:
             for name, amount in amounts.items():

@@ -37,7 +37,7 @@ from shuttle.wire.events import (
     Response,
     Welcome,
 )
-from shuttle.wire.frames import FrameReader, RawFrame, encode_frame
+from shuttle.wire.frames import FrameReader, RawFrame, encode_frame, encode_frame_fast
 from shuttle.wire.limits import (
     OP_NAME_BYTES_MAX,
     PROTOCOL_VERSION_MAX,
@@ -63,6 +63,7 @@ class State(Enum):
 
 
 SEND, RECV = "send", "recv"
+_REQUEST, _RESPONSE = FrameKind.REQUEST, FrameKind.RESPONSE
 
 _C, _S = Role.CLIENT, Role.SERVER
 _TRANSITIONS: dict[tuple[Role, State, str, type], State] = {
@@ -86,6 +87,20 @@ for _role in Role:
         for _direction in (SEND, RECV):
             _TRANSITIONS[(_role, _state, _direction, Goodbye)] = State.CLOSED
         _TRANSITIONS[(_role, _state, RECV, ConnectionClosed)] = State.CLOSED
+
+_RECV_REQUEST: tuple[str, type] = (RECV, Request)
+_RECV_RESPONSE: tuple[str, type] = (RECV, Response)
+_SEND_REQUEST: tuple[str, type] = (SEND, Request)
+_SEND_RESPONSE: tuple[str, type] = (SEND, Response)
+
+# The same table split by (role, state), so that applying a transition is one lookup
+# keyed by (direction, event type). Enum members hash with a Python-level __hash__;
+# a str and a type hash in C, which matters on the path of every request.
+_ALLOWED: dict[tuple[Role, State], dict[tuple[str, type], State]] = {
+    (role, state): {} for role in Role for state in State
+}
+for (_role, _state, _direction, _kind), _new in _TRANSITIONS.items():
+    _ALLOWED[(_role, _state)][(_direction, _kind)] = _new
 
 
 def choose_version(hello: Hello) -> int:
@@ -128,8 +143,29 @@ class Connection:
     # --- bookkeeping --------------------------------------------------------------
 
     @property
+    def state(self) -> State:
+        return self._state
+
+    @state.setter
+    def state(self, state: State) -> None:
+        self._state = state
+        #: The transitions allowed from here: (direction, event type) -> next state.
+        self._allowed = _ALLOWED[(self.role, state)]
+
+    @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received and not yet turned into events (0: :meth:`next_event` would
+        answer :data:`NEED_DATA` unless the stream has ended)."""
+        return self._reader.buffered_bytes
+
+    @property
+    def eof_received(self) -> bool:
+        """True once :meth:`receive_data` was given the end of the stream."""
+        return self._eof
 
     def next_request_id(self) -> int:
         """A fresh request id (client side). Ids are positive; 0 means 'the connection'."""
@@ -137,16 +173,17 @@ class Connection:
         self._next_rid = rid + 1 if rid < 0xFFFFFFFF else 1
         return rid
 
-    def _transition(self, direction: str, event: Event) -> None:
-        key = (self.role, self.state, direction, type(event))
-        new_state = _TRANSITIONS.get(key)
+    def _transition(self, direction: str, kind: type) -> None:
+        """Apply the table to an event of type ``kind`` going ``direction``."""
+        new_state = self._allowed.get((direction, kind))
         if new_state is None:
-            what = f"{type(event).__name__} in state {self.state.name} as {self.role.name}"
+            what = f"{kind.__name__} in state {self._state.name} as {self.role.name}"
             if direction == SEND:
                 raise LocalProtocolError(f"cannot send {what}")
             self.state = State.ERROR
             raise RemoteProtocolError(f"peer sent {what}; closing the connection")
-        self.state = new_state
+        if new_state is not self._state:
+            self.state = new_state
 
     # --- sending ------------------------------------------------------------------
 
@@ -157,37 +194,95 @@ class Connection:
         :class:`LimitExceededError` if it crosses the peer's limits; in both cases
         nothing was sent and the connection is unchanged.
         """
+        kind = type(event)
+        if kind is Request:
+            assert isinstance(event, Request)
+            return self.send_request(event.rid, event.op, event.args, event.payload)
+        if kind is Response:
+            assert isinstance(event, Response)
+            return self.send_response(event.rid, event.result, event.payload)
         limits = self.peer_limits
-        kind, header, payload = self._to_wire(event)
-        if isinstance(event, Request):
-            if event.rid in self._in_flight:
-                raise LocalProtocolError(f"request id {event.rid} is already in flight")
-            if len(self._in_flight) >= limits.in_flight_max:
-                raise LimitExceededError(
-                    f"{len(self._in_flight)} requests already in flight, the node's limit is "
-                    f"{limits.in_flight_max}; wait for responses before sending more"
-                )
-        elif (
-            isinstance(event, Response | ErrorResponse)
+        frame_kind, header, payload = self._to_wire(event)
+        if (
+            kind is ErrorResponse
             and self.role is Role.SERVER
-            and self.state is State.READY
-            and event.rid not in self._in_flight
+            and self._state is State.READY
+            and event.rid not in self._in_flight  # type: ignore[union-attr]
         ):
-            raise LocalProtocolError(f"no request {event.rid} is waiting for a response")
+            raise LocalProtocolError(
+                f"no request {event.rid} is waiting for a response"  # type: ignore[union-attr]
+            )
         buffers = encode_frame(
-            kind,
+            frame_kind,
             header,
             payload,
             header_bytes_max=limits.header_bytes_max,
             payload_bytes_max=limits.payload_bytes_max,
         )
-        self._transition(SEND, event)
-        if isinstance(event, Request):
-            self._in_flight.add(event.rid)
-        elif isinstance(event, Response | ErrorResponse):
+        self._transition(SEND, kind)
+        if isinstance(event, ErrorResponse):
             self._in_flight.discard(event.rid)
         elif isinstance(event, Welcome):
             self.version = event.version
+        return buffers
+
+    # The two calls below are :meth:`send` for the events on the path of every request,
+    # without building the event object first; they check and do exactly the same.
+    # ``join_below``: a payload shorter than this comes back joined with its frame's
+    # prefix and header in one bytes object (one buffer to write, one segment on the
+    # wire); longer ones are returned uncopied, as :meth:`send` does.
+
+    def send_request(
+        self,
+        rid: int,
+        op: str,
+        args: dict[str, Any],
+        payload: Payload = b"",
+        *,
+        join_below: int = 0,
+    ) -> list[Payload]:
+        """``send(Request(rid, op, args, payload))`` (client side)."""
+        in_flight = self._in_flight
+        limits = self.peer_limits
+        if rid in in_flight:
+            raise LocalProtocolError(f"request id {rid} is already in flight")
+        if len(in_flight) >= limits.in_flight_max:
+            raise LimitExceededError(
+                f"{len(in_flight)} requests already in flight, the node's limit is "
+                f"{limits.in_flight_max}; wait for responses before sending more"
+            )
+        buffers = encode_frame_fast(
+            _REQUEST,
+            [rid, op, args],
+            payload,
+            limits.header_bytes_max,
+            limits.payload_bytes_max,
+            join_below,
+        )
+        if self._allowed.get(_SEND_REQUEST) is not self._state:
+            self._transition(SEND, Request)  # not a READY -> READY step: raise or move
+        in_flight.add(rid)
+        return buffers
+
+    def send_response(
+        self, rid: int, result: Any, payload: Payload = b"", *, join_below: int = 0
+    ) -> list[Payload]:
+        """``send(Response(rid, result, payload))`` (node side)."""
+        in_flight = self._in_flight
+        if rid not in in_flight and self.role is Role.SERVER and self._state is State.READY:
+            raise LocalProtocolError(f"no request {rid} is waiting for a response")
+        limits = self.peer_limits
+        buffers = encode_frame_fast(
+            _RESPONSE,
+            [rid, result],
+            payload,
+            limits.header_bytes_max,
+            limits.payload_bytes_max,
+            join_below,
+        )
+        if self._allowed.get(_SEND_RESPONSE) is not self._state:
+            self._transition(SEND, Response)
+        in_flight.discard(rid)
         return buffers
 
     def send_bytes(self, event: Event) -> bytes:
@@ -228,9 +323,24 @@ class Connection:
         if not data:
             self._eof = True
             return
-        if self.state is State.ERROR:
+        if self._state is State.ERROR:
             raise RemoteProtocolError("connection already failed; open a new one")
         self._reader.feed(data)
+
+    def receive_event(self, data: Payload) -> Event | NeedData:
+        """``receive_data(data)`` then ``next_event()`` in one call (``data`` not empty):
+        the usual step of an I/O layer that just received some bytes.
+
+        When nothing was pending and ``data`` is a ``bytes`` object holding exactly one
+        whole small frame (a request reaching a node, its response reaching the
+        client), the frame is decoded from ``data`` directly, never buffered."""
+        if self._state is State.ERROR:
+            raise RemoteProtocolError("connection already failed; open a new one")
+        frame = self._reader.whole_frame(data) if type(data) is bytes else None
+        if frame is None:
+            self._reader.feed(data)
+            return self.next_event()
+        return self._event_from(frame)
 
     def receive_buffer(self) -> memoryview | None:
         """Where the rest of a large incoming payload should be received, if one is
@@ -247,44 +357,85 @@ class Connection:
         Raises :class:`RemoteProtocolError` if the peer broke the protocol; the
         connection is then in state ERROR and should be closed.
         """
-        if self.state is State.ERROR:
+        if self._state is State.ERROR:
             raise RemoteProtocolError("connection already failed; open a new one")
         try:
             frame = self._reader.next_frame()
-            if frame is None:
-                if self._eof:
-                    if not self._reader.at_frame_boundary():
-                        raise RemoteProtocolError(
-                            f"peer closed the connection in the middle of a frame "
-                            f"({self._reader.buffered_bytes} bytes of it received)"
-                        )
-                    if self.state is State.CLOSED:
-                        return NEED_DATA
-                    event: Event = ConnectionClosed()
-                    self._transition(RECV, event)
-                    return event
-                return NEED_DATA
-            event = self._from_wire(frame)
-            self._transition(RECV, event)
         except RemoteProtocolError:
             self.state = State.ERROR
             raise
-        self._after_receive(event)
-        return event
+        if frame is not None:
+            return self._event_from(frame)
+        if not self._eof:
+            return NEED_DATA
+        if not self._reader.at_frame_boundary():
+            self.state = State.ERROR
+            raise RemoteProtocolError(
+                f"peer closed the connection in the middle of a frame "
+                f"({self._reader.buffered_bytes} bytes of it received)"
+            )
+        if self._state is State.CLOSED:
+            return NEED_DATA
+        self._transition(RECV, ConnectionClosed)
+        return ConnectionClosed()
 
-    def _after_receive(self, event: Event) -> None:
-        if isinstance(event, Request):
-            self._in_flight.add(event.rid)
-        elif isinstance(event, Response | ErrorResponse):
-            self._in_flight.discard(event.rid)
-        elif isinstance(event, Welcome):
+    def _event_from(self, frame: RawFrame) -> Event:
+        """The event a frame makes, checked against the protocol and the table, with the
+        bookkeeping done (request ids in flight, the peer's limits)."""
+        kind, h, payload, refused = frame
+        # Fast lanes for the frames of every call: a well-formed request reaching a
+        # node, a well-formed response reaching a client, while the table lets them in.
+        # They accept exactly what the full checks below accept and build the same
+        # event; anything else takes the long way.
+        if kind is _REQUEST and type(h) is list and len(h) == 3 and not refused:
+            rid, op, args = h
+            in_flight = self._in_flight
+            if (
+                type(rid) is int
+                and rid > 0
+                and rid not in in_flight
+                and type(args) is dict
+                and type(op) is str
+                and 0 < len(op) <= OP_NAME_BYTES_MAX
+                and len(in_flight) < self.our_limits.in_flight_max
+                and self._allowed.get(_RECV_REQUEST) is self._state
+                and self.role is Role.SERVER
+            ):
+                in_flight.add(rid)
+                return Request(rid, op, args, payload)
+        elif kind is _RESPONSE and type(h) is list and len(h) == 2 and not refused:
+            rid = h[0]
+            in_flight = self._in_flight
+            if (
+                type(rid) is int
+                and rid in in_flight
+                and self._allowed.get(_RECV_RESPONSE) is self._state
+                and self.role is Role.CLIENT
+            ):
+                in_flight.discard(rid)
+                return Response(rid, h[1], payload)
+        try:
+            event = self._from_wire(kind, h, payload, refused)
+            event_kind = type(event)
+            self._transition(RECV, event_kind)
+        except RemoteProtocolError:
+            self.state = State.ERROR
+            raise
+        if event_kind is Request:
+            self._in_flight.add(event.rid)  # type: ignore[union-attr]
+        elif event_kind is Response or event_kind is ErrorResponse:
+            self._in_flight.discard(event.rid)  # type: ignore[union-attr]
+        elif event_kind is Welcome:
+            assert isinstance(event, Welcome)
             self.version = event.version
             self.peer_limits = Limits.from_wire(event.limits)
+        return event
 
-    def _from_wire(self, frame: RawFrame) -> Event:
-        kind, h = frame.kind, frame.header
-        if kind is FrameKind.REQUEST:
-            return self._receive_request(frame)
+    def _from_wire(
+        self, kind: FrameKind, h: Any, payload: bytes | bytearray, refused: int
+    ) -> Event:
+        if kind is _REQUEST:
+            return self._receive_request(h, payload, refused)
         if kind is FrameKind.RESPONSE or kind is FrameKind.ERROR:
             if self.role is not Role.CLIENT:
                 raise RemoteProtocolError(f"a client sent a {kind.name} frame")
@@ -298,14 +449,14 @@ class Connection:
                 if not isinstance(h[1], str) or not isinstance(h[2], str):
                     raise RemoteProtocolError(f"malformed ERROR header {h!r:.200}")
                 return ErrorResponse(rid, h[1], h[2])
-            if frame.payload_refused:
+            if refused:
                 return ErrorResponse(
                     rid,
                     LimitExceededError.code,
-                    f"response payload of {frame.payload_refused} bytes is over this client's "
+                    f"response payload of {refused} bytes is over this client's "
                     f"limit of {self.our_limits.payload_bytes_max}; request smaller ranges",
                 )
-            return Response(rid, h[1], frame.payload)
+            return Response(rid, h[1], payload)
         if not isinstance(h, dict):
             raise RemoteProtocolError(f"malformed {kind.name} header {h!r:.200}")
         if kind is FrameKind.HELLO:
@@ -325,14 +476,13 @@ class Connection:
         # FrameKind.GOODBYE: the only kind left.
         return Goodbye(str(h.get("reason", "")))
 
-    def _receive_request(self, frame: RawFrame) -> Event:
+    def _receive_request(self, h: Any, payload: bytes | bytearray, refused: int) -> Event:
         if self.role is not Role.SERVER:
             raise RemoteProtocolError("a node sent a REQUEST frame")
-        h = frame.header
         if not isinstance(h, list) or len(h) != 3 or not isinstance(h[0], int) or h[0] <= 0:
             raise RemoteProtocolError(f"malformed REQUEST header {h!r:.200}")
         rid, op, args = h
-        if self.state is not State.READY:
+        if self._state is not State.READY:
             return Request(rid, str(op), {}, b"")  # the transition table refuses it
         error: ShuttleError | None = None
         if rid in self._in_flight:
@@ -342,9 +492,9 @@ class Connection:
                 f"more than {self.our_limits.in_flight_max} requests in flight on one "
                 "connection; wait for responses before sending more"
             )
-        elif frame.payload_refused:
+        elif refused:
             error = LimitExceededError(
-                f"request payload of {frame.payload_refused} bytes is over the node's limit of "
+                f"request payload of {refused} bytes is over the node's limit of "
                 f"{self.our_limits.payload_bytes_max}; split it into smaller range writes"
             )
         elif not isinstance(op, str) or not op or len(op) > OP_NAME_BYTES_MAX:
@@ -356,4 +506,4 @@ class Connection:
         if error is not None:
             self._in_flight.add(rid)  # answered like any request, with an ErrorResponse
             return RequestRejected(rid, error)
-        return Request(rid, op, args, frame.payload)
+        return Request(rid, op, args, payload)

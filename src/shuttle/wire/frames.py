@@ -18,7 +18,6 @@ memory: an oversized payload is skipped as it streams past, not buffered.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -29,8 +28,11 @@ from shuttle.wire.limits import PREFIX_BYTES
 
 MAGIC = b"SH"
 _PREFIX = struct.Struct(">2sBBII")
-_KINDS = frozenset(int(k) for k in FrameKind)
+_KIND_OF = {int(k): k for k in FrameKind}
+_PREFIX_PACK = _PREFIX.pack
+_PREFIX_UNPACK_FROM = _PREFIX.unpack_from
 _pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_unpackb = msgpack.unpackb
 
 assert _PREFIX.size == PREFIX_BYTES
 
@@ -40,19 +42,12 @@ assert _PREFIX.size == PREFIX_BYTES
 DIRECT_PAYLOAD_BYTES_MIN = 64 << 10
 
 
-@dataclass(slots=True)
-class RawFrame:
-    """One frame off the wire, its header decoded from msgpack.
-
-    ``payload_refused`` is non-zero when the payload was longer than the reader's
-    limit: the payload bytes are then discarded (``payload`` is empty) and the
-    receiver should answer with a limit error.
-    """
-
-    kind: FrameKind
-    header: Any
-    payload: bytes | bytearray = b""
-    payload_refused: int = 0
+#: One frame off the wire: ``(kind, header, payload, payload_refused)``, the header
+#: decoded from msgpack. ``payload_refused`` is non-zero when the payload was longer
+#: than the reader's limit: its bytes were discarded (``payload`` is empty) and the
+#: receiver should answer with a limit error. A plain tuple: it is made for every
+#: frame, and a tuple costs a fraction of a class instance.
+RawFrame = tuple[FrameKind, Any, "bytes | bytearray", int]
 
 
 def encode_frame(
@@ -67,22 +62,48 @@ def encode_frame(
 
     Raises :class:`LimitExceededError` if the header or payload is over the limit.
     """
+    return encode_frame_fast(kind, header, payload, header_bytes_max, payload_bytes_max)
+
+
+def encode_frame_fast(
+    kind: FrameKind,
+    header: Any,
+    payload: Payload,
+    header_bytes_max: int,
+    payload_bytes_max: int,
+    join_below: int = 0,
+) -> list[Payload]:
+    """:func:`encode_frame` with positional arguments (it is on every request's path);
+    a payload shorter than ``join_below`` is joined with the prefix and header."""
     head = _pack(header)
     if len(head) > header_bytes_max:
         raise LimitExceededError(
             f"frame header is {len(head)} bytes, over the limit of {header_bytes_max}; "
             "send fewer or smaller arguments (page listings, move data to the payload)"
         )
-    payload_len = len(payload) if not isinstance(payload, memoryview) else payload.nbytes
+    payload_len = payload.nbytes if type(payload) is memoryview else len(payload)
     if payload_len > payload_bytes_max:
         raise LimitExceededError(
             f"frame payload is {payload_len} bytes, over the limit of {payload_bytes_max}; "
             "split the data into several range requests"
         )
-    prefix = _PREFIX.pack(MAGIC, kind, 0, len(head), payload_len)
-    if payload_len:
-        return [prefix + head, payload]
-    return [prefix + head]
+    if not payload_len:
+        return [_PREFIX_PACK(MAGIC, kind, 0, len(head), 0) + head]
+    if payload_len < join_below:
+        return [b"".join((_PREFIX_PACK(MAGIC, kind, 0, len(head), payload_len), head, payload))]
+    return [_PREFIX_PACK(MAGIC, kind, 0, len(head), payload_len) + head, payload]
+
+
+def _decode_header(raw: bytes | bytearray) -> Any:
+    """A frame's msgpack header; :class:`RemoteProtocolError` if it is not msgpack."""
+    try:
+        # msgpack >= 1.0 (the pinned minimum) defaults to raw=False, use_list=True and
+        # strict_map_key=True: str keys and values, lists, no non-str/bytes map keys.
+        return _unpackb(raw)
+    except Exception as exc:  # msgpack raises many types on garbage
+        raise RemoteProtocolError(
+            f"undecodable frame header ({type(exc).__name__}: {exc}); the stream is corrupt"
+        ) from exc
 
 
 class FrameReader:
@@ -96,7 +117,10 @@ class FrameReader:
     def __init__(self, *, header_bytes_max: int, payload_bytes_max: int) -> None:
         self._header_bytes_max = header_bytes_max
         self._payload_bytes_max = payload_bytes_max
-        self._buf = bytearray()
+        #: Received bytes from ``_pos`` on are not parsed yet. Usually a bytearray that
+        #: accumulates; but a ``bytes`` object fed when nothing was pending is kept as
+        #: it is (it cannot change under us), which saves copying every small frame.
+        self._buf: bytes | bytearray = bytearray()
         self._pos = 0
         #: Bytes of a refused payload still to discard as they arrive.
         self._skip = 0
@@ -126,10 +150,25 @@ class FrameReader:
             if take == view.nbytes:
                 return
             data = view[take:]
-        if self._pos and self._pos * 2 >= len(self._buf):
-            del self._buf[: self._pos]
+        buf = self._buf
+        if self._pos == len(buf):  # everything before was parsed
             self._pos = 0
-        self._buf += data
+            if type(data) is bytes:
+                self._buf = data
+            elif isinstance(buf, bytearray):
+                buf.clear()
+                buf += data
+            else:
+                self._buf = bytearray(data)
+        elif isinstance(buf, bytearray):
+            if self._pos * 2 >= len(buf):
+                del buf[: self._pos]
+                self._pos = 0
+            buf += data
+        else:  # a partial frame in a kept chunk: start accumulating
+            grown = bytearray(memoryview(buf)[self._pos :])
+            grown += data
+            self._buf, self._pos = grown, 0
 
     def at_frame_boundary(self) -> bool:
         """True when no partial frame is buffered (a clean place for EOF)."""
@@ -151,6 +190,32 @@ class FrameReader:
         assert self._payload is not None and self._filled + nbytes <= len(self._payload)
         self._filled += nbytes
 
+    def whole_frame(self, data: bytes) -> RawFrame | None:
+        """If nothing is pending and ``data`` is exactly one whole small frame, that
+        frame, decoded from ``data`` without buffering it; else None, and ``data``
+        should go through :meth:`feed` (which also reports anything wrong with it)."""
+        n = len(data)
+        if n < PREFIX_BYTES or self._pos != len(self._buf) or self._skip or self._payload:
+            return None
+        magic, kind, flags, header_len, payload_len = _PREFIX_UNPACK_FROM(data, 0)
+        head_end = PREFIX_BYTES + header_len
+        frame_kind = _KIND_OF.get(kind)
+        if (
+            head_end + payload_len != n
+            or payload_len >= DIRECT_PAYLOAD_BYTES_MIN
+            or payload_len > self._payload_bytes_max
+            or header_len > self._header_bytes_max
+            or magic != MAGIC
+            or flags
+            or frame_kind is None
+        ):
+            return None
+        try:
+            header = _unpackb(data[PREFIX_BYTES:head_end])
+        except Exception:  # the long way raises the protocol error
+            return None
+        return (frame_kind, header, data[head_end:] if payload_len else b"", 0)
+
     def next_frame(self) -> RawFrame | None:
         """The next complete frame, or ``None`` if more bytes are needed."""
         if self._payload is not None:
@@ -159,19 +224,20 @@ class FrameReader:
             assert self._pending is not None
             (kind_, header_), payload_ = self._pending, self._payload
             self._payload, self._pending, self._filled = None, None, 0
-            return RawFrame(kind_, header_, payload_)
+            return (kind_, header_, payload_, 0)
         buf = self._buf
         pos = self._pos
         avail = len(buf) - pos
         if avail < PREFIX_BYTES:
             return None
-        magic, kind, flags, header_len, payload_len = _PREFIX.unpack_from(buf, pos)
+        magic, kind, flags, header_len, payload_len = _PREFIX_UNPACK_FROM(buf, pos)
         if magic != MAGIC:
             raise RemoteProtocolError(
                 f"bad frame magic {bytes(magic)!r} (expected {MAGIC!r}): the peer is not "
                 "speaking the Shuttle protocol or the stream is corrupt"
             )
-        if kind not in _KINDS or flags != 0:
+        frame_kind = _KIND_OF.get(kind)
+        if frame_kind is None or flags != 0:
             raise RemoteProtocolError(
                 f"bad frame prefix (kind={kind}, flags={flags}): unknown frame kind or "
                 "reserved flags set; is the peer a newer Shuttle?"
@@ -181,39 +247,36 @@ class FrameReader:
                 f"frame header of {header_len} bytes is over the limit of "
                 f"{self._header_bytes_max}; refusing the stream"
             )
-        refuse = payload_len > self._payload_bytes_max
-        direct = not refuse and payload_len >= DIRECT_PAYLOAD_BYTES_MIN
-        needed = PREFIX_BYTES + header_len + (0 if refuse or direct else payload_len)
-        if avail < needed:
-            return None
         head_start = pos + PREFIX_BYTES
         head_end = head_start + header_len
-        try:
-            header = msgpack.unpackb(
-                buf[head_start:head_end], raw=False, use_list=True, strict_map_key=True
-            )
-        except Exception as exc:  # msgpack raises many types on garbage
-            raise RemoteProtocolError(
-                f"undecodable frame header ({type(exc).__name__}: {exc}); the stream is corrupt"
-            ) from exc
+        if payload_len < DIRECT_PAYLOAD_BYTES_MIN and payload_len <= self._payload_bytes_max:
+            # The common case: a small frame, sliced out of the stream buffer.
+            end = head_end + payload_len
+            if end > len(buf):
+                return None
+            header = _decode_header(buf[head_start:head_end])
+            if not payload_len:
+                payload = b""
+            elif type(buf) is bytes:
+                payload = buf[head_end:end]
+            else:
+                # One copy, where bytes(buf[a:b]) makes two. The temporary views are
+                # freed by reference counting as the statement ends: buf may resize.
+                payload = memoryview(buf)[head_end:end].tobytes()
+            self._pos = end
+            return (frame_kind, header, payload, 0)
+        refuse = payload_len > self._payload_bytes_max
+        if avail < PREFIX_BYTES + header_len:
+            return None
+        header = _decode_header(buf[head_start:head_end])
         if refuse:
             self._pos = head_end
             rest = len(buf) - head_end
             take = min(rest, payload_len)
             self._pos += take
             self._skip = payload_len - take
-            return RawFrame(FrameKind(kind), header, b"", payload_refused=payload_len)
-        if direct:
-            return self._start_direct_payload(FrameKind(kind), header, head_end, payload_len)
-        payload = b""
-        if payload_len:
-            with memoryview(buf) as view:  # one copy, where a bytearray slice makes two
-                payload = view[head_end : head_end + payload_len].tobytes()
-        self._pos = head_end + payload_len
-        if self._pos == len(buf):
-            buf.clear()
-            self._pos = 0
-        return RawFrame(FrameKind(kind), header, payload)
+            return (frame_kind, header, b"", payload_len)
+        return self._start_direct_payload(frame_kind, header, head_end, payload_len)
 
     def _start_direct_payload(
         self, kind: FrameKind, header: Any, start: int, payload_len: int
@@ -226,10 +289,7 @@ class FrameReader:
         with memoryview(buf) as view:
             payload[:have] = view[start : start + have]
         self._pos = start + have
-        if self._pos == len(buf):
-            buf.clear()
-            self._pos = 0
         if have == payload_len:
-            return RawFrame(kind, header, payload)
+            return (kind, header, payload, 0)
         self._payload, self._filled, self._pending = payload, have, (kind, header)
         return None
