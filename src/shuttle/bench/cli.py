@@ -164,6 +164,17 @@ def netrand(
     redis: Annotated[
         bool, typer.Option("--redis/--no-redis", help="Measure the Redis anchor too.")
     ] = True,
+    pin: Annotated[
+        bool,
+        typer.Option(
+            "--pin/--no-pin",
+            help="Run client, node and Redis on one CPU (same placement for all; see "
+            "shuttle.bench.placement). --no-pin leaves it to the scheduler.",
+        ),
+    ] = True,
+    cpu: Annotated[
+        int | None, typer.Option(help="The CPU to pin to (default: the highest allowed).")
+    ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
 ) -> None:
     """Random 4 KiB page fetches: local file (pread) against the same file through a
@@ -181,6 +192,8 @@ def netrand(
         link=link,
         cpu_factor=cpu_factor,
         redis=redis,
+        pin=pin,
+        cpu=cpu,
     )
     console = Console()
     with console.status("netrand") as status:
@@ -217,6 +230,8 @@ def netrand(
         console.print(
             f"Shuttle/Redis p50 (warm): {report['remote_over_redis_p50']:.2f} (target ≤ 1.25)"
         )
+    pinned_cpu = report["placement"]["pinned_cpu"]
+    console.print("placement: " + ("scheduler's" if pinned_cpu is None else f"CPU {pinned_cpu}"))
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {json_path}")

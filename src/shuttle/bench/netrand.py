@@ -8,7 +8,9 @@ file through a Shuttle node, with caches cold (OS page cache dropped with
 pass over the same pages). In the same run, as the anchor for a fast remote fetch,
 a Redis server on loopback serves the same pages as values to the same timing
 harness. Modes are interleaved round by round so that drift on a shared machine
-hits them all alike.
+hits them all alike. The client, the node and Redis run on one CPU (see
+:mod:`shuttle.bench.placement` for why; ``pin=False`` leaves placement to the
+scheduler).
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from shuttle.bench.nodes import bench_client
+from shuttle.bench.placement import default_cpu, pin_process, pinned
 from shuttle.bench.redis_anchor import RedisServer, RespClient
 from shuttle.client.client import Client
+from shuttle.cluster.clusterfile import ClusterFile
 from shuttle.errors import ConfigError
 
 #: The paper's page and its default run length.
@@ -68,6 +72,10 @@ class NetrandConfig:
     cpu_factor: float = 1.0
     redis: bool = True
     page_bytes: int = PAGE_BYTES
+    #: Run the client, the node started here and Redis on one CPU (``cpu``, or the
+    #: highest-numbered one allowed); False leaves placement to the scheduler.
+    pin: bool = True
+    cpu: int | None = None
 
     def __post_init__(self) -> None:
         if self.generator not in GENERATORS:
@@ -143,6 +151,7 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
         ["redis"] if config.redis else []
     )
     samples = {m: Samples() for m in modes}
+    placement: dict[str, Any] = {"pinned_cpu": None}
     # The client cache is off: every remote page is a round trip to the node.
     with bench_client(
         config.node, link=config.link, cpu_factor=config.cpu_factor, cache_bytes=0
@@ -168,18 +177,22 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                 r = resp
                 fetchers["redis"] = lambda p: r.get(b"p:%d" % p) or b""
             gen = GENERATORS[config.generator]
-            for rnd in range(config.rounds):
-                progress(f"round {rnd + 1}/{config.rounds}")
-                pages = list(gen(config.seed + rnd, config.pages, config.file_pages))
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                timed_run(pages, fetchers["local"], pb, samples["local_cold"])
-                client.drop_caches([KEY])
-                timed_run(pages, fetchers["remote"], pb, samples["remote_cold"])
-                # Warm: the pages were just read; a second pass finds them cached.
-                timed_run(pages, fetchers["local"], pb, samples["local"])
-                timed_run(pages, fetchers["remote"], pb, samples["remote_warm"])
-                if resp is not None:
-                    timed_run(pages, fetchers["redis"], pb, samples["redis"])
+            cpu = (config.cpu if config.cpu is not None else default_cpu()) if config.pin else None
+            with pinned(cpu):
+                if cpu is not None:
+                    placement = _pin_servers(cpu, scratch, redis, started_node=config.node is None)
+                for rnd in range(config.rounds):
+                    progress(f"round {rnd + 1}/{config.rounds}")
+                    pages = list(gen(config.seed + rnd, config.pages, config.file_pages))
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    timed_run(pages, fetchers["local"], pb, samples["local_cold"])
+                    client.drop_caches([KEY])
+                    timed_run(pages, fetchers["remote"], pb, samples["remote_cold"])
+                    # Warm: the pages were just read; a second pass finds them cached.
+                    timed_run(pages, fetchers["local"], pb, samples["local"])
+                    timed_run(pages, fetchers["remote"], pb, samples["remote_warm"])
+                    if resp is not None:
+                        timed_run(pages, fetchers["redis"], pb, samples["redis"])
             node_stats = client.node_stats(client.nodes[0])
         finally:
             os.close(fd)
@@ -187,7 +200,7 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                 resp.close()
             if redis is not None:
                 redis.stop()
-    report: dict[str, Any] = {"config": asdict(config)}
+    report: dict[str, Any] = {"config": asdict(config), "placement": placement}
     for mode, s in samples.items():
         report[mode] = s.summary()
     report["remote_over_local_p50"] = report["remote_warm"]["p50_us"] / report["local"]["p50_us"]
@@ -204,6 +217,24 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
     report["node_cache"] = node_stats.get("store", {}).get("cache", {})
     report["paper"] = PAPER
     return report
+
+
+def _pin_servers(
+    cpu: int, scratch: Path, redis: RedisServer | None, *, started_node: bool
+) -> dict[str, Any]:
+    """Pin the node started here (found through its cluster file) and Redis to ``cpu``,
+    beside the client; returns what was pinned, for the report."""
+    placement: dict[str, Any] = {"pinned_cpu": cpu, "client": True, "node": False}
+    cluster_path = scratch / "cluster" / "cluster.toml"
+    if started_node and cluster_path.exists():
+        for entry in ClusterFile.load(cluster_path).nodes:
+            if entry.pid:
+                pin_process(entry.pid, cpu)
+                placement["node"] = True
+    if redis is not None:
+        pin_process(redis.proc.pid, cpu)
+        placement["redis"] = True
+    return placement
 
 
 def _remote_fetch(client: Client, pb: int) -> Fetch:

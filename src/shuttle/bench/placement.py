@@ -1,0 +1,65 @@
+"""Where the processes of a latency benchmark run: one CPU for the client and servers.
+
+A 4 KiB fetch over loopback is a ping-pong: the client sleeps in ``recv`` while the
+server works, then the other way round. Whether the woken process runs on the CPU
+that woke it or on another one is the scheduler's choice, it sticks to a process for
+its whole life, and it decides the result: measured on this machine (a 2-vCPU
+Firecracker VM), a wake-up on the other vCPU costs an inter-processor interrupt and
+a VM exit, about 25 µs each way, against ~17 µs for a whole same-CPU round trip of a
+minimal echo server. Left alone, the scheduler put Redis beside the client and a
+Shuttle node on the other vCPU in some runs and the reverse in others, so the
+Shuttle/Redis ratio swung between 0.3 and 4 for reasons that had nothing to do with
+either server. Pinning the client and every server it compares to one CPU gives all
+of them the same, repeatable placement; ``--no-pin`` leaves it to the scheduler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from shuttle.errors import ConfigError
+
+
+def default_cpu() -> int:
+    """The CPU to pin to: the highest-numbered one this process may use."""
+    return max(os.sched_getaffinity(0))
+
+
+def threads_of(pid: int) -> list[int]:
+    """Thread ids of process ``pid`` (just ``pid`` if /proc cannot tell)."""
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return [pid]
+
+
+def pin_process(pid: int, cpu: int) -> None:
+    """Run every thread of ``pid`` on ``cpu`` (threads it starts later inherit it)."""
+    for tid in threads_of(pid):
+        with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+            os.sched_setaffinity(tid, {cpu})
+
+
+@contextlib.contextmanager
+def pinned(cpu: int | None) -> Iterator[int | None]:
+    """Run the calling thread on ``cpu`` (None: leave it) until the block ends, when its
+    previous CPU set is restored. Yields ``cpu``; pin servers with :func:`pin_process`.
+
+    Raises :class:`ConfigError` if this process may not use ``cpu``.
+    """
+    if cpu is None:
+        yield None
+        return
+    before = os.sched_getaffinity(0)
+    if cpu not in before:
+        raise ConfigError(
+            f"cannot pin to CPU {cpu}: this process may use CPUs {sorted(before)}; "
+            "pick one of them, or pass --no-pin"
+        )
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield cpu
+    finally:
+        os.sched_setaffinity(0, before)
