@@ -241,12 +241,23 @@ class BlockingConnection:
         conn, sock = self._conn, self._sock
         assert conn is not None and sock is not None
         rid = conn.next_request_id()
-        self._sendall(conn.send_request(rid, op, args, payload, join_below=SMALL_PAYLOAD_BYTES))
+        buffers = conn.send_request(rid, op, args, payload, join_below=SMALL_PAYLOAD_BYTES)
+        if len(buffers) == 1:
+            try:
+                sock.sendall(buffers[0])
+            except OSError as exc:
+                self._send_failed(exc)
+                raise
+            sent = len(buffers[0])
+        else:
+            self._sendall(buffers)
+            sent = 0  # counted there
         counters = self.counters
         counters.requests += 1
+        counters.bytes_sent += sent
         by_op = counters.by_op
         by_op[op] = by_op.get(op, 0) + 1
-        if conn.buffered_bytes or conn.eof_received:
+        if conn.pending():
             return self._wait_for(rid)
         try:
             data = sock.recv(RECV_BYTES)
@@ -259,6 +270,11 @@ class BlockingConnection:
             conn.receive_data(b"")  # end of stream: the loop reports how it ended
             return self._wait_for(rid)
         counters.bytes_received += len(data)
+        res = conn.receive_response(data)  # the whole response in one chunk, usually
+        if res is not None and res.rid == rid:
+            return res
+        if res is not None:  # another request's answer (not sent by this path, but legal)
+            return self._wait_for(rid, res)
         try:
             ev = conn.receive_event(data)
         except RemoteProtocolError:
@@ -333,7 +349,7 @@ class BlockingConnection:
         assert conn is not None
         next_event = conn.next_event
         deadline = 0.0
-        if first is None and not conn.buffered_bytes and not conn.eof_received:
+        if first is None and not conn.pending():
             # Nothing can be waiting in the codec: receive first (the usual case).
             deadline = time.monotonic() + self.request_timeout_s
             self._receive(conn, deadline, self.request_timeout_s)
@@ -390,17 +406,21 @@ class BlockingConnection:
                 for buffer in buffers:
                     sock.sendall(buffer)
                 sent = sum(map(len, buffers))
-        except (TimeoutError, BlockingIOError) as exc:  # SO_SNDTIMEO expired
-            self.close()
+        except OSError as exc:
+            self._send_failed(exc)
+            raise
+        self.counters.bytes_sent += sent
+
+    def _send_failed(self, exc: OSError) -> None:
+        """Close after a failed send and raise the typed error (never returns)."""
+        self.close()
+        if isinstance(exc, TimeoutError | BlockingIOError):  # SO_SNDTIMEO expired
             raise RequestTimeoutError(
                 f"node {self.address} did not accept data for {self.request_timeout_s:g} s"
             ) from exc
-        except OSError as exc:
-            self.close()
-            raise UnreachableError(
-                f"lost the connection to node {self.address} while sending ({exc.strerror or exc})"
-            ) from exc
-        self.counters.bytes_sent += sent
+        raise UnreachableError(
+            f"lost the connection to node {self.address} while sending ({exc.strerror or exc})"
+        ) from exc
 
     def _next_event(self, timeout_s: float) -> Event:
         """The next event, receiving as needed (the handshake's path)."""

@@ -145,10 +145,47 @@ class ObjectStore(StoreCore):
             InvalidArgumentError: negative offset or length.
             LimitExceededError: more than :data:`READ_BYTES_MAX` requested at once.
         """
-        if use_cache and length is not None:
-            data = self._read_hit(key, offset, length, expected_version)
-            if data is not None:
-                return data
+        # The fast path: a small read that one cached block holds is answered without
+        # the key's lock. Why that is safe: every change to a key's attributes or
+        # cached blocks is made under the key's lock held exclusively (put, write,
+        # truncate, remove), and that lock's ``generation`` is odd while such a change
+        # is under way and has grown once it is done (a sequence lock). We read the
+        # generation, then the attributes and the block, then the generation again:
+        # equal and even means no change overlapped what we looked at, so attributes
+        # and block belong to one state of the object. Everything else that touches
+        # them leaves that state as it was: readers on the long way insert blocks under
+        # the shared lock (no change can run), a stat fills in a hash under it,
+        # eviction and ``clear`` only drop blocks, and a checkpoint moving a record
+        # between maps at worst makes us miss. A block is an immutable ``bytes``
+        # object, replaced whole and never patched in place, so no read can see a torn
+        # block. Each step is atomic under the GIL (an int attribute read, dict
+        # lookups; the cache takes its own mutex), which the argument relies on: a
+        # free-threaded Python would need the generation read with acquire ordering.
+        # Keys are not validated here: only valid keys ever have attributes, so a key
+        # that finds a record is valid, and any other goes the long way and is checked.
+        # Anything unusual (a miss, an error to raise, a race) goes the long way too.
+        if (
+            use_cache
+            and length is not None
+            and 0 < length <= self.config.cache_read_bytes_max
+            and offset >= 0
+            and type(key) is str
+            and not self._closed
+        ):
+            lock = self._locks.lock_for(key)
+            generation = lock.generation
+            rec = self.attrs.peek_unlocked(key)
+            if (
+                not generation & 1
+                and type(rec) is StoredAttrs
+                and (expected_version is None or expected_version == rec.version)
+            ):
+                end = min(rec.size, offset + length)
+                if offset < end:
+                    data = self.cache.read_hit(key, offset, end)
+                    if data is not None and lock.generation == generation:
+                        self.counters.read_done(len(data))
+                        return data
         k = validate_key(key)
         with self._op("read"), self._locks.read(k):
             rec = self._current(k)
@@ -178,53 +215,6 @@ class ObjectStore(StoreCore):
                     os.close(fd)
             self.counters.add(bytes_read=len(data))
             return data
-
-    def _read_hit(
-        self, key: str, offset: int, length: int, expected_version: int | None
-    ) -> bytes | None:
-        """:meth:`read` of a range that one cached block holds, without the key's lock;
-        None when the long way must answer (a miss, an error to raise, a race).
-
-        Why this is safe without the reader/writer lock: every change to a key's
-        attributes or cached blocks is made under the key's lock held exclusively
-        (put, write, truncate, remove), and that lock's ``generation`` is odd while
-        such a change is under way and has grown once it is done (a sequence lock).
-        We read the generation, then the attributes and the block, then the generation
-        again: equal and even means no change overlapped what we looked at, so the
-        attributes and the block belong to one state of the object. Everything else
-        that touches them leaves that state as it was: readers on the long way insert
-        blocks under the shared lock (no change can run), a stat fills in a hash under
-        it, eviction and ``clear`` only drop blocks, and a checkpoint moving a record
-        between maps at worst makes us miss. A block is an immutable ``bytes`` object,
-        replaced whole and never patched in place, so no read can see a torn block.
-        Each step is atomic under the GIL (an int attribute read, dict lookups; the
-        cache takes its own mutex), which this argument relies on: a free-threaded
-        Python would need the generation read with acquire/release ordering.
-
-        Keys are not validated here: only valid keys ever have attributes, so a key
-        that finds a record is valid, and any other goes the long way and is checked.
-        """
-        if offset < 0 or length <= 0 or length > self.config.cache_read_bytes_max:
-            return None
-        if type(key) is not str or self._closed:
-            return None
-        lock = self._locks.lock_for(key)
-        generation = lock.generation
-        if generation & 1:
-            return None  # a change of this key (or one sharing its stripe) is under way
-        rec = self.attrs.peek_unlocked(key)
-        if type(rec) is not StoredAttrs:
-            return None
-        if expected_version is not None and expected_version != rec.version:
-            return None  # the long way raises the precise error
-        end = min(rec.size, offset + length)
-        if offset >= end:
-            return None
-        data = self.cache.read_hit(key, offset, end)
-        if data is None or lock.generation != generation:
-            return None
-        self.counters.read_done(len(data))
-        return data
 
     def _fetcher(self, key: str) -> Fetch:
         def fetch(start: int, stop: int) -> bytes:

@@ -37,9 +37,21 @@ from shuttle.wire.events import (
     Response,
     Welcome,
 )
-from shuttle.wire.frames import FrameReader, RawFrame, encode_frame, encode_frame_fast
+from shuttle.wire.frames import (
+    _PREFIX_PACK,
+    _PREFIX_UNPACK_FROM,
+    DIRECT_PAYLOAD_BYTES_MIN,
+    MAGIC,
+    FrameReader,
+    RawFrame,
+    _pack,
+    _unpackb,
+    encode_frame,
+    encode_frame_fast,
+)
 from shuttle.wire.limits import (
     OP_NAME_BYTES_MAX,
+    PREFIX_BYTES,
     PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
     Limits,
@@ -167,6 +179,17 @@ class Connection:
         """True once :meth:`receive_data` was given the end of the stream."""
         return self._eof
 
+    def pending(self) -> bool:
+        """True if :meth:`next_event` may have something to say without new bytes (part
+        of a frame is buffered, or the end of the stream was received)."""
+        reader = self._reader  # FrameReader.at_frame_boundary, written out
+        return (
+            self._eof
+            or reader._pos != len(reader._buf)
+            or reader._skip != 0
+            or reader._payload is not None
+        )
+
     def next_request_id(self) -> int:
         """A fresh request id (client side). Ids are positive; 0 means 'the connection'."""
         rid = self._next_rid
@@ -251,14 +274,25 @@ class Connection:
                 f"{len(in_flight)} requests already in flight, the node's limit is "
                 f"{limits.in_flight_max}; wait for responses before sending more"
             )
-        buffers = encode_frame_fast(
-            _REQUEST,
-            [rid, op, args],
-            payload,
-            limits.header_bytes_max,
-            limits.payload_bytes_max,
-            join_below,
-        )
+        # encode_frame_fast written out (it runs for every request a client sends):
+        head = _pack([rid, op, args])
+        size = payload.nbytes if type(payload) is memoryview else len(payload)
+        if len(head) > limits.header_bytes_max or size > limits.payload_bytes_max:
+            encode_frame_fast(
+                _REQUEST,
+                [rid, op, args],
+                payload,
+                limits.header_bytes_max,
+                limits.payload_bytes_max,
+            )
+            raise AssertionError("unreachable: the encoder raised the limit error")
+        prefix = _PREFIX_PACK(MAGIC, _REQUEST, 0, len(head), size)
+        if not size:
+            buffers: list[Payload] = [prefix + head]
+        elif size < join_below:
+            buffers = [b"".join((prefix, head, payload))]
+        else:
+            buffers = [prefix + head, payload]
         if self._allowed.get(_SEND_REQUEST) is not self._state:
             self._transition(SEND, Request)  # not a READY -> READY step: raise or move
         in_flight.add(rid)
@@ -272,14 +306,25 @@ class Connection:
         if rid not in in_flight and self.role is Role.SERVER and self._state is State.READY:
             raise LocalProtocolError(f"no request {rid} is waiting for a response")
         limits = self.peer_limits
-        buffers = encode_frame_fast(
-            _RESPONSE,
-            [rid, result],
-            payload,
-            limits.header_bytes_max,
-            limits.payload_bytes_max,
-            join_below,
-        )
+        # encode_frame_fast written out (it runs for every reply a node sends):
+        head = _pack([rid, result])
+        size = payload.nbytes if type(payload) is memoryview else len(payload)
+        if len(head) > limits.header_bytes_max or size > limits.payload_bytes_max:
+            encode_frame_fast(
+                _RESPONSE,
+                [rid, result],
+                payload,
+                limits.header_bytes_max,
+                limits.payload_bytes_max,
+            )
+            raise AssertionError("unreachable: the encoder raised the limit error")
+        prefix = _PREFIX_PACK(MAGIC, _RESPONSE, 0, len(head), size)
+        if not size:
+            buffers: list[Payload] = [prefix + head]
+        elif size < join_below:
+            buffers = [b"".join((prefix, head, payload))]
+        else:
+            buffers = [prefix + head, payload]
         if self._allowed.get(_SEND_RESPONSE) is not self._state:
             self._transition(SEND, Response)
         in_flight.discard(rid)
@@ -342,6 +387,103 @@ class Connection:
             return self.next_event()
         return self._event_from(frame)
 
+    # The two calls below are :meth:`receive_event` for the frames of every call, for
+    # I/O layers that want no event object: they accept only a ``bytes`` chunk that
+    # is exactly one whole small frame of the expected kind, well formed and accepted
+    # by the same checks, while nothing else is pending. Anything else returns None
+    # with nothing consumed: give the chunk to :meth:`receive_event` then.
+
+    def receive_request(self, data: Payload) -> tuple[int, str, dict[str, Any], bytes] | None:
+        """Node side: ``(rid, op, args, payload)`` of the request in ``data`` (its id is
+        now in flight, to be answered like any), or None."""
+        # Written out in one function (the frame checks of FrameReader.whole_frame, the
+        # request checks of _take_request): it runs for every request a node serves,
+        # and each call it saves is measurable in a loopback round trip.
+        reader = self._reader
+        if (
+            type(data) is not bytes
+            or len(data) < PREFIX_BYTES
+            or reader._pos != len(reader._buf)
+            or reader._skip
+            or reader._payload is not None
+        ):
+            return None
+        magic, kind, flags, header_len, payload_len = _PREFIX_UNPACK_FROM(data, 0)
+        head_end = PREFIX_BYTES + header_len
+        if (
+            kind != _REQUEST
+            or head_end + payload_len != len(data)
+            or payload_len >= DIRECT_PAYLOAD_BYTES_MIN
+            or payload_len > reader._payload_bytes_max
+            or header_len > reader._header_bytes_max
+            or magic != MAGIC
+            or flags
+        ):
+            return None
+        try:
+            h = _unpackb(data[PREFIX_BYTES:head_end])
+        except Exception:  # receive_event raises the protocol error
+            return None
+        if type(h) is not list or len(h) != 3:
+            return None
+        rid, op, args = h
+        in_flight = self._in_flight
+        if (
+            type(rid) is int
+            and rid > 0
+            and rid not in in_flight
+            and type(args) is dict
+            and type(op) is str
+            and 0 < len(op) <= OP_NAME_BYTES_MAX
+            and len(in_flight) < self.our_limits.in_flight_max
+            and self._allowed.get(_RECV_REQUEST) is self._state
+            and self.role is Role.SERVER
+        ):
+            in_flight.add(rid)
+            return rid, op, args, data[head_end:] if payload_len else b""
+        return None
+
+    def receive_response(self, data: Payload) -> Response | None:
+        """Client side: the response in ``data`` (its id no longer in flight), or None."""
+        reader = self._reader  # in one function, as receive_request and for its reason
+        if (
+            type(data) is not bytes
+            or len(data) < PREFIX_BYTES
+            or reader._pos != len(reader._buf)
+            or reader._skip
+            or reader._payload is not None
+        ):
+            return None
+        magic, kind, flags, header_len, payload_len = _PREFIX_UNPACK_FROM(data, 0)
+        head_end = PREFIX_BYTES + header_len
+        if (
+            kind != _RESPONSE
+            or head_end + payload_len != len(data)
+            or payload_len >= DIRECT_PAYLOAD_BYTES_MIN
+            or payload_len > reader._payload_bytes_max
+            or header_len > reader._header_bytes_max
+            or magic != MAGIC
+            or flags
+        ):
+            return None
+        try:
+            h = _unpackb(data[PREFIX_BYTES:head_end])
+        except Exception:  # receive_event raises the protocol error
+            return None
+        if type(h) is not list or len(h) != 2:
+            return None
+        rid = h[0]
+        in_flight = self._in_flight
+        if (
+            type(rid) is int
+            and rid in in_flight
+            and self._allowed.get(_RECV_RESPONSE) is self._state
+            and self.role is Role.CLIENT
+        ):
+            in_flight.discard(rid)
+            return Response(rid, h[1], data[head_end:] if payload_len else b"")
+        return None
+
     def receive_buffer(self) -> memoryview | None:
         """Where the rest of a large incoming payload should be received, if one is
         under way (``recv_into`` it, then call :meth:`received_into`): saves a copy."""
@@ -383,37 +525,17 @@ class Connection:
         """The event a frame makes, checked against the protocol and the table, with the
         bookkeeping done (request ids in flight, the peer's limits)."""
         kind, h, payload, refused = frame
-        # Fast lanes for the frames of every call: a well-formed request reaching a
-        # node, a well-formed response reaching a client, while the table lets them in.
-        # They accept exactly what the full checks below accept and build the same
-        # event; anything else takes the long way.
-        if kind is _REQUEST and type(h) is list and len(h) == 3 and not refused:
-            rid, op, args = h
-            in_flight = self._in_flight
-            if (
-                type(rid) is int
-                and rid > 0
-                and rid not in in_flight
-                and type(args) is dict
-                and type(op) is str
-                and 0 < len(op) <= OP_NAME_BYTES_MAX
-                and len(in_flight) < self.our_limits.in_flight_max
-                and self._allowed.get(_RECV_REQUEST) is self._state
-                and self.role is Role.SERVER
-            ):
-                in_flight.add(rid)
-                return Request(rid, op, args, payload)
-        elif kind is _RESPONSE and type(h) is list and len(h) == 2 and not refused:
-            rid = h[0]
-            in_flight = self._in_flight
-            if (
-                type(rid) is int
-                and rid in in_flight
-                and self._allowed.get(_RECV_RESPONSE) is self._state
-                and self.role is Role.CLIENT
-            ):
-                in_flight.discard(rid)
-                return Response(rid, h[1], payload)
+        # The frames of every call first: they accept exactly what the full checks
+        # below accept, and build the same event; anything else takes the long way.
+        if not refused:
+            if kind is _REQUEST:
+                parts = self._take_request(h)
+                if parts is not None:
+                    return Request(parts[0], parts[1], parts[2], payload)
+            elif kind is _RESPONSE:
+                rid = self._take_response(h)
+                if rid is not None:
+                    return Response(rid, h[1], payload)
         try:
             event = self._from_wire(kind, h, payload, refused)
             event_kind = type(event)
@@ -430,6 +552,46 @@ class Connection:
             self.version = event.version
             self.peer_limits = Limits.from_wire(event.limits)
         return event
+
+    def _take_request(self, h: Any) -> tuple[int, str, dict[str, Any]] | None:
+        """If ``h`` is the header of a request that this node accepts now (well formed,
+        a fresh id, within the limits, allowed by the table), put it in flight and
+        return ``(rid, op, args)``; else None and nothing changed."""
+        if type(h) is not list or len(h) != 3:
+            return None
+        rid, op, args = h
+        in_flight = self._in_flight
+        if (
+            type(rid) is int
+            and rid > 0
+            and rid not in in_flight
+            and type(args) is dict
+            and type(op) is str
+            and 0 < len(op) <= OP_NAME_BYTES_MAX
+            and len(in_flight) < self.our_limits.in_flight_max
+            and self._allowed.get(_RECV_REQUEST) is self._state
+            and self.role is Role.SERVER
+        ):
+            in_flight.add(rid)
+            return rid, op, args
+        return None
+
+    def _take_response(self, h: Any) -> int | None:
+        """If ``h`` is the header of a response this client awaits (well formed, its id
+        in flight, allowed by the table), take its id out of flight and return it."""
+        if type(h) is not list or len(h) != 2:
+            return None
+        rid = h[0]
+        in_flight = self._in_flight
+        if (
+            type(rid) is int
+            and rid in in_flight
+            and self._allowed.get(_RECV_RESPONSE) is self._state
+            and self.role is Role.CLIENT
+        ):
+            in_flight.discard(rid)
+            return rid
+        return None
 
     def _from_wire(
         self, kind: FrameKind, h: Any, payload: bytes | bytearray, refused: int

@@ -172,7 +172,7 @@ class FrameReader:
 
     def at_frame_boundary(self) -> bool:
         """True when no partial frame is buffered (a clean place for EOF)."""
-        return self._skip == 0 and self._payload is None and self.buffered_bytes == 0
+        return self._skip == 0 and self._payload is None and self._pos == len(self._buf)
 
     def payload_buffer(self) -> memoryview | None:
         """Where the rest of a large payload goes, or None when none is awaited.

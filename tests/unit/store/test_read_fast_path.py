@@ -1,6 +1,6 @@
-"""The lock-free read of a block-cache hit (``ObjectStore._read_hit``): it answers what
-the locked read would, it steps aside whenever a change overlaps it, and with writers
-hammering the same blocks no reader ever gets a torn block or stale bytes."""
+"""The lock-free read of a block-cache hit (the fast path of ``ObjectStore.read``): it
+answers what the locked read would, it steps aside whenever a change overlaps it, and
+with writers hammering the same blocks no reader ever gets a torn block or stale bytes."""
 
 from __future__ import annotations
 
@@ -20,17 +20,36 @@ def fill(value: int, nbytes: int = BLOCK) -> bytes:
     return bytes([value % 256]) * nbytes
 
 
+class LongWay:
+    """Stands in for the key locks: counts the reads that take the long (locked) way."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.locks = store._locks
+        self.taken = 0
+
+    def read(self, key: str) -> object:
+        self.taken += 1
+        return self.locks.read(key)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.locks, name)
+
+
+def long_way(store: ObjectStore) -> LongWay:
+    spy = LongWay(store)
+    store._locks = spy  # type: ignore[assignment]
+    return spy
+
+
 def test_a_cached_read_is_served_without_the_key_lock(store: ObjectStore) -> None:
     store.put("k", b"".join(fill(i) for i in range(4)))
+    spy = long_way(store)
     assert store.read("k", BLOCK, BLOCK) == fill(1)  # a miss: the long way caches it
-    lock = store._locks.lock_for("k")
-    lock.acquire_read()  # a held shared lock does not bother a lock-free reader ...
-    try:
-        hits = store.cache.stats().hits
-        assert store._read_hit("k", BLOCK + 100, 200, None) == fill(1, 200)
-        assert store.cache.stats().hits == hits + 1
-    finally:
-        lock.release_read()
+    assert spy.taken == 1
+    hits = store.cache.stats().hits
+    assert store.read("k", BLOCK + 100, 200) == fill(1, 200)
+    assert spy.taken == 1  # a hit: no lock taken
+    assert store.cache.stats().hits == hits + 1
     assert store.stats()["ops"]["read"] == 2
     assert store.stats()["bytes_read"] == BLOCK + 200
 
@@ -39,16 +58,16 @@ def test_the_fast_path_steps_aside_for_what_it_cannot_answer(store: ObjectStore)
     store.put("k", fill(7, BLOCK + 10))
     store.read("k", 0, BLOCK)
     store.read("k", BLOCK, 10)
-    assert store._read_hit("k", 0, 2 * BLOCK, None) is None  # spans two blocks
-    assert store._read_hit("k", 2 * BLOCK, 1, None) is None  # past the end: b"" the long way
-    assert store._read_hit("missing", 0, 1, None) is None  # no such object
-    assert store._read_hit("k", 0, 1, 12345) is None  # wrong version: raised the long way
-    assert store._read_hit("k", BLOCK, 100, None) == fill(7, 10)  # clipped at the end
+    spy = long_way(store)
+    assert store.read("k", BLOCK, 100) == fill(7, 10)  # clipped at the end: still fast
+    assert spy.taken == 0
+    assert store.read("k", 0, 2 * BLOCK) == fill(7, BLOCK + 10)  # spans two blocks
+    assert store.read("k", 2 * BLOCK, 1) == b""  # past the end
     with pytest.raises(VersionMismatchError):
         store.read("k", 0, 1, expected_version=12345)
     with pytest.raises(NotFoundError):
         store.read("missing", 0, 1)
-    assert store.read("k", 2 * BLOCK, 1) == b""
+    assert spy.taken == 4
 
 
 def test_a_change_during_the_lookup_sends_the_read_the_long_way(store: ObjectStore) -> None:
@@ -76,12 +95,19 @@ def test_a_change_under_way_is_seen_by_the_generation(store: ObjectStore) -> Non
     store.read("k", 0, BLOCK)
     lock = store._locks.lock_for("k")
     before = lock.generation
+    spy = long_way(store)
     lock.acquire_write()
     assert lock.generation % 2 == 1
-    assert store._read_hit("k", 0, BLOCK, None) is None
+    done = threading.Event()
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: (got.append(store.read("k", 0, BLOCK)), done.set()))
+    reader.start()
+    assert not done.wait(0.2)  # the reader took the long way and waits for the writer
     lock.release_write()
+    reader.join()
+    assert got == [fill(1)] and spy.taken == 1
     assert lock.generation == before + 2
-    assert store._read_hit("k", 0, BLOCK, None) == fill(1)
+    assert store.read("k", 0, BLOCK) == fill(1) and spy.taken == 1
 
 
 def test_concurrent_writers_never_produce_a_torn_or_stale_read(root: Path) -> None:

@@ -162,8 +162,10 @@ def test_send_lanes_refuse_what_send_refuses() -> None:
     with pytest.raises(LocalProtocolError, match="already in flight"):
         client.send_request(1, "stat", {})
     client2, _ = handshake(Limits(payload_bytes_max=10, in_flight_max=1))
-    with pytest.raises(LimitExceededError):
+    with pytest.raises(LimitExceededError, match="limit of 10"):
         client2.send_request(1, "write", {}, b"x" * 11)
+    with pytest.raises(LimitExceededError, match="frame header"):
+        client2.send_request(1, "write", {"k": "x" * (2 << 20)})
     assert client2.in_flight == 0
     small = client2.send_request(1, "write", {}, b"x" * 10, join_below=JOIN)
     assert len(small) == 1  # joined: one buffer to write
