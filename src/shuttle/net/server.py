@@ -283,19 +283,20 @@ class _NodeProtocol(asyncio.Protocol):
         try:
             out = op.handler(args, payload)
             if type(out) is Reply:
-                buffers = conn.send_response(
-                    rid, out.result, out.payload, join_below=SMALL_REPLY_BYTES
-                )
+                buffers = conn.send_response(rid, out.result, out.payload)
             else:
                 buffers = conn.send_response(rid, out, b"")
         except Exception as exc:  # every failure is answered, typed
             self._send_error(rid, server.error_for(op.name, exc))
             return
-        if len(buffers) == 1 and self.transport is not None:
-            counters.bytes_out += len(buffers[0])
-            self.transport.write(buffers[0])
-        else:
-            self._write(buffers)
+        transport = self.transport
+        if transport is not None:
+            if len(buffers) == 1:
+                counters.bytes_out += len(buffers[0])
+                transport.write(buffers[0])
+            else:
+                counters.bytes_out += len(buffers[0]) + len(buffers[1])
+                transport.writelines(buffers)
 
     def eof_received(self) -> bool | None:
         self.conn.receive_data(b"")
