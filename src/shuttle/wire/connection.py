@@ -75,7 +75,10 @@ class State(Enum):
 
 
 SEND, RECV = "send", "recv"
+# Enum members named in the hot paths, bound once: on Python 3.11 ``State.READY`` is a
+# class attribute lookup through the enum's metaclass, several times dearer than a global.
 _REQUEST, _RESPONSE = FrameKind.REQUEST, FrameKind.RESPONSE
+_READY, _ERROR, _CLOSED = State.READY, State.ERROR, State.CLOSED
 
 _C, _S = Role.CLIENT, Role.SERVER
 _TRANSITIONS: dict[tuple[Role, State, str, type], State] = {
@@ -139,6 +142,9 @@ class Connection:
 
     def __init__(self, role: Role, limits: Limits | None = None) -> None:
         self.role = role
+        #: The role as a plain bool: the hot paths test it, and an enum member costs a
+        #: class attribute lookup (slow on Python 3.11) each time it is named.
+        self._is_server = role is Role.SERVER
         self.state = State.START
         self.our_limits = limits or Limits()
         self.peer_limits = Limits()
@@ -203,7 +209,7 @@ class Connection:
             what = f"{kind.__name__} in state {self._state.name} as {self.role.name}"
             if direction == SEND:
                 raise LocalProtocolError(f"cannot send {what}")
-            self.state = State.ERROR
+            self.state = _ERROR
             raise RemoteProtocolError(f"peer sent {what}; closing the connection")
         if new_state is not self._state:
             self.state = new_state
@@ -228,8 +234,8 @@ class Connection:
         frame_kind, header, payload = self._to_wire(event)
         if (
             kind is ErrorResponse
-            and self.role is Role.SERVER
-            and self._state is State.READY
+            and self._is_server
+            and self._state is _READY
             and event.rid not in self._in_flight  # type: ignore[union-attr]
         ):
             raise LocalProtocolError(
@@ -303,7 +309,7 @@ class Connection:
     ) -> list[Payload]:
         """``send(Response(rid, result, payload))`` (node side)."""
         in_flight = self._in_flight
-        if rid not in in_flight and self.role is Role.SERVER and self._state is State.READY:
+        if rid not in in_flight and self._is_server and self._state is _READY:
             raise LocalProtocolError(f"no request {rid} is waiting for a response")
         limits = self.peer_limits
         # encode_frame_fast written out (it runs for every reply a node sends):
@@ -368,7 +374,7 @@ class Connection:
         if not data:
             self._eof = True
             return
-        if self._state is State.ERROR:
+        if self._state is _ERROR:
             raise RemoteProtocolError("connection already failed; open a new one")
         self._reader.feed(data)
 
@@ -379,7 +385,7 @@ class Connection:
         When nothing was pending and ``data`` is a ``bytes`` object holding exactly one
         whole small frame (a request reaching a node, its response reaching the
         client), the frame is decoded from ``data`` directly, never buffered."""
-        if self._state is State.ERROR:
+        if self._state is _ERROR:
             raise RemoteProtocolError("connection already failed; open a new one")
         frame = self._reader.whole_frame(data) if type(data) is bytes else None
         if frame is None:
@@ -437,7 +443,7 @@ class Connection:
             and 0 < len(op) <= OP_NAME_BYTES_MAX
             and len(in_flight) < self.our_limits.in_flight_max
             and self._allowed.get(_RECV_REQUEST) is self._state
-            and self.role is Role.SERVER
+            and self._is_server
         ):
             in_flight.add(rid)
             return rid, op, args, data[head_end:] if payload_len else b""
@@ -478,7 +484,7 @@ class Connection:
             type(rid) is int
             and rid in in_flight
             and self._allowed.get(_RECV_RESPONSE) is self._state
-            and self.role is Role.CLIENT
+            and not self._is_server
         ):
             in_flight.discard(rid)
             return Response(rid, h[1], data[head_end:] if payload_len else b"")
@@ -499,24 +505,24 @@ class Connection:
         Raises :class:`RemoteProtocolError` if the peer broke the protocol; the
         connection is then in state ERROR and should be closed.
         """
-        if self._state is State.ERROR:
+        if self._state is _ERROR:
             raise RemoteProtocolError("connection already failed; open a new one")
         try:
             frame = self._reader.next_frame()
         except RemoteProtocolError:
-            self.state = State.ERROR
+            self.state = _ERROR
             raise
         if frame is not None:
             return self._event_from(frame)
         if not self._eof:
             return NEED_DATA
         if not self._reader.at_frame_boundary():
-            self.state = State.ERROR
+            self.state = _ERROR
             raise RemoteProtocolError(
                 f"peer closed the connection in the middle of a frame "
                 f"({self._reader.buffered_bytes} bytes of it received)"
             )
-        if self._state is State.CLOSED:
+        if self._state is _CLOSED:
             return NEED_DATA
         self._transition(RECV, ConnectionClosed)
         return ConnectionClosed()
@@ -541,7 +547,7 @@ class Connection:
             event_kind = type(event)
             self._transition(RECV, event_kind)
         except RemoteProtocolError:
-            self.state = State.ERROR
+            self.state = _ERROR
             raise
         if event_kind is Request:
             self._in_flight.add(event.rid)  # type: ignore[union-attr]
@@ -570,7 +576,7 @@ class Connection:
             and 0 < len(op) <= OP_NAME_BYTES_MAX
             and len(in_flight) < self.our_limits.in_flight_max
             and self._allowed.get(_RECV_REQUEST) is self._state
-            and self.role is Role.SERVER
+            and self._is_server
         ):
             in_flight.add(rid)
             return rid, op, args
@@ -587,7 +593,7 @@ class Connection:
             type(rid) is int
             and rid in in_flight
             and self._allowed.get(_RECV_RESPONSE) is self._state
-            and self.role is Role.CLIENT
+            and not self._is_server
         ):
             in_flight.discard(rid)
             return rid
@@ -599,7 +605,7 @@ class Connection:
         if kind is _REQUEST:
             return self._receive_request(h, payload, refused)
         if kind is FrameKind.RESPONSE or kind is FrameKind.ERROR:
-            if self.role is not Role.CLIENT:
+            if self._is_server:
                 raise RemoteProtocolError(f"a client sent a {kind.name} frame")
             expected = 2 if kind is FrameKind.RESPONSE else 3
             if not isinstance(h, list) or len(h) != expected or not isinstance(h[0], int):
@@ -639,12 +645,12 @@ class Connection:
         return Goodbye(str(h.get("reason", "")))
 
     def _receive_request(self, h: Any, payload: bytes | bytearray, refused: int) -> Event:
-        if self.role is not Role.SERVER:
+        if not self._is_server:
             raise RemoteProtocolError("a node sent a REQUEST frame")
         if not isinstance(h, list) or len(h) != 3 or not isinstance(h[0], int) or h[0] <= 0:
             raise RemoteProtocolError(f"malformed REQUEST header {h!r:.200}")
         rid, op, args = h
-        if self._state is not State.READY:
+        if self._state is not _READY:
             return Request(rid, str(op), {}, b"")  # the transition table refuses it
         error: ShuttleError | None = None
         if rid in self._in_flight:
