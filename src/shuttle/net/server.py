@@ -255,14 +255,20 @@ class _NodeProtocol(asyncio.Protocol):
         server = self.server
         server.counters.bytes_in += len(data)
         account = server._account
-        if account is not None:
+        if account is None:
+            self._receive(data)
+        else:
             with account():  # protocol work is node CPU too
-                self._process(data)
-            return
-        # The usual chunk is one whole request for an operation that runs inline (a
-        # cached read, a stat): taken without an event object and answered right here,
-        # which is _dispatch's inline branch written out (every call saved shows in a
-        # loopback round trip).
+                self._receive(data)
+
+    def _receive(self, data: bytes) -> None:
+        """Act on a chunk of bytes from the client.
+
+        The usual chunk is one whole request for an operation that runs inline (a
+        cached read, a stat): it is taken without an event object and answered right
+        here, which is _dispatch's inline branch written out (every call saved shows
+        in a loopback round trip). Anything else goes through :meth:`_process`."""
+        server = self.server
         conn = self.conn
         parts = conn.receive_request(data)
         if parts is None:
