@@ -5,12 +5,13 @@ Layout:
 * ``limits``      named limits (frame, header, in-flight) and protocol versions
 * ``events``      one class per frame kind, plus ``RequestRejected`` and ``NEED_DATA``
 * ``frames``      the frame layout: encoder and a bounded-memory reader
+* ``states``      roles, states and the table of allowed transitions
 * ``connection``  the state machine of one end (handshake, request ids, limits)
 
 There are no sockets in this package; ``shuttle.net`` moves the bytes.
 """
 
-from shuttle.wire.connection import Connection, Role, State, choose_version
+from shuttle.wire.connection import Connection, choose_version
 from shuttle.wire.events import (
     NEED_DATA,
     ConnectionClosed,
@@ -33,6 +34,7 @@ from shuttle.wire.limits import (
     PROTOCOL_VERSION_MIN,
     Limits,
 )
+from shuttle.wire.states import Role, State
 
 __all__ = [
     "HEADER_BYTES_MAX",

@@ -2,9 +2,14 @@
 
 Bytes in (:meth:`Connection.receive_data`), events out (:meth:`Connection.next_event`);
 events in (:meth:`Connection.send`), bytes out. Which event may be sent or received in
-which state is a table (:data:`_TRANSITIONS`); anything not in it is an error, whose
-fault depends on the direction: sending it is a :class:`LocalProtocolError`,
-receiving it a :class:`RemoteProtocolError`.
+which state is a table (:data:`shuttle.wire.states.TRANSITIONS`); anything not in it
+is an error, whose fault depends on the direction: sending it is a
+:class:`LocalProtocolError`, receiving it a :class:`RemoteProtocolError`.
+
+The events of every call also have fast lanes (``send_request``, ``send_response``,
+``receive_request``, ``receive_response``): the same checks, written out for the
+common case without building event objects, and tested to agree with the general
+path (tests/unit/wire/test_fast_lanes.py).
 
 Request ids let many requests be in flight at once (pipelining); responses may come
 back in any order. The client picks ids; the node answers each exactly once.
@@ -12,7 +17,6 @@ back in any order. The client picks ids; the node answers each exactly once.
 
 from __future__ import annotations
 
-from enum import Enum, auto
 from typing import Any
 
 from shuttle.errors import (
@@ -38,16 +42,16 @@ from shuttle.wire.events import (
     Welcome,
 )
 from shuttle.wire.frames import (
-    _PREFIX_PACK,
-    _PREFIX_UNPACK_FROM,
     DIRECT_PAYLOAD_BYTES_MIN,
     MAGIC,
+    PREFIX_PACK,
+    PREFIX_UNPACK_FROM,
     FrameReader,
     RawFrame,
-    _pack,
-    _unpackb,
     encode_frame,
     encode_frame_fast,
+    pack_header,
+    unpack_header,
 )
 from shuttle.wire.limits import (
     OP_NAME_BYTES_MAX,
@@ -56,66 +60,17 @@ from shuttle.wire.limits import (
     PROTOCOL_VERSION_MIN,
     Limits,
 )
-
-
-class Role(Enum):
-    CLIENT = auto()
-    SERVER = auto()
-
-
-class State(Enum):
-    START = auto()
-    #: Client sent Hello, waits for Welcome.
-    AWAIT_WELCOME = auto()
-    #: Server received Hello, must answer with Welcome (or an error).
-    GREETING = auto()
-    READY = auto()
-    CLOSED = auto()
-    ERROR = auto()
-
-
-SEND, RECV = "send", "recv"
-# Enum members named in the hot paths, bound once: on Python 3.11 ``State.READY`` is a
-# class attribute lookup through the enum's metaclass, several times dearer than a global.
-_REQUEST, _RESPONSE = FrameKind.REQUEST, FrameKind.RESPONSE
-_READY, _ERROR, _CLOSED = State.READY, State.ERROR, State.CLOSED
-
-_C, _S = Role.CLIENT, Role.SERVER
-_TRANSITIONS: dict[tuple[Role, State, str, type], State] = {
-    (_C, State.START, SEND, Hello): State.AWAIT_WELCOME,
-    (_C, State.AWAIT_WELCOME, RECV, Welcome): State.READY,
-    (_C, State.AWAIT_WELCOME, RECV, ErrorResponse): State.CLOSED,
-    (_C, State.READY, SEND, Request): State.READY,
-    (_C, State.READY, RECV, Response): State.READY,
-    (_C, State.READY, RECV, ErrorResponse): State.READY,
-    (_S, State.START, RECV, Hello): State.GREETING,
-    (_S, State.GREETING, SEND, Welcome): State.READY,
-    (_S, State.GREETING, SEND, ErrorResponse): State.CLOSED,
-    (_S, State.READY, RECV, Request): State.READY,
-    (_S, State.READY, RECV, RequestRejected): State.READY,
-    (_S, State.READY, SEND, Response): State.READY,
-    (_S, State.READY, SEND, ErrorResponse): State.READY,
-}
-# Goodbye and a clean EOF end the connection from any live state.
-for _role in Role:
-    for _state in (State.START, State.AWAIT_WELCOME, State.GREETING, State.READY):
-        for _direction in (SEND, RECV):
-            _TRANSITIONS[(_role, _state, _direction, Goodbye)] = State.CLOSED
-        _TRANSITIONS[(_role, _state, RECV, ConnectionClosed)] = State.CLOSED
-
-_RECV_REQUEST: tuple[str, type] = (RECV, Request)
-_RECV_RESPONSE: tuple[str, type] = (RECV, Response)
-_SEND_REQUEST: tuple[str, type] = (SEND, Request)
-_SEND_RESPONSE: tuple[str, type] = (SEND, Response)
-
-# The same table split by (role, state), so that applying a transition is one lookup
-# keyed by (direction, event type). Enum members hash with a Python-level __hash__;
-# a str and a type hash in C, which matters on the path of every request.
-_ALLOWED: dict[tuple[Role, State], dict[tuple[str, type], State]] = {
-    (role, state): {} for role in Role for state in State
-}
-for (_role, _state, _direction, _kind), _new in _TRANSITIONS.items():
-    _ALLOWED[(_role, _state)][(_direction, _kind)] = _new
+from shuttle.wire.states import ALLOWED as _ALLOWED
+from shuttle.wire.states import CLOSED as _CLOSED
+from shuttle.wire.states import ERROR as _ERROR
+from shuttle.wire.states import READY as _READY
+from shuttle.wire.states import RECV, SEND, Role, State
+from shuttle.wire.states import RECV_REQUEST as _RECV_REQUEST
+from shuttle.wire.states import RECV_RESPONSE as _RECV_RESPONSE
+from shuttle.wire.states import REQUEST as _REQUEST
+from shuttle.wire.states import RESPONSE as _RESPONSE
+from shuttle.wire.states import SEND_REQUEST as _SEND_REQUEST
+from shuttle.wire.states import SEND_RESPONSE as _SEND_RESPONSE
 
 
 def choose_version(hello: Hello) -> int:
@@ -281,7 +236,7 @@ class Connection:
                 f"{limits.in_flight_max}; wait for responses before sending more"
             )
         # encode_frame_fast written out (it runs for every request a client sends):
-        head = _pack([rid, op, args])
+        head = pack_header([rid, op, args])
         size = payload.nbytes if type(payload) is memoryview else len(payload)
         if len(head) > limits.header_bytes_max or size > limits.payload_bytes_max:
             encode_frame_fast(
@@ -292,7 +247,7 @@ class Connection:
                 limits.payload_bytes_max,
             )
             raise AssertionError("unreachable: the encoder raised the limit error")
-        prefix = _PREFIX_PACK(MAGIC, _REQUEST, 0, len(head), size)
+        prefix = PREFIX_PACK(MAGIC, _REQUEST, 0, len(head), size)
         if not size:
             buffers: list[Payload] = [prefix + head]
         elif size < join_below:
@@ -313,7 +268,7 @@ class Connection:
             raise LocalProtocolError(f"no request {rid} is waiting for a response")
         limits = self.peer_limits
         # encode_frame_fast written out (it runs for every reply a node sends):
-        head = _pack([rid, result])
+        head = pack_header([rid, result])
         size = payload.nbytes if type(payload) is memoryview else len(payload)
         if len(head) > limits.header_bytes_max or size > limits.payload_bytes_max:
             encode_frame_fast(
@@ -324,7 +279,7 @@ class Connection:
                 limits.payload_bytes_max,
             )
             raise AssertionError("unreachable: the encoder raised the limit error")
-        prefix = _PREFIX_PACK(MAGIC, _RESPONSE, 0, len(head), size)
+        prefix = PREFIX_PACK(MAGIC, _RESPONSE, 0, len(head), size)
         if not size:
             buffers: list[Payload] = [prefix + head]
         elif size < join_below:
@@ -414,7 +369,7 @@ class Connection:
             or reader._payload is not None
         ):
             return None
-        magic, kind, flags, header_len, payload_len = _PREFIX_UNPACK_FROM(data, 0)
+        magic, kind, flags, header_len, payload_len = PREFIX_UNPACK_FROM(data, 0)
         head_end = PREFIX_BYTES + header_len
         if (
             kind != _REQUEST
@@ -427,7 +382,7 @@ class Connection:
         ):
             return None
         try:
-            h = _unpackb(data[PREFIX_BYTES:head_end])
+            h = unpack_header(data[PREFIX_BYTES:head_end])
         except Exception:  # receive_event raises the protocol error
             return None
         if type(h) is not list or len(h) != 3:
@@ -460,7 +415,7 @@ class Connection:
             or reader._payload is not None
         ):
             return None
-        magic, kind, flags, header_len, payload_len = _PREFIX_UNPACK_FROM(data, 0)
+        magic, kind, flags, header_len, payload_len = PREFIX_UNPACK_FROM(data, 0)
         head_end = PREFIX_BYTES + header_len
         if (
             kind != _RESPONSE
@@ -473,7 +428,7 @@ class Connection:
         ):
             return None
         try:
-            h = _unpackb(data[PREFIX_BYTES:head_end])
+            h = unpack_header(data[PREFIX_BYTES:head_end])
         except Exception:  # receive_event raises the protocol error
             return None
         if type(h) is not list or len(h) != 2:

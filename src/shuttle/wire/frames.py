@@ -29,10 +29,13 @@ from shuttle.wire.limits import PREFIX_BYTES
 MAGIC = b"SH"
 _PREFIX = struct.Struct(">2sBBII")
 _KIND_OF = {int(k): k for k in FrameKind}
-_PREFIX_PACK = _PREFIX.pack
-_PREFIX_UNPACK_FROM = _PREFIX.unpack_from
-_pack = msgpack.Packer(use_bin_type=True, autoreset=True).pack
-_unpackb = msgpack.unpackb
+# The codec's primitives, bound once (the connection's fast lanes use them directly).
+PREFIX_PACK = _PREFIX.pack
+PREFIX_UNPACK_FROM = _PREFIX.unpack_from
+pack_header = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+#: msgpack >= 1.0 (the pinned minimum) defaults to raw=False, use_list=True and
+#: strict_map_key=True: str keys and values, lists, no non-str/bytes map keys.
+unpack_header = msgpack.unpackb
 
 assert _PREFIX.size == PREFIX_BYTES
 
@@ -75,7 +78,7 @@ def encode_frame_fast(
 ) -> list[Payload]:
     """:func:`encode_frame` with positional arguments (it is on every request's path);
     a payload shorter than ``join_below`` is joined with the prefix and header."""
-    head = _pack(header)
+    head = pack_header(header)
     if len(head) > header_bytes_max:
         raise LimitExceededError(
             f"frame header is {len(head)} bytes, over the limit of {header_bytes_max}; "
@@ -88,10 +91,10 @@ def encode_frame_fast(
             "split the data into several range requests"
         )
     if not payload_len:
-        return [_PREFIX_PACK(MAGIC, kind, 0, len(head), 0) + head]
+        return [PREFIX_PACK(MAGIC, kind, 0, len(head), 0) + head]
     if payload_len < join_below:
-        return [b"".join((_PREFIX_PACK(MAGIC, kind, 0, len(head), payload_len), head, payload))]
-    return [_PREFIX_PACK(MAGIC, kind, 0, len(head), payload_len) + head, payload]
+        return [b"".join((PREFIX_PACK(MAGIC, kind, 0, len(head), payload_len), head, payload))]
+    return [PREFIX_PACK(MAGIC, kind, 0, len(head), payload_len) + head, payload]
 
 
 def _decode_header(raw: bytes | bytearray) -> Any:
@@ -99,7 +102,7 @@ def _decode_header(raw: bytes | bytearray) -> Any:
     try:
         # msgpack >= 1.0 (the pinned minimum) defaults to raw=False, use_list=True and
         # strict_map_key=True: str keys and values, lists, no non-str/bytes map keys.
-        return _unpackb(raw)
+        return unpack_header(raw)
     except Exception as exc:  # msgpack raises many types on garbage
         raise RemoteProtocolError(
             f"undecodable frame header ({type(exc).__name__}: {exc}); the stream is corrupt"
@@ -197,7 +200,7 @@ class FrameReader:
         n = len(data)
         if n < PREFIX_BYTES or self._pos != len(self._buf) or self._skip or self._payload:
             return None
-        magic, kind, flags, header_len, payload_len = _PREFIX_UNPACK_FROM(data, 0)
+        magic, kind, flags, header_len, payload_len = PREFIX_UNPACK_FROM(data, 0)
         head_end = PREFIX_BYTES + header_len
         frame_kind = _KIND_OF.get(kind)
         if (
@@ -211,7 +214,7 @@ class FrameReader:
         ):
             return None
         try:
-            header = _unpackb(data[PREFIX_BYTES:head_end])
+            header = unpack_header(data[PREFIX_BYTES:head_end])
         except Exception:  # the long way raises the protocol error
             return None
         return (frame_kind, header, data[head_end:] if payload_len else b"", 0)
@@ -230,7 +233,7 @@ class FrameReader:
         avail = len(buf) - pos
         if avail < PREFIX_BYTES:
             return None
-        magic, kind, flags, header_len, payload_len = _PREFIX_UNPACK_FROM(buf, pos)
+        magic, kind, flags, header_len, payload_len = PREFIX_UNPACK_FROM(buf, pos)
         if magic != MAGIC:
             raise RemoteProtocolError(
                 f"bad frame magic {bytes(magic)!r} (expected {MAGIC!r}): the peer is not "
