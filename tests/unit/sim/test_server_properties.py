@@ -81,16 +81,30 @@ def test_without_overlap_the_server_cache_is_exactly_lru(
         disk_bandwidth_bytes_per_s=float("inf"),
     )
     _, stats, _ = replay(config, sequence)
+    # A plain LRU, with the model's one rule of timing: a block becomes most recent
+    # when its I/O completes, after the request's hits (a read hit is touched at
+    # once; a miss, and a written block, when the disk is done), and a miss takes
+    # its slot (evicting the least recent block) when it is looked up, waiting for
+    # the request's own blocks to arrive when they hold every slot.
     lru: OrderedDict[int, None] = OrderedDict()
     hits = 0
-    for _, _, file, first, count in sequence:
+    for _, write, file, first, count in sequence:
+        from_disk: list[int] = []
         for block in range(first, first + count):
             key = (file << BLOCK_BITS) + block
             if key in lru:
                 hits += 1
-                lru.move_to_end(key)
+                if write:
+                    del lru[key]
+                    from_disk.append(key)
+                else:
+                    lru.move_to_end(key)
             else:
-                lru[key] = None
-                if len(lru) > capacity:
+                if len(lru) + len(from_disk) >= capacity:
+                    if not lru:  # every slot is this request's: wait for its I/O
+                        lru.update(dict.fromkeys(from_disk))
+                        from_disk.clear()
                     lru.popitem(last=False)
+                from_disk.append(key)
+        lru.update(dict.fromkeys(from_disk))
     assert stats.block_hits == hits
