@@ -93,7 +93,7 @@ def _key(source: Path, f: Path) -> str:
 
 
 def _run(cluster: ClusterFile, source: Path, files: list[Path], total_bytes: int) -> None:
-    client = Client(cluster.addresses())
+    client = Client(cluster.addresses(), key=cluster.key())
     pool = ThreadPoolExecutor(THREADS)
     progress = Progress(
         "{task.description}",

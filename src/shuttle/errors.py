@@ -146,6 +146,47 @@ class ExternalToolError(RemoteError):
     code = "external_tool"
 
 
+class AuthenticationError(RemoteError):
+    """The handshake failed: a missing or wrong cluster key, or a proof that does not
+    answer this connection's challenge (a replayed HELLO)."""
+
+    code = "unauthenticated"
+    exit_code = 7
+
+
+class NotPermittedError(RemoteError):
+    """The node refuses this request to everyone in its configuration (e.g. shipped
+    code on a node started without a cluster key)."""
+
+    code = "not_permitted"
+    exit_code = 7
+
+
+class ObjectNotFoundError(NotFoundError):
+    """No mobile object has this id (it was never created, or it was destroyed)."""
+
+    code = "no_such_object"
+
+
+class ObjectFailedError(RemoteError):
+    """A mobile object's method raised; the message names the object, the method and
+    the exception. The object itself is still alive unless the message says so."""
+
+    code = "object_failed"
+
+
+class ObjectLimitError(ObjectFailedError):
+    """A shipped object went over its memory, CPU or time limit and was stopped."""
+
+    code = "object_limit"
+
+
+class MigrationError(RemoteError):
+    """A migration did not happen; the object still runs where it was, state intact."""
+
+    code = "migration_failed"
+
+
 class ServerError(RemoteError):
     """The node failed while handling a valid request (a bug or an I/O error there)."""
 

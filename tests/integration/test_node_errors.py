@@ -23,6 +23,7 @@ from shuttle.errors import (
 from shuttle.net.blocking import BlockingConnection
 from shuttle.wire import (
     NEED_DATA,
+    Challenge,
     Connection,
     ErrorResponse,
     Hello,
@@ -41,6 +42,7 @@ class RawPeer:
         self.sock = socket.create_connection((host, int(port)), timeout=10)
         self.conn = Connection(Role.CLIENT)
         if handshake:
+            assert isinstance(self.next_event(), Challenge)  # the node speaks first
             self.sock.sendall(self.conn.send_bytes(Hello(1, 1, "raw")))
             self.next_event()
 
@@ -91,9 +93,12 @@ def test_garbage_bytes_get_an_error_frame_then_the_connection_closes(node: NodeP
 
 def test_request_before_handshake_is_refused(node: NodeProcess) -> None:
     peer = RawPeer(node.address, handshake=False)
+    assert isinstance(peer.next_event(), Challenge)
     peer.sock.sendall(peer.raw_frame(3, [1, "stat", {"key": "a"}]))
-    data = peer.sock.recv(4096)
-    assert b"protocol" in data and b"START" in data
+    ev = peer.next_event()
+    assert isinstance(ev, ErrorResponse) and ev.rid == 0 and ev.code == "protocol"
+    assert "Request in state CHALLENGED" in ev.message
+    assert peer.closed_by_peer()
     still_serves(node)
 
 
@@ -207,6 +212,7 @@ def test_node_killed_mid_call_gives_unreachable_then_recovers(node: NodeProcess)
 
 def test_version_mismatch_from_a_newer_client_is_explained(node: NodeProcess) -> None:
     peer = RawPeer(node.address, handshake=False)
+    assert isinstance(peer.next_event(), Challenge)
     peer.sock.sendall(peer.conn.send_bytes(Hello(7, 9, "future")))
     ev = peer.next_event()
     assert isinstance(ev, ErrorResponse)

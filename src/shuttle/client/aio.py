@@ -24,16 +24,16 @@ from shuttle.errors import (
     ShuttleError,
     UnreachableError,
 )
+from shuttle.net import auth
 from shuttle.net.blocking import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
 from shuttle.net.shaping import Link
 from shuttle.wire import (
-    PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
+    Challenge,
     Connection,
     ConnectionClosed,
     ErrorResponse,
+    Event,
     Goodbye,
-    Hello,
     NeedData,
     Request,
     Response,
@@ -81,7 +81,11 @@ class _PlainStream:
 
 
 class AsyncConnection:
-    """One connection to a node, shared by any number of concurrent calls."""
+    """One connection to a node, shared by any number of concurrent calls.
+
+    ``key`` (the cluster key) answers the node's challenge, as in
+    :class:`~shuttle.net.blocking.BlockingConnection`.
+    """
 
     def __init__(
         self,
@@ -92,9 +96,11 @@ class AsyncConnection:
         client_name: str = "shuttle-async-client",
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
+        key: bytes | None = None,
     ) -> None:
         self.host, self.port = host, port
         self.link = link
+        self.key = key
         self.client_name = client_name
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
@@ -112,7 +118,11 @@ class AsyncConnection:
         return f"{self.host}:{self.port}"
 
     async def connect(self) -> None:
-        """Open the connection and handshake (no-op if open); reconnects after a failure."""
+        """Open the connection and handshake (no-op if open); reconnects after a failure.
+
+        Raises :class:`UnreachableError`, or :class:`AuthenticationError` when the node
+        and this client do not share the cluster key (see :mod:`shuttle.net.auth`).
+        """
         async with self._connecting:
             if self._conn is not None:
                 return
@@ -130,13 +140,21 @@ class AsyncConnection:
                 else _PlainStream(reader, writer)
             )
             conn = Connection(Role.CLIENT)
-            stream.write(
-                conn.send_bytes(Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, self.client_name))
-            )
             try:
                 welcome = await asyncio.wait_for(
                     self._handshake(stream, conn), self.connect_timeout_s
                 )
+            except TimeoutError:
+                stream.close()
+                raise UnreachableError(
+                    f"node {self.address} did not complete the handshake within "
+                    f"{self.connect_timeout_s:g} s; is it a Shuttle node, and running?"
+                ) from None
+            except OSError as exc:
+                stream.close()
+                raise UnreachableError(
+                    f"lost the connection to node {self.address} during the handshake ({exc})"
+                ) from exc
             except BaseException:
                 stream.close()
                 raise
@@ -147,18 +165,30 @@ class AsyncConnection:
                 self._read_loop(stream, conn)
             )
 
+    async def _handshake(self, stream: _Stream, conn: Connection) -> Welcome:
+        """The node's challenge, our HELLO answering it, the node's WELCOME (checked)."""
+        challenge = await self._next_event(stream, conn)
+        if not isinstance(challenge, Challenge):
+            raise UnreachableError(
+                f"node {self.address} closed the connection before its challenge "
+                f"({type(challenge).__name__}); is it shutting down?"
+            )
+        hello, client_nonce = auth.client_hello(challenge, self.key, self.client_name, self.address)
+        stream.write(conn.send_bytes(hello))
+        await stream.drain()
+        ev = await self._next_event(stream, conn)
+        if isinstance(ev, ErrorResponse):
+            raise ev.to_exception()
+        if not isinstance(ev, Welcome):
+            raise RemoteProtocolError(f"node {self.address} answered Hello with {ev!r:.100}")
+        auth.check_welcome(ev, challenge, self.key, client_nonce, f"{ev.node_id} ({self.address})")
+        return ev
+
     @staticmethod
-    async def _handshake(stream: _Stream, conn: Connection) -> Welcome:
-        while True:
-            ev = conn.next_event()
-            if isinstance(ev, NeedData):
-                conn.receive_data(await stream.read(READ_BYTES))
-                continue
-            if isinstance(ev, ErrorResponse):
-                raise ev.to_exception()
-            if isinstance(ev, Welcome):
-                return ev
-            raise RemoteProtocolError(f"node answered Hello with {ev!r:.100}")
+    async def _next_event(stream: _Stream, conn: Connection) -> Event:
+        while isinstance(ev := conn.next_event(), NeedData):
+            conn.receive_data(await stream.read(READ_BYTES))
+        return ev
 
     async def _read_loop(self, stream: _Stream, conn: Connection) -> None:
         failure: ShuttleError = UnreachableError(f"node {self.address} closed the connection")
@@ -243,7 +273,8 @@ class AsyncConnection:
 
 
 class AsyncClient:
-    """The asyncio file API over a cluster's nodes (one shared connection per node)."""
+    """The asyncio file API over a cluster's nodes (one shared connection per node);
+    ``key`` is the cluster key, if the nodes require one."""
 
     def __init__(
         self,
@@ -252,17 +283,21 @@ class AsyncClient:
         piece_bytes: int = PIECE_BYTES_DEFAULT,
         window: int = WINDOW_DEFAULT,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
+        key: bytes | None = None,
     ) -> None:
         if not nodes:
             raise InvalidArgumentError("a client needs at least one node address")
         self.nodes = list(nodes)
         self.piece_bytes, self.window = piece_bytes, window
+        #: The cluster key this client proves it holds (None: it has none).
+        self.key = key
         self._conns = {
             n.node_id: AsyncConnection(
                 n.host,
                 n.port,
                 link=Link(n.link) if n.link is not None and not n.link.is_unshaped else None,
                 request_timeout_s=request_timeout_s,
+                key=key,
             )
             for n in self.nodes
         }

@@ -1,8 +1,10 @@
 """The client commands of ``shuttle``: put, get, cat, ls, stat, rm, stats.
 
 Every command takes ``--node HOST:PORT`` or ``--cluster FILE`` (default: the file
-named by ``$SHUTTLE_CLUSTER``). Exit status: 0 done, 2 bad usage or input, 3 node
-error, 4 no such object, 5 version conflict or object exists, 6 node unreachable.
+named by ``$SHUTTLE_CLUSTER``), and ``--key-file FILE`` for the cluster key (default:
+the cluster file's, else ``$SHUTTLE_KEY_FILE``). Exit status: 0 done, 2 bad usage or
+input, 3 node error, 4 no such object, 5 version conflict or object exists, 6 node
+unreachable, 7 refused (a missing or wrong cluster key).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rich.table import Table
 from shuttle.client.client import Client
 from shuttle.client.connect import connect
 from shuttle.cluster.clusterfile import CLUSTER_ENV
+from shuttle.net.auth import KEY_FILE_ENV
 
 console = Console()
 err = Console(stderr=True)
@@ -36,6 +39,13 @@ err = Console(stderr=True)
 NodeOpt = Annotated[str | None, typer.Option("--node", help="Talk to one node at HOST:PORT.")]
 ClusterOpt = Annotated[
     Path | None, typer.Option("--cluster", help=f"Cluster file (default: ${CLUSTER_ENV}).")
+]
+KeyFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--key-file",
+        help=f"Cluster key file (default: the cluster file's key, else ${KEY_FILE_ENV}).",
+    ),
 ]
 LinkOpt = Annotated[
     str | None,
@@ -47,8 +57,10 @@ LinkOpt = Annotated[
 PROGRESS_BYTES_MIN = 8 << 20
 
 
-def _client(node: str | None, cluster: Path | None, link: str | None = None) -> Client:
-    return connect(node=node, cluster=cluster, link=link)
+def _client(
+    node: str | None, cluster: Path | None, key_file: Path | None, link: str | None = None
+) -> Client:
+    return connect(node=node, cluster=cluster, link=link, key_file=key_file)
 
 
 @contextmanager
@@ -74,10 +86,11 @@ def put(
     key: Annotated[str, typer.Argument(help="Object key, e.g. logs/2026/a.txt.")],
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
+    key_file: KeyFileOpt = None,
     link: LinkOpt = None,
 ) -> None:
     """Upload a local file as object KEY (atomically: readers never see half of it)."""
-    with _client(node, cluster, link) as client:
+    with _client(node, cluster, key_file, link) as client:
         if str(local) == "-":
             info = client.put(key, sys.stdin.buffer)
         else:
@@ -95,10 +108,11 @@ def get(
     local: Annotated[Path, typer.Argument(help="Local file to write ('-' for stdout).")],
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
+    key_file: KeyFileOpt = None,
     link: LinkOpt = None,
 ) -> None:
     """Download object KEY into a local file (written whole or not at all)."""
-    with _client(node, cluster, link) as client:
+    with _client(node, cluster, key_file, link) as client:
         if str(local) == "-":
             client.get_to(key, sys.stdout.buffer)
             return
@@ -112,11 +126,12 @@ def cat(
     keys: Annotated[list[str], typer.Argument(help="Object keys.")],
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
+    key_file: KeyFileOpt = None,
     link: LinkOpt = None,
 ) -> None:
     """Write objects to standard output, streaming large ones."""
     out = sys.stdout.buffer
-    with _client(node, cluster, link) as client:
+    with _client(node, cluster, key_file, link) as client:
         for key in keys:
             for piece in client.iter_read(key):
                 out.write(piece)
@@ -133,9 +148,10 @@ def ls(
     ] = False,
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
+    key_file: KeyFileOpt = None,
 ) -> None:
     """List keys under PREFIX, across all nodes (directories end in /)."""
-    with _client(node, cluster) as client:
+    with _client(node, cluster, key_file) as client:
         if recursive:
             prefixes: list[str] = []
             keys = list(client.list(prefix))
@@ -161,9 +177,10 @@ def stat(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
+    key_file: KeyFileOpt = None,
 ) -> None:
     """Show an object's attributes: size, version, mtime, content hash, chunks."""
-    with _client(node, cluster) as client:
+    with _client(node, cluster, key_file) as client:
         info = client.stat(key)
         where = client.node_for(key)
     record = {
@@ -190,9 +207,10 @@ def rm(
     force: Annotated[bool, typer.Option("--force", "-f", help="Ignore missing keys.")] = False,
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
+    key_file: KeyFileOpt = None,
 ) -> None:
     """Remove objects."""
-    with _client(node, cluster) as client:
+    with _client(node, cluster, key_file) as client:
         existed = client.remove_many(keys)
     missing = [k for k, e in zip(keys, existed, strict=True) if not e]
     if missing and not force:
@@ -206,9 +224,10 @@ def stats(
     ] = False,
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
+    key_file: KeyFileOpt = None,
 ) -> None:
     """Show each node's counters: requests, bytes, errors, store and cache."""
-    with _client(node, cluster) as client:
+    with _client(node, cluster, key_file) as client:
         all_stats = {n.node_id: client.node_stats(n) for n in client.nodes}
     if as_json:
         print(json.dumps(all_stats, indent=2, default=str))

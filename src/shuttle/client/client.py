@@ -54,7 +54,11 @@ def _no_progress(_: int) -> None:
 
 
 class Client:
-    """A client of the nodes ``nodes`` (see :func:`shuttle.connect` to build one)."""
+    """A client of the nodes ``nodes`` (see :func:`shuttle.connect` to build one).
+
+    ``key`` is the cluster key (:func:`shuttle.net.auth.load_key_file`): nodes
+    started with one refuse a client without it (:class:`AuthenticationError`).
+    """
 
     def __init__(
         self,
@@ -67,6 +71,7 @@ class Client:
         client_name: str = "shuttle-client",
         piece_bytes: int = PIECE_BYTES_DEFAULT,
         window: int = WINDOW_DEFAULT,
+        key: bytes | None = None,
     ) -> None:
         if not nodes:
             raise InvalidArgumentError("a client needs at least one node address")
@@ -80,6 +85,8 @@ class Client:
         self.client_name = client_name
         self.piece_bytes = piece_bytes
         self.window = window
+        #: The cluster key this client proves it holds (None: it has none).
+        self.key = key
         #: One emulated link per node, shared by all threads (they share its bandwidth).
         self._links = {
             n.node_id: Link(n.link)
@@ -119,6 +126,7 @@ class Client:
                 connect_timeout_s=self.connect_timeout_s,
                 request_timeout_s=self.request_timeout_s,
                 link=link,
+                key=self.key,
             )
             conns[node.node_id] = conn
             with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from shuttle.client.client import Client
 from shuttle.client.model import NodeAddress
 from shuttle.cluster.clusterfile import CLUSTER_ENV, ClusterFile, default_cluster_path
 from shuttle.errors import ConfigError
+from shuttle.net.auth import KEY_FILE_ENV, load_key_file
 from shuttle.net.profiles import parse_link_profile
 from shuttle.node.config import parse_address
 
@@ -22,6 +24,7 @@ def connect(
     node: str | None = None,
     cluster: str | Path | None = None,
     link: str | None = None,
+    key_file: str | Path | None = None,
     **client_options: Any,
 ) -> Client:
     """A :class:`Client` of one node or of a whole cluster.
@@ -31,6 +34,11 @@ def connect(
     file named by ``$SHUTTLE_CLUSTER`` is used. ``link`` overrides the link profile of
     every node (``"lan"``, ``"bw=5Mbit,lat=2ms"``...). Other options go to
     :class:`Client` (``cache_bytes``, ``request_timeout_s``, ``piece_bytes``...).
+
+    The cluster key (nodes started with one refuse clients without it) comes from
+    ``key_file``, else the cluster file's ``key_file``, else the file named by
+    ``$SHUTTLE_KEY_FILE``; with none, the client has no key (keyless nodes serve it).
+    A bad key file raises :class:`ConfigError` saying what to do.
     """
     if target is not None:
         if isinstance(target, str) and _ADDRESS.match(target) and not Path(target).exists():
@@ -40,6 +48,8 @@ def connect(
     profile = parse_link_profile(link) if link else None
     if node is not None:
         host, port = parse_address(node, "node address")
+        if "key" not in client_options:
+            client_options["key"] = _load_key(key_file, None)
         return Client([NodeAddress(node, host, port, profile)], **client_options)
     path = Path(cluster) if cluster is not None else default_cluster_path()
     if path is None:
@@ -47,7 +57,20 @@ def connect(
             "no node or cluster given: pass --node HOST:PORT or --cluster FILE, "
             f"or set {CLUSTER_ENV} to a cluster file (`shuttle cluster up` writes one)"
         )
-    addresses = ClusterFile.load(path).addresses()
+    spec = ClusterFile.load(path)
+    addresses = spec.addresses()
+    if "key" not in client_options:
+        client_options["key"] = _load_key(key_file, spec)
     if profile is not None:
         addresses = [NodeAddress(a.node_id, a.host, a.port, profile) for a in addresses]
     return Client(addresses, **client_options)
+
+
+def _load_key(key_file: str | Path | None, cluster: ClusterFile | None) -> bytes | None:
+    """The cluster key: from ``key_file``, else the cluster file, else the environment."""
+    if key_file is not None:
+        return load_key_file(Path(key_file))
+    if cluster is not None and cluster.key_file is not None:
+        return cluster.key()
+    from_env = os.environ.get(KEY_FILE_ENV)
+    return load_key_file(Path(from_env)) if from_env else None

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from shuttle.cluster import local
 from shuttle.cluster.clusterfile import CLUSTER_ENV, ClusterFile, default_cluster_path
-from shuttle.errors import ConfigError
+from shuttle.errors import AuthenticationError, ConfigError
 from shuttle.net.profiles import parse_link_profile
 from shuttle.node.config import CACHE_BYTES_DEFAULT
 
@@ -65,6 +65,9 @@ def up(
 ) -> None:
     """Start N storage-node processes on loopback and write the cluster file.
 
+    The cluster gets a random key (ROOT/cluster.key, mode 0600, recorded in the
+    cluster file); its nodes refuse clients that do not prove they hold it.
+
     Run it again on the same ROOT to restart nodes that stopped: they come back on
     their ports with their data. Point clients at the cluster with --cluster FILE or
     `export SHUTTLE_CLUSTER=FILE`.
@@ -89,6 +92,8 @@ def up(
         report=lambda line: console.print(line, highlight=False),
     )
     console.print(f"cluster file: {result.path}")
+    if result.key_file is not None:
+        console.print(f"cluster key:  {result.key_file} (clients of the cluster file use it)")
     console.print(f"use it:       export {CLUSTER_ENV}={result.path}")
 
 
@@ -105,7 +110,10 @@ def down(
 def status(
     cluster: ExistingClusterOpt = None,
 ) -> None:
-    """Show each node: address, process, whether it answers, and a summary of its counters."""
+    """Show each node: address, process, whether it answers, and a summary of its counters.
+
+    Exit status 6 if a node does not answer, 7 if one refuses the cluster file's key.
+    """
     spec = ClusterFile.load(_cluster_path(cluster))
     table = Table(title=f"cluster {spec.name} ({spec.path})")
     for col in ("node", "address", "pid", "cpu", "link", "state", "detail"):
@@ -113,11 +121,12 @@ def status(
     states = local.status(spec)
     for st in states:
         e = st.entry
-        state = (
-            "[green]up[/]"
-            if st.reachable
-            else ("[yellow]running, not answering[/]" if st.running else "[red]down[/]")
-        )
+        if st.reachable:
+            state = "[green]up[/]"
+        elif st.refused:
+            state = "[red]refused this client's key[/]"
+        else:
+            state = "[yellow]running, not answering[/]" if st.running else "[red]down[/]"
         table.add_row(
             e.id,
             e.address,
@@ -128,5 +137,7 @@ def status(
             st.detail,
         )
     console.print(table)
+    if any(st.refused for st in states):
+        raise typer.Exit(code=AuthenticationError.exit_code)
     if not all(st.reachable for st in states):
         raise typer.Exit(code=6)

@@ -6,6 +6,7 @@ or the ``SHUTTLE_CLUSTER`` environment variable). Example::
     [cluster]
     name = "local"
     root = "/tmp/shuttle"          # node data directories and logs live under it
+    key_file = "/tmp/shuttle/cluster.key"   # the cluster key (mode 0600); nodes require it
 
     [links]                        # client–node link profiles (see shuttle.net.profiles)
     default = "loopback"
@@ -33,6 +34,7 @@ import tomli_w
 
 from shuttle.client.model import NodeAddress
 from shuttle.errors import ConfigError
+from shuttle.net.auth import load_key_file
 from shuttle.net.profiles import LinkProfile, parse_link_profile, parse_links_table
 
 #: Environment variable naming the default cluster file of client commands.
@@ -87,6 +89,9 @@ class ClusterFile:
     netns_tag: str | None = None
     #: The link profile the kernel shapes (with ``tc tbf``) in that lab.
     netns_profile: str | None = None
+    #: The cluster key file (``cluster up`` writes ROOT/cluster.key); the nodes require
+    #: the key and clients of this file use it. None: a cluster without a key.
+    key_file: Path | None = None
 
     def __post_init__(self) -> None:
         ids = [n.id for n in self.nodes]
@@ -105,6 +110,11 @@ class ClusterFile:
         """What a client needs: every node's address and link profile."""
         return [NodeAddress(n.id, n.host, n.port, self.link_for(n.id)) for n in self.nodes]
 
+    def key(self) -> bytes | None:
+        """The cluster key from :attr:`key_file` (None if the cluster has none);
+        :class:`ConfigError` if the file is missing, malformed or open to others."""
+        return load_key_file(self.key_file) if self.key_file is not None else None
+
     def node(self, node_id: str) -> NodeEntry:
         for n in self.nodes:
             if n.id == node_id:
@@ -122,6 +132,8 @@ class ClusterFile:
             meta["netns_profile"] = self.netns_profile
         if self.netns_tag is not None:
             meta["netns_tag"] = self.netns_tag
+        if self.key_file is not None:
+            meta["key_file"] = str(self.key_file)
         doc: dict[str, Any] = {"cluster": meta}
         if self.links:
             doc["links"] = self.links
@@ -171,6 +183,9 @@ class ClusterFile:
         if not isinstance(links, dict):
             raise ConfigError(f"{where}: [links] must be a table of node id → profile")
         root = Path(meta.get("root", path.parent if path else "."))
+        key_file = meta.get("key_file")
+        if key_file is not None and not isinstance(key_file, str):
+            raise ConfigError(f"{where}: [cluster] key_file must be a path (a string)")
         return cls(
             str(meta.get("name", "cluster")),
             root,
@@ -179,6 +194,8 @@ class ClusterFile:
             path,
             netns_tag=meta.get("netns_tag"),
             netns_profile=meta.get("netns_profile"),
+            # A relative key file is relative to the cluster file (the pair can move).
+            key_file=(path.parent if path else Path()) / key_file if key_file else None,
         )
 
 

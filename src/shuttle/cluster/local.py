@@ -3,6 +3,9 @@
 ``up`` is also how a cluster comes back: run on an existing cluster file, it starts
 the nodes that are not running, on their old ports and data directories, so their
 data (which survives any crash) is served again.
+
+Every cluster ``up`` makes has a key (ROOT/cluster.key, mode 0600, recorded in the
+cluster file): its nodes run with ``--key-file`` and refuse clients without it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from shuttle.cluster.clusterfile import ClusterFile, NodeEntry
-from shuttle.errors import ConfigError, UnreachableError
+from shuttle.errors import AuthenticationError, ConfigError, UnreachableError
+from shuttle.net.auth import load_key_file, write_key_file
 from shuttle.net.blocking import BlockingConnection
 from shuttle.net.netns import NetnsLab, destroy_lab, persistent_labs
 from shuttle.net.profiles import parse_link_profile
@@ -32,6 +36,8 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 #: Most nodes ``up`` starts on one machine (2 cores: more would only contend).
 NODES_MAX = 64
+#: The cluster key's file name under the cluster's root.
+KEY_FILE_NAME = "cluster.key"
 
 Report = Callable[[str], None]
 
@@ -42,6 +48,8 @@ class NodeStatus:
     running: bool
     reachable: bool
     detail: str
+    #: It answered, but refused this client's key (or proved a different one).
+    refused: bool = False
 
 
 def pid_is_node(pid: int | None) -> bool:
@@ -55,7 +63,7 @@ def pid_is_node(pid: int | None) -> bool:
     return b"serve" in cmdline and any(b"shuttle" in part for part in cmdline)
 
 
-def _serve_argv(entry: NodeEntry, ready_file: Path) -> list[str]:
+def _serve_argv(entry: NodeEntry, ready_file: Path, key_file: Path | None) -> list[str]:
     argv = [
         sys.executable,
         "-m",
@@ -74,15 +82,21 @@ def _serve_argv(entry: NodeEntry, ready_file: Path) -> list[str]:
     ]
     if entry.cache_bytes is not None:
         argv += ["--cache-bytes", str(entry.cache_bytes)]
+    if key_file is not None:
+        argv += ["--key-file", str(key_file)]
     return argv
 
 
-def start_node(entry: NodeEntry, run_dir: Path) -> NodeEntry:
-    """Start one node process (inside its network namespace, if it has one)."""
-    return _start(entry, run_dir, NetnsLab.command(entry.netns, []) if entry.netns else [])
+def start_node(entry: NodeEntry, run_dir: Path, key_file: Path | None = None) -> NodeEntry:
+    """Start one node process (inside its network namespace, if it has one), requiring
+    the key in ``key_file`` of its clients if given."""
+    prefix = NetnsLab.command(entry.netns, []) if entry.netns else []
+    return _start(entry, run_dir, prefix, key_file)
 
 
-def _start(entry: NodeEntry, run_dir: Path, prefix: list[str]) -> NodeEntry:
+def _start(
+    entry: NodeEntry, run_dir: Path, prefix: list[str], key_file: Path | None = None
+) -> NodeEntry:
     """Start one node process (detached from this one) and wait until it listens.
 
     Returns the entry with its pid and port (the port the kernel chose if it was 0).
@@ -95,7 +109,7 @@ def _start(entry: NodeEntry, run_dir: Path, prefix: list[str]) -> NodeEntry:
     log = run_dir / f"{entry.id}.log"
     with open(log, "ab") as log_file:
         proc = subprocess.Popen(
-            [*prefix, *_serve_argv(entry, ready)],
+            [*prefix, *_serve_argv(entry, ready, key_file)],
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -178,16 +192,37 @@ def up(
         cluster.netns_tag is None or cluster.netns_tag not in persistent_labs()
     ):
         cluster = _build_lab(cluster, report)
+    cluster = _ensure_key(cluster, report)
     run_dir = cluster.root / "run"
     for entry in cluster.nodes:
         if pid_is_node(entry.pid):
             report(f"{entry.id}: already running (pid {entry.pid}) on {entry.address}")
             continue
-        started = start_node(entry, run_dir)
+        started = start_node(entry, run_dir, cluster.key_file)
         cluster = cluster.with_node(started)
         cluster.save(path)  # record each node as soon as it runs: `down` can find it
         report(f"{started.id}: started (pid {started.pid}) on {started.address}")
     return cluster.save(path)
+
+
+def _ensure_key(cluster: ClusterFile, report: Report) -> ClusterFile:
+    """The cluster with a key file: the one it records (checked), else ROOT/cluster.key,
+    written now (0600) if it does not exist yet. Restarted nodes get the same key."""
+    key_file = cluster.key_file or cluster.root / KEY_FILE_NAME
+    if key_file.exists():
+        load_key_file(key_file)  # a bad key fails here, before any node starts
+    else:
+        running = [e.id for e in cluster.nodes if pid_is_node(e.pid)]
+        if cluster.key_file is not None and running:
+            raise ConfigError(
+                f"the cluster's key file {key_file} is missing while node(s) "
+                f"{', '.join(running)} run with its key; restore it, or stop the cluster "
+                "(`shuttle cluster down`) and run `shuttle cluster up` again for a new key"
+            )
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        write_key_file(key_file)
+        report(f"cluster key: wrote {key_file} (mode 0600); the nodes require it")
+    return replace(cluster, key_file=key_file)
 
 
 def _build_lab(cluster: ClusterFile, report: Report) -> ClusterFile:
@@ -247,10 +282,11 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
     return False
 
 
-def probe_node(host: str, port: int, timeout_s: float = 2.0) -> str:
-    """Ping a node; a one-line summary of its counters, or :class:`UnreachableError`."""
+def probe_node(host: str, port: int, timeout_s: float = 2.0, *, key: bytes | None = None) -> str:
+    """Ping a node (with the cluster ``key``, if it has one); a one-line summary of its
+    counters, or :class:`UnreachableError` / :class:`AuthenticationError`."""
     with BlockingConnection(
-        host, port, connect_timeout_s=timeout_s, request_timeout_s=timeout_s
+        host, port, connect_timeout_s=timeout_s, request_timeout_s=timeout_s, key=key
     ) as conn:
         stats = conn.call("node.stats").result
     server = stats.get("server", {})
@@ -262,14 +298,19 @@ def probe_node(host: str, port: int, timeout_s: float = 2.0) -> str:
 
 
 def status(cluster: ClusterFile) -> list[NodeStatus]:
-    """Each node: is its process running, does it answer a ping."""
+    """Each node: is its process running, does it answer a ping (with the cluster's
+    key). Raises :class:`ConfigError` if the cluster's key file is unusable."""
+    key = cluster.key()
     out = []
     for entry in cluster.nodes:
         running = pid_is_node(entry.pid)
+        refused = False
         try:
-            detail = probe_node(entry.host, entry.port)
+            detail = probe_node(entry.host, entry.port, key=key)
             reachable = True
         except UnreachableError as exc:
             reachable, detail = False, str(exc)
-        out.append(NodeStatus(entry, running, reachable, detail))
+        except AuthenticationError as exc:
+            reachable, refused, detail = False, True, str(exc)
+        out.append(NodeStatus(entry, running, reachable, detail, refused))
     return out

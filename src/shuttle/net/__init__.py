@@ -4,6 +4,7 @@ Layout:
 
 * ``registry``  operations a node serves, as a registry of named handlers
 * ``server``    the asyncio (uvloop) server that runs a registry over the wire codec
+* ``auth``      cluster-key authentication: key files, proofs, the handshake's checks
 * ``blocking``  a blocking-socket connection to a node (the sync client's transport)
 * ``aio``       an asyncio connection to a node (the async client's transport)
 * ``clock``     the clock protocol (real and, in ``shuttle.testing``, fake)

@@ -29,17 +29,16 @@ from shuttle.errors import (
     ShuttleError,
     UnreachableError,
 )
+from shuttle.net import auth
 from shuttle.net.shaped_socket import ShapedSocket
 from shuttle.net.shaping import Link
 from shuttle.wire import (
     NEED_DATA,
-    PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
+    Challenge,
     Connection,
     ConnectionClosed,
     ErrorResponse,
     Goodbye,
-    Hello,
     NeedData,
     Response,
     Role,
@@ -89,6 +88,9 @@ class Call:
 class BlockingConnection:
     """A connection to the node at ``host:port``, opened lazily and reopened if lost.
 
+    With ``key`` (the cluster key) the handshake answers the node's challenge and
+    checks the node's proof; a node that requires a key refuses a client without one
+    (:class:`AuthenticationError`, never retried: the same call would fail again).
     Thread-compatible, not thread-safe: use one per thread.
     """
 
@@ -101,10 +103,12 @@ class BlockingConnection:
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         link: Link | None = None,
+        key: bytes | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.client_name = client_name
+        self.key = key
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self.link = link
@@ -123,7 +127,13 @@ class BlockingConnection:
     # --- lifecycle -----------------------------------------------------------------
 
     def connect(self) -> None:
-        """Open the socket and do the handshake (no-op if already connected)."""
+        """Open the socket and do the handshake (no-op if already connected).
+
+        Raises :class:`UnreachableError` or :class:`RequestTimeoutError` if the node
+        cannot be reached or does not answer, :class:`AuthenticationError` if it
+        requires a key this client lacks, refuses this client's key, or fails to prove
+        it holds the same key.
+        """
         if self._sock is not None:
             return
         try:
@@ -150,14 +160,25 @@ class BlockingConnection:
         self._early.clear()
         self.counters.connects += 1
         try:
-            self._sendall(
-                self._conn.send(Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, self.client_name))
+            # The node speaks first: its challenge, which our HELLO answers.
+            challenge = self._next_event(self.connect_timeout_s)
+            if not isinstance(challenge, Challenge):
+                raise UnreachableError(
+                    f"node {self.address} closed the connection before its challenge "
+                    f"({type(challenge).__name__}); is it shutting down?"
+                )
+            hello, client_nonce = auth.client_hello(
+                challenge, self.key, self.client_name, self.address
             )
+            self._sendall(self._conn.send(hello))
             ev = self._next_event(self.connect_timeout_s)
             if isinstance(ev, ErrorResponse):
                 raise ev.to_exception()
             if not isinstance(ev, Welcome):
                 raise RemoteProtocolError(f"node {self.address} answered Hello with {ev!r:.100}")
+            auth.check_welcome(
+                ev, challenge, self.key, client_nonce, f"{ev.node_id} ({self.address})"
+            )
             self.node_id = ev.node_id
             _set_kernel_timeout(sock, socket.SO_RCVTIMEO, self.request_timeout_s)
         except BaseException:

@@ -6,6 +6,11 @@ whatever registered them. Each connection answers every request exactly once, wi
 its byte stream is corrupt (then the peer first gets an error frame saying why).
 A client that disconnects mid-request costs nothing but the work already started:
 late replies are discarded and the node keeps serving the others.
+
+Every connection starts with the node's CHALLENGE (a fresh nonce). A node with a
+cluster key accepts only a HELLO whose proof answers that nonce
+(:mod:`shuttle.net.auth`), so no request reaches a handler unauthenticated; a node
+without one accepts any HELLO.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,9 +27,19 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from shuttle.errors import RemoteProtocolError, ServerError, ShuttleError, StorageIOError
+from shuttle.errors import (
+    AuthenticationError,
+    ConfigError,
+    RemoteProtocolError,
+    ServerError,
+    ShuttleError,
+    StorageIOError,
+)
+from shuttle.net import auth
 from shuttle.net.registry import Mode, Operation, OperationRegistry, Reply
 from shuttle.wire import (
+    NONCE_BYTES,
+    Challenge,
     ConnectionClosed,
     ErrorResponse,
     Goodbye,
@@ -70,6 +86,8 @@ class ServerCounters:
     bytes_in: int = 0
     bytes_out: int = 0
     protocol_errors: int = 0
+    #: Handshakes refused for missing or wrong credentials (or a replayed HELLO).
+    auth_failures: int = 0
     by_op: Counter[str] = field(default_factory=Counter)
     errors_by_code: Counter[str] = field(default_factory=Counter)
 
@@ -83,6 +101,7 @@ class ServerCounters:
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "protocol_errors": self.protocol_errors,
+            "auth_failures": self.auth_failures,
             "by_op": dict(self.by_op),
             "errors_by_code": dict(self.errors_by_code),
         }
@@ -95,7 +114,9 @@ class RpcServer:
     """Serves ``registry`` on a TCP port.
 
     ``cpu_account`` wraps every handler call (e.g. the node's CPU speed factor,
-    which burns extra CPU after the work to emulate a slower machine).
+    which burns extra CPU after the work to emulate a slower machine). With ``key``
+    (the cluster key) every client must prove it holds the same key in the
+    handshake; without it any client is served.
     """
 
     def __init__(
@@ -106,10 +127,15 @@ class RpcServer:
         limits: Limits | None = None,
         executor_threads: int = EXECUTOR_THREADS,
         cpu_account: CpuAccount = nullcontext,
+        key: bytes | None = None,
     ) -> None:
+        if key is not None and len(key) != auth.KEY_BYTES:
+            raise ConfigError(f"a cluster key is {auth.KEY_BYTES} bytes, got {len(key)}")
         self.registry = registry
         self.node_id = node_id
         self.limits = limits or Limits()
+        #: The cluster key clients must prove they hold, or None (any client is served).
+        self.key = key
         self.counters = ServerCounters()
         self.cpu_account = cpu_account
         #: The account to enter around protocol work, or None when it would do nothing
@@ -120,6 +146,12 @@ class RpcServer:
         self._protocols: set[_NodeProtocol] = set()
         self._stats_sources: dict[str, Callable[[], dict[str, Any]]] = {}
         self._register_system_ops()
+
+    @property
+    def requires_key(self) -> bool:
+        """Whether clients must authenticate with the cluster key (the run-time refuses
+        shipped code on a node where this is False)."""
+        return self.key is not None
 
     # --- system operations ---------------------------------------------------------
 
@@ -221,6 +253,8 @@ class _NodeProtocol(asyncio.Protocol):
         self.peer = "?"
         self.pending: set[asyncio.Future[Any]] = set()
         self.closed = False
+        #: This connection's challenge nonce: a HELLO's proof must answer it.
+        self.nonce = b""
 
     # asyncio callbacks ----------------------------------------------------------------
 
@@ -235,6 +269,11 @@ class _NodeProtocol(asyncio.Protocol):
         counters.connections_total += 1
         counters.connections_open += 1
         self.server._protocols.add(self)
+        # The node speaks first: a fresh nonce per connection, so a HELLO captured on
+        # another connection cannot answer this one.
+        self.nonce = os.urandom(NONCE_BYTES)
+        challenge = Challenge(self.nonce, self.server.requires_key, auth.SCHEME)
+        self._write(self.conn.send(challenge))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -344,16 +383,21 @@ class _NodeProtocol(asyncio.Protocol):
                 return
 
     def _greet(self, hello: Hello) -> None:
+        """Answer the HELLO: WELCOME (with the node's proof when it has a key), or an
+        ERROR on the connection (rid 0) and close when versions or credentials fail."""
+        server = self.server
         try:
             version = choose_version(hello)
-        except RemoteProtocolError as exc:
-            log.warning("refusing %s: %s", self.peer, exc)
+            proof = auth.check_hello(hello, server.key, self.nonce, server.node_id)
+        except (RemoteProtocolError, AuthenticationError) as exc:
+            if isinstance(exc, AuthenticationError):
+                server.counters.auth_failures += 1
+            log.warning("refusing %s (client %r): %s", self.peer, hello.client_name[:80], exc)
             self._write(self.conn.send(ErrorResponse.from_exception(0, exc)))
             self._close()
             return
-        self._write(
-            self.conn.send(Welcome(version, self.server.node_id, self.server.limits.to_wire()))
-        )
+        welcome = Welcome(version, server.node_id, server.limits.to_wire(), proof)
+        self._write(self.conn.send(welcome))
 
     def _dispatch(self, rid: int, name: str, args: dict[str, Any], payload: Payload) -> None:
         """Run request ``rid`` (operation ``name``) and answer it, now or when it is done."""

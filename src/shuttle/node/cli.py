@@ -38,6 +38,15 @@ def serve(
     ready_file: Annotated[
         Path | None, typer.Option(help="Write host, port and pid here (JSON) once listening.")
     ] = None,
+    key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--key-file",
+            help="Cluster key file (hex, mode 0600; `shuttle cluster up` writes one): serve "
+            "only clients that prove they hold the key. Without it, any client may read and "
+            "write data, and shipped code is refused.",
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option(help="TOML file with a [node] table; flags given win.")
     ] = None,
@@ -58,6 +67,7 @@ def serve(
             data_dir=data,
             node_id=node_id or None,
             ready_file=ready_file,
+            key_file=key_file,
         )
     else:
         if data is None:
@@ -73,6 +83,7 @@ def serve(
             cache_block_bytes=cache_block_bytes,
             cpu_factor=cpu_factor,
             ready_file=ready_file,
+            key_file=key_file,
             log_level=log_level,
         )
     run(cfg)

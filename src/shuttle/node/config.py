@@ -46,6 +46,10 @@ class NodeConfig:
     #: Where to write ``{"host", "port", "pid", "node_id"}`` once listening (for
     #: ``cluster up`` when the port is chosen by the kernel).
     ready_file: Path | None = None
+    #: The cluster key file (``shuttle cluster up`` writes one): with it the node
+    #: serves only clients that prove they hold the key; without it, any client
+    #: (data only: the run-time refuses shipped code from unauthenticated clients).
+    key_file: Path | None = None
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -85,7 +89,7 @@ class NodeConfig:
         values: dict[str, Any] = dict(table)
         if "listen" in values:
             values["host"], values["port"] = parse_address(str(values.pop("listen")))
-        for key in ("data_dir", "ready_file"):
+        for key in ("data_dir", "ready_file", "key_file"):
             if values.get(key) is not None:
                 values[key] = Path(values[key])
         if "data_dir" not in values and "data_dir" not in overrides:

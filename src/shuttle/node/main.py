@@ -21,6 +21,7 @@ from pathlib import Path
 import uvloop
 
 from shuttle.errors import ConfigError
+from shuttle.net.auth import load_key_file
 from shuttle.net.cpu import CpuSpeed
 from shuttle.net.memory import tune_allocator
 from shuttle.net.registry import OperationRegistry
@@ -49,7 +50,11 @@ def _write_ready_file(path: Path, host: str, port: int, node_id: str) -> None:
 
 
 async def serve(config: NodeConfig) -> None:
-    """Open the store, listen, and serve until a stop signal; then shut down cleanly."""
+    """Open the store, listen, and serve until a stop signal; then shut down cleanly.
+
+    Raises :class:`ConfigError` (before anything is opened) if the key file is bad.
+    """
+    key = load_key_file(config.key_file) if config.key_file is not None else None
     store = ObjectStore(
         config.data_dir,
         StoreConfig(
@@ -65,7 +70,7 @@ async def serve(config: NodeConfig) -> None:
     register_storage_ops(registry, store)
     # At factor 1 the node does no accounting at all (two clock reads per request).
     account = cpu.section if cpu.burn_ratio else contextlib.nullcontext
-    server = RpcServer(registry, config.name, cpu_account=account)
+    server = RpcServer(registry, config.name, cpu_account=account, key=key)
     server.add_stats_source("store", store.stats)
     server.add_stats_source("cpu", lambda: {"factor": cpu.factor, **asdict(cpu.counters)})
     stop = asyncio.Event()
@@ -84,8 +89,14 @@ async def serve(config: NodeConfig) -> None:
             server.node_id = f"{host}:{port}"
         if config.ready_file is not None:
             _write_ready_file(config.ready_file, host, port, server.node_id)
+        if key is None:
+            log.info("no cluster key: any client may read and write data; shipped code is refused")
+        else:
+            log.info("cluster key from %s: clients must prove they hold it", config.key_file)
         print(
-            f"shuttle node {server.node_id} serving {config.data_dir} on {host}:{port}", flush=True
+            f"shuttle node {server.node_id} serving {config.data_dir} on {host}:{port}"
+            + (" (cluster key required)" if key is not None else ""),
+            flush=True,
         )
         sweeper = loop.create_task(_expire_uploads(store))
         await stop.wait()

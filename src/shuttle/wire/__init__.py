@@ -14,6 +14,7 @@ There are no sockets in this package; ``shuttle.net`` moves the bytes.
 from shuttle.wire.connection import Connection, choose_version
 from shuttle.wire.events import (
     NEED_DATA,
+    Challenge,
     ConnectionClosed,
     ErrorResponse,
     Event,
@@ -29,6 +30,7 @@ from shuttle.wire.events import (
 from shuttle.wire.limits import (
     HEADER_BYTES_MAX,
     IN_FLIGHT_MAX,
+    NONCE_BYTES,
     PAYLOAD_BYTES_MAX,
     PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
@@ -40,9 +42,11 @@ __all__ = [
     "HEADER_BYTES_MAX",
     "IN_FLIGHT_MAX",
     "NEED_DATA",
+    "NONCE_BYTES",
     "PAYLOAD_BYTES_MAX",
     "PROTOCOL_VERSION_MAX",
     "PROTOCOL_VERSION_MIN",
+    "Challenge",
     "Connection",
     "ConnectionClosed",
     "ErrorResponse",

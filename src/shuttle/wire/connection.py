@@ -28,6 +28,7 @@ from shuttle.errors import (
 )
 from shuttle.wire.events import (
     NEED_DATA,
+    Challenge,
     ConnectionClosed,
     ErrorResponse,
     Event,
@@ -54,10 +55,12 @@ from shuttle.wire.frames import (
     unpack_header,
 )
 from shuttle.wire.limits import (
+    NONCE_BYTES,
     OP_NAME_BYTES_MAX,
     PREFIX_BYTES,
     PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
+    SCHEME_BYTES_MAX,
     Limits,
 )
 from shuttle.wire.states import ALLOWED as _ALLOWED
@@ -313,9 +316,22 @@ class Connection:
                 header["credentials"] = event.credentials
             return FrameKind.HELLO, header, b""
         if isinstance(event, Welcome):
+            welcome: dict[str, Any] = {
+                "version": event.version,
+                "node": event.node_id,
+                "limits": event.limits,
+            }
+            if event.proof is not None:
+                welcome["proof"] = event.proof
+            return FrameKind.WELCOME, welcome, b""
+        if isinstance(event, Challenge):
             return (
-                FrameKind.WELCOME,
-                {"version": event.version, "node": event.node_id, "limits": event.limits},
+                FrameKind.CHALLENGE,
+                {
+                    "nonce": event.nonce,
+                    "key_required": event.key_required,
+                    "scheme": event.scheme,
+                },
                 b"",
             )
         if isinstance(event, Goodbye):
@@ -591,11 +607,17 @@ class Connection:
                 vmin, vmax, str(h.get("client", "")), creds if isinstance(creds, dict) else None
             )
         if kind is FrameKind.WELCOME:
-            version, node = h.get("version"), h.get("node")
-            if not isinstance(version, int) or not isinstance(node, str):
+            version, node, proof = h.get("version"), h.get("node"), h.get("proof")
+            if (
+                not isinstance(version, int)
+                or not isinstance(node, str)
+                or not (proof is None or isinstance(proof, bytes))
+            ):
                 raise RemoteProtocolError(f"malformed WELCOME header {h!r:.200}")
             limits = h.get("limits")
-            return Welcome(version, node, limits if isinstance(limits, dict) else {})
+            return Welcome(version, node, limits if isinstance(limits, dict) else {}, proof)
+        if kind is FrameKind.CHALLENGE:
+            return _challenge_from(h)
         # FrameKind.GOODBYE: the only kind left.
         return Goodbye(str(h.get("reason", "")))
 
@@ -630,3 +652,21 @@ class Connection:
             self._in_flight.add(rid)  # answered like any request, with an ErrorResponse
             return RequestRejected(rid, error)
         return Request(rid, op, args, payload)
+
+
+def _challenge_from(h: dict[str, Any]) -> Challenge:
+    """The :class:`Challenge` in a CHALLENGE header; :class:`RemoteProtocolError` if
+    it is malformed (a nonce of the wrong size would weaken every proof over it)."""
+    nonce, required, scheme = h.get("nonce"), h.get("key_required"), h.get("scheme")
+    if (
+        not isinstance(nonce, bytes)
+        or len(nonce) != NONCE_BYTES
+        or not isinstance(required, bool)
+        or not isinstance(scheme, str)
+        or not 0 < len(scheme) <= SCHEME_BYTES_MAX
+    ):
+        raise RemoteProtocolError(
+            f"malformed CHALLENGE header {h!r:.200} (expected a {NONCE_BYTES}-byte nonce, "
+            "a boolean key_required and a scheme name); is the node a different Shuttle?"
+        )
+    return Challenge(nonce, required, scheme)

@@ -23,29 +23,46 @@ class FrameKind(IntEnum):
     RESPONSE = 4
     ERROR = 5
     GOODBYE = 6
+    CHALLENGE = 7
 
 
 Payload = bytes | bytearray | memoryview
 
 
 @dataclass(slots=True)
+class Challenge:
+    """Node → client, the first frame of every connection: a fresh random ``nonce``
+    the client's credentials must answer, whether the node requires them
+    (``key_required``), and the authentication ``scheme`` it speaks."""
+
+    nonce: bytes
+    key_required: bool
+    scheme: str
+
+
+@dataclass(slots=True)
 class Hello:
-    """Client → node, first frame: the versions the client speaks, who it is."""
+    """Client → node, answer to :class:`Challenge`: the versions the client speaks,
+    who it is, and (with a cluster key) its credentials."""
 
     version_min: int
     version_max: int
     client_name: str = ""
-    #: Reserved for authentication (a later issue); passed through untouched.
+    #: ``{scheme, nonce, proof}`` answering the challenge (see
+    #: :mod:`shuttle.net.auth`); passed through by the codec, checked by the node.
     credentials: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
 class Welcome:
-    """Node → client, answer to :class:`Hello`: the chosen version and node limits."""
+    """Node → client, answer to :class:`Hello`: the chosen version and node limits,
+    and (a node with a cluster key, to a client that sent credentials) the node's
+    own ``proof`` that it holds the key."""
 
     version: int
     node_id: str
     limits: dict[str, int] = field(default_factory=dict)
+    proof: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -118,7 +135,8 @@ class NeedData:
 NEED_DATA: Final = NeedData()
 
 Event = (
-    Hello
+    Challenge
+    | Hello
     | Welcome
     | Request
     | Response

@@ -33,6 +33,17 @@ PAYLOAD_BYTES_MAX = 16 << 20
 #: work on a node.
 IN_FLIGHT_MAX = 256
 
+#: Bytes of the random nonce a node puts in its CHALLENGE (and a client in its
+#: credentials). 32 bytes (256 bits) is the key size of the keyed hash that proves
+#: knowledge of the cluster key: a node would have to serve about 2^128 connections
+#: before two challenges repeat by chance, so a captured HELLO never answers a new
+#: one. Exact, not a minimum: a shorter nonce from a peer is a broken peer.
+NONCE_BYTES = 32
+
+#: Longest authentication scheme name in a CHALLENGE or HELLO (names are short
+#: identifiers like ``blake3-keyed-v1``).
+SCHEME_BYTES_MAX = 64
+
 #: Longest operation name (names are identifiers like ``read`` or ``object.invoke``).
 OP_NAME_BYTES_MAX = 128
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from enum import Enum, auto
 
 from shuttle.wire.events import (
+    Challenge,
     ConnectionClosed,
     ErrorResponse,
     FrameKind,
@@ -30,6 +31,9 @@ class Role(Enum):
 
 class State(Enum):
     START = auto()
+    #: The node sent its Challenge (server) / the client received it (client): the
+    #: client's Hello, answering it, comes next.
+    CHALLENGED = auto()
     #: Client sent Hello, waits for Welcome.
     AWAIT_WELCOME = auto()
     #: Server received Hello, must answer with Welcome (or an error).
@@ -47,14 +51,21 @@ REQUEST, RESPONSE = FrameKind.REQUEST, FrameKind.RESPONSE
 READY, ERROR, CLOSED = State.READY, State.ERROR, State.CLOSED
 
 _C, _S = Role.CLIENT, Role.SERVER
+# Every connection is challenged: the node speaks first (a Challenge with a fresh
+# nonce), so a Hello can only be an answer to this connection's challenge.
 TRANSITIONS: dict[tuple[Role, State, str, type], State] = {
-    (_C, State.START, SEND, Hello): State.AWAIT_WELCOME,
+    (_C, State.START, RECV, Challenge): State.CHALLENGED,
+    (_C, State.CHALLENGED, SEND, Hello): State.AWAIT_WELCOME,
+    # The node refuses a connection whose client broke the protocol before its HELLO
+    # (ERROR rid 0, then it closes); the client must be able to read why.
+    (_C, State.CHALLENGED, RECV, ErrorResponse): State.CLOSED,
     (_C, State.AWAIT_WELCOME, RECV, Welcome): State.READY,
     (_C, State.AWAIT_WELCOME, RECV, ErrorResponse): State.CLOSED,
     (_C, State.READY, SEND, Request): State.READY,
     (_C, State.READY, RECV, Response): State.READY,
     (_C, State.READY, RECV, ErrorResponse): State.READY,
-    (_S, State.START, RECV, Hello): State.GREETING,
+    (_S, State.START, SEND, Challenge): State.CHALLENGED,
+    (_S, State.CHALLENGED, RECV, Hello): State.GREETING,
     (_S, State.GREETING, SEND, Welcome): State.READY,
     (_S, State.GREETING, SEND, ErrorResponse): State.CLOSED,
     (_S, State.READY, RECV, Request): State.READY,
@@ -64,7 +75,13 @@ TRANSITIONS: dict[tuple[Role, State, str, type], State] = {
 }
 # Goodbye and a clean EOF end the connection from any live state.
 for _role in Role:
-    for _state in (State.START, State.AWAIT_WELCOME, State.GREETING, State.READY):
+    for _state in (
+        State.START,
+        State.CHALLENGED,
+        State.AWAIT_WELCOME,
+        State.GREETING,
+        State.READY,
+    ):
         for _direction in (SEND, RECV):
             TRANSITIONS[(_role, _state, _direction, Goodbye)] = State.CLOSED
         TRANSITIONS[(_role, _state, RECV, ConnectionClosed)] = State.CLOSED

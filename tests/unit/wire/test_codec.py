@@ -19,6 +19,7 @@ from shuttle.errors import (
 )
 from shuttle.wire import (
     NEED_DATA,
+    Challenge,
     Connection,
     ConnectionClosed,
     ErrorResponse,
@@ -63,9 +64,17 @@ def feed_in_chunks(conn: Connection, data: bytes, sizes: list[int]) -> list[Even
     return events
 
 
+#: A fixed challenge nonce (the node draws a fresh random one per connection).
+NONCE = bytes(range(32))
+
+
 def handshake(limits: Limits | None = None) -> tuple[Connection, Connection]:
+    """Both ends through CHALLENGE, HELLO and WELCOME (no key), in state READY."""
     client = Connection(Role.CLIENT)
     server = Connection(Role.SERVER, limits)
+    challenge = Challenge(NONCE, False, "blake3-keyed-v1")
+    client.receive_data(server.send_bytes(challenge))
+    assert drain(client) == [challenge]
     server.receive_data(client.send_bytes(Hello(1, 1, "test")))
     [hello] = drain(server)
     assert isinstance(hello, Hello)

@@ -1,0 +1,307 @@
+"""Cluster-key authentication: key files, proofs, and the handshake's decisions.
+
+Pure functions, no sockets: the node (:mod:`shuttle.net.server`) and the clients
+(:mod:`shuttle.net.blocking`, :mod:`shuttle.client.aio`) call them around the
+sans-I/O handshake (see docs/protocol.md, "Authentication"):
+
+1. the node opens every connection with a CHALLENGE carrying a fresh random nonce;
+2. a client holding the cluster key answers with a HELLO whose credentials are
+   ``{scheme, nonce: client_nonce, proof: client_proof(...)}`` (:func:`client_hello`);
+3. the node recomputes the proof (:func:`check_hello`): a missing or wrong one is
+   refused; a right one is answered with a WELCOME carrying the node's own proof
+   over both nonces, which the client checks (:func:`check_welcome`).
+
+A proof is a blake3 keyed hash (a MAC) of the challenge's nonce, so it answers one
+connection only: a HELLO captured on the wire and replayed on a new connection
+meets a new nonce and fails. The key never travels.
+
+What this does not do: encrypt or authenticate the frames after the handshake. It
+keeps out peers that do not hold the key and replays of captured handshakes; an
+attacker on the path of a live connection can still read it or take it over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+import stat
+from pathlib import Path
+from typing import Final
+
+import blake3
+
+from shuttle.errors import AuthenticationError, ConfigError, InvalidArgumentError
+from shuttle.wire import (
+    PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
+    Challenge,
+    Hello,
+    Welcome,
+)
+from shuttle.wire.limits import NONCE_BYTES as NONCE_BYTES
+
+#: Bytes of a cluster key: blake3's keyed mode takes exactly a 32-byte key, and 256
+#: random bits are beyond guessing.
+KEY_BYTES: Final = 32
+# NONCE_BYTES (each nonce, the node's challenge and the client's own: 32 bytes) is
+# imported from shuttle.wire.limits, where the wire checks it, and re-exported here.
+
+#: The only scheme this build speaks; the version suffix lets a later scheme be told
+#: apart on the wire (each side names the scheme it uses).
+SCHEME: Final = "blake3-keyed-v1"
+#: Environment variable naming the cluster key file of clients that have no cluster
+#: file (``shuttle --node HOST:PORT``) or whose cluster file records no key.
+KEY_FILE_ENV: Final = "SHUTTLE_KEY_FILE"
+#: Mode bits a key file may have: read and write for its owner only. Anyone who can
+#: read the key can join the cluster (and ship code to it).
+KEY_FILE_MODE: Final = 0o600
+
+# Domain separation: the two proofs hash the same nonces under the same key, so each
+# starts with its own prefix. Without it a node's proof for one connection could be
+# reflected back to that node as a client's proof.
+_CLIENT_DOMAIN: Final = b"shuttle blake3-keyed-v1 client proof\x00"
+_NODE_DOMAIN: Final = b"shuttle blake3-keyed-v1 node proof\x00"
+
+_HINT: Final = (
+    "connect with the cluster file written by `shuttle cluster up` "
+    f"(or --key-file / ${KEY_FILE_ENV})"
+)
+
+
+# --- keys and key files ----------------------------------------------------------------
+
+
+def generate_key() -> bytes:
+    """A fresh random cluster key (:data:`KEY_BYTES` bytes from the OS's CSPRNG)."""
+    return os.urandom(KEY_BYTES)
+
+
+def write_key_file(path: Path) -> bytes:
+    """Create ``path`` holding a fresh key (hex and a newline, mode 0600, fsync'd);
+    returns the key.
+
+    Never overwrites: an existing file raises :class:`ConfigError` (a cluster's nodes
+    may be running with that key). The file is created 0600 in one step (no moment
+    where others could read it); on failure nothing is left behind.
+    """
+    key = generate_key()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags, KEY_FILE_MODE)
+    except FileExistsError:
+        raise ConfigError(
+            f"cluster key file {path} already exists; refusing to overwrite it (nodes may "
+            "be running with that key): use it, or remove it first"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create cluster key file {path} ({exc.strerror or exc})"
+        ) from None
+    try:
+        os.fchmod(fd, KEY_FILE_MODE)  # a strict umask must not make it unreadable to us
+        os.write(fd, key.hex().encode() + b"\n")
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
+    _fsync_dir(path.parent)
+    return key
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a new directory entry durable (best effort: some filesystems refuse)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def load_key_file(path: Path) -> bytes:
+    """The key in ``path``, as :func:`write_key_file` wrote it.
+
+    Raises :class:`ConfigError` saying what to do if the file is missing, unreadable,
+    readable or writable by group or others, or does not hold exactly one key.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"cluster key file {path} does not exist; `shuttle cluster up` writes one "
+            "(ROOT/cluster.key): point --key-file at the key of the cluster you use"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read cluster key file {path} ({exc.strerror or exc}); run as the user "
+            "who owns it"
+        ) from None
+    try:
+        info = os.fstat(fd)  # the file we read, not whatever the path names later
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"cluster key file {path} is not a regular file")
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077:
+            raise ConfigError(
+                f"cluster key file {path} is open to group or others (mode {mode:04o}): "
+                f"anyone who can read it can join the cluster; run `chmod 600 {path}`"
+            )
+        raw = os.read(fd, 4 * KEY_BYTES)  # the key is 2*KEY_BYTES+1 bytes; more is junk
+    finally:
+        os.close(fd)
+    text = raw.decode("ascii", errors="replace").strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != KEY_BYTES:
+        raise ConfigError(
+            f"cluster key file {path} is malformed: expected {2 * KEY_BYTES} hex digits "
+            f"(a {KEY_BYTES}-byte key) on one line, as `shuttle cluster up` writes it; "
+            "restore the cluster's key, or write a new one and restart the nodes with it"
+        )
+    return key
+
+
+# --- proofs ----------------------------------------------------------------------------
+
+
+def _message(domain: bytes, challenge_nonce: bytes, client_nonce: bytes, name: str) -> bytes:
+    """The bytes a proof hashes: domain, both nonces (fixed size), then the name with
+    its length (so no two different inputs make the same message)."""
+    for what, nonce in (("challenge nonce", challenge_nonce), ("client nonce", client_nonce)):
+        if len(nonce) != NONCE_BYTES:
+            raise InvalidArgumentError(f"{what} must be {NONCE_BYTES} bytes, got {len(nonce)}")
+    encoded = name.encode()
+    return b"".join(
+        (domain, challenge_nonce, client_nonce, len(encoded).to_bytes(4, "big"), encoded)
+    )
+
+
+def _mac(key: bytes, message: bytes) -> bytes:
+    if len(key) != KEY_BYTES:
+        raise InvalidArgumentError(f"a cluster key is {KEY_BYTES} bytes, got {len(key)}")
+    return blake3.blake3(message, key=key).digest()
+
+
+def client_proof(
+    key: bytes, challenge_nonce: bytes, client_nonce: bytes, client_name: str
+) -> bytes:
+    """What a client sends to prove it holds ``key``: a keyed hash of the node's
+    challenge nonce, its own nonce and the name it gives in its HELLO."""
+    return _mac(key, _message(_CLIENT_DOMAIN, challenge_nonce, client_nonce, client_name))
+
+
+def node_proof(key: bytes, challenge_nonce: bytes, client_nonce: bytes, node_id: str) -> bytes:
+    """What a node sends back (in WELCOME) to prove it holds ``key`` too: a keyed hash
+    of both nonces and its node id (the client's nonce makes it fresh for the client)."""
+    return _mac(key, _message(_NODE_DOMAIN, challenge_nonce, client_nonce, node_id))
+
+
+def verify(expected: bytes, got: object) -> bool:
+    """Whether ``got`` equals ``expected``, in time independent of where they differ
+    (a timing leak would let a peer guess a proof byte by byte)."""
+    return isinstance(got, bytes) and hmac.compare_digest(expected, got)
+
+
+# --- the handshake's decisions -----------------------------------------------------------
+
+
+def client_hello(
+    challenge: Challenge,
+    key: bytes | None,
+    client_name: str,
+    node: str,
+    *,
+    client_nonce: bytes | None = None,
+) -> tuple[Hello, bytes | None]:
+    """The HELLO answering ``challenge`` from ``node`` (a name for messages), and the
+    client nonce it used (None: no credentials sent).
+
+    Raises :class:`AuthenticationError` without anything sent when the node requires
+    a key and this client has none, or speaks a scheme this client does not.
+    A keyless node gets credentials too if the client has a key (they are ignored).
+    """
+    if key is not None and challenge.scheme == SCHEME:
+        nonce = client_nonce if client_nonce is not None else os.urandom(NONCE_BYTES)
+        credentials = {
+            "scheme": SCHEME,
+            "nonce": nonce,
+            "proof": client_proof(key, challenge.nonce, nonce, client_name),
+        }
+        return Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, client_name, credentials), nonce
+    if challenge.key_required:
+        if key is None:
+            raise AuthenticationError(
+                f"node {node} requires the cluster key and this client has none: {_HINT}"
+            )
+        raise AuthenticationError(
+            f"node {node} authenticates with scheme {challenge.scheme!r}, this client only "
+            f"with {SCHEME!r}; upgrade the older side"
+        )
+    return Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, client_name), None
+
+
+def check_welcome(
+    welcome: Welcome,
+    challenge: Challenge,
+    key: bytes | None,
+    client_nonce: bytes | None,
+    node: str,
+) -> None:
+    """Client side: check the node's proof in ``welcome``.
+
+    Nothing to check when no credentials were sent, or when the node said it needs no
+    key (a keyless node: data only). Raises :class:`AuthenticationError` when a node
+    that required the key sends no proof or a wrong one.
+    """
+    if key is None or client_nonce is None:
+        return
+    if welcome.proof is None and not challenge.key_required:
+        return
+    expected = node_proof(key, challenge.nonce, client_nonce, welcome.node_id)
+    if welcome.proof is None or not verify(expected, welcome.proof):
+        raise AuthenticationError(
+            f"node {node} did not prove it holds the cluster key; is the cluster file's key "
+            "the right one? (or something else answers at that address)"
+        )
+
+
+def check_hello(
+    hello: Hello, key: bytes | None, challenge_nonce: bytes, node_id: str
+) -> bytes | None:
+    """Node side: check the credentials of ``hello`` against this connection's
+    ``challenge_nonce``; returns the node's proof for WELCOME (None: the node has no
+    key, or the keyless node got no credentials to answer).
+
+    A node without a key accepts any HELLO. A node with one raises
+    :class:`AuthenticationError` (to send back, then close) when the credentials are
+    missing, malformed, of another scheme, or do not answer this challenge.
+    """
+    if key is None:
+        return None
+    credentials = hello.credentials
+    if credentials is None:
+        raise AuthenticationError(f"node {node_id} requires the cluster key: {_HINT}")
+    scheme, nonce, proof = (credentials.get(k) for k in ("scheme", "nonce", "proof"))
+    if scheme != SCHEME:
+        raise AuthenticationError(
+            f"node {node_id} authenticates with scheme {SCHEME!r}, the client sent "
+            f"credentials for {scheme!r:.40}; upgrade the older side"
+        )
+    if not isinstance(nonce, bytes) or len(nonce) != NONCE_BYTES or not isinstance(proof, bytes):
+        raise AuthenticationError(
+            f"node {node_id}: malformed credentials (expected a {NONCE_BYTES}-byte nonce and "
+            "a proof); is the client a different Shuttle?"
+        )
+    if not verify(client_proof(key, challenge_nonce, nonce, hello.client_name), proof):
+        raise AuthenticationError(
+            f"authentication failed at node {node_id}: the proof does not answer this "
+            "connection's challenge — a wrong cluster key, or a HELLO replayed from another "
+            "connection"
+        )
+    return node_proof(key, challenge_nonce, nonce, node_id)
