@@ -120,7 +120,7 @@ def test_the_node_refuses_a_hello_without_credentials(
     assert isinstance(challenge, Challenge) and challenge.key_required
     # A HELLO and a request right behind it, pipelined: the request must not run.
     peer.sock.sendall(
-        peer.conn.send_bytes(Hello(1, 1, "bare")) + peer.raw_request(1, "put", {"key": "sneaky"})
+        peer.conn.send_bytes(Hello(2, 2, "bare")) + peer.raw_request(1, "put", {"key": "sneaky"})
     )
     ev = peer.next_event()
     assert isinstance(ev, ErrorResponse) and ev.rid == 0 and ev.code == "unauthenticated"

@@ -43,7 +43,7 @@ class RawPeer:
         self.conn = Connection(Role.CLIENT)
         if handshake:
             assert isinstance(self.next_event(), Challenge)  # the node speaks first
-            self.sock.sendall(self.conn.send_bytes(Hello(1, 1, "raw")))
+            self.sock.sendall(self.conn.send_bytes(Hello(2, 2, "raw")))
             self.next_event()
 
     def next_event(self) -> object:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Protocol versions this build speaks. A peer must share at least one.
-PROTOCOL_VERSION_MIN = 1
-PROTOCOL_VERSION_MAX = 1
+#: Protocol versions this build speaks. A peer must share at least one. Version 2
+#: added the CHALLENGE frame before HELLO (authentication); version 1 peers cannot
+#: take part in it, so they are not spoken any more.
+PROTOCOL_VERSION_MIN = 2
+PROTOCOL_VERSION_MAX = 2
 
 #: Fixed bytes in front of every frame (magic, kind, flags, two lengths).
 PREFIX_BYTES = 12

@@ -151,7 +151,7 @@ def test_client_without_a_key_stops_before_sending_anything() -> None:
 
 def test_node_refuses_a_hello_without_credentials_naming_the_fix() -> None:
     with pytest.raises(AuthenticationError, match="node n1 requires the cluster key") as info:
-        auth.check_hello(Hello(1, 1, "c"), KEY, bytes(32), "n1")
+        auth.check_hello(Hello(2, 2, "c"), KEY, bytes(32), "n1")
     assert "SHUTTLE_KEY_FILE" in str(info.value)
 
 
@@ -174,7 +174,7 @@ def test_a_hello_answering_another_challenge_is_refused_as_a_replay() -> None:
 )
 def test_malformed_credentials_are_refused(credentials: dict[str, object], message: str) -> None:
     with pytest.raises(AuthenticationError, match=message):
-        auth.check_hello(Hello(1, 1, "c", credentials), KEY, bytes(32), "n1")
+        auth.check_hello(Hello(2, 2, "c", credentials), KEY, bytes(32), "n1")
 
 
 def test_the_client_refuses_a_node_that_proves_another_key() -> None:

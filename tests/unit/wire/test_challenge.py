@@ -58,7 +58,7 @@ def test_the_handshake_in_order_on_both_ends() -> None:
     assert drain(client) == [challenge]
     assert (client.state, server.state) == (State.CHALLENGED, State.CHALLENGED)
 
-    hello = Hello(1, 1, "test", dict(CREDENTIALS))
+    hello = Hello(2, 2, "test", dict(CREDENTIALS))
     server.receive_data(client.send_bytes(hello))
     assert drain(server) == [hello]  # the credentials pass through untouched
     assert (client.state, server.state) == (State.AWAIT_WELCOME, State.GREETING)
@@ -77,7 +77,7 @@ def test_the_handshake_in_order_on_both_ends() -> None:
 
 def test_welcome_without_proof_stays_optional_on_the_wire() -> None:
     client, server = challenged()
-    server.receive_data(client.send_bytes(Hello(1, 1, "test")))
+    server.receive_data(client.send_bytes(Hello(2, 2, "test")))
     drain(server)
     wire = server.send_bytes(Welcome(1, "n1", {}))
     assert b"proof" not in wire  # an old-style WELCOME, byte for byte
@@ -98,7 +98,7 @@ def test_handshake_frames_round_trip_in_any_chunking(
     client, server = Connection(Role.CLIENT), Connection(Role.SERVER)
     challenge = Challenge(nonce, required, SCHEME)
     assert feed_in_chunks(client, server.send_bytes(challenge), sizes) == [challenge]
-    hello = Hello(1, 1, "t", dict(CREDENTIALS))
+    hello = Hello(2, 2, "t", dict(CREDENTIALS))
     assert feed_in_chunks(server, client.send_bytes(hello), sizes) == [hello]
     welcome = Welcome(1, "n", {}, proof)
     assert feed_in_chunks(client, server.send_bytes(welcome), sizes) == [welcome]
@@ -107,13 +107,13 @@ def test_handshake_frames_round_trip_in_any_chunking(
 def test_a_client_cannot_say_hello_before_the_challenge() -> None:
     client = Connection(Role.CLIENT)
     with pytest.raises(LocalProtocolError, match="cannot send Hello in state START"):
-        client.send(Hello(1, 1, "eager"))
+        client.send(Hello(2, 2, "eager"))
     assert client.state is State.START  # nothing sent, nothing changed
 
 
 def test_a_node_refuses_a_hello_before_it_sent_its_challenge() -> None:
     server = Connection(Role.SERVER)
-    server.receive_data(raw_frame(FrameKind.HELLO, {"version_min": 1, "version_max": 1}))
+    server.receive_data(raw_frame(FrameKind.HELLO, {"version_min": 2, "version_max": 2}))
     with pytest.raises(RemoteProtocolError, match="Hello in state START"):
         server.next_event()
     assert server.state is State.ERROR
@@ -134,7 +134,7 @@ def test_only_the_node_sends_a_challenge() -> None:
 def test_a_second_challenge_is_a_protocol_error(after: str) -> None:
     client, server = challenged()
     if after == "welcome":
-        server.receive_data(client.send_bytes(Hello(1, 1, "test")))
+        server.receive_data(client.send_bytes(Hello(2, 2, "test")))
         drain(server)
         client.receive_data(server.send_bytes(Welcome(1, "n1")))
         drain(client)
@@ -171,7 +171,7 @@ def test_a_malformed_challenge_is_a_protocol_error(header: Any) -> None:
 
 def test_a_welcome_with_a_proof_that_is_not_bytes_is_a_protocol_error() -> None:
     client, server = challenged()
-    server.receive_data(client.send_bytes(Hello(1, 1, "test")))
+    server.receive_data(client.send_bytes(Hello(2, 2, "test")))
     drain(server)
     client.receive_data(
         raw_frame(FrameKind.WELCOME, {"version": 1, "node": "n", "limits": {}, "proof": "x"})
@@ -194,7 +194,7 @@ def test_goodbye_and_clean_eof_end_a_challenged_connection() -> None:
 
 def test_the_node_may_refuse_the_hello_with_an_error_and_close() -> None:
     client, server = challenged()
-    server.receive_data(client.send_bytes(Hello(1, 1, "test")))
+    server.receive_data(client.send_bytes(Hello(2, 2, "test")))
     drain(server)
     refusal = ErrorResponse(0, "unauthenticated", "node n1 requires the cluster key")
     client.receive_data(server.send_bytes(refusal))

@@ -19,6 +19,8 @@ from shuttle.errors import (
 )
 from shuttle.wire import (
     NEED_DATA,
+    PROTOCOL_VERSION_MAX,
+    PROTOCOL_VERSION_MIN,
     Challenge,
     Connection,
     ConnectionClosed,
@@ -75,7 +77,8 @@ def handshake(limits: Limits | None = None) -> tuple[Connection, Connection]:
     challenge = Challenge(NONCE, False, "blake3-keyed-v1")
     client.receive_data(server.send_bytes(challenge))
     assert drain(client) == [challenge]
-    server.receive_data(client.send_bytes(Hello(1, 1, "test")))
+    hello = Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, "test")
+    server.receive_data(client.send_bytes(hello))
     [hello] = drain(server)
     assert isinstance(hello, Hello)
     welcome = Welcome(choose_version(hello), "node-1", server.our_limits.to_wire())
