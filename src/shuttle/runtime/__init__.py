@@ -1,0 +1,27 @@
+"""Shuttle's run-time for mobile objects (ABACUS, ``../shared/papers/abacus-...``).
+
+Layout (one module per concept; docs/runtime.md explains the model):
+
+* ``ids``        network-wide object ids: home run-time + local id
+* ``refs``       location-transparent references (:class:`Ref`)
+* ``values``     how arguments, results and checkpoints travel (msgpack + references)
+* ``mobile``     the programming model: :class:`MobileObject`, anchored objects,
+  object managers, built-in types by name
+* ``sandbox``    shipped classes in worker processes with memory/CPU/time limits
+  (``sandbox_worker`` is the worker's side)
+* ``gate``       admission of calls to a hosted object: quiesce, drain, redirect
+* ``monitor``    the resource monitor: CPU, bytes per edge, stall, per window H
+* ``load``       node load L from the kernel's per-thread and per-CPU accounting
+* ``placement``  the placement model of section 5.4 (pure: no I/O)
+* ``planner``    the resource manager: digests → stacks → decisions, decision log
+* ``binding``    the binding manager: location tables, invocation, hosting
+* ``migration``  moving a live object, step by step (source and target sides)
+* ``peers``      connections to other run-times
+* ``service``    the run-time's operations on the wire, periodic work
+* ``host``       the run-time inside a storage node
+* ``client``     :class:`Runtime`, an application's run-time
+* ``config``     :class:`RuntimeConfig` (H, B_thresh, limits)
+
+Dependencies point down: nothing in ``wire``, ``net``, ``store`` or ``client``
+imports this package; ``placement`` imports nothing that does I/O.
+"""

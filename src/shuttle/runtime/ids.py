@@ -1,0 +1,55 @@
+"""Network-wide object ids (ABACUS's ``rid``): the home run-time plus a local id.
+
+The home is the run-time (a storage node, or a client's run-time) where the object
+was created; it always knows where the object is now, so any stale location hint can
+be corrected by asking it. The id never changes when the object moves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shuttle.errors import InvalidArgumentError
+
+#: Separates the home from the local part in the text form (``n1/17``). Node ids may
+#: contain ``:`` (``127.0.0.1:7400``) but a local id never contains ``/``.
+SEPARATOR = "/"
+#: Local id of a node's anchored storage object.
+STORAGE_LOCAL_ID = "storage"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectId:
+    """``home`` run-time id and ``local`` id unique within that home."""
+
+    home: str
+    local: str
+
+    def __post_init__(self) -> None:
+        if not self.home or not self.local or SEPARATOR in self.local:
+            raise InvalidArgumentError(
+                f"an object id needs a home and a local part without {SEPARATOR!r}, "
+                f"got home={self.home!r} local={self.local!r}"
+            )
+
+    def __str__(self) -> str:
+        return f"{self.home}{SEPARATOR}{self.local}"
+
+    @classmethod
+    def parse(cls, text: str) -> ObjectId:
+        """``"n1/17"`` → ``ObjectId("n1", "17")``; :class:`InvalidArgumentError` if malformed."""
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"an object id is a string like 'n1/17', got {text!r:.80}")
+        home, sep, local = text.rpartition(SEPARATOR)
+        if not sep:
+            raise InvalidArgumentError(f"object id {text!r:.80} has no home part (like 'n1/17')")
+        return cls(home, local)
+
+    @classmethod
+    def storage(cls, node_id: str) -> ObjectId:
+        """The id of node ``node_id``'s anchored storage object."""
+        return cls(node_id, STORAGE_LOCAL_ID)
+
+    @property
+    def is_storage(self) -> bool:
+        return self.local == STORAGE_LOCAL_ID

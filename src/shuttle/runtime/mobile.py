@@ -1,0 +1,228 @@
+"""The programming model: mobile objects, anchored objects and object managers
+(ABACUS section 4).
+
+A :class:`MobileObject` is state plus methods. The run-time creates it, calls its
+public methods (any method whose name does not start with ``_``, except the few
+below that belong to the run-time), and moves it: it calls :meth:`checkpoint` at the
+source, ships the bytes, makes a fresh instance at the target *without* calling
+``__init__`` and calls :meth:`restore` on it. The default checkpoint is the object's
+public attributes (those not starting with ``_``) encoded with
+:mod:`shuttle.runtime.values`, references included; an object with state that does
+not fit (an open file, a compiled regex) keeps it in ``_`` attributes and overrides
+:meth:`restore` to rebuild it.
+
+Anchored objects never move: a node's storage object, an application's console.
+``migratable = False`` anchors any other object where it was created.
+
+An :class:`ObjectManager` holds all objects of one type on one node (section 4.2):
+the run-time asks it to create, adopt (after a migration) and release objects, and
+routes invocations through it, so a manager can share resources among its objects
+(one cache's memory for all cache objects of a node, say). Most types use the
+default manager.
+
+Methods are called with msgpack-able arguments (and references), run to completion
+on one thread, and may call other objects through the references they hold.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar, TypeVar
+
+from shuttle.errors import InvalidArgumentError, UnknownOperationError
+from shuttle.runtime import values
+from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.refs import Invoker
+
+#: Methods that belong to the run-time, never invocable by other objects.
+RUNTIME_METHODS = frozenset(
+    {"checkpoint", "restore", "state", "set_state", "memory_bytes", "attach", "methods"}
+)
+
+
+class MobileObject:
+    """Base class of every mobile object (built-in or shipped)."""
+
+    #: Name of a built-in type (``grep``); shipped classes leave it empty.
+    type_name: ClassVar[str] = ""
+    #: False anchors the object on the node where it was created.
+    migratable: ClassVar[bool] = True
+    #: Storage objects and consoles: never move, never shipped.
+    anchored: ClassVar[bool] = False
+    #: The manager class for this type (None: the default :class:`ObjectManager`).
+    manager_class: ClassVar[type[ObjectManager] | None] = None
+
+    _rid: ObjectId | None = None
+    _invoker: Invoker | None = None
+
+    # --- set by the run-time -------------------------------------------------------
+
+    def attach(self, rid: ObjectId, invoker: Invoker) -> None:
+        """Called by the run-time before any method: the object's id and the run-time
+        that its references call through (the node it now runs on)."""
+        self._rid = rid
+        self._invoker = invoker
+
+    @property
+    def rid(self) -> ObjectId:
+        if self._rid is None:
+            raise InvalidArgumentError("this object was not created by a run-time")
+        return self._rid
+
+    @property
+    def invoker(self) -> Invoker | None:
+        return self._invoker
+
+    # --- state for migration -------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """What :meth:`checkpoint` saves: the public attributes."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Put :meth:`state`'s result back (references already bound)."""
+        vars(self).update(state)
+
+    def checkpoint(self) -> bytes:
+        """The object's state as bytes; the run-time calls it with no call active."""
+        return values.pack(self.state())
+
+    def restore(self, data: bytes) -> None:
+        """Reinstate :meth:`checkpoint`'s bytes on a fresh instance (``__init__`` was
+        not called; :meth:`attach` was)."""
+        state = values.unpack(data, self._invoker)
+        if not isinstance(state, dict):
+            raise InvalidArgumentError(f"checkpoint of {type(self).__name__} is not a map")
+        self.set_state(state)
+
+    def memory_bytes(self) -> int:
+        """Memory the object holds (buffers, caches), for the placement model's memory
+        limits. Override to report it; the default is 0."""
+        return 0
+
+    @classmethod
+    def methods(cls) -> list[str]:
+        """The names other objects may invoke."""
+        return sorted(
+            name
+            for name in dir(cls)
+            if not name.startswith("_")
+            and name not in RUNTIME_METHODS
+            and callable(getattr(cls, name, None))
+            and not isinstance(getattr(cls, name, None), type)
+        )
+
+
+def bound_method(obj: MobileObject, method: str) -> Callable[..., Any]:
+    """``obj``'s invocable method ``method``, or :class:`UnknownOperationError`."""
+    if method.startswith("_") or method in RUNTIME_METHODS:
+        raise UnknownOperationError(
+            f"{method!r} cannot be invoked on an object: private and run-time methods "
+            f"are not part of its interface; {_describe(obj)} offers {', '.join(obj.methods())}"
+        )
+    fn = getattr(obj, method, None)
+    if fn is None or not callable(fn) or isinstance(fn, type):
+        raise UnknownOperationError(
+            f"{_describe(obj)} has no method {method!r}; it offers {', '.join(obj.methods())}"
+        )
+    return fn  # type: ignore[no-any-return]
+
+
+def _describe(obj: MobileObject) -> str:
+    rid = obj._rid
+    kind = obj.type_name or type(obj).__qualname__
+    return f"object {rid} ({kind})" if rid is not None else f"a {kind} object"
+
+
+def type_label(cls: type[MobileObject]) -> str:
+    """What ``shuttle objects`` shows as the type: the built-in name, or the class."""
+    return cls.type_name or f"{cls.__module__}.{cls.__qualname__}"
+
+
+class ObjectManager:
+    """All objects of one type on one node. Subclass to share resources among them;
+    the interface is the type's own, with the object's id first (section 4.2)."""
+
+    def __init__(self, cls: type[MobileObject], node_id: str) -> None:
+        self.cls = cls
+        self.node_id = node_id
+        self._objects: dict[ObjectId, MobileObject] = {}
+
+    def create(self, rid: ObjectId, invoker: Invoker, params: dict[str, Any]) -> MobileObject:
+        """A new object of this type made from ``params`` (``CreateObj``)."""
+        obj = self.cls.__new__(self.cls)
+        obj.attach(rid, invoker)
+        obj.__init__(**params)  # type: ignore[misc]
+        self._objects[rid] = obj
+        return obj
+
+    def adopt(self, rid: ObjectId, invoker: Invoker, checkpoint: bytes) -> MobileObject:
+        """An object that migrated here: a fresh instance restored from ``checkpoint``."""
+        obj = self.cls.__new__(self.cls)
+        obj.attach(rid, invoker)
+        obj.restore(checkpoint)
+        self._objects[rid] = obj
+        return obj
+
+    def register(self, rid: ObjectId, obj: MobileObject) -> None:
+        """Hold an object the run-time made itself (an anchored storage object)."""
+        self._objects[rid] = obj
+
+    def release(self, rid: ObjectId) -> MobileObject | None:
+        """Forget object ``rid`` (it migrated away or was destroyed)."""
+        return self._objects.pop(rid, None)
+
+    def get(self, rid: ObjectId) -> MobileObject | None:
+        return self._objects.get(rid)
+
+    def invoke(
+        self, rid: ObjectId, method: str, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        obj = self._objects.get(rid)
+        if obj is None:
+            raise InvalidArgumentError(f"manager of {self.cls.__name__} does not hold {rid}")
+        return bound_method(obj, method)(*args, **kwargs)
+
+    def __iter__(self) -> Iterator[MobileObject]:
+        return iter(list(self._objects.values()))
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+
+# --- built-in types, by name ---------------------------------------------------------
+
+#: Built-in object types by name. ``shuttle.objects`` fills it when imported.
+BUILTIN_TYPES: dict[str, type[MobileObject]] = {}
+#: The package whose import registers the built-in types.
+BUILTIN_PACKAGE = "shuttle.objects"
+
+M = TypeVar("M", bound=type[MobileObject])
+
+
+def builtin(name: str) -> Callable[[M], M]:
+    """Class decorator: register a built-in object type under ``name``."""
+
+    def register(cls: M) -> M:
+        if name in BUILTIN_TYPES and BUILTIN_TYPES[name] is not cls:
+            raise InvalidArgumentError(f"built-in object type {name!r} is registered twice")
+        cls.type_name = name
+        BUILTIN_TYPES[name] = cls
+        return cls
+
+    return register
+
+
+def builtin_type(name: str) -> type[MobileObject]:
+    """The built-in type called ``name``; :class:`InvalidArgumentError` lists the known."""
+    if name not in BUILTIN_TYPES:
+        importlib.import_module(BUILTIN_PACKAGE)  # the built-ins register themselves
+    cls = BUILTIN_TYPES.get(name)
+    if cls is None:
+        raise InvalidArgumentError(
+            f"no built-in object type {name!r}; built-in types: "
+            f"{', '.join(sorted(BUILTIN_TYPES))}. "
+            "A class of your own is shipped by value (Runtime.create(MyClass, ...))"
+        )
+    return cls
