@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -47,6 +47,45 @@ def serve(
             "write data, and shipped code is refused.",
         ),
     ] = None,
+    window: Annotated[
+        float | None,
+        typer.Option(help="Run-time: the observation window H, seconds (default 1)."),
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            help="Run-time: B_thresh, the fraction of H a migration must save (default 0.3)."
+        ),
+    ] = None,
+    residence: Annotated[
+        float | None,
+        typer.Option(help="Run-time: seconds an object stays put after it moved (default 5 H)."),
+    ] = None,
+    object_memory: Annotated[
+        int | None,
+        typer.Option(
+            help="Run-time: bytes of memory lent to hosted mobile objects (default: no limit)."
+        ),
+    ] = None,
+    adapt: Annotated[
+        bool,
+        typer.Option(
+            "--adapt/--no-adapt",
+            help="Run-time: move objects (--no-adapt: only measure and log the decisions).",
+        ),
+    ] = True,
+    sandbox_memory: Annotated[
+        int | None,
+        typer.Option(help="Shipped objects: address space of each worker, bytes (512 MiB)."),
+    ] = None,
+    sandbox_cpu: Annotated[
+        float | None,
+        typer.Option(help="Shipped objects: CPU seconds one call may use (30)."),
+    ] = None,
+    sandbox_wall: Annotated[
+        float | None,
+        typer.Option(help="Shipped objects: seconds one call may take (300)."),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option(help="TOML file with a [node] table; flags given win.")
     ] = None,
@@ -61,6 +100,16 @@ def serve(
     from shuttle.node.main import run
 
     host, port = parse_address(listen)
+    runtime: dict[str, Any] = {
+        "window_s": window,
+        "threshold": threshold,
+        "residence_s": residence,
+        "object_memory_bytes": object_memory,
+        "adaptive": None if adapt else False,
+        "sandbox_memory_bytes": sandbox_memory,
+        "sandbox_cpu_s": sandbox_cpu,
+        "sandbox_wall_s": sandbox_wall,
+    }
     if config is not None:
         cfg = NodeConfig.from_toml(
             config,
@@ -68,6 +117,7 @@ def serve(
             node_id=node_id or None,
             ready_file=ready_file,
             key_file=key_file,
+            **runtime,
         )
     else:
         if data is None:
@@ -85,5 +135,6 @@ def serve(
             ready_file=ready_file,
             key_file=key_file,
             log_level=log_level,
+            **{k: v for k, v in runtime.items() if v is not None},
         )
     run(cfg)

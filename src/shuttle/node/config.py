@@ -9,6 +9,17 @@ from typing import Any
 
 from shuttle.errors import ConfigError
 from shuttle.net.cpu import parse_speed_factor
+from shuttle.runtime.config import THRESHOLD_FRACTION_DEFAULT, WINDOW_S_DEFAULT, RuntimeConfig
+from shuttle.runtime.sandbox import (
+    CPU_S_PER_CALL_DEFAULT as SANDBOX_CPU_S_DEFAULT,
+)
+from shuttle.runtime.sandbox import (
+    MEMORY_BYTES_DEFAULT as SANDBOX_MEMORY_BYTES_DEFAULT,
+)
+from shuttle.runtime.sandbox import (
+    WALL_S_PER_CALL_DEFAULT as SANDBOX_WALL_S_DEFAULT,
+)
+from shuttle.runtime.sandbox import SandboxLimits
 
 #: Default server block cache: big enough for a working set of small files, small
 #: enough that the netrand benchmark's default file (larger than it) misses when cold.
@@ -51,6 +62,21 @@ class NodeConfig:
     #: (data only: the run-time refuses shipped code from unauthenticated clients).
     key_file: Path | None = None
     log_level: str = "INFO"
+    # --- the run-time of mobile objects (docs/runtime.md) ---
+    #: H, the observation window of the resource monitor, seconds.
+    window_s: float = WINDOW_S_DEFAULT
+    #: B_thresh as a fraction of H: a move must save more than this per window.
+    threshold: float = THRESHOLD_FRACTION_DEFAULT
+    #: Anti-thrashing: an object that moved stays put this long (None: 5 H).
+    residence_s: float | None = None
+    #: Memory lent to hosted mobile objects, for the placement model (None: no limit).
+    object_memory_bytes: int | None = None
+    #: False: measure and log placement decisions, but never move anything.
+    adaptive: bool = True
+    #: Limits of each shipped object's worker process.
+    sandbox_memory_bytes: int = SANDBOX_MEMORY_BYTES_DEFAULT
+    sandbox_cpu_s: float = SANDBOX_CPU_S_DEFAULT
+    sandbox_wall_s: float = SANDBOX_WALL_S_DEFAULT
 
     def __post_init__(self) -> None:
         if self.cache_bytes < 0:
@@ -60,6 +86,8 @@ class NodeConfig:
                 f"cache block size must be a power of two, got {self.cache_block_bytes}"
             )
         parse_speed_factor(self.cpu_factor)
+        self.runtime_config()
+        self.sandbox_limits()
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(
                 f"log level must be DEBUG, INFO, WARNING or ERROR, not {self.log_level!r}"
@@ -68,6 +96,20 @@ class NodeConfig:
     @property
     def name(self) -> str:
         return self.node_id or f"{self.host}:{self.port}"
+
+    def runtime_config(self) -> RuntimeConfig:
+        """The node run-time's settings (the decision log lives in the data folder)."""
+        return RuntimeConfig(
+            window_s=self.window_s,
+            threshold_fraction=self.threshold,
+            residence_s=self.residence_s,
+            object_memory_bytes=self.object_memory_bytes,
+            adaptive=self.adaptive,
+            decision_log=self.data_dir / ".shuttle" / "runtime" / "placement.jsonl",
+        )
+
+    def sandbox_limits(self) -> SandboxLimits:
+        return SandboxLimits(self.sandbox_memory_bytes, self.sandbox_cpu_s, self.sandbox_wall_s)
 
     @classmethod
     def from_toml(cls, path: Path, **overrides: Any) -> NodeConfig:

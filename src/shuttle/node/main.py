@@ -28,6 +28,8 @@ from shuttle.net.registry import OperationRegistry
 from shuttle.net.server import RpcServer
 from shuttle.node.config import NodeConfig
 from shuttle.node.handlers import register_storage_ops
+from shuttle.objects.storage import StorageObject
+from shuttle.runtime.host import NodeRuntime
 from shuttle.store import ObjectStore, StoreConfig
 
 log = logging.getLogger("shuttle.node")
@@ -73,6 +75,7 @@ async def serve(config: NodeConfig) -> None:
     server = RpcServer(registry, config.name, cpu_account=account, key=key)
     server.add_stats_source("store", store.stats)
     server.add_stats_source("cpu", lambda: {"factor": cpu.factor, **asdict(cpu.counters)})
+    runtime: NodeRuntime | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -89,6 +92,17 @@ async def serve(config: NodeConfig) -> None:
             server.node_id = f"{host}:{port}"
         if config.ready_file is not None:
             _write_ready_file(config.ready_file, host, port, server.node_id)
+        runtime = NodeRuntime(
+            server.node_id,
+            registry,
+            StorageObject(store),
+            config=config.runtime_config(),
+            key=key,
+            speed=cpu.factor,
+            sandbox_limits=config.sandbox_limits(),
+        )
+        runtime.start(f"{host}:{port}")
+        server.add_stats_source("runtime", runtime.stats)
         if key is None:
             log.info("no cluster key: any client may read and write data; shipped code is refused")
         else:
@@ -104,6 +118,8 @@ async def serve(config: NodeConfig) -> None:
         sweeper.cancel()
     finally:
         await server.close()
+        if runtime is not None:
+            await runtime.close()
         store.close()
 
 

@@ -1,0 +1,19 @@
+"""Shuttle's built-in mobile objects, referred to by name.
+
+Layout:
+
+* ``storage``  the anchored storage object of a node (reads and writes its objects)
+* ``grep``     a regular-expression search returning matching lines
+* ``count``    line, word, byte and match counts (an aggregation: tiny results)
+* ``filter``   a synthetic filter with a set pass fraction and CPU cost per byte
+  (ABACUS's filter experiments)
+
+Importing this package registers them with :func:`shuttle.runtime.mobile.builtin`.
+"""
+
+from shuttle.objects.count import CountObject
+from shuttle.objects.filter import SyntheticFilter
+from shuttle.objects.grep import GrepObject
+from shuttle.objects.storage import StorageObject
+
+__all__ = ["CountObject", "GrepObject", "StorageObject", "SyntheticFilter"]

@@ -1,0 +1,427 @@
+"""An application's run-time: where its console lives and where its objects start.
+
+:class:`Runtime` is what a program (or ``shuttle grep``) uses to build object stacks
+over a cluster and call them. It runs a small event loop on a thread of its own,
+with a listening port (so nodes can move objects back to it, and anyone holding a
+reference can ask it, their home, where they are) and the periodic digests that
+tell the nodes what its objects cost::
+
+    with Runtime.connect("/tmp/shuttle/cluster.toml", link="lan") as rt:
+        node = rt.node_for("logs/a.txt")
+        grep = rt.create("grep", pattern="ERROR", storage=rt.storage(node),
+                         keys=["logs/a.txt"])
+        with rt.console("grep"):
+            done = False
+            while not done:
+                done, matches = grep.next()
+
+Objects start here (``at=None``) or on a node (``at="n1"``); with ``placement="auto"``
+(the default) the nodes' resource managers may move them while the program runs,
+and ``placement="static"`` keeps them where they started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from shuttle.client.model import NodeAddress
+from shuttle.client.routing import node_for_key
+from shuttle.errors import ConfigError, InvalidArgumentError, ShuttleError
+from shuttle.net.registry import OperationRegistry
+from shuttle.net.server import RpcServer
+from shuttle.runtime import migration, values
+from shuttle.runtime.binding import POLICIES, BindingManager, HomeEntry, MigrationEvent, code_hash
+from shuttle.runtime.config import RuntimeConfig
+from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.mobile import MobileObject
+from shuttle.runtime.monitor import ResourceMonitor
+from shuttle.runtime.peers import Peers
+from shuttle.runtime.planner import CONSOLE_PREFIX, build_digest
+from shuttle.runtime.refs import Ref
+from shuttle.runtime.service import Ticker, register_runtime_ops
+
+log = logging.getLogger("shuttle.runtime")
+
+#: Threads of a client run-time's executor: migrations' drain waits and checkpoints
+#: (object methods run on the application's own threads here).
+CLIENT_EXECUTOR_THREADS = 4
+#: How long start-up may take (a listening socket on loopback: milliseconds).
+START_TIMEOUT_S = 10.0
+
+
+class Runtime:
+    """The run-time of one application, over the nodes ``nodes``."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeAddress],
+        *,
+        key: bytes | None = None,
+        config: RuntimeConfig | None = None,
+        listen_host: str = "127.0.0.1",
+        speed: float = 1.0,
+        monitor: bool = True,
+    ) -> None:
+        if not nodes:
+            raise ConfigError("a run-time needs at least one storage node")
+        self.config = config or RuntimeConfig()
+        self.nodes = list(nodes)
+        self.id = f"c-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+        self.key = key
+        self.monitoring = monitor
+        self.peers = Peers(key=key, client_name=f"shuttle-runtime {self.id}")
+        for n in self.nodes:
+            self.peers.learn(n.node_id, n.address, n.link)
+        self.monitor = ResourceMonitor(self.config.window_s)
+        self.executor = ThreadPoolExecutor(CLIENT_EXECUTOR_THREADS, thread_name_prefix="shuttle-rt")
+        self.bm = BindingManager(
+            self.id,
+            config=self.config,
+            peers=self.peers,
+            monitor=self.monitor,
+            executor=self.executor,
+            speed=speed,
+        )
+        self.ticker = Ticker(self.monitor, self.config.window_s)
+        self.registry = OperationRegistry()
+        register_runtime_ops(self.registry, self.bm)
+        self._server = RpcServer(self.registry, self.id, key=key)
+        self._listen_host = listen_host
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+        self._migrations: set[asyncio.Task[Any]] = set()
+        #: When each console's current burst of activity was first seen, and whether a
+        #: digest has gone out since (a new stack's first digest comes early).
+        self._active_since: dict[str, float] = {}
+        self._reported: set[str] = set()
+        self._last_digest = 0.0
+        self._closed = False
+        self._start()
+
+    # --- construction ---------------------------------------------------------------
+
+    @classmethod
+    def connect(
+        cls,
+        target: str | Path | None = None,
+        *,
+        node: str | None = None,
+        cluster: str | Path | None = None,
+        link: str | None = None,
+        key_file: str | Path | None = None,
+        **options: Any,
+    ) -> Runtime:
+        """A run-time over a cluster file (or ``$SHUTTLE_CLUSTER``) or one node, like
+        :func:`shuttle.connect`; ``link`` overrides every node's link profile."""
+        from shuttle.client.connect import connect
+
+        client = connect(target, node=node, cluster=cluster, link=link, key_file=key_file)
+        try:
+            return cls(client.nodes, key=client.key, **options)
+        finally:
+            client.close()
+
+    def _start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name=f"runtime {self.id}", daemon=True)
+        self._thread.start()
+        if not self._started.wait(START_TIMEOUT_S):
+            raise ConfigError(f"the run-time did not start within {START_TIMEOUT_S:g} s")
+        if self._start_error is not None:
+            raise self._start_error
+
+    def _main(self) -> None:
+        loop = uvloop.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._serve())
+        finally:
+            loop.close()
+
+    async def _serve(self) -> None:
+        try:
+            host, port = await self._server.start(self._listen_host, 0)
+        except BaseException as exc:
+            self._start_error = ConfigError(
+                f"the run-time cannot listen on {self._listen_host}: {exc}"
+            )
+            self._started.set()
+            return
+        assert self._loop is not None
+        self.bm.attach_loop(self._loop, f"{host}:{port}")
+        self._stop = stop = asyncio.Event()
+        self._task = self._loop.create_task(self._periodic())
+        self._started.set()
+        await stop.wait()
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        for task in list(self._migrations):
+            with contextlib.suppress(BaseException):
+                await task
+        await self.peers.close()
+        await self._server.close(grace_s=1.0)
+
+    @property
+    def address(self) -> str:
+        return self.bm.address
+
+    # --- the application's API ----------------------------------------------------------
+
+    def node_for(self, key: str) -> str:
+        """The node that holds ``key`` (rendezvous hashing, as every client computes)."""
+        return node_for_key(self.nodes, key).node_id
+
+    def storage(self, node_id: str) -> Ref:
+        """A reference to node ``node_id``'s storage object."""
+        address = self.peers.address_of(node_id)
+        if address is None:
+            known = ", ".join(n.node_id for n in self.nodes)
+            raise InvalidArgumentError(f"no node {node_id!r} in this cluster; its nodes: {known}")
+        return self.bm.ref(ObjectId.storage(node_id), address)
+
+    def create(
+        self,
+        kind: str | type[MobileObject],
+        *,
+        at: str | None = None,
+        placement: str = "auto",
+        **params: Any,
+    ) -> Ref:
+        """A new object of built-in type ``kind`` (a name) or of a class of yours
+        (shipped by value to a node), made here or on node ``at``.
+
+        ``placement``: ``auto`` (the run-time may move it) or ``static`` (it stays)."""
+        if placement not in POLICIES:
+            raise InvalidArgumentError(f"placement must be one of {POLICIES}, not {placement!r}")
+        cls, type_name = self.bm.resolve_type(kind)
+        code: bytes | None = None
+        if not type_name:
+            from shuttle.runtime.sandbox import ship_class
+
+            code = ship_class(cls)
+            self.bm.shipped_classes[code_hash(code)] = cls
+        rid = self.bm.new_id()
+        target = self.id if at in (None, "client", self.id) else at
+        if target == self.id:
+            self.bm.host_new(rid, self.address, cls, type_name, code, params, placement)
+        else:
+            assert target is not None
+            if self.peers.address_of(target) is None:
+                known = ", ".join(n.node_id for n in self.nodes)
+                raise InvalidArgumentError(
+                    f"no node {target!r} in this cluster; its nodes: {known}"
+                )
+            self.bm.homed[rid] = HomeEntry(target, type_name or cls.__qualname__)
+            try:
+                self.bm.run(
+                    self.peers.call(
+                        target,
+                        "object.create",
+                        {
+                            "rid": str(rid),
+                            "home_address": self.address,
+                            "type": type_name,
+                            "policy": placement,
+                            "params": values.pack(params),
+                            "from": self.id,
+                            "from_address": self.address,
+                        },
+                        code or b"",
+                    )
+                )
+            except BaseException:
+                self.bm.homed.pop(rid, None)
+                raise
+        return self.bm.ref(rid, self.address)
+
+    @contextlib.contextmanager
+    def console(self, name: str = "main") -> Iterator[Ref]:
+        """Run the block as console ``name``: calls it makes outside any object are
+        the console's, which is where the run-time's stacks begin."""
+        rid = ObjectId(self.id, f"{CONSOLE_PREFIX}{name}")
+        if rid not in self.bm.homed:
+            self.bm.homed[rid] = HomeEntry(self.id, "console")
+        with self.monitor.console(str(rid)) if self.monitoring else contextlib.nullcontext():
+            yield self.bm.ref(rid, self.address)
+
+    def where(self, ref: Ref) -> str:
+        """The run-time (node id, or this client's id) where ``ref``'s object runs."""
+        hint = self.bm.location_hint(ref.rid)
+        if hint is not None and (ref.rid.home == self.id or hint == self.id):
+            return hint
+        return self.bm.run(self.bm.locate(ref.rid))
+
+    def migrate(self, ref: Ref, to: str) -> dict[str, Any]:
+        """Move ``ref``'s object to ``to`` (a node id, or ``"client"`` for here)."""
+        target = self.id if to == "client" else to
+        where = self.where(ref)
+        if where == self.id:
+            event = self.bm.run(migration.migrate_out(self.bm, ref.rid, target, "requested"))
+            return event.to_json()
+        reply = self.bm.run(
+            self.peers.call(
+                where,
+                "object.migrate",
+                {
+                    "rid": str(ref.rid),
+                    "to": target,
+                    "to_address": self.peers.address_of(target)
+                    or (self.address if target == self.id else ""),
+                    "reason": "requested",
+                },
+            )
+        )
+        return dict(reply.result)
+
+    def destroy(self, ref: Ref) -> None:
+        """End ``ref``'s object wherever it runs."""
+        where = self.where(ref)
+        if where == self.id:
+            self.bm.destroy_hosted(ref.rid)
+        else:
+            self.bm.run(self.peers.call(where, "object.destroy", {"rid": str(ref.rid)}))
+            self.bm.homed.pop(ref.rid, None)
+
+    @property
+    def events(self) -> list[MigrationEvent]:
+        """Migrations this run-time took part in (as source or target), oldest first."""
+        return list(self.bm.events)
+
+    # --- digests ------------------------------------------------------------------------
+
+    async def _periodic(self) -> None:
+        while True:
+            await asyncio.sleep(self.ticker.interval_s)
+            if not self.monitoring:
+                continue
+            try:
+                self.ticker.tick()
+                await self._maybe_digest()
+            except ShuttleError as exc:
+                log.info("digest not delivered: %s", exc)
+            except Exception:  # a bug here must not stop the application
+                log.exception("run-time periodic work failed")
+
+    def _links(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for n in self.nodes:
+            link = n.link
+            bw = None if link is None else link.bandwidth_bits_per_s
+            out[n.node_id] = {
+                "name": link.name if link is not None else "loopback",
+                "bandwidth_bytes_per_s": None if bw is None else bw / 8,
+                "latency_s": 0.0 if link is None else link.latency_s,
+            }
+        return out
+
+    async def _maybe_digest(self) -> None:
+        window = self.monitor.window()
+        now = time.monotonic()
+        active = {caller for caller, _ in window.edges if caller.startswith(f"{self.id}/")}
+        consoles = {c for c in active if ObjectId.parse(c).local.startswith(CONSOLE_PREFIX)}
+        for c in list(self._active_since):
+            if c not in consoles:
+                del self._active_since[c]
+                self._reported.discard(c)
+        for c in consoles:
+            self._active_since.setdefault(c, now)
+        targets = {ObjectId.parse(callee).home for _, callee in window.edges}
+        targets = {t for t in targets if t != self.id and self.peers.address_of(t) is not None}
+        for entry in self.bm.homed.values():
+            if entry.location != self.id:
+                targets.add(entry.location)
+        if not targets or not consoles:
+            return
+        first_due = any(
+            c not in self._reported and now - t0 >= self.config.first_digest_after_s
+            for c, t0 in self._active_since.items()
+        )
+        if not first_due and now - self._last_digest < self.config.digest_every_s:
+            return
+        self._last_digest = now
+        self._reported.update(
+            c
+            for c, t0 in self._active_since.items()
+            if now - t0 >= self.config.first_digest_after_s
+        )
+        loop = asyncio.get_running_loop()
+        digest = await loop.run_in_executor(
+            self.executor, lambda: build_digest(self.bm, window, self.ticker.load, self._links())
+        )
+        packed = values.pack(digest)
+        replies = await asyncio.gather(
+            *(self.peers.call(t, "runtime.digest", {}, packed) for t in sorted(targets)),
+            return_exceptions=True,
+        )
+        for target, reply in zip(sorted(targets), replies, strict=True):
+            if isinstance(reply, BaseException):
+                log.info("digest to %s failed: %s", target, reply)
+                continue
+            for decision in (reply.result or {}).get("decisions", []):
+                self._act(decision)
+
+    def _act(self, decision: dict[str, Any]) -> None:
+        """Carry out a node's decision about an object hosted here."""
+        rid = ObjectId.parse(str(decision.get("rid", "")))
+        target = str(decision.get("to", ""))
+        if rid not in self.bm.hosted or rid in self.bm.migrating or not target:
+            return
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._migrate_quietly(rid, target, str(decision.get("reason", ""))))
+        self._migrations.add(task)
+        task.add_done_callback(self._migrations.discard)
+
+    async def _migrate_quietly(self, rid: ObjectId, target: str, reason: str) -> None:
+        try:
+            await migration.migrate_out(self.bm, rid, target, reason)
+        except ShuttleError as exc:
+            log.info("migration of %s to %s did not happen: %s", rid, target, exc)
+
+    # --- shutdown -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Destroy this application's objects on the nodes, then stop the run-time."""
+        if self._closed:
+            return
+        self._closed = True
+        for rid, entry in list(self.bm.homed.items()):
+            if entry.location in (self.id, "") or rid.local.startswith(CONSOLE_PREFIX):
+                continue
+            with contextlib.suppress(ShuttleError, OSError, TimeoutError):
+                self.bm.run(
+                    self.peers.call(entry.location, "object.destroy", {"rid": str(rid)}),
+                    timeout_s=5.0,
+                )
+        for rid in list(self.bm.hosted):
+            with contextlib.suppress(ShuttleError):
+                self.bm.release(rid)
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and self._stop is not None:
+            loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(10.0)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,93 @@
+"""The run-time's settings: one dataclass, filled from flags or a node's TOML file.
+
+Every knob has a default with its reason; ``H`` and ``B_thresh`` are the paper's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from shuttle.errors import ConfigError
+from shuttle.runtime.placement import PlacementConfig
+
+#: H, the observation window (ABACUS used 1 s in every experiment).
+WINDOW_S_DEFAULT = 1.0
+#: B_thresh as a fraction of H (ABACUS: 30 %).
+THRESHOLD_FRACTION_DEFAULT = 0.3
+#: A new stack's first digest goes out after this fraction of H: waiting a whole H
+#: before anything is known is what made ABACUS adapt late on short runs.
+FIRST_DIGEST_FRACTION = 0.25
+#: Anti-thrashing: an object that moved is not moved again for this many H.
+RESIDENCE_WINDOWS_DEFAULT = 5.0
+#: Longest a migration waits for active calls to drain before it is cancelled.
+DRAIN_TIMEOUT_S_DEFAULT = 5.0
+#: Threads running object methods on a node (CPU-bound filters hold the GIL, so
+#: more would not run faster; enough that a few stacks never queue behind one).
+EXECUTOR_THREADS_DEFAULT = 8
+#: A staged (installed, not yet activated) object is dropped if its source does not
+#: activate it within this time (the source died mid-migration).
+STAGED_TTL_S_DEFAULT = 30.0
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Settings of one run-time (a node's or a client's)."""
+
+    window_s: float = WINDOW_S_DEFAULT
+    threshold_fraction: float = THRESHOLD_FRACTION_DEFAULT
+    #: How often clients push digests (default: every H).
+    digest_interval_s: float | None = None
+    #: When a new stack's first digest goes (default: H/4).
+    first_digest_s: float | None = None
+    #: Anti-thrashing residence (default: 5 H; 0 turns it off).
+    residence_s: float | None = None
+    #: A newcomer evicts a hosted stack for room only if it is this many times better
+    #: per server CPU second.
+    eviction_ratio: float = 1.25
+    drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT
+    staged_ttl_s: float = STAGED_TTL_S_DEFAULT
+    #: Memory a node lends to hosted mobile objects (None: no limit).
+    object_memory_bytes: int | None = None
+    executor_threads: int = EXECUTOR_THREADS_DEFAULT
+    #: False: measure and report, but never decide to move anything.
+    adaptive: bool = True
+    #: Where a node appends its placement decisions (JSON lines); None: memory only.
+    decision_log: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.placement()  # validates window and threshold
+        for name in ("digest_interval_s", "first_digest_s", "residence_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"run-time setting {name} must be ≥ 0 seconds, got {value!r}")
+        if self.digest_interval_s is not None and self.digest_interval_s <= 0:
+            raise ConfigError("run-time setting digest_interval_s must be > 0 seconds")
+        if not self.drain_timeout_s > 0:
+            raise ConfigError(f"drain_timeout_s must be > 0 seconds, got {self.drain_timeout_s!r}")
+        if self.object_memory_bytes is not None and self.object_memory_bytes < 0:
+            raise ConfigError(
+                f"object memory must be ≥ 0 bytes (or unset), got {self.object_memory_bytes}"
+            )
+        if self.executor_threads < 1:
+            raise ConfigError(f"executor_threads must be ≥ 1, got {self.executor_threads}")
+
+    def placement(self) -> PlacementConfig:
+        return PlacementConfig(self.window_s, self.threshold_fraction, self.eviction_ratio)
+
+    @property
+    def digest_every_s(self) -> float:
+        return self.digest_interval_s if self.digest_interval_s is not None else self.window_s
+
+    @property
+    def first_digest_after_s(self) -> float:
+        if self.first_digest_s is not None:
+            return self.first_digest_s
+        return FIRST_DIGEST_FRACTION * self.window_s
+
+    @property
+    def residence_after_move_s(self) -> float:
+        if self.residence_s is not None:
+            return self.residence_s
+        return RESIDENCE_WINDOWS_DEFAULT * self.window_s

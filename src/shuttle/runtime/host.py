@@ -1,0 +1,108 @@
+"""The run-time inside a storage node: wiring of the binding manager, the monitor,
+the resource manager and the node's anchored storage object.
+
+The node's process calls :meth:`NodeRuntime.start` once it listens (so the run-time
+knows its address), and :meth:`NodeRuntime.close` on shutdown (shipped objects'
+worker processes end with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from shuttle.net.registry import OperationRegistry
+from shuttle.runtime.binding import BindingManager
+from shuttle.runtime.config import RuntimeConfig
+from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.mobile import MobileObject
+from shuttle.runtime.monitor import ResourceMonitor
+from shuttle.runtime.peers import Peers
+from shuttle.runtime.planner import ResourceManager, build_digest
+from shuttle.runtime.service import Ticker, register_runtime_ops
+
+log = logging.getLogger("shuttle.runtime")
+
+
+class NodeRuntime:
+    """Mobile objects on one storage node."""
+
+    def __init__(
+        self,
+        node_id: str,
+        registry: OperationRegistry,
+        storage: MobileObject,
+        *,
+        config: RuntimeConfig | None = None,
+        key: bytes | None = None,
+        speed: float = 1.0,
+        sandbox_limits: Any = None,
+    ) -> None:
+        self.config = config or RuntimeConfig()
+        self.peers = Peers(key=key, client_name=f"shuttle-node-runtime {node_id}")
+        self.monitor = ResourceMonitor(self.config.window_s)
+        self.executor = ThreadPoolExecutor(
+            self.config.executor_threads, thread_name_prefix="shuttle-obj"
+        )
+        self.bm = BindingManager(
+            node_id,
+            config=self.config,
+            peers=self.peers,
+            monitor=self.monitor,
+            executor=self.executor,
+            speed=speed,
+            accepts_shipped=key is not None,
+            sandbox_limits=sandbox_limits,
+            is_node=True,
+        )
+        self.ticker = Ticker(self.monitor, self.config.window_s)
+        self.manager = ResourceManager(
+            self.bm,
+            self.config,
+            local_digest=self.local_digest,
+            memory_capacity_bytes=self.config.object_memory_bytes,
+        )
+        self.storage_rid = ObjectId.storage(node_id)
+        self.bm.host_anchored(self.storage_rid, storage)
+        register_runtime_ops(registry, self.bm, manager=self.manager)
+        self._task: asyncio.Task[None] | None = None
+
+    def local_digest(self) -> dict[str, Any]:
+        return build_digest(self.bm, self.monitor.window(), self.ticker.load)
+
+    def stats(self) -> dict[str, Any]:
+        """The ``runtime`` section of ``node.stats``."""
+        return {
+            "hosted": len(self.bm.hosted),
+            "load": round(self.ticker.load, 4),
+            "speed": self.bm.speed,
+            "evaluations": self.manager.evaluations,
+            "migrations": sum(1 for e in self.bm.events if e.ok),
+            "shipped_code": self.bm.accepts_shipped,
+        }
+
+    def start(self, address: str) -> None:
+        """The node listens at ``address``: start the periodic work."""
+        loop = asyncio.get_running_loop()
+        self.bm.attach_loop(loop, address)
+        self._task = loop.create_task(self._tick_forever())
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.ticker.interval_s)
+            self.ticker.tick()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        loop = asyncio.get_running_loop()
+        for rid in list(self.bm.hosted):
+            if rid != self.storage_rid:
+                await loop.run_in_executor(self.executor, self.bm.release, rid)
+        await self.peers.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,282 @@
+"""The resource monitor (ABACUS 5.3): what each object costs, learned at calls and returns.
+
+The binding manager tells the monitor when a call enters an object and when it
+returns; nothing inside an object's methods is instrumented, so monitoring costs
+the same whatever the object does. From those two events it keeps, per object and
+per edge of the object graph:
+
+* **CPU seconds** per object, from the thread's CPU clock (``time.thread_time``,
+  which counts only this thread's time on a CPU, not time it waited or was
+  preempted): the time between entering and leaving the object minus what nested
+  calls into other local objects used. A shipped object reports its worker's CPU.
+* **Bytes moved** on each edge ``caller -> callee``: the data the call carried down
+  (arguments) and up (the result), measured by :func:`values.byte_size` without
+  encoding anything.
+* **Stall time**: the wall time a caller waited on a remote callee (network plus
+  the callee's work): what ABACUS's ``ITIMER_BLOCKING`` measured.
+* Calls and inclusive wall time per object.
+
+Counters only grow. Every tick (a few per window) the monitor keeps a snapshot, so
+the counts over the last ``H`` are one subtraction: a moving window, as the paper's
+moving averages, without decaying anything per call.
+
+A call from application code outside any object is charged to the thread's
+*console* (:meth:`ResourceMonitor.console`), the anchored object that stands for
+the application in the object graph.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+#: Snapshots kept: enough to cover a window at the tick rate with room to spare.
+HISTORY_MAX = 64
+
+
+@dataclass(slots=True)
+class ObjectCounters:
+    """What one object did (cumulative, or over a window)."""
+
+    calls: int = 0
+    #: CPU seconds of the object itself at this node (nested calls excluded).
+    cpu_s: float = 0.0
+    #: Wall seconds inside its calls (nested calls included).
+    wall_s: float = 0.0
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+    def minus(self, other: ObjectCounters) -> ObjectCounters:
+        return ObjectCounters(
+            self.calls - other.calls,
+            self.cpu_s - other.cpu_s,
+            self.wall_s - other.wall_s,
+            self.bytes_in - other.bytes_in,
+            self.bytes_out - other.bytes_out,
+        )
+
+
+@dataclass(slots=True)
+class EdgeCounters:
+    """Traffic on one edge ``caller -> callee`` (cumulative, or over a window)."""
+
+    calls: int = 0
+    bytes_down: int = 0
+    bytes_up: int = 0
+    #: Wall seconds the caller spent waiting on remote calls on this edge.
+    stall_s: float = 0.0
+    remote: bool = False
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_down + self.bytes_up
+
+    def minus(self, other: EdgeCounters) -> EdgeCounters:
+        return EdgeCounters(
+            self.calls - other.calls,
+            self.bytes_down - other.bytes_down,
+            self.bytes_up - other.bytes_up,
+            self.stall_s - other.stall_s,
+            self.remote,
+        )
+
+
+Edge = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Window:
+    """Counts over the last window: ``span_s`` seconds (``H``, or less after a start)."""
+
+    span_s: float
+    objects: dict[str, ObjectCounters] = field(default_factory=dict)
+    edges: dict[Edge, EdgeCounters] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Frame:
+    """One active call into an object on this thread."""
+
+    rid: str
+    cpu0: float
+    wall0: float
+    child_cpu: float = 0.0
+
+
+class ResourceMonitor:
+    """Per-object and per-edge counters of one run-time. Thread-safe."""
+
+    def __init__(self, window_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._objects: dict[str, ObjectCounters] = {}
+        self._edges: dict[Edge, EdgeCounters] = {}
+        self._local = threading.local()
+        self._history: deque[tuple[float, dict[str, ObjectCounters], dict[Edge, EdgeCounters]]]
+        self._history = deque(maxlen=HISTORY_MAX)
+        self._history.append((clock(), {}, {}))
+
+    # --- who is running ------------------------------------------------------------
+
+    def _stack(self) -> list[Frame]:
+        stack: list[Frame] | None = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def current(self) -> str | None:
+        """The object running on this thread: the innermost call, else the console."""
+        stack = self._stack()
+        if stack:
+            return stack[-1].rid
+        console: str | None = getattr(self._local, "console", None)
+        return console
+
+    @contextmanager
+    def console(self, rid: str) -> Iterator[None]:
+        """Charge calls made by this thread outside any object to console ``rid``."""
+        before = getattr(self._local, "console", None)
+        self._local.console = rid
+        try:
+            yield
+        finally:
+            self._local.console = before
+
+    # --- calls and returns ------------------------------------------------------------
+
+    def enter(self, rid: str) -> Frame:
+        """A call enters object ``rid`` on this thread."""
+        frame = Frame(rid, time.thread_time(), self._clock())
+        self._stack().append(frame)
+        return frame
+
+    def own_cpu_s(self, frame: Frame) -> float:
+        """CPU the object has used in this call so far, nested calls excluded."""
+        return time.thread_time() - frame.cpu0 - frame.child_cpu
+
+    def exit(
+        self,
+        frame: Frame,
+        *,
+        bytes_in: int = 0,
+        bytes_out: int = 0,
+        external_cpu_s: float | None = None,
+    ) -> None:
+        """The call ``frame`` returns (normally or not). ``external_cpu_s``: CPU the
+        object used elsewhere (a shipped object's worker process)."""
+        stack = self._stack()
+        popped = stack.pop()
+        assert popped is frame, "monitor frames must be exited in order"
+        total_cpu = time.thread_time() - frame.cpu0
+        own = total_cpu - frame.child_cpu if external_cpu_s is None else external_cpu_s
+        wall = self._clock() - frame.wall0
+        if stack:
+            stack[-1].child_cpu += total_cpu
+        with self._lock:
+            c = self._objects.get(frame.rid)
+            if c is None:
+                c = self._objects[frame.rid] = ObjectCounters()
+            c.calls += 1
+            c.cpu_s += max(0.0, own)
+            c.wall_s += wall
+            c.bytes_in += bytes_in
+            c.bytes_out += bytes_out
+
+    def record_edge(
+        self,
+        caller: str,
+        callee: str,
+        *,
+        bytes_down: int,
+        bytes_up: int,
+        stall_s: float = 0.0,
+        remote: bool = False,
+    ) -> None:
+        """One call on the edge ``caller -> callee`` completed."""
+        with self._lock:
+            e = self._edges.get((caller, callee))
+            if e is None:
+                e = self._edges[(caller, callee)] = EdgeCounters(remote=remote)
+            e.calls += 1
+            e.bytes_down += bytes_down
+            e.bytes_up += bytes_up
+            e.stall_s += stall_s
+            e.remote = remote
+
+    # --- windows -----------------------------------------------------------------------
+
+    def totals(self) -> tuple[dict[str, ObjectCounters], dict[Edge, EdgeCounters]]:
+        """Copies of the cumulative counters."""
+        with self._lock:
+            return (
+                {k: replace(v) for k, v in self._objects.items()},
+                {k: replace(v) for k, v in self._edges.items()},
+            )
+
+    def tick(self) -> None:
+        """Keep a snapshot (call a few times per window)."""
+        objects, edges = self.totals()
+        self._history.append((self._clock(), objects, edges))
+
+    def window(self) -> Window:
+        """Counts over the last ``H`` (or since the monitor started, if sooner)."""
+        now = self._clock()
+        objects, edges = self.totals()
+        base_t, base_o, base_e = self._history[0]
+        for t, o, e in self._history:
+            if t > now - self.window_s:
+                break
+            base_t, base_o, base_e = t, o, e
+        zero_o, zero_e = ObjectCounters(), EdgeCounters()
+        win_o = {
+            rid: c.minus(base_o.get(rid, zero_o))
+            for rid, c in objects.items()
+            if c.calls != base_o.get(rid, zero_o).calls
+        }
+        win_e = {
+            k: c.minus(base_e.get(k, zero_e))
+            for k, c in edges.items()
+            if c.calls != base_e.get(k, zero_e).calls
+        }
+        return Window(max(0.0, now - base_t), win_o, win_e)
+
+    def forget(self, rid: str) -> None:
+        """Drop the counters of an object that is gone for good (destroyed)."""
+        with self._lock:
+            self._objects.pop(rid, None)
+            for key in [k for k in self._edges if rid in k]:
+                del self._edges[key]
+
+    def snapshot_json(self) -> dict[str, Any]:
+        """Cumulative counters, JSON-ready (``shuttle objects``)."""
+        objects, edges = self.totals()
+        return {
+            "objects": {rid: _counters_json(c) for rid, c in objects.items()},
+            "edges": [{"caller": a, "callee": b, **_edge_json(e)} for (a, b), e in edges.items()],
+        }
+
+
+def _counters_json(c: ObjectCounters) -> dict[str, Any]:
+    return {
+        "calls": c.calls,
+        "cpu_s": round(c.cpu_s, 6),
+        "wall_s": round(c.wall_s, 6),
+        "bytes_in": c.bytes_in,
+        "bytes_out": c.bytes_out,
+    }
+
+
+def _edge_json(e: EdgeCounters) -> dict[str, Any]:
+    return {
+        "calls": e.calls,
+        "bytes_down": e.bytes_down,
+        "bytes_up": e.bytes_up,
+        "stall_s": round(e.stall_s, 6),
+        "remote": e.remote,
+    }

@@ -1,0 +1,441 @@
+"""The resource manager (ABACUS 5.3-5.4 at the server): digests in, decisions out.
+
+Every run-time summarises what its monitor saw over the last window in a *digest*
+(:func:`build_digest`): its speed and load, the objects it hosts with their CPU,
+memory and checkpoint size, and the edges its objects called along with their bytes
+and calls. Clients push theirs to the nodes their stacks use every ``H`` (and a new
+stack's first one after ``H/4``); ABACUS's clients did not, and it adapted late.
+
+A node's :class:`ResourceManager` merges the fresh digests with its own, finds the
+stacks that end at its storage object (a chain of edges from a client's console),
+turns the counts into the model's inputs (:mod:`shuttle.runtime.placement`) and lets
+:func:`~shuttle.runtime.placement.choose` decide. Moves of objects hosted on a
+client go back to that client in the digest's reply (the client is the source and
+drives the migration); moves of objects hosted here the node starts itself. Every
+evaluation is appended to the decision log with its inputs, the candidate
+placements, their predicted times, and what was done.
+
+Rates, not counts, are merged: each source's counts are divided by the span its
+window covers, summed across sources (an object that just moved appears in both the
+old and the new host's window), and multiplied by ``H`` for the model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shuttle.runtime.binding import BindingManager
+from shuttle.runtime.config import RuntimeConfig
+from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.monitor import Window
+from shuttle.runtime.placement import (
+    QUIESCE_S_DEFAULT,
+    EdgeView,
+    NodeView,
+    ObjectView,
+    Plan,
+    StackView,
+    choose,
+)
+
+log = logging.getLogger("shuttle.runtime")
+
+#: A digest older than this many windows no longer describes a running application.
+DIGEST_STALE_WINDOWS = 3.0
+#: Decision-log records kept in memory for ``shuttle placement log``.
+LOG_RECORDS_MAX = 2000
+#: Longest chain followed from a console (a stack deeper than this is a loop).
+STACK_DEPTH_MAX = 16
+#: Prefix of console objects' local ids.
+CONSOLE_PREFIX = "console-"
+
+
+def build_digest(
+    bm: BindingManager,
+    window: Window,
+    load: float,
+    links: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """What run-time ``bm`` saw over ``window``, for the resource managers."""
+    now = time.monotonic()
+    objects = []
+    for rid, hosted in list(bm.hosted.items()):
+        key = str(rid)
+        counters = window.objects.get(key)
+        moved = bm.moves.get(key)
+        objects.append(
+            {
+                "rid": key,
+                "type": hosted.type_label,
+                "cpu_s": counters.cpu_s if counters else 0.0,
+                "calls": counters.calls if counters else 0,
+                "memory_bytes": hosted.memory_bytes(),
+                "movable": hosted.movable and rid not in bm.migrating,
+                "checkpoint_bytes": bm.estimate_checkpoint_bytes(hosted) if hosted.movable else 0,
+                "quiesce_s": None,
+                "moved_age_s": None if moved is None else round(now - moved[0], 3),
+            }
+        )
+    edges = [
+        {
+            "caller": caller,
+            "callee": callee,
+            "bytes": e.bytes,
+            "calls": e.calls,
+            "stall_s": e.stall_s,
+            "remote": e.remote,
+        }
+        for (caller, callee), e in window.edges.items()
+    ]
+    return {
+        "runtime": bm.id,
+        "address": bm.address,
+        "speed": bm.speed,
+        "load": load,
+        "span_s": window.span_s,
+        "objects": objects,
+        "edges": edges,
+        "consoles": sorted(str(rid) for rid in bm.homed if rid.local.startswith(CONSOLE_PREFIX)),
+        "links": links or {},
+        "quiesce_s": bm_quiesce_s(bm),
+    }
+
+
+def bm_quiesce_s(bm: BindingManager) -> float | None:
+    """Mean quiesce time of this run-time's recent migrations (the model's history)."""
+    times = [e.quiesce_s for e in bm.events if e.ok and e.source == bm.id]
+    return sum(times[-20:]) / len(times[-20:]) if times else None
+
+
+@dataclass
+class _Merged:
+    """Per object and per edge rates, merged from several digests."""
+
+    cpu_ref_per_s: dict[str, float] = field(default_factory=dict)
+    host: dict[str, str] = field(default_factory=dict)
+    info: dict[str, dict[str, Any]] = field(default_factory=dict)
+    edge_bytes_per_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    edge_calls_per_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    quiesce: dict[str, float | None] = field(default_factory=dict)
+
+
+class ResourceManager:
+    """A node's placement decisions over the stacks that use its storage."""
+
+    def __init__(
+        self,
+        bm: BindingManager,
+        config: RuntimeConfig,
+        *,
+        local_digest: Callable[[], dict[str, Any]],
+        memory_capacity_bytes: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.bm = bm
+        self.config = config
+        self.placement = config.placement()
+        self.local_digest = local_digest
+        self.memory_capacity_bytes = memory_capacity_bytes
+        self.clock = clock
+        self.digests: dict[str, tuple[float, dict[str, Any]]] = {}
+        #: Decisions for clients, delivered with the reply to their next digest.
+        self.pending: dict[str, list[dict[str, Any]]] = {}
+        self.records: deque[dict[str, Any]] = deque(maxlen=LOG_RECORDS_MAX)
+        self.evaluations = 0
+        self._seq = 0
+        self._lock = threading.Lock()
+        self._log_path = config.decision_log
+        if self._log_path is not None:
+            self._log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    # --- digests ---------------------------------------------------------------------
+
+    def receive(
+        self, digest: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
+        """Take a client's digest; returns (decisions for that client, moves this node
+        must start: (rid, target, reason))."""
+        client = str(digest.get("runtime", ""))
+        if not client:
+            return [], []
+        if digest.get("address"):
+            self.bm.peers.learn(client, str(digest["address"]), _link_profile(digest, self.bm.id))
+        with self._lock:
+            self.digests[client] = (self.clock(), digest)
+            decisions, local = self.evaluate(trigger=client)
+            mine = self.pending.pop(client, []) + decisions.pop(client, [])
+            for other, items in decisions.items():
+                self.pending.setdefault(other, []).extend(items)
+        return mine, local
+
+    def fresh_digests(self) -> dict[str, dict[str, Any]]:
+        horizon = self.clock() - DIGEST_STALE_WINDOWS * self.config.window_s
+        for client in [c for c, (t, _) in self.digests.items() if t < horizon]:
+            del self.digests[client]
+        return {c: d for c, (_, d) in self.digests.items()}
+
+    # --- evaluation ------------------------------------------------------------------
+
+    def evaluate(
+        self, trigger: str = ""
+    ) -> tuple[dict[str, list[dict[str, Any]]], list[tuple[str, str, str]]]:
+        """Decide over every stack using this node. Returns decisions per client and
+        the moves this node starts itself."""
+        clients = self.fresh_digests()
+        local = self.local_digest()
+        merged = self._merge([local, *clients.values()])
+        notes: list[str] = []
+        stacks, nodes = self._stacks(merged, clients, local, notes)
+        if not stacks:
+            return {}, []
+        pinned = self._pinned(merged)
+        plan = choose(stacks, nodes, self.placement, pinned=pinned)
+        self.evaluations += 1
+        decisions: dict[str, list[dict[str, Any]]] = {}
+        local_moves: list[tuple[str, str, str]] = []
+        actions = []
+        for move in plan.executed:
+            stack = next(s for s in stacks if s.stack_id == move.stack_id)
+            for rid in move.rids:
+                target = stack.server if move.to_server else stack.client
+                host = merged.host.get(rid, "")
+                action = {"rid": rid, "from": host, "to": target, "reason": move.reason}
+                actions.append(action)
+                if not self.config.adaptive:
+                    continue
+                if host == self.bm.id:
+                    local_moves.append((rid, target, move.reason))
+                elif host:
+                    decisions.setdefault(host, []).append(
+                        {"rid": rid, "to": target, "reason": move.reason}
+                    )
+        self._record(trigger, stacks, nodes, plan, actions, sorted(pinned), notes)
+        return decisions, local_moves
+
+    def _merge(self, digests: list[dict[str, Any]]) -> _Merged:
+        m = _Merged()
+        window = self.config.window_s
+        for d in digests:
+            source = str(d.get("runtime", ""))
+            span = max(float(d.get("span_s", 0.0)), 1e-3)
+            speed = float(d.get("speed", 1.0))
+            for o in d.get("objects", []):
+                rid = o["rid"]
+                # Reference CPU seconds per second: raw CPU at a node of speed R is
+                # h·b/R, so h·b = raw·R.
+                m.cpu_ref_per_s[rid] = m.cpu_ref_per_s.get(rid, 0.0) + o["cpu_s"] * speed / span
+                if rid not in m.host or source == self.bm.id:
+                    m.host[rid] = source
+                    m.info[rid] = o
+                    m.quiesce[rid] = d.get("quiesce_s")
+            for e in d.get("edges", []):
+                key = (e["caller"], e["callee"])
+                m.edge_bytes_per_s[key] = m.edge_bytes_per_s.get(key, 0.0) + e["bytes"] / span
+                m.edge_calls_per_s[key] = m.edge_calls_per_s.get(key, 0.0) + e["calls"] / span
+        # Objects hosted here are here, whatever an older digest says.
+        for rid in self.bm.hosted:
+            m.host[str(rid)] = self.bm.id
+        del window
+        return m
+
+    def _stacks(
+        self,
+        m: _Merged,
+        clients: dict[str, dict[str, Any]],
+        local: dict[str, Any],
+        notes: list[str],
+    ) -> tuple[list[StackView], dict[str, NodeView]]:
+        me = self.bm.id
+        window = self.config.window_s
+        storage = str(ObjectId.storage(me))
+        nodes = {
+            me: NodeView(
+                me,
+                float(local.get("speed", 1.0)),
+                float(local.get("load", 0.0)),
+                self.memory_capacity_bytes,
+            )
+        }
+        stacks: list[StackView] = []
+        callees: dict[str, list[tuple[float, str]]] = {}
+        for (caller, callee), rate in m.edge_bytes_per_s.items():
+            callees.setdefault(caller, []).append((rate, callee))
+        for client, digest in clients.items():
+            nodes[client] = NodeView(
+                client, float(digest.get("speed", 1.0)), float(digest.get("load", 0.0))
+            )
+            link = digest.get("links", {}).get(me, {})
+            for console in digest.get("consoles", []):
+                chain = [console]
+                while len(chain) <= STACK_DEPTH_MAX and chain[-1] in callees:
+                    _, nxt = max(callees[chain[-1]])
+                    if nxt in chain:
+                        break
+                    chain.append(nxt)
+                    if ObjectId.parse(nxt).is_storage:
+                        break
+                if len(chain) < 3 or chain[-1] != storage:
+                    continue  # not a stack through a mobile object to our storage
+                hosts = [client, *(m.host.get(r, "?") for r in chain[1:-1]), me]
+                k = 0
+                while k + 1 < len(hosts) and hosts[k + 1] == client:
+                    k += 1
+                if k >= len(chain) - 1 or any(h != me for h in hosts[k + 1 :]):
+                    notes.append(f"{console}: objects on {hosts} are not one client/server split")
+                    continue
+                objects = []
+                for j, rid in enumerate(chain):
+                    info = m.info.get(rid, {})
+                    anchored = j == 0 or j == len(chain) - 1
+                    quiesce = m.quiesce.get(rid)
+                    objects.append(
+                        ObjectView(
+                            rid,
+                            m.cpu_ref_per_s.get(rid, 0.0) * window,
+                            int(info.get("memory_bytes", 0)),
+                            (not anchored) and bool(info.get("movable", False)),
+                            int(info.get("checkpoint_bytes", 0)),
+                            QUIESCE_S_DEFAULT if quiesce is None else float(quiesce),
+                        )
+                    )
+                edges = tuple(
+                    EdgeView(
+                        m.edge_bytes_per_s.get((a, b), 0.0) * window,
+                        m.edge_calls_per_s.get((a, b), 0.0) * window,
+                    )
+                    for a, b in itertools.pairwise(chain)
+                )
+                bandwidth = link.get("bandwidth_bytes_per_s")
+                stacks.append(
+                    StackView(
+                        console,
+                        client,
+                        me,
+                        tuple(objects),
+                        edges,
+                        k,
+                        None if bandwidth is None else float(bandwidth),
+                        float(link.get("latency_s", 0.0)),
+                    )
+                )
+        return stacks, nodes
+
+    def _pinned(self, m: _Merged) -> set[str]:
+        """Objects not to move now: moving already, or moved less than a residence ago."""
+        residence = self.config.residence_after_move_s
+        pinned = {str(r) for r in self.bm.migrating}
+        for rid, info in m.info.items():
+            age = info.get("moved_age_s")
+            if age is not None and age < residence:
+                pinned.add(rid)
+        for items in self.pending.values():
+            pinned.update(i["rid"] for i in items)
+        return pinned
+
+    # --- the decision log ---------------------------------------------------------------
+
+    def _record(
+        self,
+        trigger: str,
+        stacks: list[StackView],
+        nodes: dict[str, NodeView],
+        plan: Plan,
+        actions: list[dict[str, Any]],
+        pinned: list[str],
+        notes: list[str],
+    ) -> None:
+        self._seq += 1
+        record = {
+            "seq": self._seq,
+            "t": round(time.time(), 6),
+            "node": self.bm.id,
+            "trigger": trigger,
+            "adaptive": self.config.adaptive,
+            "nodes": {
+                n.node_id: {
+                    "speed": n.speed,
+                    "load": round(n.load, 4),
+                    "memory_capacity_bytes": n.memory_capacity_bytes,
+                }
+                for n in nodes.values()
+            },
+            "stacks": [_stack_json(s) for s in stacks],
+            "pinned": pinned,
+            **plan.to_json(),
+            "actions": actions,
+        }
+        if notes:
+            record["notes"] = [*record.get("notes", []), *notes]
+        self.records.append(record)
+        if self._log_path is not None:
+            try:
+                with open(self._log_path, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+            except OSError as exc:
+                log.warning("cannot append to the decision log %s: %s", self._log_path, exc)
+
+    def log_since(self, seq: int = 0, limit: int = 200) -> list[dict[str, Any]]:
+        out = [r for r in self.records if r["seq"] > seq]
+        return out[-limit:]
+
+
+def _stack_json(s: StackView) -> dict[str, Any]:
+    return {
+        "stack": s.stack_id,
+        "client": s.client,
+        "server": s.server,
+        "split": s.split,
+        "bandwidth_bytes_per_s": s.bandwidth_bytes_per_s,
+        "latency_s": s.latency_s,
+        "objects": [
+            {
+                "rid": o.rid,
+                "cpu_s": round(o.cpu_s, 6),
+                "memory_bytes": o.memory_bytes,
+                "migratable": o.migratable,
+                "checkpoint_bytes": o.checkpoint_bytes,
+                "quiesce_s": round(o.quiesce_s, 6),
+            }
+            for o in s.objects
+        ],
+        "edges": [{"bytes": round(e.bytes), "calls": round(e.calls, 3)} for e in s.edges],
+    }
+
+
+def _link_profile(digest: dict[str, Any], node_id: str) -> Any:
+    """The client's link profile to this node (to shape calls back to the client)."""
+    from shuttle.net.profiles import LinkProfile
+
+    link = digest.get("links", {}).get(node_id)
+    if not isinstance(link, dict):
+        return None
+    bw = link.get("bandwidth_bytes_per_s")
+    try:
+        return LinkProfile(
+            str(link.get("name", "client")),
+            None if bw is None else float(bw) * 8,
+            float(link.get("latency_s", 0.0)),
+        )
+    except Exception:  # a malformed profile only costs the shaping of calls back
+        return None
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    """Records of a decision log file (JSON lines), skipping torn lines."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out

@@ -1,0 +1,272 @@
+"""The run-time's operations on the wire, registered in a node's (or a client
+run-time's) operation registry, and the periodic work every run-time does.
+
+==================  =====================================================================
+``object.create``   make an object here: a built-in by name, or a shipped class (payload)
+``object.invoke``   call a method of an object hosted here (or answer where it went)
+``object.locate``   where an object is (its home answers with authority)
+``object.moved``    tell an object's home where it went
+``object.install``  stage an object migrating here (its checkpoint and code)
+``object.activate`` the staged object starts serving
+``object.abort``    drop a staged object (its migration failed at the source)
+``object.migrate``  move an object hosted here to another run-time
+``object.destroy``  end an object hosted here
+``runtime.digest``  a client's statistics; the answer carries its placement decisions
+``runtime.objects`` the objects hosted here, their costs and edges, recent migrations
+``runtime.log``     the placement decision log
+==================  =====================================================================
+
+Object code runs on the run-time's executor threads, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from shuttle.errors import InvalidArgumentError, ShuttleError
+from shuttle.net.registry import Mode, OperationRegistry, Reply, arg
+from shuttle.runtime import migration, values
+from shuttle.runtime.binding import POLICIES, BindingManager, HomeEntry
+from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.load import LoadSampler
+from shuttle.runtime.mobile import builtin_type
+from shuttle.runtime.monitor import ResourceMonitor
+from shuttle.runtime.planner import ResourceManager
+
+log = logging.getLogger("shuttle.runtime")
+
+#: Results at least this big travel as raw payload when they are bytes (no msgpack).
+RAW_RESULT_BYTES_MIN = 0
+
+
+def _rid(args: dict[str, Any]) -> ObjectId:
+    return ObjectId.parse(arg(args, "rid", str))
+
+
+def register_runtime_ops(
+    registry: OperationRegistry,
+    bm: BindingManager,
+    *,
+    manager: ResourceManager | None = None,
+    extra_status: Callable[[], dict[str, Any]] | None = None,
+) -> None:
+    """Add the ``object.*`` and ``runtime.*`` operations over ``bm`` to ``registry``."""
+
+    async def in_executor(fn: Callable[..., Any], *a: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(bm.executor, fn, *a)
+
+    def learn_caller(args: dict[str, Any]) -> None:
+        who, where = args.get("from"), args.get("from_address")
+        if isinstance(who, str) and isinstance(where, str) and where:
+            bm.peers.learn(who, where)
+
+    async def create(args: dict[str, Any], payload: bytes) -> Any:
+        """Make a mobile object here (a built-in by name, or shipped code in the payload)."""
+        rid = _rid(args)
+        learn_caller(args)
+        home_address = arg(args, "home_address", str, "")
+        if home_address and rid.home != bm.id:
+            bm.peers.learn(rid.home, home_address)
+        type_name = arg(args, "type", str, "")
+        policy = arg(args, "policy", str, "auto")
+        if policy not in POLICIES:
+            raise InvalidArgumentError(f"policy must be one of {POLICIES}, not {policy!r}")
+        raw_params = args.get("params", b"")
+        params = values.unpack(raw_params) if raw_params else {}
+        if not isinstance(params, dict):
+            raise InvalidArgumentError("params must be a map of constructor arguments")
+        if type_name:
+            cls, code = builtin_type(type_name), None
+        elif payload:
+            cls, code = None, payload
+        else:
+            raise InvalidArgumentError("object.create needs a built-in type or a shipped class")
+        hosted = await in_executor(
+            bm.host_new, rid, home_address, cls, type_name, code, params, policy
+        )
+        return {"rid": str(rid), "host": bm.id, "type": hosted.type_label}
+
+    async def invoke(args: dict[str, Any], payload: bytes) -> Any:
+        """Call a method of an object hosted here; ``{s: moved, to}`` if it is not here."""
+        rid = _rid(args)
+        method = arg(args, "method", str)
+        learn_caller(args)
+        call = values.unpack(payload, bm) if payload else [[], {}]
+        if not (isinstance(call, list) and len(call) == 2 and isinstance(call[1], dict)):
+            raise InvalidArgumentError("object.invoke payload must be [args, kwargs]")
+        status, value = await in_executor(bm.serve_invoke, rid, method, call[0], call[1])
+        if status == "moved":
+            return value
+        if isinstance(value, bytes | bytearray | memoryview):
+            return Reply({"s": "ok", "raw": True}, value)
+        return Reply({"s": "ok"}, values.pack(value))
+
+    async def locate(args: dict[str, Any], payload: bytes) -> Any:
+        """Where an object runs, as this run-time knows it (with authority at its home)."""
+        rid = _rid(args)
+        where, authoritative = bm.locate_here(rid)
+        address = bm.address if where == bm.id else (bm.peers.address_of(where) if where else None)
+        return {"location": where, "address": address or "", "authoritative": authoritative}
+
+    async def moved(args: dict[str, Any], payload: bytes) -> Any:
+        """At an object's home: it now runs at ``location``."""
+        rid = _rid(args)
+        location = arg(args, "location", str)
+        if rid.home != bm.id:
+            raise InvalidArgumentError(f"{bm.id} is not the home of {rid}")
+        if args.get("address"):
+            bm.peers.learn(location, str(args["address"]))
+        entry = bm.homed.get(rid)
+        if entry is None:
+            bm.homed[rid] = HomeEntry(location, "?")
+        else:
+            entry.location = location
+        return None
+
+    async def install(args: dict[str, Any], payload: bytes) -> Any:
+        """Stage an object migrating here (payload: its checkpoint and code)."""
+        await in_executor(migration.install, bm, args, payload)
+        return {"staged": str(_rid(args)), "host": bm.id}
+
+    async def activate(args: dict[str, Any], payload: bytes) -> Any:
+        """Let a staged object serve."""
+        migration.activate(bm, _rid(args))
+        return None
+
+    async def abort(args: dict[str, Any], payload: bytes) -> Any:
+        """Drop a staged object."""
+        await in_executor(migration.abort, bm, _rid(args))
+        return None
+
+    async def migrate(args: dict[str, Any], payload: bytes) -> Any:
+        """Move an object hosted here to run-time ``to``."""
+        rid = _rid(args)
+        target = arg(args, "to", str)
+        if args.get("to_address"):
+            bm.peers.learn(target, str(args["to_address"]))
+        if rid not in bm.hosted:
+            where, _ = bm.locate_here(rid)
+            return {"moved": False, "location": where, "reason": f"not hosted on {bm.id}"}
+        event = await migration.migrate_out(bm, rid, target, arg(args, "reason", str, "requested"))
+        return {"moved": True, **event.to_json()}
+
+    async def destroy(args: dict[str, Any], payload: bytes) -> Any:
+        """End an object hosted here."""
+        rid = _rid(args)
+        destroyed = await in_executor(bm.destroy_hosted, rid)
+        return {"destroyed": destroyed}
+
+    async def digest(args: dict[str, Any], payload: bytes) -> Any:
+        """A client's digest of its statistics; the reply carries its decisions."""
+        if manager is None:
+            return {"decisions": []}
+        body = values.unpack(payload) if payload else {}
+        if not isinstance(body, dict):
+            raise InvalidArgumentError("runtime.digest payload must be a map")
+        decisions, local = await in_executor(manager.receive, body)
+        for rid_text, target, reason in local:
+            asyncio.get_running_loop().create_task(
+                _move_quietly(bm, ObjectId.parse(rid_text), target, reason)
+            )
+        return {"decisions": decisions}
+
+    async def objects(args: dict[str, Any], payload: bytes) -> Any:
+        """Objects hosted here with their measured costs, known clients, migrations."""
+        window = bm.monitor.window()
+        out: dict[str, Any] = {
+            "runtime": bm.id,
+            "time": time.time(),
+            "span_s": window.span_s,
+            "objects": bm.describe(),
+            "window": {
+                rid: {
+                    "calls": c.calls,
+                    "cpu_s": c.cpu_s,
+                    "bytes_in": c.bytes_in,
+                    "bytes_out": c.bytes_out,
+                }
+                for rid, c in window.objects.items()
+            },
+            "edges": [
+                {
+                    "caller": a,
+                    "callee": b,
+                    "bytes": e.bytes,
+                    "calls": e.calls,
+                    "stall_s": e.stall_s,
+                    "remote": e.remote,
+                }
+                for (a, b), e in window.edges.items()
+            ],
+            "events": [e.to_json() for e in list(bm.events)[-50:]],
+            "clients": {},
+        }
+        if manager is not None:
+            out["clients"] = manager.fresh_digests()
+            out["evaluations"] = manager.evaluations
+        if extra_status is not None:
+            out.update(extra_status())
+        return Reply({"packed": True}, values.pack(out))
+
+    async def decision_log(args: dict[str, Any], payload: bytes) -> Any:
+        """Decision-log records after sequence number ``since``."""
+        if manager is None:
+            return Reply({"packed": True}, values.pack([]))
+        since = arg(args, "since", int, 0)
+        limit = arg(args, "limit", int, 200)
+        return Reply({"packed": True}, values.pack(manager.log_since(since, limit)))
+
+    for name, fn in (
+        ("object.create", create),
+        ("object.invoke", invoke),
+        ("object.locate", locate),
+        ("object.moved", moved),
+        ("object.install", install),
+        ("object.activate", activate),
+        ("object.abort", abort),
+        ("object.migrate", migrate),
+        ("object.destroy", destroy),
+        ("runtime.digest", digest),
+        ("runtime.objects", objects),
+        ("runtime.log", decision_log),
+    ):
+        registry.add(name, fn, Mode.ASYNC)
+
+
+async def _move_quietly(bm: BindingManager, rid: ObjectId, target: str, reason: str) -> None:
+    try:
+        await migration.migrate_out(bm, rid, target, reason)
+    except ShuttleError as exc:  # recorded as a failed event by migrate_out
+        log.info("planned migration of %s did not happen: %s", rid, exc)
+
+
+class Ticker:
+    """The periodic work of a run-time: monitor snapshots and load samples, a few
+    per window, and the average load over the last window."""
+
+    def __init__(
+        self, monitor: ResourceMonitor, window_s: float, ticks_per_window: int = 4
+    ) -> None:
+        self.monitor = monitor
+        self.window_s = window_s
+        self.interval_s = window_s / ticks_per_window
+        self.sampler = LoadSampler()
+        self._loads: list[tuple[float, float]] = []
+
+    def tick(self) -> None:
+        self.monitor.tick()
+        sample = self.sampler.sample()
+        now = time.monotonic()
+        self._loads.append((now, sample.load))
+        self._loads = [(t, x) for t, x in self._loads if t > now - self.window_s]
+
+    @property
+    def load(self) -> float:
+        """L averaged over the last window."""
+        if not self._loads:
+            return 0.0
+        return sum(x for _, x in self._loads) / len(self._loads)
