@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 
 from shuttle import __version__
+from shuttle.apps.cli import COMMANDS as RUNTIME_COMMANDS
+from shuttle.apps.cli import placement_app
 from shuttle.bench.cli import app as bench_app
 from shuttle.client.cli import COMMANDS as CLIENT_COMMANDS
 from shuttle.cluster.cli import app as cluster_app
@@ -36,6 +38,9 @@ app.command()(serve)
 app.add_typer(cluster_app, name="cluster")
 for command in CLIENT_COMMANDS:
     app.command()(command)
+for runtime_command in RUNTIME_COMMANDS:
+    app.command()(runtime_command)
+app.add_typer(placement_app, name="placement")
 app.add_typer(bench_app, name="bench")
 app.add_typer(sim_app, name="sim")
 app.add_typer(trace_app, name="trace")

@@ -101,6 +101,8 @@ class Hosted:
     lock: threading.RLock = field(default_factory=threading.RLock)
     arrived_at: float = field(default_factory=time.monotonic)
     arrived_from: str | None = None
+    #: Why it migrated here (the source's reason), for the arrival's event.
+    arrival_reason: str = ""
     checkpoint_bytes: int = 0
 
     @property

@@ -145,6 +145,7 @@ async def migrate_out(
                     "policy": hosted.policy,
                     "from": bm.id,
                     "from_address": bm.address,
+                    "reason": reason,
                 },
                 values.pack({"checkpoint": state, "code": hosted.code}),
             )
@@ -223,7 +224,7 @@ def install(bm: BindingManager, args: dict[str, Any], payload: bytes) -> None:
         bm.peers.learn(source, str(args["from_address"]))
     if args.get("home_address") and rid.home != bm.id:
         bm.peers.learn(rid.home, str(args["home_address"]))
-    bm.host_arrival(
+    hosted = bm.host_arrival(
         rid,
         str(args.get("home_address", "")),
         str(args.get("type", "")),
@@ -232,6 +233,7 @@ def install(bm: BindingManager, args: dict[str, Any], payload: bytes) -> None:
         str(args.get("policy", "auto")),
         source,
     )
+    hosted.arrival_reason = str(args.get("reason", ""))
     loop = bm.loop
     if loop is not None:  # drop the stage if the source never activates it
         loop.call_soon_threadsafe(loop.call_later, bm.config.staged_ttl_s, _expire_stage, bm, rid)
@@ -257,6 +259,17 @@ def activate(bm: BindingManager, rid: ObjectId) -> None:
     hosted.arrived_at = time.monotonic()
     bm.note_move(rid, hosted.arrived_from or "")
     hosted.gate.activate()
+    bm.record(
+        MigrationEvent(
+            time.time(),
+            str(rid),
+            hosted.arrived_from or "?",
+            bm.id,
+            True,
+            hosted.arrival_reason or "arrived",
+            checkpoint_bytes=hosted.checkpoint_bytes,
+        )
+    )
 
 
 def abort(bm: BindingManager, rid: ObjectId) -> None:

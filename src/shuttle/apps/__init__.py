@@ -1,0 +1,7 @@
+"""Applications built on the run-time: console programs over stacks of mobile objects.
+
+Layout:
+
+* ``grep``  ``shuttle grep``: a grep object per node over the keys it holds
+* ``cli``   the commands ``shuttle grep``, ``shuttle objects``, ``shuttle placement``
+"""
