@@ -166,6 +166,7 @@ class Runtime:
             return
         assert self._loop is not None
         self.bm.attach_loop(self._loop, f"{host}:{port}")
+        await self._learn_node_ids()
         self._stop = stop = asyncio.Event()
         self._task = self._loop.create_task(self._periodic())
         self._started.set()
@@ -178,6 +179,24 @@ class Runtime:
                 await task
         await self.peers.close()
         await self._server.close(grace_s=1.0)
+
+    async def _learn_node_ids(self) -> None:
+        """Nodes named by address (``--node HOST:PORT``) are asked their own id: object
+        ids carry it (``n1/storage``), so the run-time must use the node's name."""
+        renamed = []
+        for n in self.nodes:
+            if n.node_id != n.address:
+                renamed.append(n)
+                continue
+            try:
+                reply = await self.peers.call(n.node_id, "ping", {})
+                node_id = str(reply.result["node"])
+            except (ShuttleError, OSError, KeyError, TypeError):
+                renamed.append(n)  # unreachable now: keep the address as its name
+                continue
+            self.peers.learn(node_id, n.address, n.link)
+            renamed.append(NodeAddress(node_id, n.host, n.port, n.link))
+        self.nodes = renamed
 
     @property
     def address(self) -> str:

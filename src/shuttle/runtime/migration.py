@@ -192,9 +192,14 @@ async def _abort_at(bm: BindingManager, target: str, rid: ObjectId) -> None:
 
 
 async def _inform_home(bm: BindingManager, rid: ObjectId, target: str) -> None:
-    """Tell ``rid``'s home where it went (a no-op when we or the target are home)."""
+    """Tell ``rid``'s home where it went (a no-op when we or the target are home).
+
+    Once the home knows, the source keeps no pointer to the object (ABACUS 5.2: old
+    hosts are not required to forward): a caller with a stale hint is sent home."""
     if rid.home in (bm.id, target):
         bm.forwarding.pop(rid, None)
+        if rid.home != bm.id:
+            bm.hints.pop(rid, None)
         return
     try:
         await bm.peers.call(
@@ -208,6 +213,7 @@ async def _inform_home(bm: BindingManager, rid: ObjectId, target: str) -> None:
         log.warning("could not tell %s's home %s that it moved: %s", rid, rid.home, exc)
         return
     bm.forwarding.pop(rid, None)
+    bm.hints.pop(rid, None)
 
 
 # --- the target's side -------------------------------------------------------------------

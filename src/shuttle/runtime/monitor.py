@@ -30,10 +30,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from shuttle.net.clock import REAL_CLOCK, Clock
 
 #: Snapshots kept: enough to cover a window at the tick rate with room to spare.
 HISTORY_MAX = 64
@@ -111,16 +113,16 @@ class Frame:
 class ResourceMonitor:
     """Per-object and per-edge counters of one run-time. Thread-safe."""
 
-    def __init__(self, window_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, window_s: float, clock: Clock = REAL_CLOCK) -> None:
         self.window_s = window_s
-        self._clock = clock
+        self._clock = clock.now
         self._lock = threading.Lock()
         self._objects: dict[str, ObjectCounters] = {}
         self._edges: dict[Edge, EdgeCounters] = {}
         self._local = threading.local()
         self._history: deque[tuple[float, dict[str, ObjectCounters], dict[Edge, EdgeCounters]]]
         self._history = deque(maxlen=HISTORY_MAX)
-        self._history.append((clock(), {}, {}))
+        self._history.append((self._clock(), {}, {}))
 
     # --- who is running ------------------------------------------------------------
 

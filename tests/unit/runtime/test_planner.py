@@ -1,0 +1,171 @@
+"""The resource manager: digests from a client and the node's own view become
+stacks, the model decides, and decisions go to whoever hosts the object."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shuttle.runtime.binding import BindingManager
+from shuttle.runtime.config import RuntimeConfig
+from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.mobile import MobileObject
+from shuttle.runtime.monitor import ResourceMonitor
+from shuttle.runtime.peers import Peers
+from shuttle.runtime.planner import ResourceManager, read_log
+from shuttle.testing import FakeClock
+
+CLIENT = "c-test"
+GREP = f"{CLIENT}/g-1"
+CONSOLE = f"{CLIENT}/console-t"
+STORAGE = "n1/storage"
+
+
+class Anchor(MobileObject):
+    anchored = True
+    migratable = False
+
+
+def client_digest(*, moved_age_s: float | None = None, span_s: float = 0.5) -> dict[str, Any]:
+    """Half a second at the client over a 10 Mbit/s link: the grep read 600 KB and
+    passed 6 KB up, with 10 ms of CPU."""
+    return {
+        "runtime": CLIENT,
+        "address": "127.0.0.1:1",
+        "speed": 1.0,
+        "load": 0.3,
+        "span_s": span_s,
+        "objects": [
+            {
+                "rid": GREP,
+                "type": "grep",
+                "cpu_s": 0.01,
+                "calls": 5,
+                "memory_bytes": 1000,
+                "movable": True,
+                "checkpoint_bytes": 200,
+                "quiesce_s": None,
+                "moved_age_s": moved_age_s,
+            }
+        ],
+        "edges": [
+            {
+                "caller": CONSOLE,
+                "callee": GREP,
+                "bytes": 6_000,
+                "calls": 5,
+                "stall_s": 0,
+                "remote": False,
+            },
+            {
+                "caller": GREP,
+                "callee": STORAGE,
+                "bytes": 600_000,
+                "calls": 10,
+                "stall_s": 0.45,
+                "remote": True,
+            },
+        ],
+        "consoles": [CONSOLE],
+        "links": {"n1": {"name": "lan", "bandwidth_bytes_per_s": 1.25e6, "latency_s": 0.0005}},
+        "quiesce_s": None,
+    }
+
+
+@pytest.fixture
+def manager(tmp_path: Path) -> Any:
+    clock = FakeClock(100.0)
+    config = RuntimeConfig(decision_log=tmp_path / "placement.jsonl")
+    with ThreadPoolExecutor(1) as pool:
+        bm = BindingManager(
+            "n1",
+            config=config,
+            peers=Peers(),
+            monitor=ResourceMonitor(1.0, clock),
+            executor=pool,
+            is_node=True,
+        )
+        bm.host_anchored(ObjectId.storage("n1"), Anchor())
+
+        def local() -> dict[str, Any]:
+            return {
+                "runtime": "n1",
+                "speed": 1.0,
+                "load": 0.1,
+                "span_s": 1.0,
+                "objects": [],
+                "edges": [],
+            }
+
+        yield ResourceManager(bm, config, local_digest=local, clock=clock.now), clock
+
+
+def test_a_client_digest_becomes_a_stack_and_a_decision_for_that_client(manager: Any) -> None:
+    rm, _ = manager
+    decisions, local_moves = rm.receive(client_digest())
+    assert local_moves == []
+    assert [(d["rid"], d["to"]) for d in decisions] == [(GREP, "n1")]
+    (record,) = rm.log_since(0)
+    (stack,) = record["stacks"]
+    assert [o["rid"] for o in stack["objects"]] == [CONSOLE, GREP, STORAGE]
+    assert stack["split"] == 1
+    # Counts over 0.5 s scale to the window H = 1 s.
+    assert stack["edges"][1]["bytes"] == 1_200_000
+    assert record["moves"][0]["execute"] and record["actions"][0]["to"] == "n1"
+
+
+def test_every_evaluation_is_appended_to_the_log_file(manager: Any, tmp_path: Path) -> None:
+    rm, _ = manager
+    rm.receive(client_digest())
+    rm.receive(client_digest())
+    records = read_log(tmp_path / "placement.jsonl")
+    assert [r["seq"] for r in records] == [1, 2]
+    json.dumps(records)  # plain JSON all the way down
+
+
+def test_an_object_that_just_moved_stays_for_its_residence(manager: Any) -> None:
+    rm, _ = manager
+    decisions, _ = rm.receive(client_digest(moved_age_s=1.0))  # residence is 5 H
+    assert decisions == []
+    assert rm.log_since(0)[-1]["pinned"] == [GREP]
+
+
+def test_measure_only_mode_logs_the_decision_but_sends_none(tmp_path: Path) -> None:
+    config = RuntimeConfig(adaptive=False)
+    with ThreadPoolExecutor(1) as pool:
+        bm = BindingManager(
+            "n1",
+            config=config,
+            peers=Peers(),
+            monitor=ResourceMonitor(1.0),
+            executor=pool,
+            is_node=True,
+        )
+        rm = ResourceManager(
+            bm,
+            config,
+            local_digest=lambda: {
+                "runtime": "n1",
+                "speed": 1.0,
+                "load": 0.0,
+                "span_s": 1.0,
+                "objects": [],
+                "edges": [],
+            },
+        )
+        decisions, _ = rm.receive(client_digest())
+    assert decisions == []
+    assert rm.log_since(0)[-1]["actions"]  # the decision is recorded all the same
+
+
+def test_a_digest_older_than_three_windows_is_forgotten(manager: Any) -> None:
+    rm, clock = manager
+    rm.receive(client_digest())
+    clock.jump(2.9)
+    assert CLIENT in rm.fresh_digests()
+    clock.jump(0.2)
+    assert rm.fresh_digests() == {}
