@@ -181,6 +181,12 @@ class ObjectLimitError(ObjectFailedError):
     code = "object_limit"
 
 
+class ObjectBusyError(RemoteError):
+    """The object is moving, arriving or in a long call; try again shortly."""
+
+    code = "object_busy"
+
+
 class MigrationError(RemoteError):
     """A migration did not happen; the object still runs where it was, state intact."""
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
+from shuttle.bench.abacus_cli import app as abacus_app
 from shuttle.errors import UsageError
 
 app = typer.Typer(
@@ -21,6 +22,9 @@ app = typer.Typer(
     "writes JSON with --json FILE.",
     no_args_is_help=True,
 )
+
+
+app.add_typer(abacus_app, name="abacus")
 
 
 @app.callback()

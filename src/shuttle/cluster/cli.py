@@ -48,6 +48,16 @@ def up(
     cpu_factor: Annotated[
         str, typer.Option(help="CPU speed factor: one for all nodes, or a comma list (1,0.5,1).")
     ] = "1",
+    window: Annotated[
+        float | None, typer.Option(help="Run-time: observation window H of every node, seconds.")
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(help="Run-time: B_thresh, the fraction of H a migration must save."),
+    ] = None,
+    object_memory: Annotated[
+        int | None, typer.Option(help="Run-time: bytes each node lends to hosted objects.")
+    ] = None,
     cache_bytes: Annotated[
         int, typer.Option(help="Server block cache per node, bytes.")
     ] = CACHE_BYTES_DEFAULT,
@@ -89,6 +99,16 @@ def up(
         links={"default": link},
         netns_profile=link if netns else None,
         cluster_path=path.resolve(),
+        node_args=[
+            arg
+            for flag, value in (
+                ("--window", window),
+                ("--threshold", threshold),
+                ("--object-memory", object_memory),
+            )
+            if value is not None
+            for arg in (flag, str(value))
+        ],
         report=lambda line: console.print(line, highlight=False),
     )
     console.print(f"cluster file: {result.path}")

@@ -55,6 +55,9 @@ class NodeEntry:
     log: Path | None = None
     #: Network namespace the node runs in (``cluster up --netns``), if any.
     netns: str | None = None
+    #: More ``shuttle serve`` flags (run-time settings such as ``--window 0.5``),
+    #: kept so that a restarted node runs as it did.
+    args: tuple[str, ...] = ()
 
     @property
     def address(self) -> str:
@@ -68,6 +71,8 @@ class NodeEntry:
             "data_dir": str(self.data_dir),
             "cpu_factor": self.cpu_factor,
         }
+        if self.args:
+            out["args"] = list(self.args)
         for name in ("cache_bytes", "pid", "log", "netns"):
             value = getattr(self, name)
             if value is not None:
@@ -224,7 +229,14 @@ def _node_from_dict(raw: Any, where: str) -> NodeEntry:
         pid=raw.get("pid"),
         log=Path(raw["log"]) if raw.get("log") else None,
         netns=raw.get("netns"),
+        args=_args(raw.get("args", []), where),
     )
+
+
+def _args(raw: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
+        raise ConfigError(f"{where}: 'args' must be a list of strings (shuttle serve flags)")
+    return tuple(raw)
 
 
 def default_cluster_path() -> Path | None:

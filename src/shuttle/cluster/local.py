@@ -84,7 +84,7 @@ def _serve_argv(entry: NodeEntry, ready_file: Path, key_file: Path | None) -> li
         argv += ["--cache-bytes", str(entry.cache_bytes)]
     if key_file is not None:
         argv += ["--key-file", str(key_file)]
-    return argv
+    return argv + list(entry.args)
 
 
 def start_node(entry: NodeEntry, run_dir: Path, key_file: Path | None = None) -> NodeEntry:
@@ -151,6 +151,7 @@ def up(
     links: dict[str, Any] | None = None,
     netns_profile: str | None = None,
     cluster_path: Path | None = None,
+    node_args: Sequence[str] = (),
     report: Report = lambda _: None,
 ) -> ClusterFile:
     """Start a cluster of ``nodes`` nodes under ``root`` (or restart the stopped nodes
@@ -159,7 +160,8 @@ def up(
     With ``netns_profile`` (Linux, root) each node runs in a network namespace of its
     own, joined to this one by a veth pair that the kernel shapes to that profile's
     bandwidth with ``tc ... tbf``; clients add only the latency (this kernel has no
-    netem), through the cluster file's ``[links]``.
+    netem), through the cluster file's ``[links]``. ``node_args`` are more ``shuttle
+    serve`` flags for every node (run-time settings), recorded in the cluster file.
     """
     path = cluster_path or root / "cluster.toml"
     if path.exists():
@@ -182,6 +184,7 @@ def up(
                 data_dir=root / f"n{i + 1}",
                 cpu_factor=factors[i] if factors else 1.0,
                 cache_bytes=cache_bytes,
+                args=tuple(node_args),
             )
             for i in range(nodes)
         )

@@ -67,6 +67,13 @@ def serve(
             help="Run-time: bytes of memory lent to hosted mobile objects (default: no limit)."
         ),
     ] = None,
+    lease: Annotated[
+        float | None,
+        typer.Option(
+            help="Run-time: drop the objects of an application not heard from for this "
+            "many seconds (default 30)."
+        ),
+    ] = None,
     adapt: Annotated[
         bool,
         typer.Option(
@@ -106,6 +113,7 @@ def serve(
         "residence_s": residence,
         "object_memory_bytes": object_memory,
         "adaptive": None if adapt else False,
+        "lease_s": lease,
         "sandbox_memory_bytes": sandbox_memory,
         "sandbox_cpu_s": sandbox_cpu,
         "sandbox_wall_s": sandbox_wall,

@@ -9,7 +9,12 @@ from typing import Any
 
 from shuttle.errors import ConfigError
 from shuttle.net.cpu import parse_speed_factor
-from shuttle.runtime.config import THRESHOLD_FRACTION_DEFAULT, WINDOW_S_DEFAULT, RuntimeConfig
+from shuttle.runtime.config import (
+    LEASE_S_DEFAULT,
+    THRESHOLD_FRACTION_DEFAULT,
+    WINDOW_S_DEFAULT,
+    RuntimeConfig,
+)
 from shuttle.runtime.sandbox import (
     CPU_S_PER_CALL_DEFAULT as SANDBOX_CPU_S_DEFAULT,
 )
@@ -73,6 +78,8 @@ class NodeConfig:
     object_memory_bytes: int | None = None
     #: False: measure and log placement decisions, but never move anything.
     adaptive: bool = True
+    #: Objects of an application's run-time not heard from for this long are dropped.
+    lease_s: float = LEASE_S_DEFAULT
     #: Limits of each shipped object's worker process.
     sandbox_memory_bytes: int = SANDBOX_MEMORY_BYTES_DEFAULT
     sandbox_cpu_s: float = SANDBOX_CPU_S_DEFAULT
@@ -105,6 +112,7 @@ class NodeConfig:
             residence_s=self.residence_s,
             object_memory_bytes=self.object_memory_bytes,
             adaptive=self.adaptive,
+            lease_s=self.lease_s,
             decision_log=self.data_dir / ".shuttle" / "runtime" / "placement.jsonl",
         )
 

@@ -44,7 +44,7 @@ class CountObject(MobileObject):
         """``[done, totals]`` after counting the next batch."""
         cursor = LineCursor.from_state(self.cursor)
         read = 0
-        totals = self.totals
+        totals = dict(self.totals)  # committed with the cursor, so a failed read counts nothing
         while read < self.batch_bytes:
             piece = cursor.next_piece(self.storage)
             if piece is None:
@@ -57,4 +57,5 @@ class CountObject(MobileObject):
             if self._regex is not None:
                 totals["matches"] += len(matching_lines(self._regex, piece))
         self.cursor = cursor.state()
+        self.totals = totals
         return [cursor.done, dict(totals)]

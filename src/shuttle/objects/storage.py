@@ -24,6 +24,7 @@ class StorageObject(MobileObject):
 
     anchored = True
     migratable = False
+    concurrent = True  # the store is thread-safe: readers must not queue behind a write
 
     def __init__(self, store: ObjectStore) -> None:
         self._store = store

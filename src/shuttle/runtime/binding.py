@@ -41,8 +41,8 @@ from typing import Any, TypeVar
 from shuttle.errors import (
     InvalidArgumentError,
     LocalProtocolError,
-    MigrationError,
     NotPermittedError,
+    ObjectBusyError,
     ObjectFailedError,
     ObjectNotFoundError,
     ShuttleError,
@@ -99,6 +99,12 @@ class Hosted:
     policy: str
     gate: Gate
     lock: threading.RLock = field(default_factory=threading.RLock)
+    #: The call chain inside the object now (calls of the same chain re-enter), and
+    #: the thread it entered on.
+    owner: str | None = None
+    owner_thread: int | None = None
+    #: Thread-safe objects (the storage object) take calls concurrently.
+    concurrent: bool = False
     arrived_at: float = field(default_factory=time.monotonic)
     arrived_from: str | None = None
     #: Why it migrated here (the source's reason), for the arrival's event.
@@ -169,6 +175,7 @@ class BindingManager:
         peers: Peers,
         monitor: ResourceMonitor,
         executor: ThreadPoolExecutor,
+        control: ThreadPoolExecutor | None = None,
         speed: float = 1.0,
         accepts_shipped: bool = False,
         sandbox_limits: Any = None,
@@ -179,7 +186,12 @@ class BindingManager:
         self.config = config
         self.peers = peers
         self.monitor = monitor
+        #: Threads that run object methods (calls from other run-times).
         self.executor = executor
+        #: Threads for the run-time's own blocking steps (quiesce, checkpoint, install,
+        #: destroy): separate, so that calls held at a closed gate never starve the
+        #: migration that will open it.
+        self.control = control or executor
         #: Raw CPU speed R relative to the reference machine (a node's --cpu-factor).
         self.speed = speed
         #: Extra CPU to burn per CPU second of object work (a slower node), 1/R - 1.
@@ -205,6 +217,12 @@ class BindingManager:
         self.migrating: set[ObjectId] = set()
         #: Last time each object moved to or from here, and from where it came.
         self.moves: dict[str, tuple[float, str]] = {}
+        #: Failed migrations per object: (time of the last failure, failures in a row).
+        self.failures: dict[str, tuple[float, int]] = {}
+        #: The call chain this thread works for (see :meth:`call_hosted`).
+        self._chain = threading.local()
+        #: Background tasks (migrations, informing homes) to finish before closing.
+        self.tasks: set[asyncio.Task[Any]] = set()
 
     # --- plumbing ------------------------------------------------------------------
 
@@ -298,13 +316,34 @@ class BindingManager:
         Raises the callee's typed error (:class:`ObjectFailedError` if its code
         raised), :class:`ObjectNotFoundError` if no such object exists, or
         :class:`UnreachableError` if the node it runs on cannot be reached."""
-        rid = ref.rid
         self.learn_home(ref)
         caller = self.monitor.current()
         asked_home = False
+        #: Where the home said the object is (authoritative), if we asked.
+        home_says: str | None = None
+        outer = getattr(self._chain, "id", None)
+        if outer is None:
+            self._chain.id = secrets.token_hex(6)  # a new chain of calls starts here
+        try:
+            return self._invoke(ref, method, args, kwargs, caller, asked_home, home_says)
+        finally:
+            if outer is None:
+                self._chain.id = None
+
+    def _invoke(
+        self,
+        ref: Ref,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        caller: str | None,
+        asked_home: bool,
+        home_says: str | None,
+    ) -> Any:
+        rid = ref.rid
         for _ in range(REDIRECTS_MAX):
             hosted = self.hosted.get(rid)
-            if hosted is not None:
+            if hosted is not None and hosted.gate.state is not GateState.RETIRED:
                 try:
                     return self.call_hosted(hosted, method, args, kwargs, caller)
                 except _Retired:
@@ -312,9 +351,12 @@ class BindingManager:
             where = self.location_hint(rid)
             if where is None or where == self.id:
                 where = self.run(self.locate(rid))
-                asked_home = True
+                asked_home, home_says = True, where
                 if where == self.id and rid not in self.hosted:
-                    raise ObjectNotFoundError(f"no object {rid} here, though its home says so")
+                    raise ObjectNotFoundError(
+                        f"object {rid} was lost: its home says it runs here, but it does "
+                        "not (was this run-time restarted?)"
+                    )
                 continue
             try:
                 status, value = self._invoke_remote(where, rid, method, args, kwargs, caller)
@@ -332,9 +374,19 @@ class BindingManager:
                 if value.get("address"):
                     self.peers.learn(moved_to, value["address"])
                 self.hints[rid] = moved_to
+            elif home_says == where or (
+                rid.home == self.id
+                and self.homed.get(rid) is not None
+                and self.homed[rid].location == where
+            ):
+                # The home itself sent us to ``where``, which does not have it.
+                raise ObjectNotFoundError(
+                    f"object {rid} was lost: its home says it runs on {where}, but {where} "
+                    f"does not host it (did {where} restart?); create it again"
+                )
             else:
                 self.hints.pop(rid, None)
-                self.run(self.locate(rid))
+                home_says = self.run(self.locate(rid))
                 asked_home = True
         raise ObjectNotFoundError(
             f"could not reach object {rid}: it moved {REDIRECTS_MAX} times while being "
@@ -352,7 +404,7 @@ class BindingManager:
     ) -> tuple[str, Any]:
         packed = values.pack([list(args), kwargs])
         start = time.monotonic()
-        reply = self.run(self._call_remote(where, rid, method, packed))
+        reply = self.run(self._call_remote(where, rid, method, packed, self.current_chain()))
         status, value = reply
         if status == "ok" and caller is not None:
             self.monitor.record_edge(
@@ -365,13 +417,22 @@ class BindingManager:
             )
         return reply
 
+    def current_chain(self) -> str:
+        return getattr(self._chain, "id", None) or ""
+
     async def _call_remote(
-        self, where: str, rid: ObjectId, method: str, packed: bytes
+        self, where: str, rid: ObjectId, method: str, packed: bytes, chain: str = ""
     ) -> tuple[str, Any]:
         resp = await self.peers.call(
             where,
             "object.invoke",
-            {"rid": str(rid), "method": method, "from": self.id, "from_address": self.address},
+            {
+                "rid": str(rid),
+                "method": method,
+                "from": self.id,
+                "from_address": self.address,
+                "chain": chain,
+            },
             packed,
         )
         result = resp.result if isinstance(resp.result, dict) else {}
@@ -400,11 +461,34 @@ class BindingManager:
         result: Any = None
         frame = monitor.enter(rid)
         try:
-            with hosted.lock:
-                if hosted.manager is None:
-                    result, external = hosted.impl.invoke(method, args, kwargs)
-                else:
-                    result = self._call_in_process(hosted, method, args, kwargs)
+            chain = self.current_chain()
+            if (
+                chain
+                and hosted.owner == chain
+                and hosted.manager is None
+                and hosted.owner_thread != threading.get_ident()
+            ):
+                # A shipped object's worker runs one call at a time, and the node
+                # talks to it from the thread that made the call: a cycle that comes
+                # back on another thread cannot enter. Say so at once.
+                raise ObjectBusyError(
+                    f"call cycle: {hosted.rid} ({hosted.type_label}) is a shipped object "
+                    "already inside this chain of calls, and shipped objects cannot be "
+                    "re-entered from another node; break the cycle (A -> B -> A)"
+                )
+            if hosted.concurrent or (chain and hosted.owner == chain):
+                # Thread-safe objects take calls side by side; a call of the chain
+                # that holds the object (A -> B -> A, across threads and nodes) goes
+                # in, as a recursive call would on one thread.
+                result, external = self._call_impl(hosted, method, args, kwargs)
+            else:
+                with hosted.lock:
+                    outer = hosted.owner, hosted.owner_thread
+                    hosted.owner, hosted.owner_thread = chain or None, threading.get_ident()
+                    try:
+                        result, external = self._call_impl(hosted, method, args, kwargs)
+                    finally:
+                        hosted.owner, hosted.owner_thread = outer
             if self.burn_ratio and external is None:
                 burn_cpu(monitor.own_cpu_s(frame) * self.burn_ratio)
         finally:
@@ -424,6 +508,18 @@ class BindingManager:
             )
         return result
 
+    def _call_impl(
+        self,
+        hosted: Hosted,
+        method: str,
+        args: tuple[Any, ...] | list[Any],
+        kwargs: dict[str, Any],
+    ) -> tuple[Any, float | None]:
+        if hosted.manager is None:
+            result, cpu = hosted.impl.invoke(method, args, kwargs)
+            return result, cpu
+        return self._call_in_process(hosted, method, args, kwargs), None
+
     @staticmethod
     def _call_in_process(
         hosted: Hosted, method: str, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
@@ -441,13 +537,28 @@ class BindingManager:
             ) from exc
 
     def serve_invoke(
-        self, rid: ObjectId, method: str, args: list[Any], kwargs: dict[str, Any]
+        self,
+        rid: ObjectId,
+        method: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        chain: str = "",
     ) -> tuple[str, Any]:
         """A remote caller's invocation (on an executor thread): ``("ok", result)`` or
-        ``("moved", {to, address})`` when the object is not here."""
+        ``("moved", {to, address})`` when the object is not here. ``chain``: the
+        caller's call chain, which this thread works for meanwhile."""
+        self._chain.id = chain or secrets.token_hex(6)
+        try:
+            return self._serve_invoke(rid, method, args, kwargs)
+        finally:
+            self._chain.id = None
+
+    def _serve_invoke(
+        self, rid: ObjectId, method: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> tuple[str, Any]:
         for _ in range(2):
             hosted = self.hosted.get(rid)
-            if hosted is None:
+            if hosted is None or hosted.gate.state is GateState.RETIRED:
                 break
             try:
                 return "ok", self.call_hosted(hosted, method, args, kwargs, None)
@@ -470,7 +581,7 @@ class BindingManager:
     def resolve_type(self, kind: str | type[MobileObject]) -> tuple[type[MobileObject], str]:
         """(class, built-in name or "" for a shipped class)."""
         if isinstance(kind, str):
-            return builtin_type(kind), kind
+            return builtin_type(kind), kind  # refuses anchored types by name
         if not (isinstance(kind, type) and issubclass(kind, MobileObject)):
             raise InvalidArgumentError(
                 f"objects are made from a built-in type name or a MobileObject subclass, "
@@ -504,6 +615,7 @@ class BindingManager:
             raise InvalidArgumentError(
                 f"placement policy must be one of {POLICIES}, not {policy!r}"
             )
+        self._refuse_taken(rid)
         params = values.bind_refs(params, self)
         manager: ObjectManager | None
         if code is not None and self.is_node:
@@ -523,7 +635,17 @@ class BindingManager:
                     f"creating {type_label(cls)} failed: {type(exc).__name__}: {exc}"
                 ) from exc
         hosted = Hosted(
-            rid, home_address, impl, manager, label, type_name, code, migratable, policy, Gate()
+            rid,
+            home_address,
+            impl,
+            manager,
+            label,
+            type_name,
+            code,
+            migratable,
+            policy,
+            Gate(),
+            concurrent=bool(cls.concurrent) if cls is not None and manager is not None else False,
         )
         with self._lock:
             self.hosted[rid] = hosted
@@ -546,6 +668,8 @@ class BindingManager:
         """Restore an object that is migrating here, behind a closed (staged) gate."""
         if rid in self.hosted:
             raise InvalidArgumentError(f"object {rid} is already hosted here")
+        if rid.is_storage:
+            raise InvalidArgumentError(f"{rid} is a node's anchored storage object; it never moves")
         if type_name:
             cls = builtin_type(type_name)
             manager: ObjectManager | None = self.manager_for(cls)
@@ -597,6 +721,15 @@ class BindingManager:
             self.hosted[rid] = hosted
         return hosted
 
+    def _refuse_taken(self, rid: ObjectId) -> None:
+        """An id names one object: refuse to make another under it."""
+        if rid in self.hosted or (rid.home == self.id and rid in self.homed):
+            raise InvalidArgumentError(
+                f"object id {rid} is taken here; every object needs an id of its own"
+            )
+        if rid.is_storage:
+            raise InvalidArgumentError(f"{rid} names a node's anchored storage object")
+
     def _start_sandbox(
         self,
         rid: ObjectId,
@@ -635,31 +768,49 @@ class BindingManager:
 
     def release(self, rid: ObjectId) -> Hosted | None:
         """Stop hosting ``rid`` (it left, or was destroyed); its process, if any, ends."""
+        hosted = self.unhost(rid)
+        if hosted is not None:
+            self.close_impl(hosted)
+        return hosted
+
+    def unhost(self, rid: ObjectId) -> Hosted | None:
+        """Take ``rid`` out of the tables at once (calls stop finding it here)."""
         with self._lock:
             hosted = self.hosted.pop(rid, None)
-        if hosted is None:
-            return None
-        if hosted.manager is not None:
+        if hosted is not None and hosted.manager is not None:
             hosted.manager.release(rid)
-        else:
+        return hosted
+
+    @staticmethod
+    def close_impl(hosted: Hosted) -> None:
+        """End what ran the object (a shipped object's worker process; may block)."""
+        if hosted.manager is None:
             try:
                 hosted.impl.close()
             except Exception as exc:  # closing a dead worker: nothing left to do
-                log.debug("closing sandbox of %s: %s", rid, exc)
-        return hosted
+                log.debug("closing sandbox of %s: %s", hosted.rid, exc)
 
     def destroy_hosted(self, rid: ObjectId) -> bool:
         """End object ``rid`` if it runs here, after its active calls drain (executor
         thread). Later calls get :class:`ObjectNotFoundError` from its home."""
         hosted = self.hosted.get(rid)
         if hosted is not None:
+            if rid.is_storage or getattr(type(hosted.impl), "anchored", False):
+                raise InvalidArgumentError(
+                    f"{rid} is anchored (a node's storage object); it cannot be destroyed"
+                )
+            if hosted.gate.closed or rid in self.migrating:
+                raise ObjectBusyError(
+                    f"object {rid} is moving or arriving; destroy it once it has settled"
+                )
             if hosted.gate.quiesce(self.config.drain_timeout_s) is None:
-                raise MigrationError(
+                raise ObjectBusyError(
                     f"object {rid} is busy: its calls did not finish within "
                     f"{self.config.drain_timeout_s:g} s; try again"
                 )
-            self.release(rid)
+            self.unhost(rid)
             hosted.gate.retire()
+            self.close_impl(hosted)
             self.monitor.forget(str(rid))
         if rid.home == self.id:
             self.homed.pop(rid, None)
@@ -682,6 +833,7 @@ class BindingManager:
             False,
             "static",
             Gate(),
+            concurrent=type(obj).concurrent,
         )
         with self._lock:
             self.hosted[rid] = hosted
@@ -726,6 +878,14 @@ class BindingManager:
 
     def record(self, event: MigrationEvent) -> None:
         self.events.append(event)
+        if event.source == self.id:
+            if event.ok:
+                self.failures.pop(event.rid, None)
+            else:
+                _, count = self.failures.get(event.rid, (0.0, 0))
+                self.failures[event.rid] = (time.monotonic(), count + 1)
+        while len(self.moves) > EVENTS_MAX:
+            self.moves.pop(next(iter(self.moves)))
         level = logging.INFO if event.ok else logging.WARNING
         log.log(
             level,

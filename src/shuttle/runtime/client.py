@@ -39,7 +39,7 @@ import uvloop
 
 from shuttle.client.model import NodeAddress
 from shuttle.client.routing import node_for_key
-from shuttle.errors import ConfigError, InvalidArgumentError, ShuttleError
+from shuttle.errors import ConfigError, InvalidArgumentError, ObjectBusyError, ShuttleError
 from shuttle.net.registry import OperationRegistry
 from shuttle.net.server import RpcServer
 from shuttle.runtime import migration, values
@@ -60,6 +60,10 @@ log = logging.getLogger("shuttle.runtime")
 CLIENT_EXECUTOR_THREADS = 4
 #: How long start-up may take (a listening socket on loopback: milliseconds).
 START_TIMEOUT_S = 10.0
+#: How long closing waits for migrations under way to finish or roll back.
+CLOSE_SETTLE_S = 30.0
+#: Attempts to destroy each of the application's objects on its node when closing.
+CLOSE_DESTROY_ATTEMPTS = 3
 
 
 class Runtime:
@@ -87,12 +91,14 @@ class Runtime:
             self.peers.learn(n.node_id, n.address, n.link)
         self.monitor = ResourceMonitor(self.config.window_s)
         self.executor = ThreadPoolExecutor(CLIENT_EXECUTOR_THREADS, thread_name_prefix="shuttle-rt")
+        self.control = ThreadPoolExecutor(CLIENT_EXECUTOR_THREADS, thread_name_prefix="shuttle-rtc")
         self.bm = BindingManager(
             self.id,
             config=self.config,
             peers=self.peers,
             monitor=self.monitor,
             executor=self.executor,
+            control=self.control,
             speed=speed,
         )
         self.ticker = Ticker(self.monitor, self.config.window_s)
@@ -312,12 +318,18 @@ class Runtime:
 
     def destroy(self, ref: Ref) -> None:
         """End ``ref``'s object wherever it runs."""
-        where = self.where(ref)
-        if where == self.id:
-            self.bm.destroy_hosted(ref.rid)
-        else:
-            self.bm.run(self.peers.call(where, "object.destroy", {"rid": str(ref.rid)}))
-            self.bm.homed.pop(ref.rid, None)
+        for _ in range(3):  # it may move while we look
+            where = self.where(ref)
+            if where == self.id:
+                if self.bm.destroy_hosted(ref.rid):
+                    return
+                continue
+            reply = self.bm.run(self.peers.call(where, "object.destroy", {"rid": str(ref.rid)}))
+            if (reply.result or {}).get("destroyed"):
+                self.bm.homed.pop(ref.rid, None)
+                return
+            self.bm.hints.pop(ref.rid, None)
+        raise ObjectBusyError(f"object {ref.rid} kept moving while being destroyed; try again")
 
     @property
     def events(self) -> list[MigrationEvent]:
@@ -364,10 +376,16 @@ class Runtime:
             self._active_since.setdefault(c, now)
         targets = {ObjectId.parse(callee).home for _, callee in window.edges}
         targets = {t for t in targets if t != self.id and self.peers.address_of(t) is not None}
-        for entry in self.bm.homed.values():
-            if entry.location != self.id:
-                targets.add(entry.location)
-        if not targets or not consoles:
+        hosting = {e.location for e in list(self.bm.homed.values()) if e.location != self.id}
+        targets |= hosting
+        if not targets:
+            return
+        if not consoles:
+            # Idle, but objects of ours live on nodes: a digest every H keeps their
+            # lease (a node drops the objects of an application it no longer hears).
+            if hosting and now - self._last_digest >= self.config.digest_every_s:
+                self._last_digest = now
+                await self._send_digest(window, hosting)
             return
         first_due = any(
             c not in self._reported and now - t0 >= self.config.first_digest_after_s
@@ -381,6 +399,9 @@ class Runtime:
             for c, t0 in self._active_since.items()
             if now - t0 >= self.config.first_digest_after_s
         )
+        await self._send_digest(window, targets)
+
+    async def _send_digest(self, window: Any, targets: set[str]) -> None:
         loop = asyncio.get_running_loop()
         digest = await loop.run_in_executor(
             self.executor, lambda: build_digest(self.bm, window, self.ticker.load, self._links())
@@ -401,7 +422,7 @@ class Runtime:
         """Carry out a node's decision about an object hosted here."""
         rid = ObjectId.parse(str(decision.get("rid", "")))
         target = str(decision.get("to", ""))
-        if rid not in self.bm.hosted or rid in self.bm.migrating or not target:
+        if self._closed or rid not in self.bm.hosted or rid in self.bm.migrating or not target:
             return
         loop = asyncio.get_running_loop()
         task = loop.create_task(self._migrate_quietly(rid, target, str(decision.get("reason", ""))))
@@ -420,15 +441,36 @@ class Runtime:
         """Destroy this application's objects on the nodes, then stop the run-time."""
         if self._closed:
             return
-        self._closed = True
+        self._closed = True  # no more decisions are acted on
+        if self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(Exception):  # migrations under way end or roll back
+                self.bm.run(self._settle(), timeout_s=CLOSE_SETTLE_S)
+        nodes: set[str] = set()
         for rid, entry in list(self.bm.homed.items()):
             if entry.location in (self.id, "") or rid.local.startswith(CONSOLE_PREFIX):
                 continue
+            nodes.add(entry.location)
+            for attempt in range(CLOSE_DESTROY_ATTEMPTS):
+                try:
+                    self.bm.run(
+                        self.peers.call(entry.location, "object.destroy", {"rid": str(rid)}),
+                        timeout_s=5.0,
+                    )
+                    break
+                except (ShuttleError, OSError, TimeoutError) as exc:
+                    if attempt == CLOSE_DESTROY_ATTEMPTS - 1:
+                        log.warning(
+                            "could not destroy %s on %s (%s); its node drops it when the "
+                            "lease runs out",
+                            rid,
+                            entry.location,
+                            exc,
+                        )
+                    else:
+                        time.sleep(0.2)
+        for node in nodes | {n.node_id for n in self.nodes}:
             with contextlib.suppress(ShuttleError, OSError, TimeoutError):
-                self.bm.run(
-                    self.peers.call(entry.location, "object.destroy", {"rid": str(rid)}),
-                    timeout_s=5.0,
-                )
+                self.bm.run(self.peers.call(node, "runtime.bye", {"runtime": self.id}), 2.0)
         for rid in list(self.bm.hosted):
             with contextlib.suppress(ShuttleError):
                 self.bm.release(rid)
@@ -438,6 +480,10 @@ class Runtime:
         if self._thread is not None:
             self._thread.join(10.0)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.control.shutdown(wait=False, cancel_futures=True)
+
+    async def _settle(self) -> None:
+        await asyncio.gather(*list(self.bm.tasks), *list(self._migrations), return_exceptions=True)
 
     def __enter__(self) -> Runtime:
         return self

@@ -29,6 +29,14 @@ EXECUTOR_THREADS_DEFAULT = 8
 #: A staged (installed, not yet activated) object is dropped if its source does not
 #: activate it within this time (the source died mid-migration).
 STAGED_TTL_S_DEFAULT = 30.0
+#: A node drops the objects of a home (an application's run-time) it has not heard
+#: from for this long: the application died or lost the node. Clients send a digest
+#: every H to the nodes that host their objects, busy or not.
+LEASE_S_DEFAULT = 30.0
+#: A migration that failed is not tried again for this long, doubled after each
+#: further failure (capped at 16 times): a move that cannot work must not quiesce
+#: the object every window.
+RETRY_AFTER_S_DEFAULT = 5.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,8 @@ class RuntimeConfig:
     eviction_ratio: float = 1.25
     drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT
     staged_ttl_s: float = STAGED_TTL_S_DEFAULT
+    lease_s: float = LEASE_S_DEFAULT
+    retry_after_s: float = RETRY_AFTER_S_DEFAULT
     #: Memory a node lends to hosted mobile objects (None: no limit).
     object_memory_bytes: int | None = None
     executor_threads: int = EXECUTOR_THREADS_DEFAULT
@@ -64,6 +74,8 @@ class RuntimeConfig:
                 raise ConfigError(f"run-time setting {name} must be ≥ 0 seconds, got {value!r}")
         if self.digest_interval_s is not None and self.digest_interval_s <= 0:
             raise ConfigError("run-time setting digest_interval_s must be > 0 seconds")
+        if not (self.lease_s > 0 and self.retry_after_s >= 0):
+            raise ConfigError("lease_s must be > 0 and retry_after_s ≥ 0 seconds")
         if not self.drain_timeout_s > 0:
             raise ConfigError(f"drain_timeout_s must be > 0 seconds, got {self.drain_timeout_s!r}")
         if self.object_memory_bytes is not None and self.object_memory_bytes < 0:

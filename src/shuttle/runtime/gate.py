@@ -16,6 +16,7 @@ Thread-safe; waits are on a condition variable, bounded by the caller's timeout.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from enum import Enum
@@ -65,6 +66,25 @@ class Gate:
             raise LocalProtocolError(f"gate: cannot {event} in state {self._state.value}")
         self._state = new
         self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        """True while calls would be held (the object is arriving or moving)."""
+        return self._state in (GateState.STAGED, GateState.QUIESCING)
+
+    async def wait_open(self, hold_s: float = HOLD_S_MAX) -> None:
+        """Wait on the event loop (not on a thread) while the gate is closed, so that
+        calls held during a migration do not occupy the threads the migration needs."""
+        deadline = time.monotonic() + hold_s
+        delay = 0.001
+        while self.closed:
+            if time.monotonic() > deadline:
+                raise RequestTimeoutError(
+                    f"a call waited {hold_s:g} s for an object that is moving; "
+                    "its migration seems stuck (see the node's log)"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
 
     def enter(self, hold_s: float = HOLD_S_MAX) -> bool:
         """Let a call in (waiting while the object is staged or quiescing). False if

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from shuttle.errors import ShuttleError
 from shuttle.net.registry import OperationRegistry
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
@@ -25,6 +27,10 @@ from shuttle.runtime.planner import ResourceManager, build_digest
 from shuttle.runtime.service import Ticker, register_runtime_ops
 
 log = logging.getLogger("shuttle.runtime")
+
+#: Threads for the run-time's own steps (migrations, creations, destroys): a few,
+#: apart from the threads that run object methods.
+CONTROL_THREADS = 4
 
 
 class NodeRuntime:
@@ -47,12 +53,14 @@ class NodeRuntime:
         self.executor = ThreadPoolExecutor(
             self.config.executor_threads, thread_name_prefix="shuttle-obj"
         )
+        self.control = ThreadPoolExecutor(CONTROL_THREADS, thread_name_prefix="shuttle-rt")
         self.bm = BindingManager(
             node_id,
             config=self.config,
             peers=self.peers,
             monitor=self.monitor,
             executor=self.executor,
+            control=self.control,
             speed=speed,
             accepts_shipped=key is not None,
             sandbox_limits=sandbox_limits,
@@ -91,18 +99,47 @@ class NodeRuntime:
         self._task = loop.create_task(self._tick_forever())
 
     async def _tick_forever(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.ticker.interval_s)
             self.ticker.tick()
+            for rid in self.expired_leases():
+                log.warning(
+                    "dropping %s: its home %s has not been heard from for %.0f s",
+                    rid,
+                    rid.home,
+                    self.config.lease_s,
+                )
+                try:
+                    await loop.run_in_executor(self.control, self.bm.destroy_hosted, rid)
+                except ShuttleError as exc:  # busy or moving: next tick
+                    log.info("dropping %s later: %s", rid, exc)
+
+    def expired_leases(self) -> list[ObjectId]:
+        """Hosted objects whose home (an application's run-time) has gone silent: not
+        heard from (a digest every H while it has objects here) for ``lease_s``."""
+        now = time.monotonic()
+        out = []
+        for rid, hosted in list(self.bm.hosted.items()):
+            if rid.home == self.bm.id or hosted.gate.closed or rid in self.bm.migrating:
+                continue
+            heard = max(self.manager.heard.get(rid.home, 0.0), hosted.arrived_at)
+            if now - heard > self.config.lease_s:
+                out.append(rid)
+        return out
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        for task in list(self.bm.tasks):
+            task.cancel()
+        await asyncio.gather(*self.bm.tasks, return_exceptions=True)
         loop = asyncio.get_running_loop()
         for rid in list(self.bm.hosted):
             if rid != self.storage_rid:
-                await loop.run_in_executor(self.executor, self.bm.release, rid)
+                await loop.run_in_executor(self.control, self.bm.release, rid)
         await self.peers.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.control.shutdown(wait=False, cancel_futures=True)

@@ -52,6 +52,9 @@ class MobileObject:
     anchored: ClassVar[bool] = False
     #: The manager class for this type (None: the default :class:`ObjectManager`).
     manager_class: ClassVar[type[ObjectManager] | None] = None
+    #: True: the object is thread-safe, and calls to it run concurrently (the storage
+    #: object). False (the default): one call at a time, as an actor.
+    concurrent: ClassVar[bool] = False
 
     _rid: ObjectId | None = None
     _invoker: Invoker | None = None
@@ -214,8 +217,9 @@ def builtin(name: str) -> Callable[[M], M]:
     return register
 
 
-def builtin_type(name: str) -> type[MobileObject]:
-    """The built-in type called ``name``; :class:`InvalidArgumentError` lists the known."""
+def builtin_type(name: str, *, anchored_ok: bool = False) -> type[MobileObject]:
+    """The built-in type called ``name``; :class:`InvalidArgumentError` lists the known.
+    Anchored types (the storage object) are made by the run-time only."""
     if name not in BUILTIN_TYPES:
         importlib.import_module(BUILTIN_PACKAGE)  # the built-ins register themselves
     cls = BUILTIN_TYPES.get(name)
@@ -224,5 +228,10 @@ def builtin_type(name: str) -> type[MobileObject]:
             f"no built-in object type {name!r}; built-in types: "
             f"{', '.join(sorted(BUILTIN_TYPES))}. "
             "A class of your own is shipped by value (Runtime.create(MyClass, ...))"
+        )
+    if cls.anchored and not anchored_ok:
+        raise InvalidArgumentError(
+            f"{name!r} objects are anchored: each node has one, made by the run-time; "
+            "refer to it with Runtime.storage(node) instead of creating one"
         )
     return cls

@@ -41,6 +41,7 @@ class Peers:
         self._addresses: dict[str, str] = {}
         self._links: dict[str, LinkProfile | None] = {}
         self._conns: dict[str, AsyncConnection] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     def learn(self, runtime_id: str, address: str, link: LinkProfile | None = None) -> None:
         """Remember where ``runtime_id`` listens (a new address replaces the connection)."""
@@ -48,12 +49,25 @@ class Peers:
             return
         known = self._addresses.get(runtime_id)
         if link is not None:
-            if self._links.get(runtime_id) != link and runtime_id in self._conns:
-                self._conns.pop(runtime_id)  # re-dialled with the new link on next use
+            if self._links.get(runtime_id) != link:
+                self._drop(runtime_id)  # re-dialled with the new link on next use
             self._links[runtime_id] = link
         if known != address:
             self._addresses[runtime_id] = address
-            self._conns.pop(runtime_id, None)
+            self._drop(runtime_id)
+
+    def _drop(self, runtime_id: str) -> None:
+        """Forget a connection and close it (on the loop, once nothing uses it)."""
+        conn = self._conns.pop(runtime_id, None)
+        if conn is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop here: it closes when its reader fails or at shutdown
+        task = loop.create_task(conn.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def address_of(self, runtime_id: str) -> str | None:
         return self._addresses.get(runtime_id)

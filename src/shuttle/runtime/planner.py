@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shuttle.errors import InvalidArgumentError
+from shuttle.node.config import parse_address
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.ids import ObjectId
@@ -57,6 +59,127 @@ LOG_RECORDS_MAX = 2000
 STACK_DEPTH_MAX = 16
 #: Prefix of console objects' local ids.
 CONSOLE_PREFIX = "console-"
+#: A decision for a client not delivered within this many windows is dropped: the
+#: conditions it was made for have passed.
+DECISION_TTL_WINDOWS = 2.0
+#: Failed migrations back off up to 2**this times retry_after_s.
+RETRY_DOUBLINGS_MAX = 4
+#: The decision log file is rotated (to .jsonl.1) past this size.
+LOG_FILE_BYTES_MAX = 64 << 20
+
+
+def _number(value: Any, where: str, *, minimum: float = 0.0, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= minimum:
+        raise InvalidArgumentError(
+            f"digest: {where} must be a number ≥ {minimum:g}, got {value!r:.40}"
+        )
+    return value
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"digest: {where} must be a string, got {value!r:.40}")
+    return value
+
+
+def parse_digest(raw: Any) -> dict[str, Any]:
+    """Check a digest from the wire field by field; :class:`InvalidArgumentError`
+    names the first bad one (a malformed digest must not reach the planner)."""
+    if not isinstance(raw, dict):
+        raise InvalidArgumentError("digest must be a map")
+    runtime = _string(raw.get("runtime"), "runtime")
+    if not runtime or "/" in runtime:
+        raise InvalidArgumentError(f"digest: runtime must be a run-time id, got {runtime!r:.40}")
+    d: dict[str, Any] = {
+        "runtime": runtime,
+        "address": _string(raw.get("address", ""), "address"),
+        "speed": _number(raw.get("speed", 1.0), "speed", minimum=1e-9),
+        "load": _number(raw.get("load", 0.0), "load"),
+        "span_s": _number(raw.get("span_s", 0.0), "span_s"),
+        "quiesce_s": _number(raw.get("quiesce_s"), "quiesce_s", optional=True),
+        "objects": [],
+        "edges": [],
+        "consoles": [],
+        "links": {},
+    }
+    if d["address"]:
+        parse_address(d["address"], "digest address")
+    objects = raw.get("objects", [])
+    if not isinstance(objects, list):
+        raise InvalidArgumentError("digest: objects must be a list")
+    for i, o in enumerate(objects):
+        where = f"objects[{i}]"
+        if not isinstance(o, dict):
+            raise InvalidArgumentError(f"digest: {where} must be a map")
+        rid = _string(o.get("rid"), f"{where}.rid")
+        ObjectId.parse(rid)
+        d["objects"].append(
+            {
+                "rid": rid,
+                "type": _string(o.get("type", "?"), f"{where}.type"),
+                "cpu_s": _number(o.get("cpu_s", 0.0), f"{where}.cpu_s"),
+                "calls": _number(o.get("calls", 0), f"{where}.calls"),
+                "memory_bytes": int(_number(o.get("memory_bytes", 0), f"{where}.memory_bytes")),
+                "movable": bool(o.get("movable", False)),
+                "checkpoint_bytes": int(
+                    _number(o.get("checkpoint_bytes", 0), f"{where}.checkpoint_bytes")
+                ),
+                "quiesce_s": _number(o.get("quiesce_s"), f"{where}.quiesce_s", optional=True),
+                "moved_age_s": _number(o.get("moved_age_s"), f"{where}.moved_age_s", optional=True),
+                "failed_age_s": _number(
+                    o.get("failed_age_s"), f"{where}.failed_age_s", optional=True
+                ),
+                "failures": int(_number(o.get("failures", 0), f"{where}.failures")),
+            }
+        )
+    edges = raw.get("edges", [])
+    if not isinstance(edges, list):
+        raise InvalidArgumentError("digest: edges must be a list")
+    for i, e in enumerate(edges):
+        where = f"edges[{i}]"
+        if not isinstance(e, dict):
+            raise InvalidArgumentError(f"digest: {where} must be a map")
+        caller, callee = (
+            _string(e.get("caller"), f"{where}.caller"),
+            _string(e.get("callee"), f"{where}.callee"),
+        )
+        ObjectId.parse(caller)
+        ObjectId.parse(callee)
+        d["edges"].append(
+            {
+                "caller": caller,
+                "callee": callee,
+                "bytes": _number(e.get("bytes", 0), f"{where}.bytes"),
+                "calls": _number(e.get("calls", 0), f"{where}.calls"),
+                "stall_s": _number(e.get("stall_s", 0.0), f"{where}.stall_s"),
+                "remote": bool(e.get("remote", False)),
+            }
+        )
+    consoles = raw.get("consoles", [])
+    if not isinstance(consoles, list):
+        raise InvalidArgumentError("digest: consoles must be a list")
+    for c in consoles:
+        ObjectId.parse(_string(c, "consoles[]"))
+        d["consoles"].append(c)
+    links = raw.get("links", {})
+    if not isinstance(links, dict):
+        raise InvalidArgumentError("digest: links must be a map of node id to link")
+    for node, link in links.items():
+        if not isinstance(link, dict):
+            raise InvalidArgumentError(f"digest: links[{node!r:.20}] must be a map")
+        d["links"][str(node)] = {
+            "name": str(link.get("name", "")),
+            "bandwidth_bytes_per_s": _number(
+                link.get("bandwidth_bytes_per_s"),
+                f"links[{node}].bandwidth",
+                minimum=1e-9,
+                optional=True,
+            ),
+            "latency_s": _number(link.get("latency_s", 0.0), f"links[{node}].latency_s"),
+        }
+    return d
 
 
 def build_digest(
@@ -72,6 +195,7 @@ def build_digest(
         key = str(rid)
         counters = window.objects.get(key)
         moved = bm.moves.get(key)
+        failed = bm.failures.get(key)
         objects.append(
             {
                 "rid": key,
@@ -83,6 +207,8 @@ def build_digest(
                 "checkpoint_bytes": bm.estimate_checkpoint_bytes(hosted) if hosted.movable else 0,
                 "quiesce_s": None,
                 "moved_age_s": None if moved is None else round(now - moved[0], 3),
+                "failed_age_s": None if failed is None else round(now - failed[0], 3),
+                "failures": 0 if failed is None else failed[1],
             }
         )
     edges = [
@@ -112,7 +238,7 @@ def build_digest(
 
 def bm_quiesce_s(bm: BindingManager) -> float | None:
     """Mean quiesce time of this run-time's recent migrations (the model's history)."""
-    times = [e.quiesce_s for e in bm.events if e.ok and e.source == bm.id]
+    times = [e.quiesce_s for e in list(bm.events) if e.ok and e.source == bm.id]
     return sum(times[-20:]) / len(times[-20:]) if times else None
 
 
@@ -147,8 +273,11 @@ class ResourceManager:
         self.memory_capacity_bytes = memory_capacity_bytes
         self.clock = clock
         self.digests: dict[str, tuple[float, dict[str, Any]]] = {}
-        #: Decisions for clients, delivered with the reply to their next digest.
-        self.pending: dict[str, list[dict[str, Any]]] = {}
+        #: When each client run-time was last heard from (its objects' lease).
+        self.heard: dict[str, float] = {}
+        #: Decisions for clients, delivered with the reply to their next digest (if
+        #: it comes soon enough to still be meant).
+        self.pending: dict[str, list[tuple[float, dict[str, Any]]]] = {}
         self.records: deque[dict[str, Any]] = deque(maxlen=LOG_RECORDS_MAX)
         self.evaluations = 0
         self._seq = 0
@@ -164,18 +293,37 @@ class ResourceManager:
     ) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
         """Take a client's digest; returns (decisions for that client, moves this node
         must start: (rid, target, reason))."""
-        client = str(digest.get("runtime", ""))
-        if not client:
-            return [], []
-        if digest.get("address"):
-            self.bm.peers.learn(client, str(digest["address"]), _link_profile(digest, self.bm.id))
+        digest = parse_digest(digest)
+        client = digest["runtime"]
+        if client == self.bm.id:
+            raise InvalidArgumentError(
+                f"a digest claims to come from {client}, this node itself; a client "
+                "run-time names itself in its digests"
+            )
+        if digest["address"]:
+            self.bm.peers.learn(client, digest["address"], _link_profile(digest, self.bm.id))
         with self._lock:
-            self.digests[client] = (self.clock(), digest)
+            now = self.clock()
+            self.digests[client] = (now, digest)
+            self.heard[client] = now
             decisions, local = self.evaluate(trigger=client)
-            mine = self.pending.pop(client, []) + decisions.pop(client, [])
+            horizon = now - DECISION_TTL_WINDOWS * self.config.window_s
+            mine = [d for t, d in self.pending.pop(client, []) if t >= horizon]
+            mine += decisions.pop(client, [])
             for other, items in decisions.items():
-                self.pending.setdefault(other, []).extend(items)
+                self.pending.setdefault(other, []).extend((now, d) for d in items)
         return mine, local
+
+    def forget(self, client: str) -> None:
+        """A client run-time closed: drop its digest and anything pending for it."""
+        with self._lock:
+            self.digests.pop(client, None)
+            self.pending.pop(client, None)
+
+    def snapshot_digests(self) -> dict[str, dict[str, Any]]:
+        """The fresh digests (a copy, safe to read while evaluations run)."""
+        with self._lock:
+            return dict(self.fresh_digests())
 
     def fresh_digests(self) -> dict[str, dict[str, Any]]:
         horizon = self.clock() - DIGEST_STALE_WINDOWS * self.config.window_s
@@ -330,15 +478,20 @@ class ResourceManager:
         return stacks, nodes
 
     def _pinned(self, m: _Merged) -> set[str]:
-        """Objects not to move now: moving already, or moved less than a residence ago."""
+        """Objects not to move now: moving already, moved less than a residence ago,
+        or failed to move recently (back-off doubling with each failure)."""
         residence = self.config.residence_after_move_s
         pinned = {str(r) for r in self.bm.migrating}
         for rid, info in m.info.items():
             age = info.get("moved_age_s")
             if age is not None and age < residence:
                 pinned.add(rid)
+            failed_age, failures = info.get("failed_age_s"), int(info.get("failures", 0))
+            backoff = self.config.retry_after_s * 2 ** min(failures - 1, RETRY_DOUBLINGS_MAX)
+            if failed_age is not None and failures and failed_age < backoff:
+                pinned.add(rid)
         for items in self.pending.values():
-            pinned.update(i["rid"] for i in items)
+            pinned.update(d["rid"] for _, d in items)
         return pinned
 
     # --- the decision log ---------------------------------------------------------------
@@ -378,13 +531,15 @@ class ResourceManager:
         self.records.append(record)
         if self._log_path is not None:
             try:
+                if self._log_path.exists() and self._log_path.stat().st_size > LOG_FILE_BYTES_MAX:
+                    self._log_path.replace(self._log_path.with_suffix(".jsonl.1"))
                 with open(self._log_path, "a") as f:
                     f.write(json.dumps(record) + "\n")
             except OSError as exc:
                 log.warning("cannot append to the decision log %s: %s", self._log_path, exc)
 
     def log_since(self, seq: int = 0, limit: int = 200) -> list[dict[str, Any]]:
-        out = [r for r in self.records if r["seq"] > seq]
+        out = [r for r in list(self.records) if r["seq"] > seq]
         return out[-limit:]
 
 

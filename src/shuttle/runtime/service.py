@@ -29,6 +29,7 @@ from typing import Any
 
 from shuttle.errors import InvalidArgumentError, ShuttleError
 from shuttle.net.registry import Mode, OperationRegistry, Reply, arg
+from shuttle.node.config import parse_address
 from shuttle.runtime import migration, values
 from shuttle.runtime.binding import POLICIES, BindingManager, HomeEntry
 from shuttle.runtime.ids import ObjectId
@@ -57,7 +58,12 @@ def register_runtime_ops(
     """Add the ``object.*`` and ``runtime.*`` operations over ``bm`` to ``registry``."""
 
     async def in_executor(fn: Callable[..., Any], *a: Any) -> Any:
+        """Object code: on the threads that run objects."""
         return await asyncio.get_running_loop().run_in_executor(bm.executor, fn, *a)
+
+    async def in_control(fn: Callable[..., Any], *a: Any) -> Any:
+        """The run-time's own blocking steps: on threads calls cannot occupy."""
+        return await asyncio.get_running_loop().run_in_executor(bm.control, fn, *a)
 
     def learn_caller(args: dict[str, Any]) -> None:
         who, where = args.get("from"), args.get("from_address")
@@ -69,8 +75,10 @@ def register_runtime_ops(
         rid = _rid(args)
         learn_caller(args)
         home_address = arg(args, "home_address", str, "")
-        if home_address and rid.home != bm.id:
-            bm.peers.learn(rid.home, home_address)
+        if home_address:
+            parse_address(home_address, "object.create home_address")
+            if rid.home != bm.id:
+                bm.peers.learn(rid.home, home_address)
         type_name = arg(args, "type", str, "")
         policy = arg(args, "policy", str, "auto")
         if policy not in POLICIES:
@@ -85,7 +93,7 @@ def register_runtime_ops(
             cls, code = None, payload
         else:
             raise InvalidArgumentError("object.create needs a built-in type or a shipped class")
-        hosted = await in_executor(
+        hosted = await in_control(
             bm.host_new, rid, home_address, cls, type_name, code, params, policy
         )
         return {"rid": str(rid), "host": bm.id, "type": hosted.type_label}
@@ -94,11 +102,23 @@ def register_runtime_ops(
         """Call a method of an object hosted here; ``{s: moved, to}`` if it is not here."""
         rid = _rid(args)
         method = arg(args, "method", str)
+        chain = arg(args, "chain", str, "")
         learn_caller(args)
         call = values.unpack(payload, bm) if payload else [[], {}]
-        if not (isinstance(call, list) and len(call) == 2 and isinstance(call[1], dict)):
-            raise InvalidArgumentError("object.invoke payload must be [args, kwargs]")
-        status, value = await in_executor(bm.serve_invoke, rid, method, call[0], call[1])
+        if not (
+            isinstance(call, list)
+            and len(call) == 2
+            and isinstance(call[0], list)
+            and isinstance(call[1], dict)
+            and all(isinstance(k, str) for k in call[1])
+        ):
+            raise InvalidArgumentError(
+                "object.invoke payload must be [args (a list), kwargs (a map of names)]"
+            )
+        hosted = bm.hosted.get(rid)
+        if hosted is not None and hosted.gate.closed:
+            await hosted.gate.wait_open()  # held on the loop, not on a thread
+        status, value = await in_executor(bm.serve_invoke, rid, method, call[0], call[1], chain)
         if status == "moved":
             return value
         if isinstance(value, bytes | bytearray | memoryview):
@@ -118,6 +138,9 @@ def register_runtime_ops(
         location = arg(args, "location", str)
         if rid.home != bm.id:
             raise InvalidArgumentError(f"{bm.id} is not the home of {rid}")
+        if not location:  # lost where it ran (e.g. stopped while checkpointed)
+            bm.homed.pop(rid, None)
+            return None
         if args.get("address"):
             bm.peers.learn(location, str(args["address"]))
         entry = bm.homed.get(rid)
@@ -129,7 +152,7 @@ def register_runtime_ops(
 
     async def install(args: dict[str, Any], payload: bytes) -> Any:
         """Stage an object migrating here (payload: its checkpoint and code)."""
-        await in_executor(migration.install, bm, args, payload)
+        await in_control(migration.install, bm, args, payload)
         return {"staged": str(_rid(args)), "host": bm.id}
 
     async def activate(args: dict[str, Any], payload: bytes) -> Any:
@@ -138,9 +161,8 @@ def register_runtime_ops(
         return None
 
     async def abort(args: dict[str, Any], payload: bytes) -> Any:
-        """Drop a staged object."""
-        await in_executor(migration.abort, bm, _rid(args))
-        return None
+        """Drop a staged object; ``{active: true}`` if it already serves here."""
+        return await in_control(migration.abort, bm, _rid(args))
 
     async def migrate(args: dict[str, Any], payload: bytes) -> Any:
         """Move an object hosted here to run-time ``to``."""
@@ -157,7 +179,7 @@ def register_runtime_ops(
     async def destroy(args: dict[str, Any], payload: bytes) -> Any:
         """End an object hosted here."""
         rid = _rid(args)
-        destroyed = await in_executor(bm.destroy_hosted, rid)
+        destroyed = await in_control(bm.destroy_hosted, rid)
         return {"destroyed": destroyed}
 
     async def digest(args: dict[str, Any], payload: bytes) -> Any:
@@ -167,12 +189,19 @@ def register_runtime_ops(
         body = values.unpack(payload) if payload else {}
         if not isinstance(body, dict):
             raise InvalidArgumentError("runtime.digest payload must be a map")
-        decisions, local = await in_executor(manager.receive, body)
+        decisions, local = await in_control(manager.receive, body)
+        loop = asyncio.get_running_loop()
         for rid_text, target, reason in local:
-            asyncio.get_running_loop().create_task(
-                _move_quietly(bm, ObjectId.parse(rid_text), target, reason)
-            )
-        return {"decisions": decisions}
+            task = loop.create_task(_move_quietly(bm, ObjectId.parse(rid_text), target, reason))
+            bm.tasks.add(task)
+            task.add_done_callback(bm.tasks.discard)
+        return {"decisions": decisions, "window_s": bm.config.window_s}
+
+    async def bye(args: dict[str, Any], payload: bytes) -> Any:
+        """A client run-time is closing: forget its digests and pending decisions."""
+        if manager is not None:
+            manager.forget(arg(args, "runtime", str))
+        return None
 
     async def objects(args: dict[str, Any], payload: bytes) -> Any:
         """Objects hosted here with their measured costs, known clients, migrations."""
@@ -181,7 +210,7 @@ def register_runtime_ops(
             "runtime": bm.id,
             "time": time.time(),
             "span_s": window.span_s,
-            "objects": bm.describe(),
+            "objects": await in_control(bm.describe),
             "window": {
                 rid: {
                     "calls": c.calls,
@@ -206,7 +235,7 @@ def register_runtime_ops(
             "clients": {},
         }
         if manager is not None:
-            out["clients"] = manager.fresh_digests()
+            out["clients"] = manager.snapshot_digests()
             out["evaluations"] = manager.evaluations
         if extra_status is not None:
             out.update(extra_status())
@@ -231,6 +260,7 @@ def register_runtime_ops(
         ("object.migrate", migrate),
         ("object.destroy", destroy),
         ("runtime.digest", digest),
+        ("runtime.bye", bye),
         ("runtime.objects", objects),
         ("runtime.log", decision_log),
     ):

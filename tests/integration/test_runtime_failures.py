@@ -1,0 +1,344 @@
+"""The run-time when things go wrong: a caller that hangs up mid-migration, an
+answer lost after the target took over, call cycles, anchored and taken ids,
+malformed digests, lost objects, applications that die with objects on nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shuttle.client.aio import AsyncConnection
+from shuttle.errors import (
+    InvalidArgumentError,
+    ObjectNotFoundError,
+    UnreachableError,
+)
+from shuttle.runtime import migration, values
+from shuttle.runtime.binding import BindingManager
+from shuttle.runtime.config import RuntimeConfig
+from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.mobile import MobileObject
+from shuttle.runtime.monitor import ResourceMonitor
+from shuttle.runtime.peers import Peers
+from shuttle.runtime.refs import Ref
+from shuttle.wire import Response
+from tests.integration.nodeproc import NodeProcess
+from tests.integration.test_runtime import SANDBOX, Nodes
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[Nodes]:
+    n = Nodes(tmp_path)
+    yield n
+    for p in n.procs:
+        p.terminate()
+
+
+def node_objects(nodes: Nodes, index: int) -> dict[str, Any]:
+    async def ask() -> Any:
+        conn = AsyncConnection("127.0.0.1", nodes.procs[index].port, key=nodes.key)
+        try:
+            return values.unpack((await conn.call("runtime.objects", {})).payload)
+        finally:
+            await conn.close()
+
+    return {o["rid"]: o for o in asyncio.run(ask())["objects"]}
+
+
+def wait_until(check: Any, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+class Slow(MobileObject):
+    """A shipped object with a long call, and a counter."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def busy(self, seconds: float) -> int:
+        time.sleep(seconds)
+        self.n += 1
+        return self.n
+
+    def add(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def test_a_migration_whose_caller_hangs_up_still_ends_cleanly(nodes: Nodes) -> None:
+    """The caller of object.migrate drops its connection while the migration waits
+    for a long call to drain: the migration goes on (or rolls back) all the same,
+    and the object ends up serving somewhere, never stuck quiescing."""
+    with nodes.runtime() as rt:
+        obj = rt.create(Slow, at="n1")
+        busy = threading.Thread(target=obj.busy, args=(1.5,))
+        busy.start()
+        wait_until(lambda: node_objects(nodes, 0)[str(obj.rid)]["since_s"] >= 0)
+
+        async def hang_up() -> None:
+            conn = AsyncConnection("127.0.0.1", nodes.procs[0].port, key=nodes.key)
+            asyncio.get_running_loop().create_task(
+                conn.call(
+                    "object.migrate",
+                    {"rid": str(obj.rid), "to": "n2", "to_address": nodes.procs[1].address},
+                )
+            )
+            for _ in range(500):  # until the node is draining the busy call
+                objs = values.unpack((await conn.call("runtime.objects", {})).payload)
+                if any(o["state"] == "quiescing" for o in objs["objects"]):
+                    break
+                await asyncio.sleep(0.01)
+            await conn.close()
+
+        asyncio.run(hang_up())
+        busy.join(30)
+        wait_until(
+            lambda: (
+                str(obj.rid) not in node_objects(nodes, 0)
+                or node_objects(nodes, 0)[str(obj.rid)]["state"] == "open"
+            )
+        )
+        assert obj.add() == 2  # served, with its state, wherever it is now
+        assert rt.where(obj) == "n2"
+
+
+def test_a_lost_activate_answer_completes_the_move_instead_of_two_copies() -> None:
+    """The target activated the object but its answer never arrived: the source asks
+    (abort says "active") and completes the switch; one live copy, at the target."""
+
+    class Counter(MobileObject):
+        def __init__(self) -> None:
+            self.n = 0
+
+        def add(self) -> int:
+            self.n += 1
+            return self.n
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        pool = ThreadPoolExecutor(4)
+        config = RuntimeConfig()
+        source = BindingManager(
+            "c1", config=config, peers=Peers(), monitor=ResourceMonitor(1), executor=pool
+        )
+        target = BindingManager(
+            "n1", config=config, peers=Peers(), monitor=ResourceMonitor(1), executor=pool
+        )
+        source.attach_loop(loop, "127.0.0.1:1")
+        target.attach_loop(loop, "127.0.0.1:2")
+        source.shipped_classes = {}
+        rid = source.new_id()
+        source.host_new(rid, "127.0.0.1:1", Counter, "counter", None, {}, "auto")
+        from shuttle.runtime import mobile
+
+        mobile.BUILTIN_TYPES["counter"] = Counter  # a built-in for this test
+        try:
+            await loop.run_in_executor(pool, lambda: source.ref(rid).add())
+
+            class LosingPeers(Peers):
+                async def call(
+                    self, runtime_id: str, op: str, args: dict[str, Any], payload: Any = b""
+                ) -> Response:
+                    if op == "object.install":
+                        await loop.run_in_executor(
+                            pool, migration.install, target, args, bytes(payload)
+                        )
+                        return Response(1, None)
+                    if op == "object.activate":
+                        migration.activate(target, ObjectId.parse(args["rid"]))
+                        raise UnreachableError("the answer was lost")
+                    if op == "object.abort":
+                        return Response(1, migration.abort(target, ObjectId.parse(args["rid"])))
+                    return Response(1, None)
+
+            source.peers = LosingPeers()
+            source.peers.learn("n1", "127.0.0.1:2")
+            event = await migration.migrate_out(source, rid, "n1")
+            assert event.ok
+            assert rid not in source.hosted and rid in target.hosted
+            assert target.hosted[rid].gate.state.value == "open"
+            assert (
+                await loop.run_in_executor(
+                    pool, lambda: target.call_hosted(target.hosted[rid], "add", [], {}, None)
+                )
+                == 2
+            )
+        finally:
+            del mobile.BUILTIN_TYPES["counter"]
+            pool.shutdown()
+
+    asyncio.run(scenario())
+
+
+class Ping(MobileObject):
+    def bounce(self, other: Ref, me: Ref, n: int) -> str:
+        if n == 0:
+            return "done"
+        result: str = other.bounce(me, other, n - 1)
+        return result
+
+
+def test_a_call_cycle_across_run_times_does_not_deadlock(nodes: Nodes) -> None:
+    """A in one application calls B in another, which calls A back: the call comes
+    back on another thread but belongs to the same chain, so it enters A."""
+    with nodes.runtime() as one, nodes.runtime() as two:
+        a = one.create(Ping)
+        b_there = two.create(Ping)
+        b = one.bm.ref(b_there.rid, b_there.home_address)
+        result: list[str] = []
+        caller = threading.Thread(target=lambda: result.append(a.bounce(b, a, 5)))
+        caller.start()
+        caller.join(20)
+        assert result == ["done"], "the cycle deadlocked"
+
+
+def test_a_cycle_through_a_shipped_object_is_refused_at_once(nodes: Nodes) -> None:
+    """A shipped object's worker cannot be re-entered from another node's call: the
+    cycle gets a clear error instead of hanging until a timeout."""
+    from shuttle.errors import ObjectBusyError
+
+    with nodes.runtime() as rt:
+        a = rt.create(Ping)
+        b = rt.create(Ping, at="n1")
+        outcome: list[BaseException | str] = []
+
+        def call() -> None:
+            try:
+                outcome.append(a.bounce(b, a, 4))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        caller.join(20)
+        assert len(outcome) == 1, "the cycle hung"
+        assert isinstance(outcome[0], ObjectBusyError) and "call cycle" in str(outcome[0])
+
+
+def test_anchored_and_taken_ids_are_refused(nodes: Nodes) -> None:
+    with nodes.runtime() as rt:
+        with pytest.raises(InvalidArgumentError, match="anchored"):
+            rt.destroy(rt.storage("n1"))
+        with pytest.raises(InvalidArgumentError, match="anchored"):
+            rt.create("storage")
+        grep = rt.create("grep", at="n1", pattern="x", storage=rt.storage("n1"), keys=[])
+
+        def create(rid: str, type_name: str) -> None:
+            rt.bm.run(
+                rt.peers.call(
+                    "n1",
+                    "object.create",
+                    {
+                        "rid": rid,
+                        "type": type_name,
+                        "params": values.pack(
+                            {"pattern": "y", "storage": rt.storage("n1"), "keys": []}
+                        ),
+                    },
+                )
+            )
+
+        with pytest.raises(InvalidArgumentError, match="taken"):
+            create(str(grep.rid), "grep")
+        with pytest.raises(InvalidArgumentError, match="storage"):
+            create("n1/storage", "grep")
+        assert grep.next() == [True, []]  # the original is untouched
+        with nodes.client() as client:
+            client.put("k", b"still here")
+            assert rt.storage(rt.node_for("k")).read("k") == b"still here"
+
+
+def test_a_malformed_digest_is_refused_by_name_and_placement_keeps_working(
+    nodes: Nodes,
+) -> None:
+    with nodes.runtime() as rt:
+        for bad, field in (
+            ({"runtime": "x", "objects": [{"rid": "x/1"}]}, None),
+            ({"runtime": "x", "objects": [{"rid": "x/1", "cpu_s": "lots"}]}, "cpu_s"),
+            ({"runtime": ["a"]}, "runtime"),
+            ({"runtime": "n1"}, "this node itself"),
+            ({"runtime": "x", "edges": [{"caller": "nohome", "callee": "n1/storage"}]}, "home"),
+        ):
+            call = rt.peers.call("n1", "runtime.digest", {}, values.pack(bad))
+            if field is None:
+                rt.bm.run(call)  # missing fields take defaults
+                continue
+            with pytest.raises(InvalidArgumentError, match=field):
+                rt.bm.run(call)
+        with nodes.client() as client:
+            client.put("big", b"".join(b"line %d\n" % i for i in range(60_000)))
+    from shuttle.apps.grep import run_grep
+
+    with nodes.runtime(link="lan") as rt:
+        result = run_grep(rt, "line 4242$", ["big"])
+    assert result.matches == 1 and result.migrations
+
+
+def test_an_object_lost_with_its_node_is_reported_as_lost(nodes: Nodes) -> None:
+    with nodes.runtime() as rt:
+        obj = rt.create(Slow, at="n1")
+        assert obj.add() == 1
+        nodes.procs[0].restart()  # same port, objects (in memory) gone
+        with pytest.raises(ObjectNotFoundError, match=r"lost.*did n1 restart"):
+            obj.add()
+
+
+CLIENT_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from shuttle.client.model import NodeAddress
+    from shuttle.net.auth import load_key_file
+    from shuttle.runtime.client import Runtime
+    from shuttle.runtime.config import RuntimeConfig
+    port, key_file = int(sys.argv[1]), sys.argv[2]
+    rt = Runtime([NodeAddress("n1", "127.0.0.1", port)], key=load_key_file(key_file),
+                 config=RuntimeConfig(window_s=0.25))
+    ref = rt.create("grep", at="n1", pattern="x", storage=rt.storage("n1"), keys=[])
+    print(ref.rid, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_dead_application_s_objects_go_when_its_lease_runs_out(tmp_path: Path) -> None:
+    key_file = tmp_path / "k"
+    from shuttle.net.auth import write_key_file
+
+    key = write_key_file(key_file)
+    node = NodeProcess(
+        tmp_path / "n1", extra=["--key-file", str(key_file), "--lease", "1.5", *SANDBOX]
+    ).start()
+    try:
+        app = subprocess.Popen(
+            [sys.executable, "-c", CLIENT_SCRIPT, str(node.port), str(key_file)],
+            stdout=subprocess.PIPE,
+        )
+        assert app.stdout is not None
+        rid = app.stdout.readline().decode().strip()
+        nodes = Nodes.__new__(Nodes)
+        nodes.procs, nodes.key = [node], key
+        # Alive and idle, it keeps its object past the lease (a digest every H).
+        time.sleep(2.5)
+        assert rid in node_objects(nodes, 0)
+        app.kill()
+        app.wait(10)
+        wait_until(lambda: rid not in node_objects(nodes, 0), timeout_s=20)
+    finally:
+        node.terminate()
+    log = node.log.read_text()
+    assert "has not been heard from" in log
+    json.dumps(log[-100:])
