@@ -342,3 +342,25 @@ def test_a_dead_application_s_objects_go_when_its_lease_runs_out(tmp_path: Path)
     log = node.log.read_text()
     assert "has not been heard from" in log
     json.dumps(log[-100:])
+
+
+class Heavy(MobileObject):
+    """Holds 150 MiB: its checkpoint (a second copy) cannot fit in 256 MiB."""
+
+    def __init__(self) -> None:
+        self.blob = bytearray(150 << 20)
+
+    def size(self) -> int:
+        return len(self.blob)
+
+
+def test_a_checkpoint_that_kills_a_shipped_object_is_reported_as_a_loss(nodes: Nodes) -> None:
+    from shuttle.errors import MigrationError
+
+    with nodes.runtime() as rt:
+        heavy = rt.create(Heavy, at="n1")
+        assert heavy.size() == 150 << 20
+        with pytest.raises(MigrationError, match="was lost while it was checkpointed"):
+            rt.migrate(heavy, "client")
+        with pytest.raises(ObjectNotFoundError):
+            heavy.size()  # its home no longer lists it: a clear "no such object"
