@@ -15,6 +15,7 @@ import sysconfig
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -176,3 +177,40 @@ def _run(cluster: ClusterFile, source: Path, files: list[Path], total_bytes: int
             f"{len(problems) + len(lost)} object(s) failed verification (listed above)"
         )
     console.print("[bold green]all objects verified[/]")
+    _grep_step(cluster, source, list(expected), total_bytes)
+
+
+#: What the demo's grep looks for (selective: a few hundred lines of 31 MB).
+DEMO_PATTERN = r"TODO|XXX"
+
+
+def _grep_step(cluster: ClusterFile, source: Path, keys: list[str], total_bytes: int) -> None:
+    """Grep the data set over an emulated 10 Mbit/s LAN with placement auto: each grep
+    object starts at the client and the nodes move them next to the data."""
+    from shuttle.apps.grep import run_grep
+    from shuttle.net.profiles import parse_link_profile
+    from shuttle.runtime.client import Runtime
+
+    lan = parse_link_profile("lan")
+    assert lan.bandwidth_bits_per_s is not None
+    console.rule("[bold]Mobile objects: grep over a 10 Mbit/s link, placement auto")
+    console.print(
+        f"searching {len(keys)} objects ({total_bytes / 1e6:.1f} MB) for {DEMO_PATTERN!r}; "
+        f"at the client that would move all of it over the link "
+        f"(≥ {total_bytes * 8 / lan.bandwidth_bits_per_s:.0f} s)"
+    )
+    nodes = [replace(a, link=lan) for a in cluster.addresses()]
+    with Runtime(nodes, key=cluster.key()) as rt:
+        result = run_grep(rt, DEMO_PATTERN, sorted(keys), placement="auto")
+    for m in result.migrations:
+        console.print(
+            f"  moved grep object {m['object'].rpartition('/')[2]} from the client to "
+            f"{m['to']} at {m['t_s']:.2f} s: {m['reason']}",
+            highlight=False,
+        )
+    console.print(
+        f"{result.matches} matching lines in {result.elapsed_s:.1f} s; the grep objects ended "
+        f"at {', '.join(sorted(set(result.final.values())))}"
+    )
+    if not result.migrations:
+        raise ShuttleError("no grep object moved to its node; see `shuttle placement log`")

@@ -186,7 +186,8 @@ async def _migrate(bm: BindingManager, rid: ObjectId, target: str, reason: str) 
         bm.monitor.forget(str(rid))
         bm.note_move(rid, bm.id)
         m.step("switch")
-        _spawn(bm, _inform_home(bm, rid, target))
+        if not await _inform_home(bm, rid, target, attempts=1):
+            _spawn(bm, _inform_home(bm, rid, target))  # keep trying in the background
         m.step("inform")
         event = m.event(True)
         bm.record(event)
@@ -258,9 +259,11 @@ async def _abort_at(bm: BindingManager, target: str, rid: ObjectId) -> str:
 INFORM_ATTEMPTS = 5
 
 
-async def _inform_home(bm: BindingManager, rid: ObjectId, target: str) -> None:
+async def _inform_home(
+    bm: BindingManager, rid: ObjectId, target: str, attempts: int = INFORM_ATTEMPTS
+) -> bool:
     """Tell ``rid``'s home where it went ("" for lost); a no-op when we or the target
-    are home.
+    are home. True once the home knows.
 
     Once the home knows, the source keeps no pointer to the object (ABACUS 5.2: old
     hosts are not required to forward): a caller with a stale hint is sent home.
@@ -269,23 +272,25 @@ async def _inform_home(bm: BindingManager, rid: ObjectId, target: str) -> None:
         bm.forwarding.pop(rid, None)
         if rid.home != bm.id:
             bm.hints.pop(rid, None)
-        return
+        return True
     address = (bm.peers.address_of(target) or "") if target else ""
     delay = 0.1
-    for attempt in range(INFORM_ATTEMPTS):
+    for attempt in range(attempts):
         try:
             await bm.peers.call(
                 rid.home, "object.moved", {"rid": str(rid), "location": target, "address": address}
             )
             break
         except (ShuttleError, OSError) as exc:
-            if attempt == INFORM_ATTEMPTS - 1:
-                log.warning("could not tell %s's home %s that it moved: %s", rid, rid.home, exc)
-                return  # the forwarding entry stays and keeps callers on track
+            if attempt == attempts - 1:
+                if attempts > 1:
+                    log.warning("could not tell %s's home %s that it moved: %s", rid, rid.home, exc)
+                return False  # the forwarding entry stays and keeps callers on track
             await asyncio.sleep(delay)
             delay *= 4
     bm.forwarding.pop(rid, None)
     bm.hints.pop(rid, None)
+    return True
 
 
 # --- the target's side -------------------------------------------------------------------
