@@ -59,3 +59,76 @@ def test_stream_smoke_compares_with_raw_tcp(tmp_path: Path) -> None:
 def test_netrand_rejects_a_bad_generator() -> None:
     result = shuttle_cli("bench", "netrand", "--generator", "dice", "--no-redis")
     assert result.returncode == 2 and b"--generator must be one of lcg, seeded" in result.stderr
+
+
+def test_abacus_filter_smoke_runs_all_placements_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "filter.json"
+    result = shuttle_cli(
+        "bench",
+        "abacus",
+        "filter",
+        "--size",
+        str(1 << 20),
+        "--runs",
+        "1",
+        "--cases",
+        "1,3",
+        "--no-monitor-overhead",
+        "--json",
+        str(out),
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(out.read_text())
+    assert [c["case"] for c in report["cases"]] == ["1", "3"]
+    for case in report["cases"]:
+        assert set(case["placements"]) == {"client", "adaptive", "server"}
+        assert all(p["mean_s"] > 0 for p in case["placements"].values())
+    assert report["cases"][1]["server_cpu_factor"] == 0.5
+    assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_abacus_competition_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "competition.json"
+    result = shuttle_cli(
+        "bench",
+        "abacus",
+        "competition",
+        "--size",
+        str(2 << 20),
+        "--runs",
+        "1",
+        "--delay",
+        "0.3",
+        "--json",
+        str(out),
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(out.read_text())
+    run = report["runs"]["adaptive"][0]
+    assert set(run["filters"]) == {"1", "2"}
+    assert all(f["blocks"] == 32 for f in run["filters"].values())  # 2 MiB in 64 KiB blocks
+    assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_abacus_swing_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "swing.json"
+    result = shuttle_cli(
+        "bench",
+        "abacus",
+        "swing",
+        "--size",
+        str(1 << 20),
+        "--runs",
+        "1",
+        "--period",
+        "0.5",
+        "--json",
+        str(out),
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(out.read_text())
+    assert report["runs"]["adaptive"][0]["switches"]  # the load was switched
+    assert report["cpu_ratio"] == 1.6
