@@ -10,13 +10,29 @@ Layout (see docs/architecture.md):
 * ``shuttle.sim``     the discrete-event simulator of a file server hosting mobile code
 * ``shuttle.traces``  trace records, readers and recorders
 * ``shuttle.bench``   the papers' experiments on the live system
+* ``shuttle.runtime`` mobile objects: binding, migration, monitor, placement, sandbox
+* ``shuttle.objects`` built-in mobile objects (storage, grep, count, filter)
+* ``shuttle.apps``    commands over the run-time (grep, objects, placement log)
 * ``shuttle.cli``     the ``shuttle`` command
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from shuttle.client import Client, ObjectInfo, connect
+if TYPE_CHECKING:
+    from shuttle.client import Client, ObjectInfo, connect
 
 __all__ = ["Client", "ObjectInfo", "__version__", "connect"]
+
+
+def __getattr__(name: str) -> Any:
+    # The client is imported on first use, not with the package: a shipped object's
+    # sandbox worker imports ``shuttle.runtime`` and must not pay for the client.
+    if name in ("Client", "ObjectInfo", "connect"):
+        import shuttle.client
+
+        return getattr(shuttle.client, name)
+    raise AttributeError(f"module 'shuttle' has no attribute {name!r}")

@@ -131,4 +131,5 @@ def test_abacus_swing_smoke(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr.decode()
     report = json.loads(out.read_text())
     assert report["runs"]["adaptive"][0]["switches"]  # the load was switched
-    assert report["cpu_ratio"] == 1.6
+    low, high = report["cpu_ratio_band"]
+    assert low < report["cpu_ratio"] < high

@@ -7,6 +7,7 @@ Each prints a table, writes JSON with ``--json FILE`` and a PNG with ``--plot FI
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +20,8 @@ app = typer.Typer(
     "swinging conditions), each statically at the client, adaptive, and at the server.",
     no_args_is_help=True,
 )
-console = Console()
+#: Tables are wide; a pipe or a log file gets them unwrapped.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report here.")]
 PlotOpt = Annotated[
@@ -239,6 +241,9 @@ def swing(
     period: Annotated[
         float, typer.Option(help="Seconds the competing load stays on, and then off.")
     ] = 3.0,
+    load_procs: Annotated[
+        int, typer.Option(min=1, help="CPU-bound processes in the competing load.")
+    ] = 2,
     client_cpu: CpuOpt = None,
     node_cpu: NodeCpuOpt = None,
     json_path: JsonOpt = None,
@@ -260,6 +265,7 @@ def swing(
         pass_fraction=pass_fraction,
         cpu_ratio=cpu_ratio,
         period_s=period,
+        load_procs=load_procs,
         client_cpu=client_cpu,
         node_cpu=node_cpu,
     )

@@ -6,15 +6,20 @@ already keeps. Over an interval ``dt`` on the ``n`` CPUs this process may use:
 * our own threads' time running and time waiting in the run queue, exact, from
   ``/proc/self/task/*/schedstat`` (per-thread scheduler accounting);
 * the CPUs' busy time, from ``/proc/stat``; what we did not use of it, other
-  processes did;
-* other processes' time waiting: not visible to us, but when our threads waited on
-  these CPUs, someone else ran, and under fair sharing they waited about as long
-  while we ran, bounded by what they ran: ``min(our wait, their run)``.
+  processes did.
 
-``L = (our run + our wait + their run + their wait) / (dt · n)``. A busy thread of ours
-alone gives 1; the same thread beside a CPU-bound competitor gives 2 (each runs
-half the time and waits half); an idle node with a competitor gives 1; an idle node
-gives about 0. Threads waiting for Python's GIL sleep, so they count as neither.
+Other processes' time *waiting* is not visible to us, but our own waits tell how
+many compete: under fair sharing a thread of ours that was runnable with ``m``
+competitors ran ``1/(m+1)`` of that time, so ``m = our wait / our run`` (bounded by
+what the others actually ran, ``their run / our run``, so that our threads waiting
+for each other are not taken for competitors). While we were runnable, ``m`` others
+were too; the rest of their running happened while we were not.
+
+``L = (our runnable · (1 + m) + max(0, their run - m · our run)) / (dt · n)``.
+
+A busy thread of ours alone gives 1; beside one CPU-bound competitor 2, beside two 3;
+an idle node with a competitor gives 1; an idle node about 0. Threads waiting for
+Python's GIL sleep, so they count as neither.
 """
 
 from __future__ import annotations
@@ -80,6 +85,19 @@ def _cpu_busy_jiffies(cpus: set[int]) -> int:
     return total
 
 
+def estimate_load(
+    own_run: float, own_wait: float, others_run: float, dt: float, cpus: int
+) -> float:
+    """``L`` from our threads' run and wait times and the others' run time (module
+    docstring); all in seconds over ``dt``."""
+    if dt <= 0:
+        return 0.0
+    competitors = min(own_wait, others_run) / own_run if own_run > 0 else 0.0
+    runnable = own_run + own_wait
+    alone = max(0.0, others_run - competitors * own_run)
+    return (runnable * (1 + competitors) + alone) / (dt * max(1, cpus))
+
+
 class LoadSampler:
     """Reads ``L`` over the interval since the previous :meth:`sample`."""
 
@@ -117,9 +135,8 @@ class LoadSampler:
         # Re-pinned meanwhile: the counters are over another set; count only our own.
         busy_s = max(0, busy - self._busy) / _CLK_TCK if cpus == self._cpus else own_run
         others_run = max(0.0, busy_s - own_run)
-        others_wait = min(own_wait, others_run)
         n = max(1, len(cpus))
-        load = (own_run + own_wait + others_run + others_wait) / (dt * n)
+        load = estimate_load(own_run, own_wait, others_run, dt, n)
         self._last_t, self._cpus, self._threads, self._busy = now, cpus, threads, busy
         self.last = LoadSample(dt, load, own_run, own_wait, others_run, n)
         return self.last

@@ -93,11 +93,16 @@ Edge = tuple[str, str]
 
 @dataclass(frozen=True)
 class Window:
-    """Counts over the last window: ``span_s`` seconds (``H``, or less after a start)."""
+    """Counts over the last window: ``span_s`` seconds (``H``, or less after a start).
+
+    ``active_s`` says, per object and per edge, how much of the window it existed
+    for (first seen less than ``span_s`` ago: a new stack, an object that just
+    arrived): its rates are its counts over that, not over the whole window."""
 
     span_s: float
     objects: dict[str, ObjectCounters] = field(default_factory=dict)
     edges: dict[Edge, EdgeCounters] = field(default_factory=dict)
+    active_s: dict[str | Edge, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -119,6 +124,8 @@ class ResourceMonitor:
         self._lock = threading.Lock()
         self._objects: dict[str, ObjectCounters] = {}
         self._edges: dict[Edge, EdgeCounters] = {}
+        #: When each object and edge was first counted (since its last forget).
+        self._first_seen: dict[str | Edge, float] = {}
         self._local = threading.local()
         self._history: deque[tuple[float, dict[str, ObjectCounters], dict[Edge, EdgeCounters]]]
         self._history = deque(maxlen=HISTORY_MAX)
@@ -184,6 +191,7 @@ class ResourceMonitor:
             c = self._objects.get(frame.rid)
             if c is None:
                 c = self._objects[frame.rid] = ObjectCounters()
+                self._first_seen[frame.rid] = frame.wall0
             c.calls += 1
             c.cpu_s += max(0.0, own)
             c.wall_s += wall
@@ -205,6 +213,7 @@ class ResourceMonitor:
             e = self._edges.get((caller, callee))
             if e is None:
                 e = self._edges[(caller, callee)] = EdgeCounters(remote=remote)
+                self._first_seen[(caller, callee)] = self._clock() - stall_s
             e.calls += 1
             e.bytes_down += bytes_down
             e.bytes_up += bytes_up
@@ -246,14 +255,30 @@ class ResourceMonitor:
             for k, c in edges.items()
             if c.calls != base_e.get(k, zero_e).calls
         }
-        return Window(max(0.0, now - base_t), win_o, win_e)
+        span = max(0.0, now - base_t)
+        with self._lock:
+            first = dict(self._first_seen)
+        active: dict[str | Edge, float] = {}
+        keys: list[str | Edge] = [*win_o, *win_e]
+        for key in keys:
+            seen = first.get(key)
+            if seen is not None and seen > base_t:
+                active[key] = max(0.0, now - seen)
+        return Window(span, win_o, win_e, active)
 
     def forget(self, rid: str) -> None:
-        """Drop the counters of an object that is gone for good (destroyed)."""
+        """Drop the counters of an object that left or is gone (its edges too), from
+        the snapshots as well: counts start again from zero if it comes back."""
         with self._lock:
             self._objects.pop(rid, None)
+            self._first_seen.pop(rid, None)
             for key in [k for k in self._edges if rid in k]:
                 del self._edges[key]
+                self._first_seen.pop(key, None)
+            for _, objects, edges in self._history:
+                objects.pop(rid, None)
+                for key in [k for k in edges if rid in k]:
+                    del edges[key]
 
     def snapshot_json(self) -> dict[str, Any]:
         """Cumulative counters, JSON-ready (``shuttle objects``)."""

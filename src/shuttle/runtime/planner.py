@@ -119,6 +119,7 @@ def parse_digest(raw: Any) -> dict[str, Any]:
             {
                 "rid": rid,
                 "type": _string(o.get("type", "?"), f"{where}.type"),
+                "active_s": _number(o.get("active_s"), f"{where}.active_s", optional=True),
                 "cpu_s": _number(o.get("cpu_s", 0.0), f"{where}.cpu_s"),
                 "calls": _number(o.get("calls", 0), f"{where}.calls"),
                 "memory_bytes": int(_number(o.get("memory_bytes", 0), f"{where}.memory_bytes")),
@@ -155,6 +156,7 @@ def parse_digest(raw: Any) -> dict[str, Any]:
                 "calls": _number(e.get("calls", 0), f"{where}.calls"),
                 "stall_s": _number(e.get("stall_s", 0.0), f"{where}.stall_s"),
                 "remote": bool(e.get("remote", False)),
+                "active_s": _number(e.get("active_s"), f"{where}.active_s", optional=True),
             }
         )
     consoles = raw.get("consoles", [])
@@ -200,6 +202,7 @@ def build_digest(
             {
                 "rid": key,
                 "type": hosted.type_label,
+                "active_s": window.active_s.get(key),
                 "cpu_s": counters.cpu_s if counters else 0.0,
                 "calls": counters.calls if counters else 0,
                 "memory_bytes": hosted.memory_bytes(),
@@ -219,6 +222,7 @@ def build_digest(
             "calls": e.calls,
             "stall_s": e.stall_s,
             "remote": e.remote,
+            "active_s": window.active_s.get((caller, callee)),
         }
         for (caller, callee), e in window.edges.items()
     ]
@@ -379,16 +383,18 @@ class ResourceManager:
             for o in d.get("objects", []):
                 rid = o["rid"]
                 # Reference CPU seconds per second: raw CPU at a node of speed R is
-                # h·b/R, so h·b = raw·R.
-                m.cpu_ref_per_s[rid] = m.cpu_ref_per_s.get(rid, 0.0) + o["cpu_s"] * speed / span
+                # h·b/R, so h·b = raw·R. Over the time the object was there to count.
+                seen = _observed(span, o.get("active_s"))
+                m.cpu_ref_per_s[rid] = m.cpu_ref_per_s.get(rid, 0.0) + o["cpu_s"] * speed / seen
                 if rid not in m.host or source == self.bm.id:
                     m.host[rid] = source
                     m.info[rid] = o
                     m.quiesce[rid] = d.get("quiesce_s")
             for e in d.get("edges", []):
                 key = (e["caller"], e["callee"])
-                m.edge_bytes_per_s[key] = m.edge_bytes_per_s.get(key, 0.0) + e["bytes"] / span
-                m.edge_calls_per_s[key] = m.edge_calls_per_s.get(key, 0.0) + e["calls"] / span
+                seen = _observed(span, e.get("active_s"))
+                m.edge_bytes_per_s[key] = m.edge_bytes_per_s.get(key, 0.0) + e["bytes"] / seen
+                m.edge_calls_per_s[key] = m.edge_calls_per_s.get(key, 0.0) + e["calls"] / seen
         # Objects hosted here are here, whatever an older digest says.
         for rid in self.bm.hosted:
             m.host[str(rid)] = self.bm.id
@@ -541,6 +547,17 @@ class ResourceManager:
     def log_since(self, seq: int = 0, limit: int = 200) -> list[dict[str, Any]]:
         out = [r for r in list(self.records) if r["seq"] > seq]
         return out[-limit:]
+
+
+#: Shortest observation a rate is computed over (a call or two is not a rate).
+OBSERVED_S_MIN = 0.05
+
+
+def _observed(span_s: float, active_s: Any) -> float:
+    """The seconds a count was gathered over: the window, or less if the object or
+    edge is younger than the window."""
+    seen = span_s if active_s is None else min(span_s, float(active_s))
+    return max(seen, OBSERVED_S_MIN)
 
 
 def _stack_json(s: StackView) -> dict[str, Any]:

@@ -124,3 +124,37 @@ def test_a_call_that_raises_is_still_counted_and_the_error_names_the_object(
     with pytest.raises(ObjectFailedError, match=r"\.boom raised ValueError: bad block"):
         broken.boom()
     assert bm.monitor.window().objects[str(broken.rid)].calls == 1
+
+
+def test_an_object_younger_than_the_window_is_observed_only_since_it_appeared(
+    bm: BindingManager,
+) -> None:
+    clock: FakeClock = bm.clock  # type: ignore[attr-defined]
+    old = make(bm, Source)
+    with bm.monitor.console("c1/console-a"):
+        old.block()
+        bm.monitor.tick()
+        clock.jump(0.7)
+        young = make(bm, Source)
+        young.block()
+        clock.jump(0.3)
+        old.block()
+        window = bm.monitor.window()
+    assert window.span_s == pytest.approx(1.0)
+    assert window.active_s[str(young.rid)] == pytest.approx(0.3)
+    assert str(old.rid) not in window.active_s  # there the whole window
+
+
+def test_forgotten_counters_start_again_from_zero(bm: BindingManager) -> None:
+    """An object that moves away and comes back must not show the counts it had
+    before it left subtracted from new ones (negative calls, negative bytes)."""
+    clock: FakeClock = bm.clock  # type: ignore[attr-defined]
+    source = make(bm, Source)
+    for _ in range(5):
+        source.block()
+    bm.monitor.tick()  # this snapshot (5 calls) becomes the window's base...
+    clock.jump(1.5)
+    bm.monitor.forget(str(source.rid))  # ...and must forget the object too
+    source.block()
+    counts = bm.monitor.window().objects[str(source.rid)]
+    assert counts.calls == 1 and counts.bytes_out == BLOCK
