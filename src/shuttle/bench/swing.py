@@ -101,8 +101,15 @@ def competing_load(
 ) -> Iterator[list[tuple[float, bool]]]:
     """``procs`` CPU-bound processes on ``cpu``, off for the first period, then on,
     off, ... Yields the list of (time.time(), on) switches as they happen."""
+    # Each burner in a session of its own: with the kernel's autogroup scheduling
+    # (Debian's default) the CPU is shared between sessions first, so two burners in
+    # one session would take half the node's CPU between them (L = 2, not 3).
     burners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         for _ in range(procs)
     ]
     switches: list[tuple[float, bool]] = []
