@@ -43,13 +43,14 @@ from shuttle.errors import ConfigError, InvalidArgumentError, ObjectBusyError, S
 from shuttle.net.registry import OperationRegistry
 from shuttle.net.server import RpcServer
 from shuttle.runtime import migration, values
-from shuttle.runtime.binding import POLICIES, BindingManager, HomeEntry, MigrationEvent, code_hash
+from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
+from shuttle.runtime.digest import CONSOLE_PREFIX, build_digest
+from shuttle.runtime.hosting import POLICIES, HomeEntry, MigrationEvent, code_hash
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import MobileObject
 from shuttle.runtime.monitor import ResourceMonitor
 from shuttle.runtime.peers import Peers
-from shuttle.runtime.planner import CONSOLE_PREFIX, build_digest
 from shuttle.runtime.refs import Ref
 from shuttle.runtime.service import Ticker, register_runtime_ops
 

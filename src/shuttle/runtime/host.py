@@ -19,11 +19,12 @@ from shuttle.errors import ShuttleError
 from shuttle.net.registry import OperationRegistry
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
+from shuttle.runtime.digest import build_digest
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import MobileObject
 from shuttle.runtime.monitor import ResourceMonitor
 from shuttle.runtime.peers import Peers
-from shuttle.runtime.planner import ResourceManager, build_digest
+from shuttle.runtime.planner import ResourceManager
 from shuttle.runtime.service import Ticker, register_runtime_ops
 
 log = logging.getLogger("shuttle.runtime")

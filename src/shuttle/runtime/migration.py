@@ -39,8 +39,9 @@ from shuttle.errors import (
 )
 from shuttle.node.config import parse_address
 from shuttle.runtime import values
-from shuttle.runtime.binding import POLICIES, BindingManager, Hosted, MigrationEvent
+from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.gate import GateState
+from shuttle.runtime.hosting import POLICIES, Hosted, MigrationEvent
 from shuttle.runtime.ids import ObjectId
 
 log = logging.getLogger("shuttle.runtime")

@@ -1,7 +1,7 @@
 """The resource manager (ABACUS 5.3-5.4 at the server): digests in, decisions out.
 
 Every run-time summarises what its monitor saw over the last window in a *digest*
-(:func:`build_digest`): its speed and load, the objects it hosts with their CPU,
+(:mod:`shuttle.runtime.digest`): its speed and load, the objects it hosts with their CPU,
 memory and checkpoint size, and the edges its objects called along with their bytes
 and calls. Clients push theirs to the nodes their stacks use every ``H`` (and a new
 stack's first one after ``H/4``); ABACUS's clients did not, and it adapted late.
@@ -34,11 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from shuttle.errors import InvalidArgumentError
-from shuttle.node.config import parse_address
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
+from shuttle.runtime.digest import parse_digest
 from shuttle.runtime.ids import ObjectId
-from shuttle.runtime.monitor import Window
 from shuttle.runtime.placement import (
     QUIESCE_S_DEFAULT,
     EdgeView,
@@ -57,8 +56,6 @@ DIGEST_STALE_WINDOWS = 3.0
 LOG_RECORDS_MAX = 2000
 #: Longest chain followed from a console (a stack deeper than this is a loop).
 STACK_DEPTH_MAX = 16
-#: Prefix of console objects' local ids.
-CONSOLE_PREFIX = "console-"
 #: A decision for a client not delivered within this many windows is dropped: the
 #: conditions it was made for have passed.
 DECISION_TTL_WINDOWS = 2.0
@@ -66,184 +63,6 @@ DECISION_TTL_WINDOWS = 2.0
 RETRY_DOUBLINGS_MAX = 4
 #: The decision log file is rotated (to .jsonl.1) past this size.
 LOG_FILE_BYTES_MAX = 64 << 20
-
-
-def _number(value: Any, where: str, *, minimum: float = 0.0, optional: bool = False) -> Any:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= minimum:
-        raise InvalidArgumentError(
-            f"digest: {where} must be a number ≥ {minimum:g}, got {value!r:.40}"
-        )
-    return value
-
-
-def _string(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidArgumentError(f"digest: {where} must be a string, got {value!r:.40}")
-    return value
-
-
-def parse_digest(raw: Any) -> dict[str, Any]:
-    """Check a digest from the wire field by field; :class:`InvalidArgumentError`
-    names the first bad one (a malformed digest must not reach the planner)."""
-    if not isinstance(raw, dict):
-        raise InvalidArgumentError("digest must be a map")
-    runtime = _string(raw.get("runtime"), "runtime")
-    if not runtime or "/" in runtime:
-        raise InvalidArgumentError(f"digest: runtime must be a run-time id, got {runtime!r:.40}")
-    d: dict[str, Any] = {
-        "runtime": runtime,
-        "address": _string(raw.get("address", ""), "address"),
-        "speed": _number(raw.get("speed", 1.0), "speed", minimum=1e-9),
-        "load": _number(raw.get("load", 0.0), "load"),
-        "span_s": _number(raw.get("span_s", 0.0), "span_s"),
-        "quiesce_s": _number(raw.get("quiesce_s"), "quiesce_s", optional=True),
-        "objects": [],
-        "edges": [],
-        "consoles": [],
-        "links": {},
-    }
-    if d["address"]:
-        parse_address(d["address"], "digest address")
-    objects = raw.get("objects", [])
-    if not isinstance(objects, list):
-        raise InvalidArgumentError("digest: objects must be a list")
-    for i, o in enumerate(objects):
-        where = f"objects[{i}]"
-        if not isinstance(o, dict):
-            raise InvalidArgumentError(f"digest: {where} must be a map")
-        rid = _string(o.get("rid"), f"{where}.rid")
-        ObjectId.parse(rid)
-        d["objects"].append(
-            {
-                "rid": rid,
-                "type": _string(o.get("type", "?"), f"{where}.type"),
-                "active_s": _number(o.get("active_s"), f"{where}.active_s", optional=True),
-                "cpu_s": _number(o.get("cpu_s", 0.0), f"{where}.cpu_s"),
-                "calls": _number(o.get("calls", 0), f"{where}.calls"),
-                "memory_bytes": int(_number(o.get("memory_bytes", 0), f"{where}.memory_bytes")),
-                "movable": bool(o.get("movable", False)),
-                "checkpoint_bytes": int(
-                    _number(o.get("checkpoint_bytes", 0), f"{where}.checkpoint_bytes")
-                ),
-                "quiesce_s": _number(o.get("quiesce_s"), f"{where}.quiesce_s", optional=True),
-                "moved_age_s": _number(o.get("moved_age_s"), f"{where}.moved_age_s", optional=True),
-                "failed_age_s": _number(
-                    o.get("failed_age_s"), f"{where}.failed_age_s", optional=True
-                ),
-                "failures": int(_number(o.get("failures", 0), f"{where}.failures")),
-            }
-        )
-    edges = raw.get("edges", [])
-    if not isinstance(edges, list):
-        raise InvalidArgumentError("digest: edges must be a list")
-    for i, e in enumerate(edges):
-        where = f"edges[{i}]"
-        if not isinstance(e, dict):
-            raise InvalidArgumentError(f"digest: {where} must be a map")
-        caller, callee = (
-            _string(e.get("caller"), f"{where}.caller"),
-            _string(e.get("callee"), f"{where}.callee"),
-        )
-        ObjectId.parse(caller)
-        ObjectId.parse(callee)
-        d["edges"].append(
-            {
-                "caller": caller,
-                "callee": callee,
-                "bytes": _number(e.get("bytes", 0), f"{where}.bytes"),
-                "calls": _number(e.get("calls", 0), f"{where}.calls"),
-                "stall_s": _number(e.get("stall_s", 0.0), f"{where}.stall_s"),
-                "remote": bool(e.get("remote", False)),
-                "active_s": _number(e.get("active_s"), f"{where}.active_s", optional=True),
-            }
-        )
-    consoles = raw.get("consoles", [])
-    if not isinstance(consoles, list):
-        raise InvalidArgumentError("digest: consoles must be a list")
-    for c in consoles:
-        ObjectId.parse(_string(c, "consoles[]"))
-        d["consoles"].append(c)
-    links = raw.get("links", {})
-    if not isinstance(links, dict):
-        raise InvalidArgumentError("digest: links must be a map of node id to link")
-    for node, link in links.items():
-        if not isinstance(link, dict):
-            raise InvalidArgumentError(f"digest: links[{node!r:.20}] must be a map")
-        d["links"][str(node)] = {
-            "name": str(link.get("name", "")),
-            "bandwidth_bytes_per_s": _number(
-                link.get("bandwidth_bytes_per_s"),
-                f"links[{node}].bandwidth",
-                minimum=1e-9,
-                optional=True,
-            ),
-            "latency_s": _number(link.get("latency_s", 0.0), f"links[{node}].latency_s"),
-        }
-    return d
-
-
-def build_digest(
-    bm: BindingManager,
-    window: Window,
-    load: float,
-    links: dict[str, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """What run-time ``bm`` saw over ``window``, for the resource managers."""
-    now = time.monotonic()
-    objects = []
-    for rid, hosted in list(bm.hosted.items()):
-        key = str(rid)
-        counters = window.objects.get(key)
-        moved = bm.moves.get(key)
-        failed = bm.failures.get(key)
-        objects.append(
-            {
-                "rid": key,
-                "type": hosted.type_label,
-                "active_s": window.active_s.get(key),
-                "cpu_s": counters.cpu_s if counters else 0.0,
-                "calls": counters.calls if counters else 0,
-                "memory_bytes": hosted.memory_bytes(),
-                "movable": hosted.movable and rid not in bm.migrating,
-                "checkpoint_bytes": bm.estimate_checkpoint_bytes(hosted) if hosted.movable else 0,
-                "quiesce_s": None,
-                "moved_age_s": None if moved is None else round(now - moved[0], 3),
-                "failed_age_s": None if failed is None else round(now - failed[0], 3),
-                "failures": 0 if failed is None else failed[1],
-            }
-        )
-    edges = [
-        {
-            "caller": caller,
-            "callee": callee,
-            "bytes": e.bytes,
-            "calls": e.calls,
-            "stall_s": e.stall_s,
-            "remote": e.remote,
-            "active_s": window.active_s.get((caller, callee)),
-        }
-        for (caller, callee), e in window.edges.items()
-    ]
-    return {
-        "runtime": bm.id,
-        "address": bm.address,
-        "speed": bm.speed,
-        "load": load,
-        "span_s": window.span_s,
-        "objects": objects,
-        "edges": edges,
-        "consoles": sorted(str(rid) for rid in bm.homed if rid.local.startswith(CONSOLE_PREFIX)),
-        "links": links or {},
-        "quiesce_s": bm_quiesce_s(bm),
-    }
-
-
-def bm_quiesce_s(bm: BindingManager) -> float | None:
-    """Mean quiesce time of this run-time's recent migrations (the model's history)."""
-    times = [e.quiesce_s for e in list(bm.events) if e.ok and e.source == bm.id]
-    return sum(times[-20:]) / len(times[-20:]) if times else None
 
 
 @dataclass

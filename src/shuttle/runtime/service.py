@@ -31,7 +31,8 @@ from shuttle.errors import InvalidArgumentError, ShuttleError
 from shuttle.net.registry import Mode, OperationRegistry, Reply, arg
 from shuttle.node.config import parse_address
 from shuttle.runtime import migration, values
-from shuttle.runtime.binding import POLICIES, BindingManager, HomeEntry
+from shuttle.runtime.binding import BindingManager
+from shuttle.runtime.hosting import POLICIES, HomeEntry
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.load import LoadSampler
 from shuttle.runtime.mobile import builtin_type
