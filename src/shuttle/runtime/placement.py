@@ -588,52 +588,29 @@ def _moves(
         order = tuple(s.objects[j].rid for j in s.moved(s.split, k_to))
         net = benefit - cost
         if net > threshold:
-            moves.append(
-                Move(
-                    s.stack_id,
-                    s.split,
-                    k_to,
-                    order,
-                    False,
-                    benefit,
-                    cost,
-                    True,
-                    f"net benefit {net:.3f} s > B_thresh {threshold:.3f} s",
-                )
-            )
-            continue
-        # Not worth it alone: only as room for an admission that needs it.
-        evicted_score = held_score.get(s.stack_id, 0.0)
-        winners = [
-            m
-            for m in executed_admissions
-            if m.stack_id != s.stack_id
-            and best_score.get(m.stack_id, 0.0) >= config.eviction_ratio * evicted_score
-        ]
-        needs_room = _needs_room(s, stacks, best, nodes)
-        if winners and needs_room:
-            names = ", ".join(m.stack_id for m in winners)
-            moves.append(
-                Move(
-                    s.stack_id,
-                    s.split,
-                    k_to,
-                    order,
-                    False,
-                    benefit,
-                    cost,
-                    True,
-                    f"makes room at {s.server} for {names} (benefit per server CPU second "
-                    f"≥ {config.eviction_ratio:g}× this stack's)",
-                )
-            )
+            execute, why = True, f"net benefit {net:.3f} s > B_thresh {threshold:.3f} s"
         else:
-            why = (
-                f"net benefit {net:.3f} s ≤ B_thresh {threshold:.3f} s"
-                if not needs_room or not executed_admissions
-                else f"no admission beats it by {config.eviction_ratio:g}× per server CPU second"
-            )
-            moves.append(Move(s.stack_id, s.split, k_to, order, False, benefit, cost, False, why))
+            # Not worth it alone: only as room for an admission that needs it.
+            evicted_score = held_score.get(s.stack_id, 0.0)
+            winners = [
+                m
+                for m in executed_admissions
+                if m.stack_id != s.stack_id
+                and best_score.get(m.stack_id, 0.0) >= config.eviction_ratio * evicted_score
+            ]
+            needs_room = _needs_room(s, stacks, best, nodes)
+            execute = bool(winners and needs_room)
+            if execute:
+                names = ", ".join(m.stack_id for m in winners)
+                why = (
+                    f"makes room at {s.server} for {names} (benefit per server CPU second "
+                    f"≥ {config.eviction_ratio:g}× this stack's)"
+                )
+            elif not needs_room or not executed_admissions:
+                why = f"net benefit {net:.3f} s ≤ B_thresh {threshold:.3f} s"
+            else:
+                why = f"no admission beats it by {config.eviction_ratio:g}× per server CPU second"
+        moves.append(Move(s.stack_id, s.split, k_to, order, False, benefit, cost, execute, why))
     # An admission that needed room another stack does not give up cannot go ahead.
     kept = [m for m in moves if not m.to_server and not m.execute]
     if kept:
