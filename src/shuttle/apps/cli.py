@@ -191,7 +191,7 @@ def _tables(views: dict[str, dict[str, Any]], show_all: bool) -> Group:
         span = float(view.get("span_s", 0.0))
         window = view.get("window", {})
         for o in view.get("objects", []):
-            if not show_all and ObjectId.parse(o["rid"]).is_storage:
+            if not show_all and ObjectId.parse(o["rid"]).is_anchored:
                 continue
             w = window.get(o["rid"], {})
             objects.add_row(

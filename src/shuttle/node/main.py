@@ -28,6 +28,7 @@ from shuttle.net.registry import OperationRegistry
 from shuttle.net.server import RpcServer
 from shuttle.node.config import NodeConfig
 from shuttle.node.handlers import register_storage_ops
+from shuttle.objects.fs import node_services
 from shuttle.objects.storage import StorageObject
 from shuttle.runtime.host import NodeRuntime
 from shuttle.store import ObjectStore, StoreConfig
@@ -67,6 +68,9 @@ async def serve(config: NodeConfig) -> None:
             cache_read_bytes_max=CACHED_READ_BYTES_MAX,
         ),
     )
+    # The file system's node services; recovery of updates cut by a crash happens
+    # here, before the node listens.
+    services = node_services(store, config.data_dir)
     cpu = CpuSpeed(config.cpu_factor)
     registry = OperationRegistry()
     register_storage_ops(registry, store)
@@ -96,6 +100,7 @@ async def serve(config: NodeConfig) -> None:
             server.node_id,
             registry,
             StorageObject(store),
+            services=services,
             config=config.runtime_config(),
             key=key,
             speed=cpu.factor,

@@ -7,13 +7,16 @@ Layout:
 * ``count``    line, word, byte and match counts (an aggregation: tiny results)
 * ``filter``   a synthetic filter with a set pass fraction and CPU cost per byte
   (ABACUS's filter experiments)
+* ``fs``       the object-based file system (``file``, ``cache``, ``raid5``,
+  ``directory``; the node services ``isolation`` and ``atomicity``)
 
 Importing this package registers them with :func:`shuttle.runtime.mobile.builtin`.
 """
 
+from shuttle.objects import fs
 from shuttle.objects.count import CountObject
 from shuttle.objects.filter import SyntheticFilter
 from shuttle.objects.grep import GrepObject
 from shuttle.objects.storage import StorageObject
 
-__all__ = ["CountObject", "GrepObject", "StorageObject", "SyntheticFilter"]
+__all__ = ["CountObject", "GrepObject", "StorageObject", "SyntheticFilter", "fs"]

@@ -139,6 +139,12 @@ class BindingManager(Hosting):
             address = self.peers.address_of(rid.home) or ""
         return Ref(rid, address, self)
 
+    def own_ref(self, rid: ObjectId) -> Ref:
+        """A reference to ``rid``, an object hosted here, naming its real home (what
+        an object hands out as a reference to itself)."""
+        hosted = self.hosted.get(rid)
+        return self.ref(rid, hosted.home_address if hosted is not None else None)
+
     def learn_home(self, ref: Ref) -> None:
         if ref.home_address and ref.rid.home != self.id:
             self.peers.learn(ref.rid.home, ref.home_address)

@@ -223,6 +223,14 @@ class Runtime:
             raise InvalidArgumentError(f"no node {node_id!r} in this cluster; its nodes: {known}")
         return self.bm.ref(ObjectId.storage(node_id), address)
 
+    def service(self, node_id: str, name: str) -> Ref:
+        """A reference to node ``node_id``'s anchored object ``name`` (``storage``,
+        ``isolation``, ``atomicity``)."""
+        if self.peers.address_of(node_id) is None:
+            known = ", ".join(n.node_id for n in self.nodes)
+            raise InvalidArgumentError(f"no node {node_id!r} in this cluster; its nodes: {known}")
+        return self.bm.ref(ObjectId.service(node_id, name), self.peers.address_of(node_id) or "")
+
     def create(
         self,
         kind: str | type[MobileObject],

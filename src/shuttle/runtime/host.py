@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -43,6 +44,7 @@ class NodeRuntime:
         registry: OperationRegistry,
         storage: MobileObject,
         *,
+        services: Mapping[str, MobileObject] | None = None,
         config: RuntimeConfig | None = None,
         key: bytes | None = None,
         speed: float = 1.0,
@@ -76,6 +78,10 @@ class NodeRuntime:
         )
         self.storage_rid = ObjectId.storage(node_id)
         self.bm.host_anchored(self.storage_rid, storage)
+        # The file system's node services (isolation, atomicity): anchored beside
+        # the storage object, under fixed ids every client can name.
+        for name, obj in (services or {}).items():
+            self.bm.host_anchored(ObjectId.service(node_id, name), obj)
         register_runtime_ops(registry, self.bm, manager=self.manager)
         self._task: asyncio.Task[None] | None = None
 
@@ -139,7 +145,7 @@ class NodeRuntime:
         await asyncio.gather(*self.bm.tasks, return_exceptions=True)
         loop = asyncio.get_running_loop()
         for rid in list(self.bm.hosted):
-            if rid != self.storage_rid:
+            if not rid.is_anchored:
                 await loop.run_in_executor(self.control, self.bm.release, rid)
         await self.peers.close()
         self.executor.shutdown(wait=False, cancel_futures=True)

@@ -283,8 +283,8 @@ class Hosting(abc.ABC):
         """Restore an object that is migrating here, behind a closed (staged) gate."""
         if rid in self.hosted:
             raise InvalidArgumentError(f"object {rid} is already hosted here")
-        if rid.is_storage:
-            raise InvalidArgumentError(f"{rid} is a node's anchored storage object; it never moves")
+        if rid.is_anchored:
+            raise InvalidArgumentError(f"{rid} is one of a node's anchored objects; it never moves")
         if type_name:
             cls = builtin_type(type_name)
             manager: ObjectManager | None = self.manager_for(cls)
@@ -329,6 +329,7 @@ class Hosting(abc.ABC):
             migratable,
             policy,
             Gate(GateState.STAGED),
+            concurrent=bool(getattr(impl, "concurrent", False)) and manager is not None,
             arrived_from=source,
             checkpoint_bytes=len(checkpoint),
         )
@@ -342,8 +343,8 @@ class Hosting(abc.ABC):
             raise InvalidArgumentError(
                 f"object id {rid} is taken here; every object needs an id of its own"
             )
-        if rid.is_storage:
-            raise InvalidArgumentError(f"{rid} names a node's anchored storage object")
+        if rid.is_anchored:
+            raise InvalidArgumentError(f"{rid} names one of a node's anchored objects")
 
     def _start_sandbox(
         self,
@@ -410,9 +411,9 @@ class Hosting(abc.ABC):
         thread). Later calls get :class:`ObjectNotFoundError` from its home."""
         hosted = self.hosted.get(rid)
         if hosted is not None:
-            if rid.is_storage or getattr(type(hosted.impl), "anchored", False):
+            if rid.is_anchored or getattr(type(hosted.impl), "anchored", False):
                 raise InvalidArgumentError(
-                    f"{rid} is anchored (a node's storage object); it cannot be destroyed"
+                    f"{rid} is anchored (one of a node's own objects); it cannot be destroyed"
                 )
             if hosted.gate.closed or rid in self.migrating:
                 raise ObjectBusyError(

@@ -16,6 +16,9 @@ from shuttle.errors import InvalidArgumentError
 SEPARATOR = "/"
 #: Local id of a node's anchored storage object.
 STORAGE_LOCAL_ID = "storage"
+#: Local ids of the objects every node hosts, anchored, next to its storage: the
+#: storage object and the file system's node services (isolation, atomicity).
+ANCHORED_LOCAL_IDS = frozenset({STORAGE_LOCAL_ID, "isolation", "atomicity"})
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -50,6 +53,20 @@ class ObjectId:
         """The id of node ``node_id``'s anchored storage object."""
         return cls(node_id, STORAGE_LOCAL_ID)
 
+    @classmethod
+    def service(cls, node_id: str, name: str) -> ObjectId:
+        """The id of node ``node_id``'s anchored object ``name`` (``storage``,
+        ``isolation``, ``atomicity``)."""
+        if name not in ANCHORED_LOCAL_IDS:
+            known = ", ".join(sorted(ANCHORED_LOCAL_IDS))
+            raise InvalidArgumentError(f"no anchored node object {name!r}; nodes host {known}")
+        return cls(node_id, name)
+
     @property
     def is_storage(self) -> bool:
         return self.local == STORAGE_LOCAL_ID
+
+    @property
+    def is_anchored(self) -> bool:
+        """One of the objects a node hosts anchored (it never moves, is never made)."""
+        return self.local in ANCHORED_LOCAL_IDS

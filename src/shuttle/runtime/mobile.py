@@ -33,7 +33,7 @@ from typing import Any, ClassVar, TypeVar
 from shuttle.errors import InvalidArgumentError, UnknownOperationError
 from shuttle.runtime import values
 from shuttle.runtime.ids import ObjectId
-from shuttle.runtime.refs import Invoker
+from shuttle.runtime.refs import Invoker, Ref
 
 #: Methods that belong to the run-time, never invocable by other objects.
 RUNTIME_METHODS = frozenset(
@@ -76,6 +76,15 @@ class MobileObject:
     @property
     def invoker(self) -> Invoker | None:
         return self._invoker
+
+    def self_ref(self) -> Ref:
+        """A reference to this object, to hand to others (a callback holder, say).
+        Built-in objects only: a shipped object's worker has no run-time to ask."""
+        own = getattr(self._invoker, "own_ref", None)
+        if self._rid is None or own is None:
+            raise InvalidArgumentError(f"{_describe(self)} cannot make a reference to itself")
+        ref: Ref = own(self._rid)
+        return ref
 
     # --- state for migration -------------------------------------------------------
 

@@ -229,7 +229,6 @@ class ResourceManager:
     ) -> tuple[list[StackView], dict[str, NodeView]]:
         me = self.bm.id
         window = self.config.window_s
-        storage = str(ObjectId.storage(me))
         nodes = {
             me: NodeView(
                 me,
@@ -254,10 +253,11 @@ class ResourceManager:
                     if nxt in chain:
                         break
                     chain.append(nxt)
-                    if ObjectId.parse(nxt).is_storage:
-                        break
-                if len(chain) < 3 or chain[-1] != storage:
-                    continue  # not a stack through a mobile object to our storage
+                    if ObjectId.parse(nxt).is_anchored:
+                        break  # a node's anchored object ends the stack
+                end = ObjectId.parse(chain[-1])
+                if len(chain) < 3 or not (end.is_anchored and end.home == me):
+                    continue  # not a stack through a mobile object to one of our anchored objects
                 hosts = [client, *(m.host.get(r, "?") for r in chain[1:-1]), me]
                 k = 0
                 while k + 1 < len(hosts) and hosts[k + 1] == client:

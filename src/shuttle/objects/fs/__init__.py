@@ -1,0 +1,33 @@
+"""The object-based file system of ABACUS section 4.3.1, on Shuttle's run-time.
+
+A file is a stack of mobile objects (``file`` over ``cache`` over an optional
+``raid5`` over storage); a directory is a ``directory`` object over the node's
+``isolation`` object (callbacks, optimistic concurrency control) over its
+``atomicity`` object (a shared log). The isolation and atomicity objects are node
+services, anchored beside the storage object; the others move. docs/objectfs.md
+explains it all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shuttle.objects.fs.atomicity import AtomicityObject
+from shuttle.objects.fs.cache import CacheObject
+from shuttle.objects.fs.file import FileObject
+from shuttle.objects.fs.isolation import IsolationObject
+from shuttle.runtime.mobile import MobileObject
+from shuttle.store import ObjectStore
+
+#: Where a node keeps the file system's own files, under its data directory.
+FS_STATE_DIR = Path(".shuttle") / "fs"
+
+
+def node_services(store: ObjectStore, data_dir: Path) -> dict[str, MobileObject]:
+    """The anchored objects a node hosts for the file system, by name. Recovery of
+    updates a crash cut short happens here, before the node serves anything."""
+    atomicity = AtomicityObject(store, data_dir / FS_STATE_DIR / "atomicity.log")
+    return {"atomicity": atomicity, "isolation": IsolationObject(store, atomicity)}
+
+
+__all__ = ["AtomicityObject", "CacheObject", "FileObject", "IsolationObject", "node_services"]

@@ -1,0 +1,294 @@
+"""``cache``: a file's blocks cached wherever the object runs (ABACUS 4.3.1, 6.4).
+
+A cache object keeps an *index* of one file's blocks in the *shared block cache* of
+the run-time it runs in (a node's, or an application's): one LRU of bytes for all
+cache objects there, held by the type's object manager (section 4.2), so a node's
+memory for caching is shared by every file it caches. A block missing from the
+cache is fetched from the node's isolation object (an *installation read*), which
+records a callback promise; a write is written through, a whole block at a time, and
+breaks every other cache's promise on it before it returns (AFS semantics: a reader
+whose promise still holds may use its copy without asking).
+
+Where the object runs is the placement question of ABACUS 6.4: at the client, reads
+that hit cost nothing on the network, but a small write (a 128-byte record) ships a
+whole block, and a miss reads one first; at the node, every call crosses the network
+but carries only the record. The run-time sees the bytes on the two edges and moves
+the object to the cheaper side.
+
+A promise can be broken while a read of the same block is on its way back; the
+object counts invalidations per block and caches a fetched block only if none came
+in between (the data is still returned: it was current when it was read). Only whole
+blocks are cached: the short block at the end of a file changes (it fills with
+zeros) when anyone writes past it, which no callback on that block would announce.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from shuttle.errors import InvalidArgumentError
+from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.mobile import MobileObject, ObjectManager, builtin
+from shuttle.runtime.refs import Invoker, Ref
+
+#: Block size of a file's cache (ABACUS 6.4 uses 8 KB).
+BLOCK_BYTES_DEFAULT = 8192
+BLOCK_BYTES_MIN = 512
+BLOCK_BYTES_MAX = 1 << 20
+#: Bytes of blocks one run-time's shared cache holds for all cache objects.
+SHARED_CACHE_BYTES_DEFAULT = 64 << 20
+#: Largest read or write one call takes.
+IO_BYTES_MAX = 4 << 20
+
+
+class SharedBlockCache:
+    """One run-time's LRU of blocks for all its cache objects, thread-safe."""
+
+    def __init__(self, capacity_bytes: int = SHARED_CACHE_BYTES_DEFAULT) -> None:
+        self.capacity_bytes = capacity_bytes
+        self.used_bytes = 0
+        self._blocks: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, owner: str, offset: int, key: str = "") -> bytes | None:
+        with self._lock:
+            name = (owner, key, offset)
+            data = self._blocks.get(name)
+            if data is not None:
+                self._blocks.move_to_end(name)
+            return data
+
+    def put(self, owner: str, offset: int, data: bytes, key: str = "") -> None:
+        with self._lock:
+            name = (owner, key, offset)
+            old = self._blocks.pop(name, None)
+            if old is not None:
+                self.used_bytes -= len(old)
+            self._blocks[name] = data
+            self.used_bytes += len(data)
+            while self.used_bytes > self.capacity_bytes and self._blocks:
+                _, evicted = self._blocks.popitem(last=False)
+                self.used_bytes -= len(evicted)
+
+    def drop(self, owner: str, offset: int, key: str = "") -> None:
+        with self._lock:
+            old = self._blocks.pop((owner, key, offset), None)
+            if old is not None:
+                self.used_bytes -= len(old)
+
+    def drop_owner(self, owner: str) -> None:
+        with self._lock:
+            for name in [n for n in self._blocks if n[0] == owner]:
+                self.used_bytes -= len(self._blocks.pop(name))
+
+    def owned(self, owner: str) -> dict[int, bytes]:
+        with self._lock:
+            return {n[2]: d for n, d in self._blocks.items() if n[0] == owner}
+
+
+class CacheManager(ObjectManager):
+    """All cache objects of one run-time, over one shared block cache."""
+
+    def __init__(self, cls: type[MobileObject], node_id: str) -> None:
+        super().__init__(cls, node_id)
+        self.shared = SharedBlockCache()
+
+    def create(self, rid: ObjectId, invoker: Invoker, params: dict[str, Any]) -> MobileObject:
+        obj = self.cls.__new__(self.cls)
+        assert isinstance(obj, CacheObject)
+        obj._shared = self.shared
+        obj.attach(rid, invoker)
+        obj.__init__(**params)  # type: ignore[misc]
+        self._objects[rid] = obj
+        return obj
+
+    def adopt(self, rid: ObjectId, invoker: Invoker, checkpoint: bytes) -> MobileObject:
+        obj = self.cls.__new__(self.cls)
+        assert isinstance(obj, CacheObject)
+        obj._shared = self.shared
+        obj.attach(rid, invoker)
+        obj.restore(checkpoint)
+        self._objects[rid] = obj
+        return obj
+
+    def release(self, rid: ObjectId) -> MobileObject | None:
+        self.shared.drop_owner(str(rid))
+        return super().release(rid)
+
+
+def check_block_bytes(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"block_bytes must be an integer, got {value!r:.40}")
+    if not BLOCK_BYTES_MIN <= value <= BLOCK_BYTES_MAX or value & (value - 1):
+        raise InvalidArgumentError(
+            f"block_bytes must be a power of two in {BLOCK_BYTES_MIN}..{BLOCK_BYTES_MAX}, "
+            f"got {value}"
+        )
+    return value
+
+
+def check_range(offset: Any, length: Any, what: str) -> None:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidArgumentError(f"{what}: offset must be an integer ≥ 0, got {offset!r:.40}")
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= IO_BYTES_MAX:
+        raise InvalidArgumentError(
+            f"{what}: length must be an integer in 0..{IO_BYTES_MAX}, got {length!r:.40}"
+        )
+
+
+@builtin("cache")
+class CacheObject(MobileObject):
+    """One file's blocks in the run-time's shared cache, kept coherent by callbacks."""
+
+    manager_class = CacheManager
+    concurrent = True  # callbacks must get in while a read waits on the node
+
+    _shared: SharedBlockCache
+
+    def __init__(self, isolation: Ref, key: str, *, block_bytes: int = BLOCK_BYTES_DEFAULT) -> None:
+        if not isinstance(key, str) or not key:
+            raise InvalidArgumentError(f"a cache needs the file's key, got {key!r:.60}")
+        self.isolation = isolation
+        self.key = key
+        self.block_bytes = check_block_bytes(block_bytes)
+        #: block offset -> timestamp of the cached copy (the promise holds for it).
+        self.index: dict[int, int] = {}
+        self.hits = 0
+        self.installation_reads = 0
+        self.writes = 0
+        self.invalidations = 0
+        self._setup()
+
+    def _setup(self) -> None:
+        self._lock = threading.Lock()
+        #: Invalidations per block since the object started here (see the module doc).
+        self._epoch: dict[int, int] = {}
+        self._me: Ref | None = None
+
+    # --- state that travels ------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """The public state plus the cached blocks (the target's cache starts warm: a
+        migration ships them, and the model counts them in the checkpoint's size)."""
+        with self._lock:
+            state = super().state()
+            state["index"] = dict(self.index)
+            owned = self._shared.owned(str(self.rid))
+            state["blocks"] = {o: owned[o] for o in self.index if o in owned}
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        blocks = state.pop("blocks", {})
+        super().set_state(state)
+        self.index = {int(k): int(v) for k, v in self.index.items()}
+        self._setup()
+        for offset, data in blocks.items():
+            self._shared.put(str(self.rid), int(offset), bytes(data))
+
+    def memory_bytes(self) -> int:
+        return len(self.index) * self.block_bytes
+
+    # --- the file's interface ----------------------------------------------------------
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes from ``offset`` (fewer at the end of the file)."""
+        check_range(offset, length, "read")
+        out = []
+        b = self.block_bytes
+        end = offset + length
+        pos = offset
+        while pos < end:
+            start = pos - pos % b
+            block = self._block(start)
+            piece = block[pos - start : min(end, start + b) - start]
+            out.append(piece)
+            if len(block) < b:  # the end of the file
+                break
+            pos = start + b
+        return b"".join(out)
+
+    def write(self, offset: int, data: bytes) -> dict[str, int]:
+        """Write ``data`` at ``offset``: each block touched is read if only part of it
+        changes (an installation read, unless cached) and written through whole."""
+        check_range(offset, len(data), "write")
+        b = self.block_bytes
+        pos, end = offset, offset + len(data)
+        view = memoryview(bytes(data))
+        while pos < end:
+            start = pos - pos % b
+            stop = min(end, start + b)
+            piece = view[pos - offset : stop - offset]
+            if pos == start and stop == start + b:
+                block = bytes(piece)
+            else:
+                old = self._block(start)
+                if len(old) < pos - start:
+                    old += bytes(pos - start - len(old))  # a gap reads as zeros
+                block = old[: pos - start] + bytes(piece) + old[stop - start :]
+            self._write_block(start, block)
+            pos = stop
+        return {"written": len(data), "end": end}
+
+    def size(self) -> int:
+        """The file's size at its node."""
+        return int(self.isolation.size(self.key))
+
+    def invalidate(self, key: str, offsets: list[int]) -> None:
+        """The isolation object's callback: our copies of ``offsets`` are stale."""
+        with self._lock:
+            for o in offsets:
+                self._epoch[o] = self._epoch.get(o, 0) + 1
+                if self.index.pop(o, None) is not None:
+                    self.invalidations += 1
+                self._shared.drop(str(self.rid), o)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "cached_blocks": len(self.index),
+            "hits": self.hits,
+            "installation_reads": self.installation_reads,
+            "writes": self.writes,
+            "invalidations": self.invalidations,
+        }
+
+    # --- blocks ------------------------------------------------------------------------
+
+    def _holder(self) -> Ref:
+        if self._me is None:
+            self._me = self.self_ref()
+        return self._me
+
+    def _block(self, start: int) -> bytes:
+        owner = str(self.rid)
+        with self._lock:
+            if start in self.index:
+                data = self._shared.get(owner, start)
+                if data is not None:
+                    self.hits += 1
+                    return data
+                del self.index[start]  # evicted by another file's blocks
+            epoch = self._epoch.get(start, 0)
+        data, ts = self.isolation.read(self.key, start, self.block_bytes, self._holder())
+        data = bytes(data)
+        with self._lock:
+            self.installation_reads += 1
+            if self._epoch.get(start, 0) == epoch and len(data) == self.block_bytes:
+                self.index[start] = int(ts)
+                self._shared.put(owner, start, data)
+        return data
+
+    def _write_block(self, start: int, block: bytes) -> None:
+        with self._lock:
+            epoch = self._epoch.get(start, 0)
+        ts = self.isolation.write(self.key, start, block, self._holder())
+        with self._lock:
+            self.writes += 1
+            if self._epoch.get(start, 0) == epoch and len(block) == self.block_bytes:
+                self.index[start] = int(ts)
+                self._shared.put(str(self.rid), start, block)
+            else:
+                self.index.pop(start, None)
+                self._shared.drop(str(self.rid), start)

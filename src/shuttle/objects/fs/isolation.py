@@ -1,0 +1,216 @@
+"""``isolation``: callbacks for cache coherence and optimistic concurrency control by
+timestamps (ABACUS 4.3.1), one per node, anchored as ``NODE/isolation``.
+
+Blocks are named by ``(key, offset)``: every reader of a file or directory uses the
+same block size for it, so one block has one name. The object keeps
+
+* a **timestamp** per block: it grows with every update of the block. Timestamps come
+  from one counter started at the node's wall clock in nanoseconds, so a block never
+  written since the node started has the start value, and every timestamp handed out
+  before a restart is different from (lower than) any handed out after it: a client
+  that cached a block before a node restart finds its timestamp stale, never equal.
+* **callbacks**: who caches which block. :meth:`IsolationObject.read` with a
+  ``holder`` (a reference to a cache or directory object) records a promise; an update
+  of the block breaks every other holder's promise (calls ``holder.invalidate(key,
+  offsets)``) before it returns, as AFS does, so a holder may use its cached copy
+  without asking until it hears otherwise.
+
+:meth:`write` updates blocks unconditionally (a file cache's write-through).
+:meth:`commit` is the optimistic path (the paper's ``CommitAction``): it checks that
+every block in the *read set* still has the timestamp the caller read it at, and only
+then applies the *write set* through the node's atomicity object (all blocks or
+none, across a crash); otherwise nothing is written and the caller learns which
+blocks changed, re-reads them and retries. Checks and updates run under one lock, so
+commits are serialisable in timestamp order. Callbacks are broken after the lock is
+let go (a holder being told may itself be waiting to commit), but before the call
+returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from shuttle.errors import InvalidArgumentError, NotFoundError, ShuttleError
+from shuttle.objects.fs.atomicity import AtomicityObject, check_writes
+from shuttle.runtime.mobile import MobileObject, builtin
+from shuttle.runtime.refs import Ref
+from shuttle.store import ObjectStore
+
+log = logging.getLogger("shuttle.objects.fs")
+
+#: Largest block one read may return.
+READ_BYTES_MAX = 4 << 20
+
+Block = tuple[str, int]
+
+
+def _check_block(key: Any, offset: Any, where: str) -> Block:
+    if not isinstance(key, str) or not key:
+        raise InvalidArgumentError(f"{where}: key must be a non-empty string, got {key!r:.60}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidArgumentError(f"{where}: offset must be an integer ≥ 0, got {offset!r:.40}")
+    return key, offset
+
+
+@builtin("isolation")
+class IsolationObject(MobileObject):
+    """A node's block timestamps and callbacks, and the commit check over them."""
+
+    anchored = True
+    migratable = False
+    concurrent = True  # one lock inside; callbacks are broken outside it
+
+    def __init__(self, store: ObjectStore, atomicity: AtomicityObject) -> None:
+        self._store = store
+        self._atomicity = atomicity
+        self._lock = threading.Lock()
+        self._start = time.time_ns()
+        self._clock = self._start
+        self._ts: dict[Block, int] = {}
+        #: block -> {holder id: holder}
+        self._holders: dict[Block, dict[str, Ref]] = {}
+        #: key -> {offset: length} of the blocks read or written: a write breaks the
+        #: promises and bumps the timestamps of every block it overlaps.
+        self._extents: dict[str, dict[int, int]] = {}
+        self.commits = 0
+        self.conflicts = 0
+        self.broken = 0
+
+    # --- reads --------------------------------------------------------------------------
+
+    def read(self, key: str, offset: int, length: int, holder: Ref | None = None) -> list[Any]:
+        """``[bytes, timestamp]`` of block ``(key, offset)`` (up to ``length`` bytes; b""
+        past the end or for a missing object). With ``holder``: a callback promise."""
+        block = _check_block(key, offset, "read")
+        if isinstance(length, bool) or not isinstance(length, int):
+            raise InvalidArgumentError(f"read: length must be an integer, got {length!r:.40}")
+        if not 0 < length <= READ_BYTES_MAX:
+            raise InvalidArgumentError(f"read: length must be in 1..{READ_BYTES_MAX}, got {length}")
+        with self._lock:
+            data = self._read_store(key, offset, length)
+            extents = self._extents.setdefault(key, {})
+            extents[offset] = max(extents.get(offset, 0), length)
+            if holder is not None:
+                self._holders.setdefault(block, {})[str(holder.rid)] = holder
+            return [data, self._ts.get(block, self._start)]
+
+    def size(self, key: str) -> int:
+        """Bytes in object ``key`` (0 if there is none yet)."""
+        try:
+            return self._store.stat(key).size
+        except NotFoundError:
+            return 0
+
+    def timestamps(self, blocks: list[Any]) -> list[int]:
+        """The current timestamps of ``[[key, offset], ...]`` (cheap validation)."""
+        with self._lock:
+            return [
+                self._ts.get(_check_block(b[0], b[1], "timestamps"), self._start) for b in blocks
+            ]
+
+    def release(self, blocks: list[Any], holder: Ref) -> None:
+        """``holder`` no longer caches ``blocks``: drop its promises."""
+        with self._lock:
+            for b in blocks:
+                held = self._holders.get((b[0], b[1]))
+                if held is not None:
+                    held.pop(str(holder.rid), None)
+
+    def _read_store(self, key: str, offset: int, length: int) -> bytes:
+        try:
+            return self._store.read(key, offset, length)
+        except NotFoundError:
+            return b""
+
+    # --- updates ------------------------------------------------------------------------
+
+    def write(self, key: str, offset: int, data: bytes, writer: Ref | None = None) -> int:
+        """Write one block now, break the other holders' callbacks, return its new
+        timestamp."""
+        result = self.commit([], [[key, offset, data]], writer)
+        return int(result["timestamps"][0])
+
+    def commit(
+        self, reads: list[Any], writes: list[Any], writer: Ref | None = None
+    ) -> dict[str, Any]:
+        """``CommitAction``: if every ``[key, offset, timestamp]`` of ``reads`` is still
+        current, apply ``writes`` (``[[key, offset, bytes], ...]``) all or nothing.
+
+        Returns ``{"ok": True, "timestamps": [new timestamp per write]}``, or
+        ``{"ok": False, "conflicts": [[key, offset, current timestamp], ...]}`` with
+        nothing written. The writer (if named) holds a callback on the blocks it wrote
+        (its copy is the new one); every other holder's are broken before this returns."""
+        if not isinstance(reads, list | tuple):
+            raise InvalidArgumentError("commit: reads must be a list of [key, offset, timestamp]")
+        checks = []
+        for r in reads:
+            if not isinstance(r, list | tuple) or len(r) != 3:
+                raise InvalidArgumentError(
+                    f"commit: a read is [key, offset, timestamp], got {r!r:.60}"
+                )
+            checks.append((_check_block(r[0], r[1], "commit"), r[2]))
+        blocks = check_writes(writes)
+        me = None if writer is None else str(writer.rid)
+        to_break: dict[str, tuple[Ref, list[Block]]] = {}
+        with self._lock:
+            conflicts = [
+                [b[0], b[1], self._ts.get(b, self._start)]
+                for b, ts in checks
+                if self._ts.get(b, self._start) != ts
+            ]
+            if conflicts:
+                self.conflicts += 1
+                return {"ok": False, "conflicts": conflicts}
+            self._atomicity.apply([list(w) for w in blocks])
+            stamps = []
+            for key, offset, data in blocks:
+                self._clock = max(self._clock + 1, time.time_ns())
+                stamps.append(self._clock)
+                extents = self._extents.setdefault(key, {})
+                extents[offset] = max(extents.get(offset, 0), len(data))
+                end = offset + len(data)
+                for o in [o for o, n in extents.items() if o < end and offset < o + n]:
+                    self._ts[(key, o)] = self._clock
+                    held = self._holders.get((key, o))
+                    if not held:
+                        continue
+                    for hid, ref in held.items():
+                        if hid != me or o != offset:
+                            to_break.setdefault(hid, (ref, []))[1].append((key, o))
+                    held.clear()
+                if writer is not None and me is not None:
+                    # The writer's copy of the block it wrote is the new one: it holds it.
+                    self._holders.setdefault((key, offset), {})[me] = writer
+            self.commits += 1
+        self._break(to_break)
+        return {"ok": True, "timestamps": stamps}
+
+    def _break(self, to_break: dict[str, tuple[Ref, list[Block]]]) -> None:
+        """Tell each holder which of its blocks changed (AFS: before the update returns).
+        A holder that cannot be told (its application died) has its promises dropped."""
+        for hid, (ref, blocks) in to_break.items():
+            by_key: dict[str, list[int]] = {}
+            for key, offset in blocks:
+                by_key.setdefault(key, []).append(offset)
+            for key, offsets in by_key.items():
+                try:
+                    ref.invalidate(key, offsets)
+                    self.broken += len(offsets)
+                except ShuttleError as exc:
+                    log.info("callback to %s not delivered (%s); promises dropped", hid, exc)
+                    with self._lock:
+                        for held in self._holders.values():
+                            held.pop(hid, None)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "commits": self.commits,
+                "conflicts": self.conflicts,
+                "callbacks_broken": self.broken,
+                "callbacks_held": sum(len(h) for h in self._holders.values()),
+                "atomic_updates": self._atomicity.applied,
+            }

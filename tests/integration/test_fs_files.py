@@ -1,0 +1,108 @@
+"""File stacks (file over cache over the node's isolation object) against real nodes:
+reads give what was written in every placement and across migrations, callbacks keep
+two clients' caches coherent, and a migrated cache arrives warm."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shuttle.errors import InvalidArgumentError
+from shuttle.runtime.client import Runtime
+from shuttle.runtime.refs import Ref
+from tests.integration.test_runtime import Nodes
+
+KEY = "vol/files/table"
+BLOCK = 1024
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[Nodes]:
+    n = Nodes(tmp_path)
+    yield n
+    for p in n.procs:
+        p.terminate()
+
+
+def stack(rt: Runtime, at: str | None = None) -> tuple[Ref, Ref]:
+    """A file over a cache over the isolation object of the key's node."""
+    node = rt.node_for(KEY)
+    where = node if at == "node" else None
+    cache = rt.create(
+        "cache",
+        at=where,
+        placement="static",
+        isolation=rt.service(node, "isolation"),
+        key=KEY,
+        block_bytes=BLOCK,
+    )
+    file = rt.create("file", at=where, placement="static", backing=cache, key=KEY)
+    return file, cache
+
+
+@pytest.mark.parametrize("at", ["client", "node"])
+def test_reads_give_what_was_written_at_any_offset(nodes: Nodes, at: str) -> None:
+    rng = random.Random(7)
+    model = bytearray()
+    with nodes.runtime() as rt:
+        file, _ = stack(rt, at)
+        for _ in range(60):
+            off = rng.randrange(0, 6 * BLOCK)
+            data = rng.randbytes(rng.randrange(1, 3 * BLOCK))
+            assert file.write(off, data) == len(data)
+            if len(model) < off:
+                model += bytes(off - len(model))
+            model[off : off + len(data)] = data
+            start = rng.randrange(0, len(model))
+            assert file.read(start, 2 * BLOCK) == bytes(model[start : start + 2 * BLOCK])
+        assert file.size() == len(model)
+        assert file.read(0, len(model)) == bytes(model)
+
+
+def test_a_write_by_one_client_reaches_the_other_s_cache_through_its_callback(
+    nodes: Nodes,
+) -> None:
+    with nodes.runtime() as a, nodes.runtime() as b:
+        fa, ca = stack(a)
+        fb, _ = stack(b)
+        fa.write(0, b"x" * (2 * BLOCK))
+        assert fb.read(0, 16) == b"x" * 16  # b caches block 0 under a promise
+        hits = ca.stats()["hits"]
+        fa.write(4, b"NEW!")  # breaks b's promise before it returns
+        assert fb.read(0, 16) == b"xxxxNEW!xxxxxxxx"
+        stats = fb.stats()["below"]
+        assert stats["invalidations"] == 1 and stats["installation_reads"] == 2
+        assert ca.stats()["hits"] > hits  # a's own copy stayed valid: its write is the news
+
+
+def test_a_migrated_cache_keeps_its_blocks_and_its_promises(nodes: Nodes) -> None:
+    with nodes.runtime() as a, nodes.runtime() as b:
+        fa, ca = stack(a)
+        fb, _ = stack(b)
+        fa.write(0, bytes(range(256)) * 16)
+        assert fa.read(0, 4 * BLOCK) == (bytes(range(256)) * 16)[: 4 * BLOCK]
+        node = a.node_for(KEY)
+        a.migrate(ca, node)
+        assert a.where(ca) == node
+        before = ca.stats()
+        assert fa.read(0, 4 * BLOCK) == (bytes(range(256)) * 16)[: 4 * BLOCK]
+        after = ca.stats()
+        assert after["installation_reads"] == before["installation_reads"]  # warm
+        fb.write(BLOCK, b"B" * BLOCK)  # the promise moved with the object
+        assert fa.read(BLOCK, BLOCK) == b"B" * BLOCK
+        a.migrate(ca, "client")
+        assert fa.read(BLOCK, 8) == b"B" * 8
+
+
+def test_bad_arguments_get_clear_errors(nodes: Nodes) -> None:
+    with nodes.runtime() as rt:
+        file, _ = stack(rt)
+        with pytest.raises(InvalidArgumentError, match="offset must be an integer ≥ 0"):
+            file.read(-1, 10)
+        with pytest.raises(InvalidArgumentError, match="power of two"):
+            rt.create("cache", isolation=rt.service("n1", "isolation"), key="k", block_bytes=1000)
+        with pytest.raises(InvalidArgumentError, match="no anchored node object"):
+            rt.service("n1", "nothing")
