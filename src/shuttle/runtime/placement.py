@@ -150,6 +150,13 @@ class StackView:
     #: The client–server link: bytes per second (None: unlimited) and one-way latency.
     bandwidth_bytes_per_s: float | None = None
     latency_s: float = 0.0
+    #: Fan-out: the last mobile object (index n-1) also calls anchored objects on
+    #: other nodes (a RAID object's other columns). That traffic crosses the client's
+    #: links while the object runs at the client, and the nodes' own network
+    #: (``peer_*``; None: unlimited) while it runs at the server.
+    peer: EdgeView | None = None
+    peer_bandwidth_bytes_per_s: float | None = None
+    peer_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.objects) - 1
@@ -185,12 +192,22 @@ def effective_load(load: float) -> float:
     return load if load > 1.0 else 1.0
 
 
+def _link_s(edge: EdgeView, bandwidth: float | None, latency_s: float) -> float:
+    transfer = 0.0 if bandwidth is None else edge.bytes / bandwidth
+    return transfer + 2.0 * latency_s * edge.calls
+
+
 def stall_s(stack: StackView, k: int) -> float:
-    """``C_k``: time on the network for the edge ``O_k -> O_k+1`` over the window."""
-    edge = stack.edges[k]
-    bw = stack.bandwidth_bytes_per_s
-    transfer = 0.0 if bw is None else edge.bytes / bw
-    return transfer + 2.0 * stack.latency_s * edge.calls
+    """``C_k``: time on the network for the edge ``O_k -> O_k+1`` over the window,
+    plus a fan-out object's traffic to other nodes (over the client's links when it
+    runs at the client, over the nodes' network when it runs at the server)."""
+    c = _link_s(stack.edges[k], stack.bandwidth_bytes_per_s, stack.latency_s)
+    if stack.peer is not None:
+        if k == stack.n - 1:
+            c += _link_s(stack.peer, stack.bandwidth_bytes_per_s, stack.latency_s)
+        else:
+            c += _link_s(stack.peer, stack.peer_bandwidth_bytes_per_s, stack.peer_latency_s)
+    return c
 
 
 def client_work_s(stack: StackView, k: int) -> float:

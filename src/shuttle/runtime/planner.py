@@ -249,7 +249,7 @@ class ResourceManager:
             for console in digest.get("consoles", []):
                 chain = [console]
                 while len(chain) <= STACK_DEPTH_MAX and chain[-1] in callees:
-                    _, nxt = max(callees[chain[-1]])
+                    nxt = _next_in_chain(callees[chain[-1]], m.host.get(chain[-1]))
                     if nxt in chain:
                         break
                     chain.append(nxt)
@@ -288,6 +288,12 @@ class ResourceManager:
                     for a, b in itertools.pairwise(chain)
                 )
                 bandwidth = link.get("bandwidth_bytes_per_s")
+                peer = _fan_out(chain, callees, m, window)
+                if peer is not None:
+                    notes.append(
+                        f"{console}: {chain[-2]} also calls other nodes "
+                        f"({peer.bytes:.0f} B, {peer.calls:.0f} calls per window)"
+                    )
                 stacks.append(
                     StackView(
                         console,
@@ -298,6 +304,9 @@ class ResourceManager:
                         k,
                         None if bandwidth is None else float(bandwidth),
                         float(link.get("latency_s", 0.0)),
+                        peer,
+                        PEER_BANDWIDTH_BYTES_PER_S,
+                        PEER_LATENCY_S,
                     )
                 )
         return stacks, nodes
@@ -368,6 +377,47 @@ class ResourceManager:
         return out[-limit:]
 
 
+#: The nodes' own network, for a fan-out object at a node calling the others: the
+#: nodes of a cluster share a fast network (loopback here; the servers' SAN in
+#: ABACUS), taken as unlimited with no latency next to the client's links.
+PEER_BANDWIDTH_BYTES_PER_S: float | None = None
+PEER_LATENCY_S = 0.0
+
+
+def _next_in_chain(out: list[tuple[float, str]], host: str | None) -> str:
+    """The callee a stack continues through: the one with the most bytes, except that
+    an object calling anchored objects on several nodes (a RAID object) continues to
+    the one on the node it runs on, so that node alone owns the stack's decisions."""
+    if host is not None:
+        for _, callee in out:
+            rid = ObjectId.parse(callee)
+            if rid.is_anchored and rid.home == host:
+                return callee
+    return max(out)[1]
+
+
+def _fan_out(
+    chain: list[str],
+    callees: dict[str, list[tuple[float, str]]],
+    m: _Merged,
+    window: float,
+) -> EdgeView | None:
+    """Traffic from the stack's last mobile object to anchored objects on nodes other
+    than the stack's end (None if it calls only the one)."""
+    end = chain[-1]
+    others = [
+        callee
+        for _, callee in callees.get(chain[-2], [])
+        if callee != end and ObjectId.parse(callee).is_anchored
+    ]
+    if not others:
+        return None
+    return EdgeView(
+        sum(m.edge_bytes_per_s.get((chain[-2], c), 0.0) for c in others) * window,
+        sum(m.edge_calls_per_s.get((chain[-2], c), 0.0) for c in others) * window,
+    )
+
+
 #: Shortest observation a rate is computed over (a call or two is not a rate).
 OBSERVED_S_MIN = 0.05
 
@@ -399,6 +449,9 @@ def _stack_json(s: StackView) -> dict[str, Any]:
             for o in s.objects
         ],
         "edges": [{"bytes": round(e.bytes), "calls": round(e.calls, 3)} for e in s.edges],
+        "peer": None
+        if s.peer is None
+        else {"bytes": round(s.peer.bytes), "calls": round(s.peer.calls, 3)},
     }
 
 

@@ -314,3 +314,24 @@ def test_the_choice_never_executes_a_move_that_does_not_clear_the_threshold_alon
     assert plan.best.mean_response_s <= plan.current.mean_response_s + 1e-6
     for move in plan.executed:
         assert move.net_s > CONFIG.threshold_s
+
+
+def test_a_fan_out_object_pays_for_its_other_nodes_on_the_client_link_only_at_the_client() -> None:
+    # A RAID object writes 1 MB to this node and 4 MB to four others per window.
+    base = filter_stack(down_bytes=1_000_000, up_bytes=1_000_000, calls=10)
+    raid = StackView(
+        base.stack_id,
+        base.client,
+        base.server,
+        base.objects,
+        base.edges,
+        1,
+        base.bandwidth_bytes_per_s,
+        base.latency_s,
+        EdgeView(4_000_000, 40),
+    )
+    # At the client: all 5 MB over the 1.25 MB/s link, 50 round trips.
+    assert stall_s(raid, 1) == pytest.approx(5e6 / LAN + 2 * 0.0005 * 50)
+    # At the server: the console's 1 MB crosses the link; the nodes' network is free.
+    assert stall_s(raid, 0) == pytest.approx(1e6 / LAN + 2 * 0.0005 * 10)
+    assert stall_s(raid, 1) - stall_s(base, 1) == pytest.approx(4e6 / LAN + 0.04)

@@ -169,3 +169,31 @@ def test_a_digest_older_than_three_windows_is_forgotten(manager: Any) -> None:
     assert CLIENT in rm.fresh_digests()
     clock.jump(0.2)
     assert rm.fresh_digests() == {}
+
+
+def test_a_raid_object_calling_several_nodes_is_one_stack_of_the_node_it_favours(
+    manager: Any,
+) -> None:
+    rm, _ = manager
+    digest = client_digest()
+    raid = digest["edges"][1]
+    # The same object also writes to two other nodes' storage (a RAID's columns).
+    digest["edges"] += [
+        {**raid, "callee": "n2/storage", "bytes": 500_000},
+        {**raid, "callee": "n3/storage", "bytes": 400_000},
+    ]
+    decisions, _ = rm.receive(digest)
+    (record,) = rm.log_since(0)
+    (stack,) = record["stacks"]
+    assert [o["rid"] for o in stack["objects"]] == [CONSOLE, GREP, STORAGE]
+    # Counted per window (the digest spans 0.5 s): the other nodes' 900 KB doubled.
+    assert stack["peer"] == {"bytes": 1_800_000, "calls": 40}
+    assert [(d["rid"], d["to"]) for d in decisions] == [(GREP, "n1")]
+
+
+def test_a_stack_continues_to_the_node_its_fan_out_object_runs_on(manager: Any) -> None:
+    from shuttle.runtime.planner import _next_in_chain
+
+    out = [(900.0, "n2/storage"), (100.0, "n1/storage"), (50.0, "c-test/console-x")]
+    assert _next_in_chain(out, "n1") == "n1/storage"
+    assert _next_in_chain(out, CLIENT) == "n2/storage"
