@@ -133,3 +133,49 @@ def test_abacus_swing_smoke(tmp_path: Path) -> None:
     assert report["runs"]["adaptive"][0]["switches"]  # the load was switched
     low, high = report["cpu_ratio_band"]
     assert low < report["cpu_ratio"] < high
+
+
+def test_abacus_cache_and_phases_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "cache.json"
+    result = shuttle_cli(
+        "bench",
+        "abacus",
+        "cache",
+        "--links",
+        "lan",
+        "--runs",
+        "1",
+        "--records",
+        "60",
+        "--json",
+        str(out),
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(out.read_text())
+    assert [w["workload"] for w in report["workloads"]] == ["insert", "scan"]
+    assert set(report["workloads"][0]["links"][0]["placements"]) == {
+        "client",
+        "adaptive",
+        "server",
+    }
+    assert out.with_suffix(".png").stat().st_size > 0
+    out = tmp_path / "phases.json"
+    result = shuttle_cli(
+        "bench",
+        "abacus",
+        "phases",
+        "--runs",
+        "1",
+        "--records",
+        "60",
+        "--sequence",
+        "insert,scan",
+        "--json",
+        str(out),
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    link = json.loads(out.read_text())["links"][0]
+    assert link["phases"] == ["insert", "scan"] and len(link["per_phase"]["server"]) == 2
+    assert "optimal" in result.stdout.decode()

@@ -1,4 +1,5 @@
-"""``shuttle bench abacus filter|competition|swing``: ABACUS's experiments as commands.
+"""``shuttle bench abacus filter|competition|swing|cache|phases|raid|directory``: ABACUS's
+experiments as commands.
 
 Each prints a table, writes JSON with ``--json FILE`` and a PNG with ``--plot FILE``
 (default: beside the JSON), and records its settings in the JSON.
@@ -16,8 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 app = typer.Typer(
-    help="ABACUS's experiments on the live system (6.3 filter, 6.7 competition, and "
-    "swinging conditions), each statically at the client, adaptive, and at the server.",
+    help="ABACUS's experiments on the live system (6.2 RAID, 6.3 filter, 6.4 cache, "
+    "6.5 directory, 6.6 phases, 6.7 competition, and swinging conditions), each statically "
+    "at the client, adaptive, and at the server.",
     no_args_is_help=True,
 )
 #: Tables are wide; a pipe or a log file gets them unwrapped.
@@ -292,3 +294,118 @@ def swing(
     )
     console.print(table)
     _write(report, json_path, plot_path, plot_swing)
+
+
+LinksOpt = Annotated[str, typer.Option(help="Client–node link profiles, comma-separated.")]
+FsWindowOpt = Annotated[
+    float, typer.Option(help="The observation window H, seconds (scaled with the phases).")
+]
+
+
+@app.command("cache")
+def cache(
+    links: LinksOpt = "lan,san",
+    runs: RunsOpt = 3,
+    window: FsWindowOpt = 0.25,
+    threshold: ThresholdOpt = 0.3,
+    records: Annotated[int, typer.Option(min=1, help="Records inserted or scanned.")] = 1500,
+    client_cpu: CpuOpt = None,
+    node_cpu: NodeCpuOpt = None,
+    json_path: JsonOpt = None,
+    plot_path: PlotOpt = None,
+) -> None:
+    """ABACUS 6.4 (Figure 8): 1,500 random 128-byte inserts into a 192 KB table, and
+    1,500 random record reads, with the file's cache object at the client, adaptive
+    and at the node, on each link."""
+    from shuttle.bench.objectfs import TableSettings, run_cache_benchmark
+    from shuttle.bench.objectfs_plots import plot_cache
+
+    settings = TableSettings(
+        links=tuple(x.strip() for x in links.split(",") if x.strip()),
+        runs=runs,
+        window_s=window,
+        threshold=threshold,
+        records=records,
+        client_cpu=client_cpu,
+        node_cpu=node_cpu,
+    )
+    with console.status("cache") as status:
+        report = run_cache_benchmark(settings, lambda m: status.update(f"cache: {m}"))
+    table = Table(title="ABACUS 6.4 cache: elapsed seconds (mean ± 90% CI)")
+    for col in ("workload", "link", "at client", "adaptive", "at server", "adaptive/best", "ends"):
+        table.add_column(col, justify="right")
+    for w in report["workloads"]:
+        for link in w["links"]:
+            p = link["placements"]
+            table.add_row(
+                w["workload"],
+                link["link"],
+                _ms(p["client"]),
+                _ms(p["adaptive"]),
+                _ms(p["server"]),
+                f"{link['adaptive_over_best_static']:.2f}",
+                ", ".join(r[-1] for r in link["adaptive_where"]),
+            )
+    console.print(table)
+    _write(report, json_path, plot_path, plot_cache)
+
+
+@app.command("phases")
+def phases(
+    links: LinksOpt = "lan",
+    runs: RunsOpt = 3,
+    window: FsWindowOpt = 0.25,
+    threshold: ThresholdOpt = 0.3,
+    records: Annotated[int, typer.Option(min=1, help="Records per phase.")] = 1500,
+    sequence: Annotated[
+        str, typer.Option(help="The phases, comma-separated (insert, scan).")
+    ] = "insert,scan,insert,scan",
+    client_cpu: CpuOpt = None,
+    node_cpu: NodeCpuOpt = None,
+    json_path: JsonOpt = None,
+    plot_path: PlotOpt = None,
+) -> None:
+    """ABACUS 6.6 (Table 2): insert, scan, insert, scan on one table, the cache object
+    at the client, adaptive and at the node; each phase's time and the per-phase
+    optimum (the better static placement for each phase)."""
+    from shuttle.bench.objectfs import (
+        TableSettings,
+        check_phases,
+        phase_targets,
+        run_table_benchmark,
+    )
+    from shuttle.bench.objectfs_plots import plot_phases
+
+    settings = TableSettings(
+        links=tuple(x.strip() for x in links.split(",") if x.strip()),
+        runs=runs,
+        window_s=window,
+        threshold=threshold,
+        records=records,
+        phases=check_phases(sequence.split(",")),
+        client_cpu=client_cpu,
+        node_cpu=node_cpu,
+    )
+    with console.status("phases") as status:
+        report = run_table_benchmark(
+            settings, lambda m: status.update(f"phases: {m}"), "abacus-6.6-phases"
+        )
+    report["targets"] = phase_targets(report)
+    for link in report["links"]:
+        table = Table(title=f"ABACUS 6.6 phases on {link['link']}: seconds (mean ± 90% CI)")
+        for col in (*link["phases"], "total"):
+            table.add_column(col, justify="right")
+        table.add_column("placement")
+        for p in ("client", "adaptive", "server"):
+            table.add_row(*[_ms(x) for x in link["per_phase"][p]], _ms(link["placements"][p]), p)
+        optimal = [
+            min(c["mean_s"], s["mean_s"])
+            for c, s in zip(link["per_phase"]["client"], link["per_phase"]["server"], strict=True)
+        ]
+        table.add_row(*[f"{x:.2f}" for x in optimal], f"{link['optimal_s']:.2f}", "optimal")
+        console.print(table)
+        console.print(
+            f"adaptive / optimal {link['adaptive_over_optimal']:.2f} (target ≤ 1.3); "
+            f"adaptive / better static {link['adaptive_over_best_static']:.2f}"
+        )
+    _write(report, json_path, plot_path, plot_phases)

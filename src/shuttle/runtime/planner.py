@@ -255,6 +255,16 @@ class ResourceManager:
                     chain.append(nxt)
                     if ObjectId.parse(nxt).is_anchored:
                         break  # a node's anchored object ends the stack
+                last = chain[-1]
+                if (
+                    len(chain) >= 2
+                    and not ObjectId.parse(last).is_anchored
+                    and m.host.get(last) == me
+                    and last not in callees
+                ):
+                    # An object here that called nothing below it this window (a cache
+                    # whose reads all hit) still sits on our storage: the edge is idle.
+                    chain.append(str(ObjectId.storage(me)))
                 end = ObjectId.parse(chain[-1])
                 if len(chain) < 3 or not (end.is_anchored and end.home == me):
                     continue  # not a stack through a mobile object to one of our anchored objects

@@ -197,3 +197,21 @@ def test_a_stack_continues_to_the_node_its_fan_out_object_runs_on(manager: Any) 
     out = [(900.0, "n2/storage"), (100.0, "n1/storage"), (50.0, "c-test/console-x")]
     assert _next_in_chain(out, "n1") == "n1/storage"
     assert _next_in_chain(out, CLIENT) == "n2/storage"
+
+
+def test_an_object_here_that_called_nothing_below_still_ends_a_stack_at_our_storage(
+    manager: Any,
+) -> None:
+    """A cache at the node whose reads all hit makes no calls below it in a window;
+    its stack must still be seen, or it could never be sent back to the client."""
+    rm, _ = manager
+    cache = ObjectId.parse(GREP)
+    rm.bm.host_anchored(cache, Anchor())  # stands in for a cache hosted here
+    digest = client_digest()
+    digest["objects"] = []
+    digest["edges"] = [digest["edges"][0]]  # console -> cache only, over the link
+    rm.receive(digest)
+    (record,) = rm.log_since(0)
+    (stack,) = record["stacks"]
+    assert [o["rid"] for o in stack["objects"]] == [CONSOLE, GREP, STORAGE]
+    assert stack["edges"][1] == {"bytes": 0, "calls": 0}

@@ -170,22 +170,18 @@ class CacheObject(MobileObject):
     # --- state that travels ------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        """The public state plus the cached blocks (the target's cache starts warm: a
-        migration ships them, and the model counts them in the checkpoint's size)."""
+        """What travels: the file, the block size and the counters; not the blocks.
+        At a node they are a local read away; at a client they come back as
+        installation reads when used. Shipping them would make every move cost the
+        whole cache over the link, for blocks a phase may never touch again."""
         with self._lock:
             state = super().state()
-            state["index"] = dict(self.index)
-            owned = self._shared.owned(str(self.rid))
-            state["blocks"] = {o: owned[o] for o in self.index if o in owned}
+            state["index"] = {}
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        blocks = state.pop("blocks", {})
         super().set_state(state)
-        self.index = {int(k): int(v) for k, v in self.index.items()}
         self._setup()
-        for offset, data in blocks.items():
-            self._shared.put(str(self.rid), int(offset), bytes(data))
 
     def memory_bytes(self) -> int:
         return len(self.index) * self.block_bytes
