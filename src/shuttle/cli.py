@@ -16,6 +16,7 @@ from rich.console import Console
 from shuttle import __version__
 from shuttle.apps.cli import COMMANDS as RUNTIME_COMMANDS
 from shuttle.apps.cli import placement_app
+from shuttle.apps.fs_cli import app as fs_app
 from shuttle.bench.cli import app as bench_app
 from shuttle.client.cli import COMMANDS as CLIENT_COMMANDS
 from shuttle.cluster.cli import app as cluster_app
@@ -41,6 +42,7 @@ for command in CLIENT_COMMANDS:
 for runtime_command in RUNTIME_COMMANDS:
     app.command()(runtime_command)
 app.add_typer(placement_app, name="placement")
+app.add_typer(fs_app, name="fs")
 app.add_typer(bench_app, name="bench")
 app.add_typer(sim_app, name="sim")
 app.add_typer(trace_app, name="trace")

@@ -17,10 +17,20 @@ class NodeProcess:
     """``python -m shuttle serve`` on a data directory, on a kernel-chosen port that is
     kept across restarts (so clients can reconnect to the same address)."""
 
-    def __init__(self, data_dir: Path, *, port: int = 0, extra: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int = 0,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.port = port
         self.extra = extra or []
+        #: Variables added to the node's environment (a test crash point, say); change
+        #: it between restarts to start the node differently.
+        self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = data_dir.parent / f"{data_dir.name}.log"
 
@@ -51,6 +61,7 @@ class NodeProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env},
             )
         deadline = time.monotonic() + START_TIMEOUT_S
         while not ready.exists():

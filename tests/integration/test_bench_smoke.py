@@ -179,3 +179,45 @@ def test_abacus_cache_and_phases_smoke(tmp_path: Path) -> None:
     link = json.loads(out.read_text())["links"][0]
     assert link["phases"] == ["insert", "scan"] and len(link["per_phase"]["server"]) == 2
     assert "optimal" in result.stdout.decode()
+
+
+def test_abacus_raid_and_directory_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "raid.json"
+    result = shuttle_cli(
+        "bench",
+        "abacus",
+        "raid",
+        "--links",
+        "san",
+        "--runs",
+        "1",
+        "--file-bytes",
+        str(256 << 10),
+        "--json",
+        str(out),
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    cases = json.loads(out.read_text())["cases"]
+    assert [c["workload"] for c in cases] == ["write", "degraded-read"]
+    assert all(c["placements"]["server"]["mean_s"] > 0 for c in cases)
+    out = tmp_path / "directory.json"
+    result = shuttle_cli(
+        "bench",
+        "abacus",
+        "directory",
+        "--links",
+        "lan",
+        "--runs",
+        "1",
+        "--files",
+        "15",
+        "--json",
+        str(out),
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    cases = json.loads(out.read_text())["cases"]
+    assert [c["contention"] for c in cases] == ["high", "low"]
+    assert cases[0]["retries"]["server"] == 0  # the node serialises the clients
+    assert out.with_suffix(".png").stat().st_size > 0

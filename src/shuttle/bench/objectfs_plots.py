@@ -90,3 +90,102 @@ def plot_phases(report: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_cases(report: dict[str, Any], path: Path, title: str) -> Path:
+    """Figure 6 / Figure 10: one group of bars per case (mean, 90 % CI), and each
+    placement's time over the better static placement's."""
+    plt = _pyplot()
+    cases = report["cases"]
+    fig, (ax, rel) = plt.subplots(1, 2, figsize=(11, 4.5))
+    width = 0.26
+    labels = [c["label"] for c in cases]
+    for i, placement in enumerate(PLACEMENTS):
+        xs = [g + (i - 1) * width for g in range(len(cases))]
+        means = [c["placements"][placement]["mean_s"] for c in cases]
+        errs = [c["placements"][placement]["ci90_s"] for c in cases]
+        ax.bar(xs, means, width, yerr=errs, capsize=3, label=placement, color=_COLOURS[placement])
+        best = [
+            min(c["placements"]["client"]["mean_s"], c["placements"]["server"]["mean_s"])
+            for c in cases
+        ]
+        rel.bar(
+            xs,
+            [m / b for m, b in zip(means, best, strict=True)],
+            width,
+            color=_COLOURS[placement],
+            label=placement,
+        )
+    for a in (ax, rel):
+        a.set_xticks(range(len(cases)))
+        a.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("elapsed time (s)")
+    rel.axhline(1.10, color="black", linestyle="--", linewidth=1)
+    rel.set_ylabel("time / better static placement")
+    ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_raid(report: dict[str, Any], path: Path) -> Path:
+    for c in report["cases"]:
+        c.setdefault("label", f"{c['workload']}\n{c['link']}")
+    s = report["settings"]
+    return plot_cases(
+        report,
+        path,
+        f"ABACUS 6.2 RAID 5: {s['clients']} clients, {s['file_bytes'] >> 20} MB each, "
+        f"{s['io_bytes'] >> 10} KB I/O, {s['unit_bytes'] >> 10} KB units, 4+1 (mean, 90% CI)",
+    )
+
+
+def plot_directory(report: dict[str, Any], path: Path) -> Path:
+    """Figure 10 (bars per case) beside Figure 11 (the first adaptive high-contention
+    run: each client's cumulative inserts and retries over time)."""
+    plt = _pyplot()
+    cases = report["cases"]
+    fig, (ax, tl) = plt.subplots(1, 2, figsize=(12, 4.5))
+    width = 0.26
+    for i, placement in enumerate(PLACEMENTS):
+        xs = [g + (i - 1) * width for g in range(len(cases))]
+        means = [c["placements"][placement]["mean_s"] for c in cases]
+        errs = [c["placements"][placement]["ci90_s"] for c in cases]
+        ax.bar(xs, means, width, yerr=errs, capsize=3, label=placement, color=_COLOURS[placement])
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels([c["label"] for c in cases], fontsize=8)
+    ax.set_ylabel("elapsed time (s)")
+    ax.legend(fontsize=8)
+    ax.set_title("Figure 10: inserts by four clients")
+    high = next((c for c in cases if c["contention"] == "high"), None)
+    if high is not None:
+        for n, timeline in enumerate(high["adaptive_timeline"]):
+            if not timeline:
+                continue
+            t0 = timeline[0][0]
+            ts = [s[0] - t0 for s in timeline]
+            style = "-" if n == 0 else ":"
+            tl.plot(
+                ts,
+                [s[1] for s in timeline],
+                style,
+                color="tab:green",
+                label=f"client {n + 1} inserts",
+            )
+            tl.plot(
+                ts,
+                [s[2] for s in timeline],
+                style,
+                color="tab:red",
+                label=f"client {n + 1} retries",
+            )
+        tl.set_xlabel("seconds")
+        tl.set_ylabel("cumulative count")
+        tl.set_title(f"Figure 11: adaptive, high contention, {high['link']}")
+        tl.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -16,7 +16,15 @@ Importing this package registers them with :func:`shuttle.runtime.mobile.builtin
 from shuttle.objects import fs
 from shuttle.objects.count import CountObject
 from shuttle.objects.filter import SyntheticFilter
+from shuttle.objects.fs.raid import Raid5Object
 from shuttle.objects.grep import GrepObject
 from shuttle.objects.storage import StorageObject
 
-__all__ = ["CountObject", "GrepObject", "StorageObject", "SyntheticFilter", "fs"]
+__all__ = [
+    "CountObject",
+    "GrepObject",
+    "Raid5Object",
+    "StorageObject",
+    "SyntheticFilter",
+    "fs",
+]

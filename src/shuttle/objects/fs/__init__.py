@@ -14,8 +14,10 @@ from pathlib import Path
 
 from shuttle.objects.fs.atomicity import AtomicityObject
 from shuttle.objects.fs.cache import CacheObject
+from shuttle.objects.fs.directory import DirectoryObject
 from shuttle.objects.fs.file import FileObject
 from shuttle.objects.fs.isolation import IsolationObject
+from shuttle.objects.fs.raid import Raid5Object
 from shuttle.runtime.mobile import MobileObject
 from shuttle.store import ObjectStore
 
@@ -30,4 +32,12 @@ def node_services(store: ObjectStore, data_dir: Path) -> dict[str, MobileObject]
     return {"atomicity": atomicity, "isolation": IsolationObject(store, atomicity)}
 
 
-__all__ = ["AtomicityObject", "CacheObject", "FileObject", "IsolationObject", "node_services"]
+__all__ = [
+    "AtomicityObject",
+    "CacheObject",
+    "DirectoryObject",
+    "FileObject",
+    "IsolationObject",
+    "Raid5Object",
+    "node_services",
+]

@@ -108,6 +108,14 @@ def check_writes(writes: Any) -> list[tuple[str, int, bytes]]:
     return out
 
 
+def _sync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @builtin("atomicity")
 class AtomicityObject(MobileObject):
     """A node's shared log: updates of several blocks happen entirely or not at all."""
@@ -124,9 +132,13 @@ class AtomicityObject(MobileObject):
         self._crash_point = os.environ.get(CRASH_POINT_ENV, "")
         self.recovered = 0
         self.applied = 0
+        #: Why updates are refused: a block write failed after its record was synced,
+        #: so only a restart (recovery) can finish that update before any other.
+        self._broken: str | None = None
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._recover()
         self._fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        _sync_directory(log_path.parent)  # the log's name survives a power loss
 
     def _recover(self) -> None:
         """Apply again the whole records a crash left in the log, then empty it."""
@@ -162,6 +174,8 @@ class AtomicityObject(MobileObject):
         across a crash. Returns the update's sequence number."""
         blocks = check_writes(writes)
         with self._lock:
+            if self._broken is not None:
+                raise StorageIOError(self._broken)
             self._seq += 1
             if len(blocks) == 1:  # one range write is atomic by itself
                 key, offset, block = blocks[0]
@@ -177,10 +191,22 @@ class AtomicityObject(MobileObject):
                     f"cannot append to the atomicity log {self._path}: {exc.strerror or exc}"
                 ) from exc
             self._maybe_crash("after-log")
-            for i, (key, offset, block) in enumerate(blocks):
-                self._store.write(key, offset, block, create=True)
-                if i == 0 and len(blocks) > 1:
-                    self._maybe_crash("after-first-write")
+            try:
+                for i, (key, offset, block) in enumerate(blocks):
+                    self._store.write(key, offset, block, create=True)
+                    if i == 0:
+                        self._maybe_crash("after-first-write")
+            except Exception as exc:
+                # Part of a logged update is on disk. Any later write could be
+                # overtaken when recovery replays the record, so refuse them all: the
+                # update is finished by recovery when the node restarts.
+                self._broken = (
+                    f"the node's store failed in the middle of an update ({exc}); the "
+                    "update is in the atomicity log and is completed when the node "
+                    "restarts: fix the disk and restart the node"
+                )
+                log.error("atomicity: %s", self._broken)
+                raise StorageIOError(self._broken) from exc
             # Every block is durable: the record is no longer needed. The emptying is
             # synced so that a replay can never overtake a later write.
             os.ftruncate(self._fd, 0)

@@ -26,13 +26,13 @@ BACKINGS = ("cache", "raid5", "isolation")
 class FileObject(MobileObject):
     """Byte ranges of one file over its cache, RAID or node."""
 
-    def __init__(self, backing: Ref, key: str, *, kind: str = "cache") -> None:
-        if kind not in BACKINGS:
-            raise InvalidArgumentError(f"a file's backing is one of {BACKINGS}, not {kind!r}")
+    def __init__(self, backing: Ref, key: str, *, layer: str = "cache") -> None:
+        if layer not in BACKINGS:
+            raise InvalidArgumentError(f"a file's backing is one of {BACKINGS}, not {layer!r}")
         if not isinstance(key, str) or not key:
             raise InvalidArgumentError(f"a file needs its key, got {key!r:.60}")
         self.backing = backing
-        self.kind = kind
+        self.layer = layer
         self.key = key
         self.position = 0
         self.reads = 0
@@ -45,7 +45,7 @@ class FileObject(MobileObject):
         check_range(offset, length, "read")
         if length == 0:
             return b""
-        if self.kind == "isolation":
+        if self.layer == "isolation":
             data = bytes(self.backing.read(self.key, offset, length)[0])
         else:
             data = bytes(self.backing.read(offset, length))
@@ -58,7 +58,7 @@ class FileObject(MobileObject):
         """Write ``data`` at ``offset``; returns the bytes written."""
         check_range(offset, len(data), "write")
         if data:
-            if self.kind == "isolation":
+            if self.layer == "isolation":
                 self.backing.write(self.key, offset, bytes(data))
             else:
                 self.backing.write(offset, bytes(data))
@@ -78,15 +78,15 @@ class FileObject(MobileObject):
         return offset
 
     def size(self) -> int:
-        if self.kind == "isolation":
+        if self.layer == "isolation":
             return int(self.backing.size(self.key))
         return int(self.backing.size())
 
     def stats(self) -> dict[str, Any]:
-        below = self.backing.stats() if self.kind != "isolation" else {}
+        below = self.backing.stats() if self.layer != "isolation" else {}
         return {
             "key": self.key,
-            "kind": self.kind,
+            "layer": self.layer,
             "reads": self.reads,
             "writes": self.writes,
             "bytes_read": self.bytes_read,

@@ -41,6 +41,9 @@ from shuttle.store import ObjectStore
 
 log = logging.getLogger("shuttle.objects.fs")
 
+#: Tries to deliver one callback (with doubling pauses from CALLBACK_RETRY_S).
+CALLBACK_ATTEMPTS = 3
+CALLBACK_RETRY_S = 0.05
 #: Largest block one read may return.
 READ_BYTES_MAX = 4 << 20
 
@@ -190,20 +193,31 @@ class IsolationObject(MobileObject):
 
     def _break(self, to_break: dict[str, tuple[Ref, list[Block]]]) -> None:
         """Tell each holder which of its blocks changed (AFS: before the update returns).
-        A holder that cannot be told (its application died) has its promises dropped."""
+        A holder that cannot be told after a few tries (its application died, or lost
+        this node) has its promises dropped: the application's lease on its objects
+        ends them, as the node would drop a dead client's."""
         for hid, (ref, blocks) in to_break.items():
             by_key: dict[str, list[int]] = {}
             for key, offset in blocks:
                 by_key.setdefault(key, []).append(offset)
             for key, offsets in by_key.items():
-                try:
-                    ref.invalidate(key, offsets)
-                    self.broken += len(offsets)
-                except ShuttleError as exc:
-                    log.info("callback to %s not delivered (%s); promises dropped", hid, exc)
-                    with self._lock:
-                        for held in self._holders.values():
-                            held.pop(hid, None)
+                for attempt in range(CALLBACK_ATTEMPTS):
+                    try:
+                        ref.invalidate(key, offsets)
+                        self.broken += len(offsets)
+                        break
+                    except ShuttleError as exc:
+                        if attempt + 1 < CALLBACK_ATTEMPTS:
+                            time.sleep(CALLBACK_RETRY_S * 2**attempt)
+                            continue
+                        log.warning(
+                            "callback to %s not delivered (%s); its promises are dropped",
+                            hid,
+                            exc,
+                        )
+                        with self._lock:
+                            for held in self._holders.values():
+                                held.pop(hid, None)
 
     def stats(self) -> dict[str, int]:
         with self._lock:

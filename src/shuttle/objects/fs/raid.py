@@ -1,0 +1,899 @@
+"""``raid5``: one file striped with rotating parity over N storage nodes (ABACUS
+4.3.1 and 6.2). docs/objectfs.md, "RAID 5", explains the design; in short:
+
+* **Layout.** N columns (one per node), N - 1 data units and one parity unit per
+  stripe, left-symmetric rotation (Linux md's default): stripe ``s`` keeps its parity
+  in column ``N - 1 - s mod N`` and its data units in the columns after it, wrapping.
+  Column ``c`` keeps its unit of every stripe in one key, ``KEY.raid5/c``, unit ``s``
+  at ``s * unit_bytes``; ``KEY.raid5/c.record`` holds the file size and the open write
+  intents of the stripes whose parity is in column ``c``.
+* **Writes.** A small write is a read-modify-write: record an intent at the parity
+  node, ``swap`` each data unit (the node returns the old bytes), XOR old ^ new into
+  the parity and close the intent in one call. Deltas commute, so writers of the same
+  stripe never wait for one another. A write of a whole stripe computes the parity
+  from the new data alone and writes it if the stripe's version has not moved.
+* **Degraded mode** (``mark_failed(c)``): a unit of column ``c`` is the XOR of the
+  others of its stripe, read as one consistent snapshot (the stripe's version before
+  and after); a write to it changes only the parity (a reconstruct-write, exclusive
+  on its stripe and conditional on the version); a stripe whose parity column failed
+  is just written.
+* **Crashes.** An intent is durable before the data changes and closed only with the
+  parity, so a write cut short leaves its stripe *dirty*: ``verify`` reports it, a
+  degraded read of it refuses, ``repair`` recomputes its parity (detect and repair).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from shuttle.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    ObjectBusyError,
+    ObjectFailedError,
+    ObjectNotFoundError,
+    RequestTimeoutError,
+    ShuttleError,
+    UnreachableError,
+)
+from shuttle.objects.storage import xor_into
+from shuttle.runtime.mobile import MobileObject, builtin
+from shuttle.runtime.refs import Ref
+from shuttle.store.keys import validate_key
+
+#: Stripe unit: ABACUS 6.2 used 32 KB.
+UNIT_BYTES_DEFAULT = 32 * 1024
+#: A disk sector: no RAID stripes finer than that.
+UNIT_BYTES_MIN = 512
+#: Linux md's largest chunk in common use; one storage call carries one unit or less.
+UNIT_BYTES_MAX = 4 << 20
+#: Fewer than three columns is mirroring, not RAID 5.
+COLUMNS_MIN = 3
+#: A reconstruction holds N - 1 units in memory and makes N calls; md allows more, but
+#: past 16 a second failure during a rebuild becomes the likely way to lose data.
+COLUMNS_MAX = 16
+#: Largest read or write one call takes (and holds in memory).
+IO_BYTES_MAX = 16 << 20
+#: An intent open this long belongs to a writer that died: a live write finishes in a
+#: few round trips. Degraded reads and writes wait for younger ones, refuse older.
+STALE_INTENT_S = 5.0
+#: Times one stripe operation retries when other writers keep changing the stripe.
+CONFLICTS_MAX = 64
+#: Waits between retries grow from the first to the last, with jitter.
+BACKOFF_S_MIN = 0.001
+BACKOFF_S_MAX = 0.05
+
+#: What :meth:`Raid5Object.stats` counts.
+COUNTERS = (
+    "reads",
+    "writes",
+    "bytes_read",
+    "bytes_written",
+    "small_writes",
+    "full_stripe_writes",
+    "reconstruct_writes",
+    "data_only_writes",
+    "degraded_stripe_reads",
+    "recomputes",
+    "conflicts",
+    "waits",
+)
+
+
+def column_key(key: str, column: int) -> str:
+    """The storage key of ``key``'s column ``column``."""
+    return f"{key}.raid5/{column}"
+
+
+def record_key(key: str, column: int) -> str:
+    """The storage key of ``key``'s record (size, intents) in column ``column``."""
+    return f"{key}.raid5/{column}.record"
+
+
+def check_geometry(columns: int, unit_bytes: int) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``columns`` and ``unit_bytes`` make a
+    RAID 5 layout."""
+    if isinstance(columns, bool) or not isinstance(columns, int):
+        raise InvalidArgumentError(f"columns must be an integer, got {columns!r:.40}")
+    if not COLUMNS_MIN <= columns <= COLUMNS_MAX:
+        raise InvalidArgumentError(
+            f"RAID 5 needs {COLUMNS_MIN}..{COLUMNS_MAX} storage objects (one per node), "
+            f"got {columns}"
+        )
+    if (
+        isinstance(unit_bytes, bool)
+        or not isinstance(unit_bytes, int)
+        or not UNIT_BYTES_MIN <= unit_bytes <= UNIT_BYTES_MAX
+        or unit_bytes & (unit_bytes - 1)
+    ):
+        raise InvalidArgumentError(
+            f"unit_bytes must be a power of two in {UNIT_BYTES_MIN}..{UNIT_BYTES_MAX}, "
+            f"got {unit_bytes!r:.40}"
+        )
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The part of a byte range that falls in one stripe unit."""
+
+    stripe: int
+    #: Which data unit of the stripe (0 .. N - 2).
+    index: int
+    column: int
+    #: Offset inside the unit.
+    within: int
+    length: int
+    #: Offset of the piece inside the range it was cut from.
+    at: int
+
+
+@dataclass(frozen=True)
+class Raid5Layout:
+    """Where each byte of a file lives: left-symmetric RAID 5 over ``columns``."""
+
+    columns: int
+    unit_bytes: int
+
+    def __post_init__(self) -> None:
+        check_geometry(self.columns, self.unit_bytes)
+
+    @property
+    def data_columns(self) -> int:
+        return self.columns - 1
+
+    @property
+    def stripe_bytes(self) -> int:
+        """Data bytes per stripe."""
+        return self.data_columns * self.unit_bytes
+
+    def parity_column(self, stripe: int) -> int:
+        return (self.columns - 1 - stripe) % self.columns
+
+    def data_column(self, stripe: int, index: int) -> int:
+        """The column of data unit ``index`` of ``stripe``: the columns after the
+        parity, wrapping (left-symmetric: a sequential read visits every column in
+        turn)."""
+        return (self.parity_column(stripe) + 1 + index) % self.columns
+
+    def locate(self, offset: int) -> tuple[int, int, int, int]:
+        """``(stripe, index, column, column offset)`` of file byte ``offset``."""
+        stripe, rest = divmod(offset, self.stripe_bytes)
+        index, within = divmod(rest, self.unit_bytes)
+        return stripe, index, self.data_column(stripe, index), stripe * self.unit_bytes + within
+
+    def logical(self, column: int, column_offset: int) -> int | None:
+        """The file offset stored at ``column_offset`` of ``column`` (None: parity)."""
+        stripe, within = divmod(column_offset, self.unit_bytes)
+        parity = self.parity_column(stripe)
+        if column == parity:
+            return None
+        index = (column - parity - 1) % self.columns
+        return stripe * self.stripe_bytes + index * self.unit_bytes + within
+
+    def pieces(self, offset: int, length: int) -> list[Piece]:
+        """``offset .. offset + length`` cut at unit boundaries, in file order."""
+        out = []
+        pos, end = offset, offset + length
+        while pos < end:
+            stripe, rest = divmod(pos, self.stripe_bytes)
+            index, within = divmod(rest, self.unit_bytes)
+            n = min(self.unit_bytes - within, end - pos)
+            column = self.data_column(stripe, index)
+            out.append(Piece(stripe, index, column, within, n, pos - offset))
+            pos += n
+        return out
+
+    def stripes(self, size: int) -> int:
+        """Stripes a file of ``size`` bytes touches."""
+        return -(-size // self.stripe_bytes)
+
+
+class _Retry:
+    """Retries of one stripe operation: waits with back-off, a bound on conflicts."""
+
+    def __init__(self, owner: Raid5Object, what: str) -> None:
+        self.owner = owner
+        self.what = what
+        self.conflicts = 0
+        self.waits = 0
+
+    def wait(self) -> None:
+        """Others' writes are open on the stripe: give them a moment."""
+        self.owner.counters["waits"] += 1
+        self._pause(self.waits)
+        self.waits += 1
+
+    def conflict(self) -> None:
+        """The stripe changed under us: try again, a bounded number of times."""
+        self.owner.counters["conflicts"] += 1
+        self.conflicts += 1
+        if self.conflicts > CONFLICTS_MAX:
+            raise ObjectBusyError(
+                f"{self.what}: other writers kept changing the stripe through "
+                f"{CONFLICTS_MAX} attempts; try again"
+            )
+        self._pause(self.conflicts - 1)
+
+    def _pause(self, n: int) -> None:
+        delay = min(BACKOFF_S_MAX, BACKOFF_S_MIN * 2 ** min(n, 10))
+        self.owner._sleep(delay * random.uniform(0.5, 1.0))  # jitter: two retriers part
+
+
+@builtin("raid5")
+class Raid5Object(MobileObject):
+    """A file striped with rotating parity over ``storages`` (one per node).
+
+    Several objects (one per client, say) may read and write the same file at once:
+    each stripe's parity equals the XOR of its data whenever no write is under way.
+    All objects of a file must agree on which column is failed.
+    """
+
+    def __init__(
+        self,
+        storages: list[Ref],
+        key: str,
+        unit_bytes: int = UNIT_BYTES_DEFAULT,
+        *,
+        stale_intent_s: float = STALE_INTENT_S,
+    ) -> None:
+        if not isinstance(storages, list | tuple) or not all(isinstance(r, Ref) for r in storages):
+            raise InvalidArgumentError(
+                "storages must be a list of storage object references (Runtime.storage(node))"
+            )
+        check_geometry(len(storages), unit_bytes)
+        seen: dict[Ref, int] = {}
+        for column, ref in enumerate(storages):
+            if ref in seen:
+                raise InvalidArgumentError(
+                    f"columns {seen[ref]} and {column} are both {ref.rid}: one node's "
+                    "failure would take two columns, more than RAID 5 survives; give "
+                    "each column its own node"
+                )
+            seen[ref] = column
+        validate_key(key)
+        validate_key(record_key(key, len(storages) - 1))  # the longest name we make
+        if not stale_intent_s > 0:
+            raise InvalidArgumentError(f"stale_intent_s must be > 0, got {stale_intent_s!r}")
+        self.storages = list(storages)
+        self.key = key
+        self.unit_bytes = unit_bytes
+        self.stale_intent_s = float(stale_intent_s)
+        self.failed: int | None = None
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self._setup()
+
+    def restore(self, data: bytes) -> None:
+        super().restore(data)
+        self._setup()
+
+    def _setup(self) -> None:
+        self._layout = Raid5Layout(len(self.storages), self.unit_bytes)
+        self._writer = secrets.token_hex(6)  # names this incarnation's intents
+        self._intents = itertools.count()
+        #: The file size as last seen; sizes only grow, so it is a lower bound.
+        self._known_size = 0
+        self._sleep: Callable[[float], None] = time.sleep
+
+    # --- the interface ---------------------------------------------------------------
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes from ``offset`` (fewer at the end of the file; holes
+        read as zeros). Units of a failed column are rebuilt from their stripes.
+
+        Raises :class:`InvalidArgumentError` (bad range), :class:`ObjectFailedError`
+        (a degraded read of a stripe an unfinished write left dirty), the storage
+        nodes' errors (:class:`UnreachableError`: mark that column failed)."""
+        _check_io(offset, length, "read")
+        if offset + length > self._known_size:
+            self._refresh_size()
+        end = min(offset + length, self._known_size)
+        if end <= offset:
+            return b""
+        out = bytearray(end - offset)
+        pieces = self._layout.pieces(offset, end - offset)
+        degraded = {p.stripe for p in pieces if p.column == self.failed}
+        self._read_pieces([p for p in pieces if p.stripe not in degraded], out)
+        for stripe, group in itertools.groupby(
+            (p for p in pieces if p.stripe in degraded), key=lambda p: p.stripe
+        ):
+            self._read_degraded(stripe, list(group), out)
+        self.counters["reads"] += 1
+        self.counters["bytes_read"] += len(out)
+        return bytes(out)
+
+    def write(self, offset: int, data: bytes) -> dict[str, Any]:
+        """Write ``data`` at ``offset`` (extending the file; a gap reads as zeros).
+        Returns ``{size, bytes, stripes}``.
+
+        On an error the stripes before the failing one are written, the failing one
+        may be partly written and is left marked dirty (``verify`` lists it,
+        ``repair`` fixes its parity), and the rest are untouched."""
+        _check_io(offset, len(data), "write")
+        data = bytes(data)
+        stripes = 0
+        for stripe, group in itertools.groupby(
+            self._layout.pieces(offset, len(data)), key=lambda p: p.stripe
+        ):
+            pieces = list(group)
+            size = offset + pieces[-1].at + pieces[-1].length
+            self._write_stripe(stripe, pieces, data, size)
+            self._known_size = max(self._known_size, size)
+            stripes += 1
+        self.counters["writes"] += 1
+        self.counters["bytes_written"] += len(data)
+        return {"size": self._known_size, "bytes": len(data), "stripes": stripes}
+
+    def size(self) -> int:
+        """The file's size: the largest any live column's record holds."""
+        self._refresh_size()
+        return self._known_size
+
+    def mark_failed(self, column: int | None) -> dict[str, Any]:
+        """Treat ``column`` as failed (None: all healthy). Reads rebuild its units
+        from the other columns, writes leave it alone. Bringing a column back after
+        writes made while it was failed takes :meth:`rebuild`, not ``mark_failed(None)``
+        (which trusts the column's contents as they are)."""
+        if column is not None and (
+            isinstance(column, bool)
+            or not isinstance(column, int)
+            or not 0 <= column < len(self.storages)
+        ):
+            raise InvalidArgumentError(
+                f"failed column must be None or in 0..{len(self.storages) - 1}, got {column!r:.40}"
+            )
+        self.failed = column
+        return {"key": self.key, "failed": column}
+
+    def verify(self) -> dict[str, Any]:
+        """Check every stripe's parity against the XOR of its data (all columns must
+        be healthy for that; in degraded mode only the open intents are reported).
+
+        Returns ``{key, size, stripes, checked, bad, dirty, intents, busy, failed}``:
+        ``bad`` the stripes whose parity does not match, ``dirty`` those with an
+        unfinished write, ``busy`` those that kept changing while we looked."""
+        records = self._records()
+        size = max([self._known_size, *(r["size"] for r in records.values())])
+        self._known_size = size
+        intents = [i for r in records.values() for i in r["intents"]]
+        dirty = sorted({i["stripe"] for i in intents})
+        stripes = self._layout.stripes(size)
+        bad: list[int] = []
+        busy: list[int] = []
+        checked = 0
+        if self.failed is None:
+            for stripe in range(max(stripes, dirty[-1] + 1 if dirty else 0)):
+                ok = self._check_stripe(stripe)
+                if ok is None:
+                    busy.append(stripe)
+                    continue
+                checked += 1
+                if not ok:
+                    bad.append(stripe)
+        return {
+            "key": self.key,
+            "size": size,
+            "stripes": stripes,
+            "checked": checked,
+            "bad": bad,
+            "dirty": dirty,
+            "intents": intents,
+            "busy": busy,
+            "failed": self.failed,
+        }
+
+    def repair(self, scan: bool = True) -> dict[str, Any]:
+        """Recompute the parity of every dirty stripe (and, with ``scan``, of every
+        stripe :meth:`verify` finds bad) from its data, and close its intents.
+
+        Needs every column: a column marked failed is an :class:`InvalidArgumentError`.
+        Run it when no write to the file is under way (after a crash, before writing
+        again): it closes every open intent, and a write it overlaps then recomputes
+        its stripe itself, which is safe unless that writer also dies before it does.
+        Returns ``{repaired, checked, bad, dirty}``."""
+        if self.failed is not None:
+            raise InvalidArgumentError(
+                f"repair recomputes parity from every data column, and column "
+                f"{self.failed} is marked failed; bring its node back, call rebuild() if "
+                "the file was written while it was failed (or mark_failed(None) if not), "
+                "then repair()"
+            )
+        if scan:
+            found = self.verify()
+            bad, dirty, checked = found["bad"], found["dirty"], found["checked"]
+        else:
+            records = self._records()
+            bad, checked = [], 0
+            dirty = sorted({i["stripe"] for r in records.values() for i in r["intents"]})
+        todo = sorted(set(bad) | set(dirty))
+        for stripe in todo:
+            self._recompute(stripe, 0, self.unit_bytes, None, clear=True)
+        return {"repaired": todo, "checked": checked, "bad": bad, "dirty": dirty}
+
+    def rebuild(self) -> dict[str, Any]:
+        """Rewrite the failed column from the others (its node back, or replaced by an
+        empty one at the same place), then mark it healthy. Run it when no other
+        object is writing the file. Returns ``{column, stripes}``."""
+        failed = self.failed
+        if failed is None:
+            raise InvalidArgumentError("rebuild rewrites a failed column, and none is marked")
+        size = self.size()
+        stripes = self._layout.stripes(size)
+        u = self.unit_bytes
+        # Writes made while degraded may have left the size with one node only.
+        for column in range(len(self.storages)):
+            self._call(column, "record_size", record_key(self.key, column), size)
+        for stripe in range(stripes):
+            if self._layout.parity_column(stripe) == failed:
+                self._recompute(stripe, 0, u, None, clear=True)
+                continue
+            retry = _Retry(self, f"rebuilding stripe {stripe} of {self.key!r}")
+            while True:
+                units, version = self._snapshot(stripe, failed, 0, u, {}, None, retry, "rebuilt")
+                self._call(
+                    failed, "swap", column_key(self.key, failed), stripe * u, units[failed], False
+                )
+                # A write to the stripe meanwhile moved its version: do it again.
+                st = self._state(stripe, None)
+                if True:
+                    break
+                retry.conflict()
+        self.failed = None
+        return {"column": failed, "stripes": stripes}
+
+    def stats(self) -> dict[str, Any]:
+        """The layout and the counters."""
+        return {
+            "key": self.key,
+            "columns": len(self.storages),
+            "unit_bytes": self.unit_bytes,
+            "layout": "left-symmetric",
+            "failed": self.failed,
+            "size_known": self._known_size,
+            **self.counters,
+        }
+
+    # --- reads -----------------------------------------------------------------------
+
+    def _read_pieces(self, pieces: list[Piece], out: bytearray) -> None:
+        """Read healthy pieces, one call per run of adjacent units in a column."""
+        u = self.unit_bytes
+        runs: list[tuple[int, int, int, list[Piece]]] = []
+        for p in sorted(pieces, key=lambda p: (p.column, p.stripe)):
+            start = p.stripe * u + p.within
+            if runs and runs[-1][0] == p.column and runs[-1][1] + runs[-1][2] == start:
+                column, first, length, members = runs[-1]
+                runs[-1] = (column, first, length + p.length, [*members, p])
+            else:
+                runs.append((p.column, start, p.length, [p]))
+        for column, first, length, members in runs:
+            data = self._read_column(column, first, length)
+            for p in members:
+                at = p.stripe * u + p.within - first
+                out[p.at : p.at + p.length] = data[at : at + p.length]
+
+    def _read_degraded(self, stripe: int, pieces: list[Piece], out: bytearray) -> None:
+        """Pieces of a stripe one of which is on the failed column: rebuild that one
+        from the others, which are read over the same call."""
+        failed = self.failed
+        assert failed is not None
+        lost = next(p for p in pieces if p.column == failed)
+        wanted = {p.column: (p.within, p.within + p.length) for p in pieces if p.column != failed}
+        retry = _Retry(self, f"reading stripe {stripe} of {self.key!r}")
+        lo, hi = lost.within, lost.within + lost.length
+        units, _ = self._snapshot(stripe, failed, lo, hi, wanted, None, retry, "read")
+        for p in pieces:
+            start = lo if p.column == failed else min(lo, p.within)  # where its bytes begin
+            out[p.at : p.at + p.length] = units[p.column][
+                p.within - start : p.within - start + p.length
+            ]
+        self.counters["degraded_stripe_reads"] += 1
+
+    def _snapshot(
+        self,
+        stripe: int,
+        failed: int,
+        lo: int,
+        hi: int,
+        wanted: dict[int, tuple[int, int]],
+        intent: str | None,
+        retry: _Retry,
+        doing: str,
+    ) -> tuple[dict[int, bytes], str]:
+        """Column ``failed``'s bytes ``lo .. hi`` of ``stripe`` rebuilt from the other
+        columns, read as of one instant, and the stripe's version then.
+
+        Returns each live data column's bytes over ``lo .. hi`` joined with its
+        ``wanted`` range (from the smaller start), the rebuilt bytes under ``failed``.
+        Every data change is preceded by an intent, which moves the version: equal
+        versions before and after the reads, with no intent open but ours, mean no
+        write overlapped them."""
+        u = self.unit_bytes
+        parity = self._layout.parity_column(stripe)
+        live = [
+            self._layout.data_column(stripe, i)
+            for i in range(self._layout.data_columns)
+            if self._layout.data_column(stripe, i) != failed
+        ]
+        spans = {}
+        for column in live:
+            a, b = wanted.get(column, (lo, hi))
+            spans[column] = (min(a, lo), max(b, hi))
+        while True:
+            before = self._state(stripe, intent)
+            if before["intents"]:
+                self._wait_or_refuse(stripe, failed, before["intents"], retry, doing)
+                continue
+            units = {c: self._read_column(c, stripe * u + a, b - a) for c, (a, b) in spans.items()}
+            after = self._call(
+                parity,
+                "stripe_read",
+                record_key(self.key, parity),
+                stripe,
+                column_key(self.key, parity),
+                stripe * u + lo,
+                hi - lo,
+                intent,
+            )
+            if after["version"] == before["version"] and not after["intents"]:
+                break
+            retry.conflict()
+        rebuilt = bytearray(after["data"])
+        for column, (a, _) in spans.items():
+            xor_into(rebuilt, 0, units[column][lo - a : hi - a])
+        units[failed] = bytes(rebuilt)
+        return units, str(after["version"])
+
+    # --- writes ----------------------------------------------------------------------
+
+    def _write_stripe(self, stripe: int, pieces: list[Piece], data: bytes, size: int) -> None:
+        failed = self.failed
+        full = len(pieces) == self._layout.data_columns and all(
+            p.length == self.unit_bytes for p in pieces
+        )
+        # A write that grows the file leaves the size with its parity node (at the
+        # intent) and with the node of its last live piece, so one failed node never
+        # takes the only copy. Sizes seen at intents must not count here: they may be
+        # this write's own.
+        live = [p for p in pieces if p.column != failed]
+        grow_at = live[-1] if live and size > self._known_size else None
+        if failed == self._layout.parity_column(stripe):
+            self._write_data_only(pieces, data, size, grow_at)
+        elif failed is not None and (full or any(p.column == failed for p in pieces)):
+            self._reconstruct_write(stripe, pieces, data, size, grow_at, full)
+        elif full:
+            self._full_stripe_write(stripe, pieces, data, size, grow_at)
+        else:
+            self._small_write(stripe, pieces, data, size, grow_at)
+
+    def _small_write(
+        self, stripe: int, pieces: list[Piece], data: bytes, size: int, grow_at: Piece | None
+    ) -> None:
+        """Read-modify-write: the data nodes return the old bytes as they write the
+        new ones, and the parity node XORs in old ^ new."""
+        parity = self._layout.parity_column(stripe)
+        intent, _ = self._begin(stripe, size)
+        lo = min(p.within for p in pieces)
+        hi = max(p.within + p.length for p in pieces)
+        delta = bytearray(hi - lo)
+        with self._unfinished(stripe, intent):
+            for p in pieces:
+                new = data[p.at : p.at + p.length]
+                old = self._swap(p, new, size if p is grow_at else 0, return_old=True)
+                xor_into(delta, p.within - lo, old)
+                xor_into(delta, p.within - lo, new)
+            done = self._call(
+                parity,
+                "stripe_end",
+                record_key(self.key, parity),
+                stripe,
+                intent,
+                column_key(self.key, parity),
+                stripe * self.unit_bytes + lo,
+                bytes(delta),
+            )
+            if not done["ok"]:
+                # A parity write since our intent began may count our data already, or
+                # not: recompute the stripe's parity from its data instead.
+                if self.failed is not None:
+                    raise ObjectFailedError(
+                        f"stripe {stripe} of {self.key!r} was written by an object that "
+                        f"does not treat column {self.failed} as failed; every object of "
+                        "a file must mark the same column failed"
+                    )
+                self._recompute(stripe, lo, hi, intent, clear=False)
+        self.counters["small_writes"] += 1
+
+    def _full_stripe_write(
+        self, stripe: int, pieces: list[Piece], data: bytes, size: int, grow_at: Piece | None
+    ) -> None:
+        """A whole stripe: parity from the new data, no pre-reads; written only if no
+        other write began or ended on the stripe meanwhile, else recomputed."""
+        intent, begun = self._begin(stripe, size)
+        version = str(begun["version"])
+        new_parity = bytearray(self.unit_bytes)
+        with self._unfinished(stripe, intent):
+            for p in pieces:
+                new = data[p.at : p.at + p.length]
+                self._swap(p, new, size if p is grow_at else 0, return_old=False)
+                xor_into(new_parity, 0, new)
+            if not self._put_parity(stripe, version, 0, bytes(new_parity), intent, False):
+                self._recompute(stripe, 0, self.unit_bytes, intent, clear=False)
+        self.counters["full_stripe_writes"] += 1
+
+    def _reconstruct_write(
+        self,
+        stripe: int,
+        pieces: list[Piece],
+        data: bytes,
+        size: int,
+        grow_at: Piece | None,
+        full: bool,
+    ) -> None:
+        """Degraded, and the write touches the failed column: its new bytes exist only
+        in the parity, computed from the other columns' data. Exclusive on the stripe
+        (its intent is the only one open when the parity is written) and conditional
+        on the stripe's version."""
+        failed = self.failed
+        assert failed is not None
+        u = self.unit_bytes
+        lo = 0 if full else min(p.within for p in pieces)
+        hi = u if full else max(p.within + p.length for p in pieces)
+        retry = _Retry(self, f"writing stripe {stripe} of {self.key!r}")
+        while True:
+            intent, begun = self._begin(stripe, size, exclusive=True)
+            if intent:
+                break
+            self._wait_or_refuse(stripe, failed, begun["intents"], retry, "written")
+        version = str(begun["version"])
+        with self._unfinished(stripe, intent):
+            if full:
+                units = {p.column: bytes(u) for p in pieces}
+            else:
+                units, version = self._snapshot(
+                    stripe, failed, lo, hi, {}, intent, retry, "written"
+                )
+            # The stripe's new contents over lo .. hi, the failed column's included.
+            new_units = {c: bytearray(b) for c, b in units.items()}
+            for p in pieces:
+                new_units[p.column][p.within - lo : p.within - lo + p.length] = data[
+                    p.at : p.at + p.length
+                ]
+            for p in pieces:
+                if p.column != failed:
+                    new = data[p.at : p.at + p.length]
+                    self._swap(p, new, size if p is grow_at else 0, return_old=False)
+            while True:
+                new_parity = bytearray(hi - lo)
+                for b in new_units.values():
+                    xor_into(new_parity, 0, b)
+                if self._put_parity(stripe, version, lo, bytes(new_parity), intent, True):
+                    break
+                retry.conflict()
+                # Someone else's write came in: once none is open, read the live
+                # columns again (the failed one's new bytes are ours, in new_units).
+                while True:
+                    st = self._state(stripe, intent)
+                    if not st["intents"]:
+                        break
+                    self._wait_or_refuse(stripe, failed, st["intents"], retry, "written")
+                version = str(st["version"])
+                for column in new_units:
+                    if column != failed:
+                        new_units[column] = bytearray(
+                            self._read_column(column, stripe * u + lo, hi - lo)
+                        )
+        self.counters["reconstruct_writes"] += 1
+
+    def _write_data_only(
+        self, pieces: list[Piece], data: bytes, size: int, grow_at: Piece | None
+    ) -> None:
+        """The stripe's parity column failed: there is no parity to keep."""
+        for p in pieces:
+            self._swap(p, data[p.at : p.at + p.length], size if p is grow_at else 0, False)
+        self.counters["data_only_writes"] += 1
+
+    def _recompute(self, stripe: int, lo: int, hi: int, intent: str | None, *, clear: bool) -> None:
+        """Set the parity over ``lo .. hi`` to the XOR of the data as it is (all
+        columns healthy), closing ``intent``; other writers' intents are marked
+        superseded (they recompute in turn), or with ``clear`` closed."""
+        u = self.unit_bytes
+        retry = _Retry(self, f"recomputing the parity of stripe {stripe} of {self.key!r}")
+        while True:
+            version = str(self._state(stripe, intent)["version"])
+            new_parity = bytearray(hi - lo)
+            for i in range(self._layout.data_columns):
+                column = self._layout.data_column(stripe, i)
+                xor_into(new_parity, 0, self._read_column(column, stripe * u + lo, hi - lo))
+            if self._put_parity(stripe, version, lo, bytes(new_parity), intent, False, clear):
+                break
+            retry.conflict()
+        self.counters["recomputes"] += 1
+
+    # --- stripe steps ----------------------------------------------------------------
+
+    def _new_intent(self) -> str:
+        return f"{self._writer}.{next(self._intents)}"
+
+    def _begin(self, stripe: int, size: int, exclusive: bool = False) -> tuple[str, dict[str, Any]]:
+        """Open an intent on ``stripe`` at its parity node (recording ``size`` there):
+        ``(intent, answer)``, the answer with the stripe's version and the other open
+        intents. ``exclusive``: only if no other intent is open (else the intent is "")."""
+        parity = self._layout.parity_column(stripe)
+        intent = self._new_intent()
+        answer: dict[str, Any] = self._call(
+            parity, "stripe_begin", record_key(self.key, parity), stripe, intent, size, exclusive
+        )
+        if not answer["ok"]:
+            return "", answer
+        self._known_size = max(self._known_size, int(answer["size"]))
+        return intent, answer
+
+    def _state(self, stripe: int, intent: str | None) -> dict[str, Any]:
+        parity = self._layout.parity_column(stripe)
+        answer: dict[str, Any] = self._call(
+            parity, "stripe_read", record_key(self.key, parity), stripe, "", 0, 0, intent
+        )
+        return answer
+
+    def _put_parity(
+        self,
+        stripe: int,
+        version: str,
+        lo: int,
+        parity_bytes: bytes,
+        intent: str | None,
+        exclusive: bool,
+        clear: bool = False,
+    ) -> bool:
+        parity = self._layout.parity_column(stripe)
+        answer = self._call(
+            parity,
+            "stripe_put",
+            record_key(self.key, parity),
+            stripe,
+            version,
+            column_key(self.key, parity),
+            stripe * self.unit_bytes + lo,
+            parity_bytes,
+            intent,
+            exclusive,
+            clear,
+        )
+        return bool(answer["ok"])
+
+    def _swap(self, piece: Piece, new: bytes, size: int, return_old: bool) -> bytes:
+        """Write a piece; with ``size``, its node records the file size too."""
+        column = piece.column
+        extra: dict[str, Any] = {}
+        if size:
+            extra = {"record": record_key(self.key, column), "size": size}
+        old: bytes = self._call(
+            column,
+            "swap",
+            column_key(self.key, column),
+            piece.stripe * self.unit_bytes + piece.within,
+            new,
+            return_old,
+            **extra,
+        )
+        return old
+
+    def _read_column(self, column: int, offset: int, length: int) -> bytes:
+        """``length`` bytes of a column, zeros where it has none (holes, a column never
+        written, a new empty node)."""
+        try:
+            data: bytes = self._call(column, "read", column_key(self.key, column), offset, length)
+        except ObjectNotFoundError:
+            raise
+        except NotFoundError:
+            data = b""
+        return data if len(data) == length else data + bytes(length - len(data))
+
+    def _records(self) -> dict[int, dict[str, Any]]:
+        """Each live column's record: ``{size, intents}``."""
+        return {
+            c: self._call(c, "stripe_record", record_key(self.key, c))
+            for c in range(len(self.storages))
+            if c != self.failed
+        }
+
+    def _refresh_size(self) -> None:
+        for record in self._records().values():
+            self._known_size = max(self._known_size, int(record["size"]))
+
+    def _check_stripe(self, stripe: int) -> bool | None:
+        """Parity == XOR of the data, from a snapshot of one instant (None: the stripe
+        kept changing)."""
+        u = self.unit_bytes
+        parity = self._layout.parity_column(stripe)
+        for _ in range(3):
+            before = self._state(stripe, None)
+            xor = bytearray(u)
+            for i in range(self._layout.data_columns):
+                column = self._layout.data_column(stripe, i)
+                xor_into(xor, 0, self._read_column(column, stripe * u, u))
+            after = self._call(
+                parity,
+                "stripe_read",
+                record_key(self.key, parity),
+                stripe,
+                column_key(self.key, parity),
+                stripe * u,
+                u,
+            )
+            if after["version"] == before["version"]:
+                return bool(bytes(xor) == after["data"])
+        return None
+
+    def _wait_or_refuse(
+        self, stripe: int, failed: int, intents: list[dict[str, Any]], retry: _Retry, doing: str
+    ) -> None:
+        """Other writes are open on a stripe we need whole while ``failed`` is down:
+        wait if they may still finish, refuse if their writers are gone."""
+        for i in intents:
+            if i["abandoned"] or i["age_s"] >= self.stale_intent_s:
+                how = (
+                    "abandoned by its writer"
+                    if i["abandoned"]
+                    else f"begun {i['age_s']:.1f} s ago and never finished"
+                )
+                first = stripe * self._layout.stripe_bytes
+                raise ObjectFailedError(
+                    f"stripe {stripe} of {self.key!r} (bytes {first}.."
+                    f"{first + self._layout.stripe_bytes - 1}) has an unfinished write "
+                    f"({how}): its parity may not match its data, so column {failed}'s "
+                    f"unit cannot be rebuilt from it and the stripe cannot be {doing} "
+                    f"while column {failed} is failed. Bring column {failed}'s node back, "
+                    "call mark_failed(None), then repair() (it recomputes the parity "
+                    "from the data)"
+                )
+        retry.wait()
+
+    @contextlib.contextmanager
+    def _unfinished(self, stripe: int, intent: str) -> Iterator[None]:
+        """A write step failed: leave the intent open, marked abandoned (best effort:
+        its node may be the one that failed), and say what state the stripe is in."""
+        try:
+            yield
+        except ShuttleError as exc:
+            parity = self._layout.parity_column(stripe)
+            with contextlib.suppress(ShuttleError):
+                self._call(parity, "stripe_abandon", record_key(self.key, parity), stripe, intent)
+            _reraise(
+                exc,
+                f"writing stripe {stripe} of {self.key!r} failed, and the stripe is left "
+                "marked dirty (its data may be partly written); once every node is up, "
+                "repair() recomputes its parity",
+            )
+
+    def _call(self, column: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.storages[column].call(method, *args, **kwargs)
+        except (UnreachableError, RequestTimeoutError) as exc:
+            _reraise(
+                exc,
+                f"column {column} of {self.key!r} ({self.storages[column].rid}) did not "
+                f"answer; if its node is down, mark_failed({column}) reads and writes "
+                "the file without it",
+            )
+
+
+def _reraise(exc: ShuttleError, context: str) -> NoReturn:
+    """Raise ``exc``'s class again with ``context`` before its message."""
+    raise type(exc)(f"{context}: {exc}") from exc
+
+
+def _check_io(offset: Any, length: Any, what: str) -> None:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidArgumentError(f"{what}: offset must be an integer ≥ 0, got {offset!r:.40}")
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= IO_BYTES_MAX:
+        raise InvalidArgumentError(
+            f"{what}: length must be an integer in 0..{IO_BYTES_MAX}, got {length!r:.40}"
+        )

@@ -1,0 +1,94 @@
+"""The node services in-process: the atomicity object refuses updates after a block
+write failed half-way (recovery finishes it), and the isolation object's callbacks,
+timestamps and commit check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shuttle.errors import NotFoundError, ShuttleError, StorageIOError
+from shuttle.objects.fs.atomicity import AtomicityObject
+from shuttle.objects.fs.isolation import IsolationObject
+from shuttle.runtime.ids import ObjectId
+from shuttle.store import ObjectStore, StoreConfig
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    s = ObjectStore(tmp_path / "data", StoreConfig())
+    yield s
+    s.close()
+
+
+def test_a_write_failing_half_way_refuses_later_updates_and_recovery_completes_it(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    log = tmp_path / "data" / ".shuttle" / "fs" / "atomicity.log"
+    atom = AtomicityObject(store, log)
+    real, calls = store.write, []
+
+    def failing(key: str, offset: int, data: bytes, **kw: Any) -> Any:
+        calls.append(key)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(key, offset, data, **kw)
+
+    store.write = failing  # type: ignore[method-assign]
+    with pytest.raises(StorageIOError, match="completed when the node restarts"):
+        atom.apply([["a", 0, b"A" * 8], ["b", 0, b"B" * 8]])
+    store.write = real  # type: ignore[method-assign]
+    with pytest.raises(StorageIOError, match="restart the node"):
+        atom.apply([["c", 0, b"C"]])  # even one block: it could be overtaken by a replay
+    with pytest.raises(NotFoundError):
+        store.stat("c")
+    again = AtomicityObject(store, log)  # the node restarts
+    assert again.recovered == 1
+    assert store.read("a", 0, 8) == b"A" * 8 and store.read("b", 0, 8) == b"B" * 8
+    assert log.stat().st_size == 0
+
+
+class Holder:
+    """A callback holder that records what it was told (stands in for a cache)."""
+
+    def __init__(self, name: str, fail: bool = False) -> None:
+        self.rid = ObjectId("c1", name)
+        self.told: list[tuple[str, list[int]]] = []
+        self.fail = fail
+
+    def invalidate(self, key: str, offsets: list[int]) -> None:
+        if self.fail:
+            raise ShuttleError("unreachable")
+        self.told.append((key, offsets))
+
+
+def test_callbacks_timestamps_and_the_commit_check(store: ObjectStore, tmp_path: Path) -> None:
+    iso = IsolationObject(store, AtomicityObject(store, tmp_path / "log"))
+    a, b = Holder("a"), Holder("b")
+    data, ts0 = iso.read("k", 0, 4096, a)  # type: ignore[arg-type]
+    assert data == b""
+    iso.read("k", 4096, 4096, b)  # type: ignore[arg-type]
+    # b writes 5000 bytes at 0: a's block 0 is stale, and so is b's own block 4096
+    # (b holds the new copy of the block it wrote, named (k, 0), only).
+    ts1 = iso.write("k", 0, b"x" * 5000, b)  # type: ignore[arg-type]
+    assert a.told == [("k", [0])] and b.told == [("k", [4096])]
+    assert ts1 > ts0
+    # A commit over a stale read set changes nothing and names the block.
+    out = iso.commit([["k", 0, ts0]], [["k", 0, b"y"]], a)  # type: ignore[arg-type]
+    assert out["ok"] is False and out["conflicts"][0][:2] == ["k", 0]
+    assert store.read("k", 0, 1) == b"x"
+    out = iso.commit([["k", 0, ts1]], [["k", 0, b"y"], ["j", 0, b"z"]], a)  # type: ignore[arg-type]
+    assert out["ok"] and store.read("k", 0, 1) == b"y" and store.read("j", 0, 1) == b"z"
+
+
+def test_a_holder_that_cannot_be_told_loses_its_promises(
+    store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("shuttle.objects.fs.isolation.CALLBACK_RETRY_S", 0.0)
+    iso = IsolationObject(store, AtomicityObject(store, tmp_path / "log"))
+    dead = Holder("dead", fail=True)
+    iso.read("k", 0, 10, dead)  # type: ignore[arg-type]
+    iso.write("k", 0, b"new")
+    assert iso.stats()["callbacks_held"] == 0
