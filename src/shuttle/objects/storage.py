@@ -236,18 +236,17 @@ class StorageObject(MobileObject):
         offset: int,
         parity: bytes,
         intent: str | None = None,
-        exclusive: bool = False,
         clear: bool = False,
     ) -> dict[str, Any]:
         """Write ``parity`` at ``offset`` of ``key`` if the stripe's version is still
-        ``version`` (and, with ``exclusive``, no intent but ``intent`` is open), and
-        close ``intent``. Other open intents are marked superseded (their writers will
-        recompute), or with ``clear`` (a repair) closed. ``{ok, version, intents, size}``."""
+        ``version``, and close ``intent``. Other open intents are marked superseded
+        (their writers will recompute), or with ``clear`` (a repair) closed.
+        ``{ok, version, intents, size}``."""
         _check_offset(offset, "offset")
         with self._parity.record_lock(record):
             rec = self._parity.load(record)
             others = rec.open_on(stripe, besides=intent)
-            if self._parity.version(record, stripe) != version or (exclusive and others):
+            if self._parity.version(record, stripe) != version:
                 return self._stripe_answer(record, stripe, rec, others, ok=False)
             self._store.write(key, offset, parity, create=True)
             if intent is not None:

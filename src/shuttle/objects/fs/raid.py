@@ -414,6 +414,7 @@ class Raid5Object(MobileObject):
         todo = sorted(set(bad) | set(dirty))
         for stripe in todo:
             self._recompute(stripe, 0, self.unit_bytes, None, clear=True)
+        self._spread_size()
         return {"repaired": todo, "checked": checked, "bad": bad, "dirty": dirty}
 
     def rebuild(self) -> dict[str, Any]:
@@ -423,28 +424,18 @@ class Raid5Object(MobileObject):
         failed = self.failed
         if failed is None:
             raise InvalidArgumentError("rebuild rewrites a failed column, and none is marked")
-        size = self.size()
-        stripes = self._layout.stripes(size)
+        stripes = self._layout.stripes(self.size())
         u = self.unit_bytes
-        # Writes made while degraded may have left the size with one node only.
-        for column in range(len(self.storages)):
-            self._call(column, "record_size", record_key(self.key, column), size)
         for stripe in range(stripes):
             if self._layout.parity_column(stripe) == failed:
                 self._recompute(stripe, 0, u, None, clear=True)
                 continue
             retry = _Retry(self, f"rebuilding stripe {stripe} of {self.key!r}")
-            while True:
-                units, version = self._snapshot(stripe, failed, 0, u, {}, None, retry, "rebuilt")
-                self._call(
-                    failed, "swap", column_key(self.key, failed), stripe * u, units[failed], False
-                )
-                # A write to the stripe meanwhile moved its version: do it again.
-                st = self._state(stripe, None)
-                if True:
-                    break
-                retry.conflict()
+            units, _ = self._snapshot(stripe, failed, 0, u, {}, None, retry, "rebuilt")
+            key = column_key(self.key, failed)
+            self._call(failed, "swap", key, stripe * u, units[failed], False)
         self.failed = None
+        self._spread_size()
         return {"column": failed, "stripes": stripes}
 
     def stats(self) -> dict[str, Any]:
@@ -623,7 +614,7 @@ class Raid5Object(MobileObject):
                 new = data[p.at : p.at + p.length]
                 self._swap(p, new, size if p is grow_at else 0, return_old=False)
                 xor_into(new_parity, 0, new)
-            if not self._put_parity(stripe, version, 0, bytes(new_parity), intent, False):
+            if not self._put_parity(stripe, version, 0, bytes(new_parity), intent):
                 self._recompute(stripe, 0, self.unit_bytes, intent, clear=False)
         self.counters["full_stripe_writes"] += 1
 
@@ -637,9 +628,10 @@ class Raid5Object(MobileObject):
         full: bool,
     ) -> None:
         """Degraded, and the write touches the failed column: its new bytes exist only
-        in the parity, computed from the other columns' data. Exclusive on the stripe
-        (its intent is the only one open when the parity is written) and conditional
-        on the stripe's version."""
+        in the parity, computed from the other columns' data. The intent opens only
+        when no other is open, and every later one moves the stripe's version, so the
+        conditional parity write succeeds only if no other write overlapped it: no
+        other writer's delta can be on its way to the parity it replaces."""
         failed = self.failed
         assert failed is not None
         u = self.unit_bytes
@@ -673,7 +665,7 @@ class Raid5Object(MobileObject):
                 new_parity = bytearray(hi - lo)
                 for b in new_units.values():
                     xor_into(new_parity, 0, b)
-                if self._put_parity(stripe, version, lo, bytes(new_parity), intent, True):
+                if self._put_parity(stripe, version, lo, bytes(new_parity), intent):
                     break
                 retry.conflict()
                 # Someone else's write came in: once none is open, read the live
@@ -711,7 +703,7 @@ class Raid5Object(MobileObject):
             for i in range(self._layout.data_columns):
                 column = self._layout.data_column(stripe, i)
                 xor_into(new_parity, 0, self._read_column(column, stripe * u + lo, hi - lo))
-            if self._put_parity(stripe, version, lo, bytes(new_parity), intent, False, clear):
+            if self._put_parity(stripe, version, lo, bytes(new_parity), intent, clear):
                 break
             retry.conflict()
         self.counters["recomputes"] += 1
@@ -749,7 +741,6 @@ class Raid5Object(MobileObject):
         lo: int,
         parity_bytes: bytes,
         intent: str | None,
-        exclusive: bool,
         clear: bool = False,
     ) -> bool:
         parity = self._layout.parity_column(stripe)
@@ -763,7 +754,6 @@ class Raid5Object(MobileObject):
             stripe * self.unit_bytes + lo,
             parity_bytes,
             intent,
-            exclusive,
             clear,
         )
         return bool(answer["ok"])
@@ -803,6 +793,13 @@ class Raid5Object(MobileObject):
             for c in range(len(self.storages))
             if c != self.failed
         }
+
+    def _spread_size(self) -> None:
+        """Record the size in every column: a write cut short, or made while a column
+        was failed, may have left it with one node only."""
+        self._refresh_size()
+        for column in range(len(self.storages)):
+            self._call(column, "record_size", record_key(self.key, column), self._known_size)
 
     def _refresh_size(self) -> None:
         for record in self._records().values():
