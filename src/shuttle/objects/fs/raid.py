@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 from shuttle.errors import (
     InvalidArgumentError,
+    LimitExceededError,
     NotFoundError,
     ObjectBusyError,
     ObjectFailedError,
@@ -46,6 +47,7 @@ from shuttle.errors import (
 from shuttle.objects.storage import xor_into
 from shuttle.runtime.mobile import MobileObject, builtin
 from shuttle.runtime.refs import Ref
+from shuttle.store import OBJECT_SIZE_BYTES_MAX
 from shuttle.store.keys import validate_key
 
 #: Stripe unit: ABACUS 6.2 used 32 KB.
@@ -61,6 +63,8 @@ COLUMNS_MIN = 3
 COLUMNS_MAX = 16
 #: Largest read or write one call takes (and holds in memory).
 IO_BYTES_MAX = 16 << 20
+#: Largest file: a plain object's limit (each column holds less).
+FILE_BYTES_MAX = OBJECT_SIZE_BYTES_MAX
 #: An intent open this long belongs to a writer that died: a live write finishes in a
 #: few round trips. Degraded reads and writes wait for younger ones, refuse older.
 STALE_INTENT_S = 5.0
@@ -291,6 +295,8 @@ class Raid5Object(MobileObject):
         (a degraded read of a stripe an unfinished write left dirty), the storage
         nodes' errors (:class:`UnreachableError`: mark that column failed)."""
         _check_io(offset, length, "read")
+        if length == 0:
+            return b""
         if offset + length > self._known_size:
             self._refresh_size()
         end = min(offset + length, self._known_size)
@@ -315,8 +321,17 @@ class Raid5Object(MobileObject):
         On an error the stripes before the failing one are written, the failing one
         may be partly written and is left marked dirty (``verify`` lists it,
         ``repair`` fixes its parity), and the rest are untouched."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InvalidArgumentError(f"write: data must be bytes, got {type(data).__name__}")
         _check_io(offset, len(data), "write")
+        if offset + len(data) > FILE_BYTES_MAX:
+            raise LimitExceededError(
+                f"write: a RAID 5 file is limited to {FILE_BYTES_MAX} bytes; this write "
+                f"would end at {offset + len(data)}"
+            )
         data = bytes(data)
+        if not data:
+            return {"size": self.size(), "bytes": 0, "stripes": 0}
         stripes = 0
         for stripe, group in itertools.groupby(
             self._layout.pieces(offset, len(data)), key=lambda p: p.stripe
