@@ -23,7 +23,8 @@ from shuttle.objects.fs.atomicity import (
     decode_records,
     encode_record,
 )
-from shuttle.objects.fs.directory import Header, encode_header, open_directory, plan_insert, view_of
+from shuttle.objects.fs.dirblocks import Header, encode_header, plan_insert, view_of
+from shuttle.objects.fs.directory import open_directory
 from shuttle.runtime.client import Runtime
 from tests.integration.nodeproc import NodeProcess
 

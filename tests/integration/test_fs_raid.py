@@ -20,7 +20,7 @@ import pytest
 
 from shuttle.client.model import NodeAddress
 from shuttle.errors import ObjectFailedError, ShuttleError
-from shuttle.objects.fs.raid import Raid5Layout, column_key
+from shuttle.objects.fs.raid_layout import Raid5Layout, column_key
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.refs import Ref
 from tests.integration.nodeproc import NodeProcess

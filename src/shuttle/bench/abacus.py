@@ -134,31 +134,37 @@ def bench_node(
     link: LinkProfile,
     *,
     size_bytes: int,
+    nodes: int = 1,
     cpu_factor: float = 1.0,
     node_args: Sequence[str] = (),
     client_cpu: int | None = None,
     node_cpu: int | None = None,
     workdir: Path | None = None,
 ) -> Iterator[Bench]:
-    """Start one node (pinned to its CPU), load ``size_bytes`` of data, pin this
-    process's threads to the client CPU, and tear it all down afterwards."""
+    """Start ``nodes`` nodes (all pinned to the node CPU; the first holds the data),
+    load ``size_bytes`` of data, pin this process's threads to the client CPU, and tear
+    it all down afterwards."""
     scratch = Path(tempfile.mkdtemp(prefix="shuttle-abacus-", dir=workdir))
     client_cpu, node_cpu = choose_cpus(client_cpu, node_cpu)
     before = os.sched_getaffinity(0)
     cluster = local.up(
-        scratch / "cluster", nodes=1, cpu_factors=[cpu_factor], node_args=list(node_args)
+        scratch / "cluster",
+        nodes=nodes,
+        cpu_factors=[cpu_factor] * nodes,
+        node_args=list(node_args),
     )
     try:
-        entry = cluster.nodes[0]
-        if node_cpu is not None and entry.pid is not None:
-            pin_process(entry.pid, node_cpu)
+        for entry in cluster.nodes:
+            if node_cpu is not None and entry.pid is not None:
+                pin_process(entry.pid, node_cpu)
         if client_cpu is not None:
             os.sched_setaffinity(0, {client_cpu})
         key = cluster.key()
-        nodes = [NodeAddress(a.node_id, a.host, a.port, link) for a in cluster.addresses()]
-        with Client([NodeAddress(a.node_id, a.host, a.port) for a in nodes], key=key) as c:
+        shaped = [NodeAddress(a.node_id, a.host, a.port, link) for a in cluster.addresses()]
+        with Client([NodeAddress(a.node_id, a.host, a.port) for a in shaped], key=key) as c:
             c.put(DATA_KEY, os.urandom(size_bytes))
-        yield Bench(cluster, nodes, key, entry.id, client_cpu, node_cpu)
+            holder = c.node_for(DATA_KEY).node_id
+        yield Bench(cluster, shaped, key, holder, client_cpu, node_cpu)
     finally:
         os.sched_setaffinity(0, before)
         local.down(cluster)
@@ -213,18 +219,24 @@ def run_filter(
     run.elapsed_s = time.monotonic() - start
     where = rt.where(f)
     run.final = "client" if where == rt.id else f"server ({where})"
-    run.migrations = [
+    run.migrations = migrations_of(rt, f, wall_start)
+    rt.destroy(f)
+    return run
+
+
+def migrations_of(rt: Runtime, ref: Any, wall0: float) -> list[dict[str, Any]]:
+    """The moves of ``ref``'s object that ``rt`` took part in, as the reports show
+    them: seconds since ``wall0`` (wall clock), direction, reason, duration."""
+    return [
         {
-            "t_s": round(e.t - wall_start, 3),
+            "t_s": round(e.t - wall0, 3),
             "direction": "to_client" if e.target == rt.id else "to_server",
             "reason": e.reason,
             "elapsed_s": round(e.elapsed_s, 4),
         }
         for e in rt.events
-        if e.ok and e.rid == str(f.rid)
+        if e.ok and e.rid == str(ref.rid)
     ]
-    rt.destroy(f)
-    return run
 
 
 # --- 6.3: the filter benchmark ---------------------------------------------------------

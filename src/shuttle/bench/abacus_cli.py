@@ -368,12 +368,7 @@ def phases(
     """ABACUS 6.6 (Table 2): insert, scan, insert, scan on one table, the cache object
     at the client, adaptive and at the node; each phase's time and the per-phase
     optimum (the better static placement for each phase)."""
-    from shuttle.bench.objectfs import (
-        TableSettings,
-        check_phases,
-        phase_targets,
-        run_table_benchmark,
-    )
+    from shuttle.bench.objectfs import TableSettings, phase_targets, run_table_benchmark
     from shuttle.bench.objectfs_plots import plot_phases
 
     settings = TableSettings(
@@ -382,7 +377,7 @@ def phases(
         window_s=window,
         threshold=threshold,
         records=records,
-        phases=check_phases(sequence.split(",")),
+        phases=tuple(p.strip() for p in sequence.split(",") if p.strip()),
         client_cpu=client_cpu,
         node_cpu=node_cpu,
     )

@@ -14,13 +14,14 @@ and, for the adaptive run, each client's cumulative inserts and retries over tim
 
 from __future__ import annotations
 
+import secrets
 import statistics
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shuttle.bench.abacus import PLACEMENTS, Bench, Progress, bench_node, summary
+from shuttle.bench.abacus import PLACEMENTS, Bench, Progress, bench_node, migrations_of, summary
 from shuttle.net.profiles import parse_link_profile
 from shuttle.runtime.config import RuntimeConfig
 
@@ -55,9 +56,6 @@ class ClientResult:
     migrations: list[dict[str, Any]] = field(default_factory=list)
 
 
-_runs = iter(range(1 << 30))
-
-
 def run_inserts(
     bench: Bench,
     config: RuntimeConfig,
@@ -66,7 +64,7 @@ def run_inserts(
     settings: DirectorySettings,
 ) -> list[ClientResult]:
     """All clients at once, each through its own run-time and directory object."""
-    volume = f"bench{next(_runs)}-{time.monotonic_ns() % 10**9}"
+    volume = f"bench-{secrets.token_hex(6)}"  # a fresh namespace: a cold cache
     with bench.runtime(config) as rt:  # the directories, made before the clock starts
         setup = _directory(rt, volume, "static", None)
         if contention == "high":
@@ -99,15 +97,7 @@ def run_inserts(
                 elapsed = time.monotonic() - start
                 stats = d.stats()
                 where = "client" if rt.where(d) == rt.id else "server"
-                moves = [
-                    {
-                        "t_s": round(e.t - wall0, 3),
-                        "direction": "to_client" if e.target == rt.id else "to_server",
-                        "reason": e.reason,
-                    }
-                    for e in rt.events
-                    if e.ok and e.rid == str(d.rid)
-                ]
+                moves = migrations_of(rt, d, wall0)
                 rt.destroy(d)
             out[i] = ClientResult(
                 elapsed,

@@ -23,11 +23,10 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shuttle.bench.abacus import PLACEMENTS, Bench, Progress, bench_node, summary
+from shuttle.bench.abacus import PLACEMENTS, Bench, Progress, bench_node, migrations_of, summary
 from shuttle.client.client import Client
 from shuttle.client.model import NodeAddress
 from shuttle.errors import ConfigError
@@ -132,16 +131,7 @@ def run_table(
                     run.trace.append((round(time.monotonic() - start, 4), done))
             run.phase_s.append(time.monotonic() - t)
             run.where.append(_side(rt, cache))
-    run.migrations = [
-        {
-            "t_s": round(e.t - wall0, 3),
-            "direction": "to_client" if e.target == rt.id else "to_server",
-            "reason": e.reason,
-            "elapsed_s": round(e.elapsed_s, 4),
-        }
-        for e in rt.events
-        if e.ok and e.rid == str(cache.rid)
-    ]
+    run.migrations = migrations_of(rt, cache, wall0)
     rt.destroy(file)
     rt.destroy(cache)
     return run
@@ -249,11 +239,3 @@ def run_cache_benchmark(settings: TableSettings, progress: Progress) -> dict[str
         report["workloads"].append({"workload": phase, "links": sub["links"]})
         report["settings"] = {k: v for k, v in sub["settings"].items() if k != "phases"}
     return report
-
-
-def check_phases(phases: Sequence[str]) -> tuple[str, ...]:
-    out = tuple(p.strip() for p in phases if p.strip())
-    bad = [p for p in out if p not in PHASES]
-    if bad or not out:
-        raise ConfigError(f"phases are {' and '.join(PHASES)}; got {', '.join(phases)}")
-    return out

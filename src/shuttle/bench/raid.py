@@ -16,26 +16,15 @@ the servers' own fast network.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import secrets
-import shutil
 import statistics
-import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from shuttle.bench.abacus import PLACEMENTS, Progress, choose_cpus, summary
-from shuttle.bench.placement import pin_process
-from shuttle.client.model import NodeAddress
-from shuttle.cluster import local
-from shuttle.cluster.clusterfile import ClusterFile
-from shuttle.net.profiles import LinkProfile, parse_link_profile
-from shuttle.runtime.client import Runtime
+from shuttle.bench.abacus import PLACEMENTS, Bench, Progress, bench_node, migrations_of, summary
+from shuttle.net.profiles import parse_link_profile
 from shuttle.runtime.config import RuntimeConfig
 
 FILE_BYTES = 4 << 20
@@ -65,43 +54,6 @@ class RaidSettings:
 
 
 @dataclass
-class RaidCluster:
-    cluster: ClusterFile
-    nodes: list[NodeAddress]
-    key: bytes | None
-
-    def runtime(self, config: RuntimeConfig) -> Runtime:
-        return Runtime(self.nodes, key=self.key, config=config)
-
-
-@contextlib.contextmanager
-def raid_cluster(
-    link: LinkProfile,
-    *,
-    node_args: Sequence[str],
-    client_cpu: int | None,
-    node_cpu: int | None,
-) -> Iterator[RaidCluster]:
-    """Five nodes on the node CPU, this process on the client CPU."""
-    scratch = Path(tempfile.mkdtemp(prefix="shuttle-raid-"))
-    client_cpu, node_cpu = choose_cpus(client_cpu, node_cpu)
-    before = os.sched_getaffinity(0)
-    cluster = local.up(scratch / "cluster", nodes=COLUMNS, node_args=list(node_args))
-    try:
-        for entry in cluster.nodes:
-            if node_cpu is not None and entry.pid is not None:
-                pin_process(entry.pid, node_cpu)
-        if client_cpu is not None:
-            os.sched_setaffinity(0, {client_cpu})
-        nodes = [NodeAddress(a.node_id, a.host, a.port, link) for a in cluster.addresses()]
-        yield RaidCluster(cluster, nodes, cluster.key())
-    finally:
-        os.sched_setaffinity(0, before)
-        local.down(cluster)
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-@dataclass
 class ClientRun:
     elapsed_s: float
     where: str
@@ -109,7 +61,7 @@ class ClientRun:
 
 
 def _one_client(
-    rc: RaidCluster,
+    rc: Bench,
     config: RuntimeConfig,
     placement: str,
     key: str,
@@ -143,22 +95,14 @@ def _one_client(
                     file.read(offset, settings.io_bytes)
         elapsed = time.monotonic() - start
         where = "client" if rt.where(raid) == rt.id else "server"
-        moves = [
-            {
-                "t_s": round(e.t - wall0, 3),
-                "direction": "to_client" if e.target == rt.id else "to_server",
-                "reason": e.reason,
-            }
-            for e in rt.events
-            if e.ok and e.rid == str(raid.rid)
-        ]
+        moves = migrations_of(rt, raid, wall0)
         rt.destroy(file)
         rt.destroy(raid)
     out.append(ClientRun(elapsed, where, moves))
 
 
 def run_raid(
-    rc: RaidCluster, config: RuntimeConfig, placement: str, workload: str, settings: RaidSettings
+    rc: Bench, config: RuntimeConfig, placement: str, workload: str, settings: RaidSettings
 ) -> list[ClientRun]:
     """Both clients at once; each writes (or reads back) its own file."""
     out: list[ClientRun] = []
@@ -195,8 +139,13 @@ def run_raid_benchmark(settings: RaidSettings, progress: Progress) -> dict[str, 
     }
     for link_name in settings.links:
         link = parse_link_profile(link_name)
-        with raid_cluster(
-            link, node_args=node_args, client_cpu=settings.client_cpu, node_cpu=settings.node_cpu
+        with bench_node(
+            link,
+            size_bytes=0,
+            nodes=COLUMNS,
+            node_args=node_args,
+            client_cpu=settings.client_cpu,
+            node_cpu=settings.node_cpu,
         ) as rc:
             for workload in WORKLOADS:
                 runs: dict[str, list[list[ClientRun]]] = {p: [] for p in PLACEMENTS}

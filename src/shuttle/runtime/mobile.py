@@ -165,6 +165,7 @@ class ObjectManager:
         """A new object of this type made from ``params`` (``CreateObj``)."""
         obj = self.cls.__new__(self.cls)
         obj.attach(rid, invoker)
+        self.share(obj)
         obj.__init__(**params)  # type: ignore[misc]
         self._objects[rid] = obj
         return obj
@@ -173,9 +174,15 @@ class ObjectManager:
         """An object that migrated here: a fresh instance restored from ``checkpoint``."""
         obj = self.cls.__new__(self.cls)
         obj.attach(rid, invoker)
+        self.share(obj)
         obj.restore(checkpoint)
         self._objects[rid] = obj
         return obj
+
+    def share(self, obj: MobileObject) -> None:
+        """Hand a new or arriving object what this type's objects share on this node
+        (a cache's memory, say), before its ``__init__`` or ``restore`` runs. The
+        default shares nothing."""
 
     def register(self, rid: ObjectId, obj: MobileObject) -> None:
         """Hold an object the run-time made itself (an anchored storage object)."""

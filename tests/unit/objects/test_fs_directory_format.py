@@ -19,6 +19,7 @@ from shuttle.errors import (
     NotFoundError,
     ServerError,
 )
+from shuttle.objects.fs import dirblocks
 from shuttle.objects.fs import directory as d
 from shuttle.objects.fs.isolation import IsolationObject
 from shuttle.runtime.ids import ObjectId
@@ -49,45 +50,45 @@ entries = st.builds(
 @given(
     st.text(min_size=1, max_size=32),
     st.text(max_size=32),
-    st.integers(0, d.DIR_BLOCKS_MAX),
+    st.integers(0, dirblocks.DIR_BLOCKS_MAX),
     st.booleans(),
 )
 def test_a_header_block_round_trips(dir_id: str, parent: str, blocks: int, removed: bool) -> None:
-    header = d.Header(dir_id, parent, blocks, removed)
-    raw = d.encode_header(header)
-    assert len(raw) == d.BLOCK_BYTES
-    assert d.decode_header(raw) == header
+    header = dirblocks.Header(dir_id, parent, blocks, removed)
+    raw = dirblocks.encode_header(header)
+    assert len(raw) == dirblocks.BLOCK_BYTES
+    assert dirblocks.decode_header(raw) == header
 
 
 @given(st.dictionaries(names, entries, max_size=12))
 def test_an_entry_block_round_trips_or_says_it_is_full(block: dict[str, dict[str, Any]]) -> None:
     try:
-        raw = d.encode_entries(block)
+        raw = dirblocks.encode_entries(block)
     except LimitExceededError:
-        assert d.body_bytes(block) > d.BODY_BYTES_MAX
+        assert dirblocks.body_bytes(block) > dirblocks.BODY_BYTES_MAX
         return
-    assert len(raw) == d.BLOCK_BYTES
-    assert d.decode_entries(raw) == block
+    assert len(raw) == dirblocks.BLOCK_BYTES
+    assert dirblocks.decode_entries(raw) == block
 
 
 def test_no_block_is_an_absent_directory_and_damage_is_reported() -> None:
-    assert d.decode_header(b"") is None
-    raw = bytearray(d.encode_entries({"a": {"type": "file"}}))
-    raw[d._BLOCK_HEAD.size] ^= 1
+    assert dirblocks.decode_header(b"") is None
+    raw = bytearray(dirblocks.encode_entries({"a": {"type": "file"}}))
+    raw[dirblocks._BLOCK_HEAD.size] ^= 1
     with pytest.raises(ServerError, match="checksum"):
-        d.decode_entries(bytes(raw))
+        dirblocks.decode_entries(bytes(raw))
     with pytest.raises(ServerError, match="not a directory block of kind 1"):
-        d.decode_header(d.encode_entries({}))
+        dirblocks.decode_header(dirblocks.encode_entries({}))
     with pytest.raises(ServerError, match="cut short"):
-        d.decode_entries(b"SDIR")
+        dirblocks.decode_entries(b"SDIR")
 
 
 # --- paths ----------------------------------------------------------------------------
 
 
 def test_paths_split_into_names() -> None:
-    assert d.split_path("/") == []
-    assert d.split_path("/a/b c/é") == ["a", "b c", "é"]
+    assert dirblocks.split_path("/") == []
+    assert dirblocks.split_path("/a/b c/é") == ["a", "b c", "é"]
 
 
 @pytest.mark.parametrize(
@@ -107,22 +108,22 @@ def test_paths_split_into_names() -> None:
 )
 def test_bad_paths_say_what_is_wrong(path: Any, message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
-        d.split_path(path)
+        dirblocks.split_path(path)
 
 
 def test_entries_are_checked() -> None:
     with pytest.raises(InvalidArgumentError, match="mkdir"):
-        d.check_entry({"type": "dir", "id": "x"}, "a")
+        dirblocks.check_entry({"type": "dir", "id": "x"}, "a")
     with pytest.raises(InvalidArgumentError, match="needs a"):
-        d.check_entry({"key": "k"}, "a")
+        dirblocks.check_entry({"key": "k"}, "a")
     with pytest.raises(InvalidArgumentError, match="keep it short"):
-        d.check_entry({"type": "file", "key": "k" * 2000}, "a")
+        dirblocks.check_entry({"type": "file", "key": "k" * 2000}, "a")
 
 
 # --- the blocks an update writes, against a dict model --------------------------------
 
 
-def apply(blocks: dict[int, bytes], writes: list[d.Write]) -> None:
+def apply(blocks: dict[int, bytes], writes: list[dirblocks.Write]) -> None:
     for key, offset, raw in writes:
         assert key == "v/.dirs/root"
         blocks[offset] = raw
@@ -137,41 +138,44 @@ def test_inserts_and_removes_keep_the_names_of_a_dict(ops: list[tuple[bool, int,
     model: dict[str, dict[str, Any]] = {}
     for insert, n, pad in ops:
         name = f"file-{n}"
-        view = d.view_of("v/.dirs/root", blocks)
+        view = dirblocks.view_of("v/.dirs/root", blocks)
         if insert:
             entry = {"type": "file", "key": "k" * pad}
             if name in model:
                 with pytest.raises(AlreadyExistsError):
-                    d.plan_insert(view, name, entry, name)
+                    dirblocks.plan_insert(view, name, entry, name)
                 continue
-            writes = d.plan_insert(view, name, entry, name)
+            writes = dirblocks.plan_insert(view, name, entry, name)
             if len(writes) == 2:  # a new block and the header: no block had room
-                assert all(d.body_bytes({**b, name: entry}) > d.BODY_BYTES_MAX for b in view.blocks)
+                assert all(
+                    dirblocks.body_bytes({**b, name: entry}) > dirblocks.BODY_BYTES_MAX
+                    for b in view.blocks
+                )
             apply(blocks, writes)
             model[name] = entry
         else:
             if name not in model:
                 with pytest.raises(NotFoundError):
-                    d.plan_remove(view, name, name)
+                    dirblocks.plan_remove(view, name, name)
                 continue
-            writes, removed = d.plan_remove(view, name, name)
+            writes, removed = dirblocks.plan_remove(view, name, name)
             assert removed == model.pop(name)
             apply(blocks, writes)
-    view = d.view_of("v/.dirs/root", blocks)
+    view = dirblocks.view_of("v/.dirs/root", blocks)
     assert view.listing() == sorted([n, e] for n, e in model.items())
 
 
 def test_a_full_directory_says_so() -> None:
     full = {f"n{i:04}": {"type": "file", "key": "k" * 100} for i in range(32)}
-    view = d.DirView(
+    view = dirblocks.DirView(
         "v/.dirs/root",
-        d.Header("root", "", d.DIR_BLOCKS_MAX),
+        dirblocks.Header("root", "", dirblocks.DIR_BLOCKS_MAX),
         0,
-        [full] * d.DIR_BLOCKS_MAX,
-        [0] * d.DIR_BLOCKS_MAX,
+        [full] * dirblocks.DIR_BLOCKS_MAX,
+        [0] * dirblocks.DIR_BLOCKS_MAX,
     )
     with pytest.raises(LimitExceededError, match="directory is full"):
-        d.plan_insert(view, "new", {"type": "file", "key": "k" * 100}, "/new")
+        dirblocks.plan_insert(view, "new", {"type": "file", "key": "k" * 100}, "/new")
 
 
 # --- the object over in-memory isolation objects ---------------------------------------
@@ -429,7 +433,9 @@ def test_a_mkdir_that_loses_its_name_after_making_its_child_marks_the_child_remo
     with pytest.raises(AlreadyExistsError, match="/x already exists"):
         a.mkdir("/x")
     orphan = stores[a._node(f"vol/.dirs/{mine}")].objects[f"vol/.dirs/{mine}"]
-    assert d.decode_header(bytes(orphan[: d.BLOCK_BYTES])) == d.Header(mine, "root", 0, True)
+    assert dirblocks.decode_header(bytes(orphan[: dirblocks.BLOCK_BYTES])) == dirblocks.Header(
+        mine, "root", 0, True
+    )
     assert a.lookup("/x") == {"type": "dir", "id": "b" * 16}
     a.create("/x/f", {"type": "file"})
     assert [n for n, _ in b.listdir("/x")] == ["f"]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shuttle.errors import InvalidArgumentError
-from shuttle.objects.fs.raid import (
+from shuttle.objects.fs.raid_layout import (
     COLUMNS_MAX,
     COLUMNS_MIN,
     UNIT_BYTES_MAX,

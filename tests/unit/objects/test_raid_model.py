@@ -31,7 +31,8 @@ from hypothesis.stateful import (
 )
 
 from shuttle.errors import InvalidArgumentError, InvalidKeyError, NotFoundError, ObjectFailedError
-from shuttle.objects.fs.raid import Raid5Layout, Raid5Object, column_key, record_key
+from shuttle.objects.fs.raid import Raid5Object
+from shuttle.objects.fs.raid_layout import Raid5Layout, column_key, record_key
 from shuttle.objects.storage import StorageObject
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import bound_method

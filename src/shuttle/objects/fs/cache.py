@@ -31,7 +31,7 @@ from typing import Any
 from shuttle.errors import InvalidArgumentError
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import MobileObject, ObjectManager, builtin
-from shuttle.runtime.refs import Invoker, Ref
+from shuttle.runtime.refs import Ref
 
 #: Block size of a file's cache (ABACUS 6.4 uses 8 KB).
 BLOCK_BYTES_DEFAULT = 8192
@@ -49,20 +49,21 @@ class SharedBlockCache:
     def __init__(self, capacity_bytes: int = SHARED_CACHE_BYTES_DEFAULT) -> None:
         self.capacity_bytes = capacity_bytes
         self.used_bytes = 0
-        self._blocks: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
+        #: (owner, block offset) -> bytes, least recently used first.
+        self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, owner: str, offset: int, key: str = "") -> bytes | None:
+    def get(self, owner: str, offset: int) -> bytes | None:
         with self._lock:
-            name = (owner, key, offset)
+            name = (owner, offset)
             data = self._blocks.get(name)
             if data is not None:
                 self._blocks.move_to_end(name)
             return data
 
-    def put(self, owner: str, offset: int, data: bytes, key: str = "") -> None:
+    def put(self, owner: str, offset: int, data: bytes) -> None:
         with self._lock:
-            name = (owner, key, offset)
+            name = (owner, offset)
             old = self._blocks.pop(name, None)
             if old is not None:
                 self.used_bytes -= len(old)
@@ -72,9 +73,9 @@ class SharedBlockCache:
                 _, evicted = self._blocks.popitem(last=False)
                 self.used_bytes -= len(evicted)
 
-    def drop(self, owner: str, offset: int, key: str = "") -> None:
+    def drop(self, owner: str, offset: int) -> None:
         with self._lock:
-            old = self._blocks.pop((owner, key, offset), None)
+            old = self._blocks.pop((owner, offset), None)
             if old is not None:
                 self.used_bytes -= len(old)
 
@@ -82,10 +83,6 @@ class SharedBlockCache:
         with self._lock:
             for name in [n for n in self._blocks if n[0] == owner]:
                 self.used_bytes -= len(self._blocks.pop(name))
-
-    def owned(self, owner: str) -> dict[int, bytes]:
-        with self._lock:
-            return {n[2]: d for n, d in self._blocks.items() if n[0] == owner}
 
 
 class CacheManager(ObjectManager):
@@ -95,23 +92,9 @@ class CacheManager(ObjectManager):
         super().__init__(cls, node_id)
         self.shared = SharedBlockCache()
 
-    def create(self, rid: ObjectId, invoker: Invoker, params: dict[str, Any]) -> MobileObject:
-        obj = self.cls.__new__(self.cls)
+    def share(self, obj: MobileObject) -> None:
         assert isinstance(obj, CacheObject)
         obj._shared = self.shared
-        obj.attach(rid, invoker)
-        obj.__init__(**params)  # type: ignore[misc]
-        self._objects[rid] = obj
-        return obj
-
-    def adopt(self, rid: ObjectId, invoker: Invoker, checkpoint: bytes) -> MobileObject:
-        obj = self.cls.__new__(self.cls)
-        assert isinstance(obj, CacheObject)
-        obj._shared = self.shared
-        obj.attach(rid, invoker)
-        obj.restore(checkpoint)
-        self._objects[rid] = obj
-        return obj
 
     def release(self, rid: ObjectId) -> MobileObject | None:
         self.shared.drop_owner(str(rid))

@@ -24,6 +24,7 @@ that points at nothing.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from typing import Any
 from shuttle.client.client import Client
 from shuttle.errors import InvalidArgumentError, NotFoundError
 from shuttle.objects.fs.cache import BLOCK_BYTES_DEFAULT
-from shuttle.objects.fs.raid import column_key, record_key
+from shuttle.objects.fs.raid_layout import column_key, record_key
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.refs import Ref
 
@@ -308,7 +309,5 @@ class Volume:
 def _columns(nodes: list[str], key: str, count: int) -> list[str]:
     """The nodes of a RAID file's columns: ``count`` of them (or every node, if
     fewer), in rendezvous order for the key so files spread over a larger cluster."""
-    import hashlib
-
     ranked = sorted(nodes, key=lambda n: hashlib.blake2b(f"{n}/{key}".encode()).digest())
     return ranked[: min(count, len(ranked))]
