@@ -5,8 +5,10 @@ Layout (one concept a module):
 * ``kernel``    the event kernel: a heap of (time, priority+sequence, handler, arg)
 * ``mm1``       M/M/1 on our kernel and on SimPy with the same draws (bench-kernel)
 * ``config``    every parameter of the server and of an experiment (TOML, flags)
+* ``blocks``    block keys and the splitting of requests into blocks (one definition)
 * ``workload``  traces as columns, request kinds, busiest intervals, cache warm-up
 * ``server``    the server model: CPU, block cache with locking, metadata cache, disk
+* ``disk``      the storage device: FIFO, parallel units, read and write costs
 * ``mobile``    the mobile application's dependent trace, at the client or the server
 * ``metrics``   what a run counts: response-time parts, hit rates, loads
 * ``prepare``   two passes over a long trace: busiest intervals, their warm caches
@@ -15,8 +17,11 @@ Layout (one concept a module):
 * ``sources``   where traces come from: files, the background generator, agrep
 * ``sweep``     the paper's two experiments (cache size, CPU speed), run in parallel
 * ``plots``     the figures of a sweep in the paper's layout
+* ``policies``  cache policies (LRU, FIFO, CLOCK): a registry with one test suite
 * ``replay``    a trace through a cache policy alone (``shuttle sim cache``)
 * ``cli``, ``sweep_cli``   ``shuttle sim ...`` commands
+* ``calibration``  how loaded a background trace keeps the server (back of the envelope)
+* ``calibrate_cli``  ``shuttle trace calibrate-background`` (the top-level CLI adds it)
 """
 
 from shuttle.sim.config import ExperimentConfig, ServerConfig

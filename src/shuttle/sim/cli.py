@@ -109,13 +109,13 @@ def cache(
     Each read or write is split into the blocks it covers; a write leaves its blocks
     cached (write-through with allocation); metadata requests are only counted.
     """
-    from shuttle.sim.replay import block_accesses, compare_sizes, make_policy
+    from shuttle.sim.replay import compare_sizes, make_policy, split_accesses
     from shuttle.traces.cli import with_progress
     from shuttle.traces.formats import read_trace
 
     make_policy(policy, 1)  # a bad policy name fails before the trace is read
     records = with_progress(read_trace(trace, format, sort=sort), f"reading {trace.name}")
-    accesses = block_accesses(records, block_size)
+    accesses = split_accesses(records, block_size)
     console.print(
         f"{trace}: {accesses.requests:,} block requests ({accesses.read_requests:,} reads, "
         f"{accesses.write_requests:,} writes) -> {len(accesses.keys):,} accesses of "

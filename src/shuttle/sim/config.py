@@ -45,11 +45,19 @@ class ServerConfig:
     #: Write-through applies to metadata too (NFS servers commit before replying).
     metadata_write_through: bool = True
 
-    # --- disk (3.3.2) ---------------------------------------------------------------
-    #: Average seek, paid by every request (no layout information in the traces).
+    # --- disk (3.3.2; ``shuttle.sim.disk``) -----------------------------------------
+    #: Average seek, paid by every read (every access unless writes are priced apart;
+    #: no layout information in the traces).
     disk_seek_s: float = 0.008
-    #: Peak transfer rate (10 MB/s; MB = 10**6 bytes).
+    #: Peak transfer rate of reads (10 MB/s; MB = 10**6 bytes).
     disk_bandwidth_bytes_per_s: float = 10e6
+    #: Per-access cost and transfer rate of writes; unset: as reads (the paper's disk).
+    #: An SSD writes slower than it reads; a RAID 5 small write costs about 4 accesses.
+    disk_write_seek_s: float | None = None
+    disk_write_bandwidth_bytes_per_s: float | None = None
+    #: Accesses served at once (queue depth): 1 is the paper's one disk; the spindles
+    #: of a RAID set or the channels of an SSD serve several, FIFO from one queue.
+    disk_parallelism: int = 1
 
     # --- CPU (3.3.3) ----------------------------------------------------------------
     #: Clock of the machine the cycle table was measured on.
@@ -68,6 +76,10 @@ class ServerConfig:
     #: skips the network protocol processing the table includes. The paper gives no
     #: split; we charge half.
     local_request_cpu_fraction: float = 0.5
+    #: The mobile program's own requests at the server are calls its code makes, so
+    #: they run as it does, on idle cycles only (section 3.3.3: "The agrep receives
+    #: only idle server CPU cycles"); False queues them FIFO with clients' requests.
+    mobile_requests_on_idle_cycles: bool = True
 
     # --- network (3.3.4) ------------------------------------------------------------
     network_latency_s: float = 20e-6
@@ -92,10 +104,15 @@ class ServerConfig:
         _positive(self, "client_request_bytes_max", "cpu_reference_hz")
         _positive(self, "server_speed", "client_speed", "mobile_trace_speed")
         _positive(self, "disk_bandwidth_bytes_per_s", "network_bandwidth_bits_per_s")
+        _positive(self, "disk_parallelism")
         _non_negative(self, "metadata_io_bytes", "disk_seek_s", "network_latency_s")
         _non_negative(self, "rpc_header_bytes", "mobile_footprint_bytes")
         _non_negative(self, "metadata_read_cycles", "metadata_write_cycles")
         _non_negative(self, "block_read_cycles", "block_write_cycles")
+        if self.disk_write_seek_s is not None:
+            _non_negative(self, "disk_write_seek_s")
+        if self.disk_write_bandwidth_bytes_per_s is not None:
+            _positive(self, "disk_write_bandwidth_bytes_per_s")
         if not 0.0 <= self.local_request_cpu_fraction <= 1.0:
             raise ConfigError(
                 f'"local_request_cpu_fraction" must be in [0, 1], '
@@ -114,6 +131,18 @@ class ServerConfig:
         return -(-self.mobile_footprint_bytes // self.block_size_bytes)
 
     @property
+    def disk_write_access_s(self) -> float:
+        """Per-access cost of a write (``disk_write_seek_s``, else the read seek)."""
+        return self.disk_seek_s if self.disk_write_seek_s is None else self.disk_write_seek_s
+
+    @property
+    def disk_write_bandwidth(self) -> float:
+        """Transfer rate of writes in bytes/s (else the read rate)."""
+        if self.disk_write_bandwidth_bytes_per_s is None:
+            return self.disk_bandwidth_bytes_per_s
+        return self.disk_write_bandwidth_bytes_per_s
+
+    @property
     def server_hz(self) -> float:
         """Server cycles per second."""
         return self.cpu_reference_hz * self.server_speed
@@ -127,8 +156,10 @@ class ServerConfig:
         bits = 8.0 * (self.rpc_header_bytes + size_bytes)
         return self.network_latency_s + bits / self.network_bandwidth_bits_per_s
 
-    def disk_s(self, size_bytes: int) -> float:
-        """Disk service time of one request: seek + size / bandwidth."""
+    def disk_s(self, size_bytes: int, write: bool = False) -> float:
+        """Disk service time of one access: seek + size / bandwidth (read or write)."""
+        if write:
+            return self.disk_write_access_s + size_bytes / self.disk_write_bandwidth
         return self.disk_seek_s + size_bytes / self.disk_bandwidth_bytes_per_s
 
 
@@ -202,6 +233,9 @@ def from_mapping(cls: type[C], values: Mapping[str, Any], where: str) -> C:
 
 def _coerce(key: str, annotation: Any, value: Any, where: str) -> Any:
     kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    # An optional parameter (``float | None``) is unset by leaving it out: TOML has
+    # no null, so a given value must be of the type.
+    kind = kind.removesuffix(" | None")
     if kind == "bool":
         if isinstance(value, bool):
             return value

@@ -72,7 +72,7 @@ class Kernel:
         self.seed = seed
         self.now = 0.0
         self.events_processed = 0
-        #: The event heap. Hot paths may push onto it directly (see :meth:`at`).
+        #: The event heap. Models schedule through :meth:`at` / :meth:`schedule`.
         self.heap: list[tuple[float, int, Handler, Any]] = []
         #: Sequence numbers start at NORMAL's base, so ``next(sequence)`` *is* the
         #: ordering key of a NORMAL event scheduled now.
@@ -89,15 +89,29 @@ class Kernel:
     ) -> None:
         """Run ``handler(time, arg)`` at absolute ``time``.
 
-        Hot paths skip this call and push the event themselves, which is the same
-        thing at NORMAL priority::
-
-            heappush(kernel.heap, (time, next(kernel.sequence), handler, arg))
-
-        An event in the past is not refused (this is the hot path); it runs next.
+        At NORMAL priority :meth:`schedule` is the same thing, cheaper. An event in
+        the past is not refused (this is a hot path); it runs next.
         """
         key = next(self.sequence) + ((priority - PRIORITY_NORMAL) << _SEQUENCE_BITS)
         heappush(self.heap, (time, key, handler, arg))
+
+    def schedule(self, time: float, handler: Handler, arg: Any = None) -> None:
+        """Run ``handler(time, arg)`` at absolute ``time``, NORMAL priority: the hot path.
+
+        The model's one way onto the heap (models never touch :attr:`heap`): one
+        push, no checks. ``kernel.schedule`` may be kept as a bound method.
+        """
+        heappush(self.heap, (time, next(self.sequence), handler, arg))
+
+    def idle_before(self, time: float) -> bool:
+        """True if no heap event is due before ``time``.
+
+        A model may then handle what would happen at ``time`` at once instead of
+        scheduling it. The stream is not consulted: its events are arrivals, which
+        a model orders behind work already under way (see ``server.Server.arrive``).
+        """
+        heap = self.heap
+        return not heap or time < heap[0][0]
 
     def after(
         self, delay_s: float, handler: Handler, arg: Any = None, priority: int = PRIORITY_NORMAL

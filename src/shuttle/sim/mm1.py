@@ -18,7 +18,6 @@ import math
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
-from heapq import heappush
 from typing import Any
 
 import numpy as np
@@ -68,8 +67,7 @@ class _KernelMM1:
         self.delay_s = [0.0] * self.customers
         self.queue: deque[int] = deque()
         self.busy = False
-        self.heap = kernel.heap
-        self.sequence = kernel.sequence
+        self.schedule = kernel.schedule
 
     def start(self) -> None:
         self.kernel.at(self.interarrival[0], self.arrive, 0)
@@ -78,26 +76,18 @@ class _KernelMM1:
         self.arrival_s[customer] = now
         following = customer + 1
         if following < self.customers:
-            heappush(
-                self.heap,
-                (now + self.interarrival[following], next(self.sequence), self.arrive, following),
-            )
+            self.schedule(now + self.interarrival[following], self.arrive, following)
         if self.busy:
             self.queue.append(customer)
         else:
             self.busy = True
-            heappush(
-                self.heap,
-                (now + self.service[customer], next(self.sequence), self.depart, customer),
-            )
+            self.schedule(now + self.service[customer], self.depart, customer)
 
     def depart(self, now: float, customer: int) -> None:
         self.delay_s[customer] = now - self.arrival_s[customer]
         if self.queue:
             waiting = self.queue.popleft()
-            heappush(
-                self.heap, (now + self.service[waiting], next(self.sequence), self.depart, waiting)
-            )
+            self.schedule(now + self.service[waiting], self.depart, waiting)
         else:
             self.busy = False
 

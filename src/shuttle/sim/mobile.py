@@ -19,17 +19,20 @@ application runs on.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
-from heapq import heappush
 from typing import Any
 
+from shuttle.sim.blocks import block_keys
 from shuttle.sim.config import ServerConfig
 from shuttle.sim.metrics import MobileStats, TrafficStats
+from shuttle.sim.policies import LRU
 from shuttle.sim.server import Request, Server
-from shuttle.sim.workload import BLOCK_BITS, BLOCK_READ, BLOCK_WRITE, MOBILE_FILE_BASE, Columns
+from shuttle.sim.workload import BLOCK_READ, BLOCK_WRITE, MOBILE_FILE_BASE, Columns
 
-PLACEMENTS = ("client", "server")
+#: Where the mobile application can run.
+APP_PLACEMENTS = ("client", "server")
+#: Where an experiment can put it: "none" measures the background alone.
+PLACEMENTS = (*APP_PLACEMENTS, "none")
 
 
 class MobileApp:
@@ -44,8 +47,8 @@ class MobileApp:
         stats: TrafficStats,
         on_finish: Callable[[float], None] | None = None,
     ) -> None:
-        if placement not in PLACEMENTS:
-            raise ValueError(f"placement must be one of {PLACEMENTS}, not {placement!r}")
+        if placement not in APP_PLACEMENTS:
+            raise ValueError(f"placement must be one of {APP_PLACEMENTS}, not {placement!r}")
         self.server = server
         self.config = config
         self.placement = placement
@@ -53,12 +56,11 @@ class MobileApp:
         self.stats = stats
         self.result = MobileStats(placement=placement, records=len(trace))
         self.on_finish = on_finish
-        self.heap = server.heap
-        self.sequence = server.sequence
+        self.schedule = server.kernel.schedule
         first, count = trace.block_range(config.block_size_bytes)
         self.kinds: list[int] = trace.kind.tolist()
         self.files: list[int] = (trace.file + MOBILE_FILE_BASE).tolist()
-        self.firsts: list[int] = (((trace.file + MOBILE_FILE_BASE) << BLOCK_BITS) + first).tolist()
+        self.firsts: list[int] = block_keys(trace.file + MOBILE_FILE_BASE, first).tolist()
         self.counts: list[int] = count.tolist()
         speed = config.server_speed if self.at_server else config.client_speed
         scale = config.mobile_trace_speed / speed
@@ -70,8 +72,7 @@ class MobileApp:
         self.index = 0
         self.done = False
         self.abandoned = False
-        self.client_cache: OrderedDict[int, None] = OrderedDict()
-        self.client_cache_blocks = config.client_cache_blocks
+        self.client_cache = LRU(config.client_cache_blocks)
         self.rpc_blocks = max(1, config.client_request_bytes_max // config.block_size_bytes)
         #: Server requests still to send for the current record (client placement).
         self.pending: list[tuple[int, int, int]] = []
@@ -84,9 +85,7 @@ class MobileApp:
         """Start the application at ``now`` (the interval's start)."""
         self.result.started_s = now
         if self.at_server:
-            capacity = self.server.capacity
-            if capacity is not None:
-                self.server.set_capacity(now, capacity - self.config.mobile_blocks)
+            self.server.reserve(now, self.config.mobile_blocks)
         if not self.kinds:
             self._finish(now)
             return
@@ -108,9 +107,7 @@ class MobileApp:
 
     def _release(self, now: float) -> None:
         if self.at_server:
-            capacity = self.server.capacity
-            if capacity is not None:
-                self.server.set_capacity(now, capacity + self.config.mobile_blocks)
+            self.server.release(now, self.config.mobile_blocks)
 
     # --- think, issue, complete -------------------------------------------------------
 
@@ -123,7 +120,7 @@ class MobileApp:
             else:
                 self._issue(now, None)
         else:
-            heappush(self.heap, (now + think, next(self.sequence), self._issue, None))
+            self.schedule(now + think, self._issue, None)
 
     def _issue(self, now: float, _: Any) -> None:
         if self.abandoned:
@@ -137,21 +134,16 @@ class MobileApp:
             self._send(now, kind, self.files[i], self.firsts[i], 1)
             return
         # Client placement: the client cache filters block accesses.
-        cache = self.client_cache
+        touch = self.client_cache.access
         result = self.result
         first = self.firsts[i]
         runs: list[tuple[int, int, int]] = []
         run_start = -1
         for key in range(first, first + self.counts[i]):
             result.client_cache_accesses += 1
-            hit = key in cache
+            hit = touch(key)
             if hit:
                 result.client_cache_hits += 1
-                cache.move_to_end(key)
-            else:
-                cache[key] = None
-                if len(cache) > self.client_cache_blocks:
-                    cache.popitem(last=False)
             # Reads fetch what missed; writes go through whole.
             if kind == BLOCK_WRITE or not hit:
                 if run_start < 0:
@@ -178,7 +170,10 @@ class MobileApp:
         if self.at_server:
             req = Request(kind, file, first, nblocks, now, 0.0, 0.0, self.stats, True, True)
             req.on_done = self._reply
-            self.server.arrive(now, req)
+            if config.mobile_requests_on_idle_cycles:
+                self.server.arrive_idle(now, req)
+            else:
+                self.server.arrive(now, req)
             return
         data = nblocks * self.block_size if kind >= BLOCK_READ else 0
         small = self.net_small_s
@@ -190,7 +185,7 @@ class MobileApp:
             out_s = back_s = small
         req = Request(kind, file, first, nblocks, now, out_s + back_s, back_s, self.stats, True)
         req.on_done = self._reply
-        heappush(self.heap, (now + out_s, next(self.sequence), self.server.arrive, req))
+        self.schedule(now + out_s, self.server.arrive, req)
 
     def _reply(self, now: float, req: Request) -> None:
         if self.abandoned:

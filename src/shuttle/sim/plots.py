@@ -84,17 +84,42 @@ def _lines(
                 label=_line_name(traffic, placement, mobile_name),
             )
             if traffic == "mobile" and key == "run_time_s":
-                # Runs cut off at the time limit: the value is a lower bound.
-                for x, point in zip(xs, doc["points"], strict=True):
-                    if point["placements"][placement]["mobile_unfinished_runs"]:
-                        ax.annotate(
-                            "unfinished",
-                            (x, ys[x]),
-                            textcoords="offset points",
-                            xytext=(4, 6),
-                            fontsize=7,
-                            color=colour,
-                        )
+                _lower_bounds(ax, doc, placement, xs, ys, colour, marker)
+
+
+def _lower_bounds(
+    ax: Any,
+    doc: dict[str, Any],
+    placement: str,
+    xs: list[int],
+    ys: list[float],
+    colour: str,
+    marker: str,
+) -> None:
+    """Runs cut off at the time limit: the value is a lower bound. Draw the point
+    hollow with an arrow pointing up (no text, so neighbours cannot collide)."""
+    for x, y, point in zip(xs, ys, doc["points"], strict=True):
+        if not point["placements"][placement]["mobile_unfinished_runs"]:
+            continue
+        ax.plot([x], [y], marker=marker, markersize=9, color=colour, markerfacecolor="white")
+        ax.annotate(
+            "",
+            xy=(x, y),
+            xytext=(0, 22),
+            textcoords="offset points",
+            arrowprops={"arrowstyle": "<-", "color": colour, "lw": 1.5},
+        )
+
+
+def _lower_bound_legend(ax: Any) -> None:
+    from matplotlib.lines import Line2D
+
+    handles, labels = ax.get_legend_handles_labels()
+    handles.append(
+        Line2D([], [], color="black", marker="$\\uparrow$", markersize=9, linestyle="none")
+    )
+    labels.append("cut off at the time limit: at least this")
+    ax.legend(handles, labels, fontsize=8)
 
 
 def _axes(ax: Any, doc: dict[str, Any], ylabel: str, title: str) -> None:
@@ -114,8 +139,14 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def plot_sweep(doc: dict[str, Any], out_dir: Path, mobile_name: str = "agrep") -> list[Path]:
-    """Write the sweep's figures into ``out_dir``; return their paths."""
+def plot_sweep(doc: dict[str, Any], out_dir: Path, mobile_name: str | None = None) -> list[Path]:
+    """Write the sweep's figures into ``out_dir``; return their paths.
+
+    ``mobile_name`` names the mobile program in titles and legends (default: the
+    name its source recorded in the document, else "mobile").
+    """
+    if mobile_name is None:
+        mobile_name = str(doc.get("config", {}).get("mobile", {}).get("name", "mobile"))
     plt = _pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = doc["sweep"] == "cache-size"
@@ -133,6 +164,16 @@ def plot_sweep(doc: dict[str, Any], out_dir: Path, mobile_name: str = "agrep") -
         "run time (s)",
         _title(numbers[0], f"{mobile_name} run time vs " + doc["x_label"]),
     )
+    if any(
+        point["placements"][p]["mobile_unfinished_runs"]
+        for point in doc["points"]
+        for p in doc["placements"]
+        if p != "none"
+    ):
+        # Room above the highest point for its arrow, and a legend entry for it.
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, high * 1.25 if not cache else high + 0.18 * (high - low))
+        _lower_bound_legend(ax)
     written.append(_save(fig, out_dir / f"{prefix}-run-time.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -155,48 +196,70 @@ def plot_sweep(doc: dict[str, Any], out_dir: Path, mobile_name: str = "agrep") -
         written.append(_save(fig, out_dir / f"{prefix}-{name}.png"))
 
     placement = "client" if "client" in doc["placements"] else doc["placements"][0]
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    written.append(
+        _breakdown(doc, placement, numbers[3], mobile_name, out_dir / f"{prefix}-breakdown.png")
+    )
+    return written
+
+
+def _breakdown(
+    doc: dict[str, Any], placement: str, number: int | None, mobile_name: str, path: Path
+) -> Path:
+    """Fig. 5: the background's mean response time by part, in ms and as shares.
+
+    A saturated point is hundreds of times the others, so the upper panel clips its
+    axis (the clipped bars carry their total and largest part) and the lower panel
+    shows every bar's parts as shares of its total, so that what dominates a
+    saturated point (waiting for locked blocks at tiny caches) stays visible.
+    """
+    plt = _pyplot()
+    fig, (top, bottom_ax) = plt.subplots(
+        2, 1, figsize=(6.5, 6.2), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+    )
     xs = list(range(len(doc["points"])))
     breakdowns = [p["placements"][placement]["background_breakdown_s"] for p in doc["points"]]
     totals = [1000.0 * sum(b.values()) for b in breakdowns]
-    # A saturated point would flatten every other bar: clip the axis at a few times
-    # the typical total and print the clipped totals on their bars.
     ceiling = min(max(totals), 4.0 * sorted(totals)[len(totals) // 2]) * 1.1
     bottom = [0.0] * len(xs)
+    share_bottom = [0.0] * len(xs)
     for component in COMPONENTS:
         heights = [1000.0 * b[component] for b in breakdowns]
-        ax.bar(
-            xs,
-            heights,
-            bottom=bottom,
-            color=_COMPONENT_COLOURS[component],
-            label=_COMPONENT_LABELS[component],
-        )
+        shares = [100.0 * h / t if t else 0.0 for h, t in zip(heights, totals, strict=True)]
+        style = {"color": _COMPONENT_COLOURS[component], "label": _COMPONENT_LABELS[component]}
+        top.bar(xs, heights, bottom=bottom, **style)
+        bottom_ax.bar(xs, shares, bottom=share_bottom, color=style["color"])
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    ax.set_ylim(0, ceiling)
-    for x, total in zip(xs, totals, strict=True):
+        share_bottom = [b + h for b, h in zip(share_bottom, shares, strict=True)]
+    top.set_ylim(0, ceiling)
+    for x, total, parts in zip(xs, totals, breakdowns, strict=True):
         if total > ceiling:
-            ax.annotate(
-                f"{total:,.0f} ms",
+            largest = max(COMPONENTS, key=lambda c: parts[c])
+            share = 1000.0 * parts[largest] / total
+            top.annotate(
+                f"{total:,.0f} ms\n{share:.0%}\n{_COMPONENT_LABELS[largest]}",
                 (x, ceiling),
                 textcoords="offset points",
-                xytext=(0, -12),
+                xytext=(0, -8),
                 ha="center",
+                va="top",
                 fontsize=6,
-                color="white",
-                fontweight="bold",
+                color="black",
+                bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85},
             )
-    _axes(
-        ax,
-        doc,
-        "mean response time (ms)",
-        _title(
-            numbers[3],
-            f"background response time by part, {mobile_name} at the {placement}",
-        ),
+    top.set_ylabel("mean response time (ms)")
+    top.set_title(
+        _title(number, f"background response time by part, {mobile_name} at the {placement}"),
+        fontsize=10,
     )
-    written.append(_save(fig, out_dir / f"{prefix}-breakdown.png"))
-    return written
+    top.grid(True, alpha=0.3)
+    top.legend(fontsize=7, ncol=2)
+    bottom_ax.set_ylim(0, 100)
+    bottom_ax.set_ylabel("share of the response (%)")
+    bottom_ax.set_xticks(xs)
+    bottom_ax.set_xticklabels(["∞" if p["x"] == "inf" else p["x"] for p in doc["points"]])
+    bottom_ax.set_xlabel(doc["x_label"])
+    bottom_ax.grid(True, alpha=0.3)
+    return _save(fig, path)
 
 
 def _title(number: int | None, text: str) -> str:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from shuttle.errors import ConfigError
+from shuttle.sim.blocks import BLOCK_BITS
 from shuttle.sim.config import ExperimentConfig
 from shuttle.sim.workload import (
-    BLOCK_BITS,
     I64,
     Columns,
     Interval,

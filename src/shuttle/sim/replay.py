@@ -5,14 +5,12 @@ block_size`` to ``(offset + size - 1) // block_size``; a zero-byte request still
 touches its block), each block is one access, and a write is an access that leaves
 the block cached (write-through with allocation, as in the paper's server). Metadata
 requests do not touch the block cache and are only counted. A block is named by
-one integer, ``file_id << 40 | block`` (files interned in order of appearance), so
-policies hash plain ints.
+one integer, :func:`shuttle.sim.blocks.block_key` (files interned in order of
+appearance), so policies hash plain ints.
 
-Policies form a registry (:data:`POLICIES`: ``lru``, ``fifo``, ``clock``) with one
-shared test suite and hypothesis tests against simple reference models. Each has a
-per-access :meth:`CachePolicy.access` (for tests and small uses) and a tight
-:meth:`CachePolicy.replay` loop over all accesses (what the command and the
-benchmark use); both must give the same hits.
+Policies form a registry (:mod:`shuttle.sim.policies`: ``lru``, ``fifo``, ``clock``)
+with one shared test suite; replay uses their tight :meth:`CachePolicy.replay`
+loop.
 
 How this compares with libCacheSim (``docs/traces.md`` has the detail): libCacheSim
 reads a vSCSI record as *one* request for object ``lbn`` of ``len`` bytes and caches
@@ -26,212 +24,22 @@ from __future__ import annotations
 
 import math
 import time
-from abc import ABC, abstractmethod
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from shuttle.errors import ConfigError
-from shuttle.traces.record import Op, TraceRecord
+from shuttle.sim.blocks import block_accesses, block_keys
 
-#: Bits of a block key that hold the block number (files up to 2**40 blocks).
-BLOCK_KEY_BITS = 40
+# Re-exported: the policies lived here before they had a module of their own.
+from shuttle.sim.policies import FIFO, LRU, POLICIES, CachePolicy, Clock, make_policy, register
+from shuttle.traces.record import Op, TraceRecord
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
-
-
-class CachePolicy(ABC):
-    """A cache of ``capacity_blocks`` blocks keyed by int. Subclasses set ``name``."""
-
-    name: ClassVar[str]
-    description: ClassVar[str]
-
-    def __init__(self, capacity_blocks: int) -> None:
-        if capacity_blocks < 1:
-            raise ConfigError(f'"size" must be at least 1 block, got {capacity_blocks}')
-        self.capacity_blocks = capacity_blocks
-
-    @abstractmethod
-    def access(self, key: int) -> bool:
-        """Access one block; True on a hit. A miss inserts it (evicting if full)."""
-
-    @abstractmethod
-    def replay(self, keys: Sequence[int], reads: Sequence[bool]) -> tuple[int, int]:
-        """Access every key in order; return (hits, hits among accesses that are reads)."""
-
-    @abstractmethod
-    def contents(self) -> list[int]:
-        """The cached blocks, in the policy's eviction order (next victim first)."""
-
-    def __len__(self) -> int:
-        return len(self.contents())
-
-
-POLICIES: dict[str, type[CachePolicy]] = {}
-
-
-def register(cls: type[CachePolicy]) -> type[CachePolicy]:
-    """Class decorator: make a policy available by its ``name``."""
-    POLICIES[cls.name] = cls
-    return cls
-
-
-def make_policy(name: str, capacity_blocks: int) -> CachePolicy:
-    """A fresh policy; :class:`ConfigError` lists the known names."""
-    try:
-        cls = POLICIES[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown cache policy {name!r}; expected one of {', '.join(sorted(POLICIES))}"
-        ) from None
-    return cls(capacity_blocks)
-
-
-@register
-class LRU(CachePolicy):
-    """Least recently used: a hit moves the block to the most recently used end."""
-
-    name = "lru"
-    description = "least recently used"
-
-    def __init__(self, capacity_blocks: int) -> None:
-        super().__init__(capacity_blocks)
-        self._blocks: OrderedDict[int, None] = OrderedDict()
-
-    def access(self, key: int) -> bool:
-        blocks = self._blocks
-        if key in blocks:
-            blocks.move_to_end(key)
-            return True
-        blocks[key] = None
-        if len(blocks) > self.capacity_blocks:
-            blocks.popitem(last=False)
-        return False
-
-    def replay(self, keys: Sequence[int], reads: Sequence[bool]) -> tuple[int, int]:
-        # The loop is the whole cost of a replay: bound methods in locals, a counter
-        # instead of len() (about 4 M accesses/s here; see benchmarks/README.md).
-        blocks = self._blocks
-        touch = blocks.move_to_end
-        evict = blocks.popitem
-        room = self.capacity_blocks - len(blocks)
-        hits = read_hits = 0
-        for key, read in zip(keys, reads, strict=True):
-            if key in blocks:
-                touch(key)
-                hits += 1
-                if read:
-                    read_hits += 1
-            else:
-                blocks[key] = None
-                if room > 0:
-                    room -= 1
-                else:
-                    evict(False)
-        return hits, read_hits
-
-    def contents(self) -> list[int]:
-        return list(self._blocks)
-
-
-@register
-class FIFO(CachePolicy):
-    """First in, first out: hits do not change the eviction order."""
-
-    name = "fifo"
-    description = "first in, first out"
-
-    def __init__(self, capacity_blocks: int) -> None:
-        super().__init__(capacity_blocks)
-        self._blocks: OrderedDict[int, None] = OrderedDict()
-
-    def access(self, key: int) -> bool:
-        blocks = self._blocks
-        if key in blocks:
-            return True
-        blocks[key] = None
-        if len(blocks) > self.capacity_blocks:
-            blocks.popitem(last=False)
-        return False
-
-    def replay(self, keys: Sequence[int], reads: Sequence[bool]) -> tuple[int, int]:
-        blocks = self._blocks
-        evict = blocks.popitem
-        room = self.capacity_blocks - len(blocks)
-        hits = read_hits = 0
-        for key, read in zip(keys, reads, strict=True):
-            if key in blocks:
-                hits += 1
-                if read:
-                    read_hits += 1
-            else:
-                blocks[key] = None
-                if room > 0:
-                    room -= 1
-                else:
-                    evict(False)
-        return hits, read_hits
-
-    def contents(self) -> list[int]:
-        return list(self._blocks)
-
-
-@register
-class Clock(CachePolicy):
-    """CLOCK (second chance): a hit sets the block's reference bit; the hand clears
-    set bits as it passes and evicts the first block whose bit is clear. A block
-    enters with its bit clear (libCacheSim's ``Clock`` with its defaults)."""
-
-    name = "clock"
-    description = "CLOCK / second chance, one reference bit"
-
-    def __init__(self, capacity_blocks: int) -> None:
-        super().__init__(capacity_blocks)
-        self._slot: dict[int, int] = {}
-        self._keys: list[int] = []
-        self._ref = bytearray(capacity_blocks)
-        self._hand = 0
-
-    def access(self, key: int) -> bool:
-        hits, _ = self.replay((key,), (False,))
-        return hits == 1
-
-    def replay(self, keys: Sequence[int], reads: Sequence[bool]) -> tuple[int, int]:
-        slot, ring, ref = self._slot, self._keys, self._ref
-        cap = self.capacity_blocks
-        hand = self._hand
-        hits = read_hits = 0
-        for key, read in zip(keys, reads, strict=True):
-            at = slot.get(key)
-            if at is not None:
-                ref[at] = 1
-                hits += 1
-                if read:
-                    read_hits += 1
-            elif len(ring) < cap:
-                slot[key] = len(ring)
-                ring.append(key)
-            else:
-                while ref[hand]:
-                    ref[hand] = 0
-                    hand = hand + 1 if hand + 1 < cap else 0
-                del slot[ring[hand]]
-                ring[hand] = key
-                slot[key] = hand
-                hand = hand + 1 if hand + 1 < cap else 0
-        self._hand = hand
-        return hits, read_hits
-
-    def contents(self) -> list[int]:
-        ring = self._keys
-        if len(ring) < self.capacity_blocks:
-            return list(ring)
-        return ring[self._hand :] + ring[: self._hand]
 
 
 # --- from records to block accesses --------------------------------------------------
@@ -250,8 +58,9 @@ class BlockAccesses:
     files: int
 
 
-def block_accesses(records: Iterable[TraceRecord], block_size_bytes: int) -> BlockAccesses:
-    """Split every read and write of ``records`` into the blocks it covers."""
+def split_accesses(records: Iterable[TraceRecord], block_size_bytes: int) -> BlockAccesses:
+    """Split every read and write of ``records`` into the blocks it covers
+    (:func:`shuttle.sim.blocks.block_accesses`); metadata requests are only counted."""
     if block_size_bytes < 1:
         raise ConfigError(f'"block_size" must be at least 1 byte, got {block_size_bytes}')
     files: dict[str, int] = {}
@@ -273,30 +82,20 @@ def block_accesses(records: Iterable[TraceRecord], block_size_bytes: int) -> Blo
             is_read.append(op is read_op)
         else:
             metadata += 1
-    fid_a = np.asarray(file_ids, dtype=np.int64)
-    off_a = np.asarray(offsets, dtype=np.int64)
-    size_a = np.asarray(sizes, dtype=np.int64)
     read_a = np.asarray(is_read, dtype=np.bool_)
-    first = off_a // block_size_bytes
-    count = (off_a + np.maximum(size_a, 1) - 1) // block_size_bytes - first + 1
-    if len(first) and int(first.max() + count.max()) >= 1 << BLOCK_KEY_BITS:
-        raise ConfigError(
-            f"a request reaches block 2**{BLOCK_KEY_BITS} or beyond; use a larger block size"
-        )
-    base = (fid_a << BLOCK_KEY_BITS) + first
-    total = int(count.sum())
-    if total == len(base):
-        keys = base
-    else:  # expand multi-block requests: base, base + 1, ... within each request
-        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-        keys = np.repeat(base, count) + within
+    request, file, block = block_accesses(
+        np.asarray(file_ids, dtype=np.int64),
+        np.asarray(offsets, dtype=np.int64),
+        np.asarray(sizes, dtype=np.int64),
+        block_size_bytes,
+    )
     n_reads = int(read_a.sum())
     return BlockAccesses(
-        keys=keys,
-        reads=np.repeat(read_a, count),
-        requests=len(base),
+        keys=block_keys(file, block),
+        reads=read_a[request],
+        requests=len(read_a),
         read_requests=n_reads,
-        write_requests=len(base) - n_reads,
+        write_requests=len(read_a) - n_reads,
         metadata_requests=metadata,
         files=len(files),
     )
@@ -390,7 +189,7 @@ def replay(
     """Split ``records`` into block accesses and replay them through ``policy``."""
     make_policy(policy, size_blocks)  # fail fast on a bad name or size
     return replay_accesses(
-        block_accesses(records, block_size_bytes), policy, size_blocks, block_size_bytes
+        split_accesses(records, block_size_bytes), policy, size_blocks, block_size_bytes
     )
 
 
@@ -522,3 +321,24 @@ def compare_sizes(
                 )
             rows.append(row)
     return rows
+
+
+__all__ = [
+    "FIFO",
+    "LIBCACHESIM_POLICIES",
+    "LRU",
+    "POLICIES",
+    "BlockAccesses",
+    "CachePolicy",
+    "Clock",
+    "LibCacheSimResult",
+    "ReplayResult",
+    "compare_sizes",
+    "libcachesim_replay",
+    "make_policy",
+    "register",
+    "replay",
+    "replay_accesses",
+    "split_accesses",
+    "write_oracle_general",
+]

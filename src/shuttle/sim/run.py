@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from shuttle.sim.blocks import block_keys
 from shuttle.sim.config import ExperimentConfig, ServerConfig
 from shuttle.sim.kernel import Kernel
 from shuttle.sim.metrics import MobileStats, ResourceUse, TrafficStats
-from shuttle.sim.mobile import MobileApp
+from shuttle.sim.mobile import PLACEMENTS, MobileApp
 from shuttle.sim.server import Server
 from shuttle.sim.workload import (
-    BLOCK_BITS,
     BLOCK_READ,
     BLOCK_WRITE,
     Columns,
@@ -43,9 +43,6 @@ from shuttle.sim.workload import (
 #: Background requests are turned into Python values this far ahead (seconds of
 #: trace): the interval's records at once, the overrun only as far as it is needed.
 _LOAD_AHEAD_S = 30.0
-
-#: Where the mobile application runs; "none" measures the background alone.
-PLACEMENTS = ("client", "server", "none")
 
 
 @dataclass(slots=True)
@@ -125,7 +122,7 @@ class BackgroundFeeder:
         self._columns = (
             kind[order],
             columns.file[order],
-            ((columns.file << BLOCK_BITS) + first)[order],
+            block_keys(columns.file, first)[order],
             nblocks[order],
             issued,
             (out_s + back_s)[order],
@@ -239,7 +236,8 @@ def simulate_interval(
         if collecting:
             gc.enable()
     load.cpu_busy_s = marks["end_cpu"] - marks["start_cpu"]
-    load.disk_busy_s = marks["end_disk"] - marks["start_disk"]
+    # Per unit of the device: above 1 means saturated, whatever its parallelism.
+    load.disk_busy_s = (marks["end_disk"] - marks["start_disk"]) / config.disk_parallelism
     load.mobile_cpu_s = marks["end_mobile"] - marks["start_mobile"]
 
     mobile_run = app.result if app is not None else MobileStats(placement=placement)

@@ -3,19 +3,25 @@
 A :class:`Request` arrives at the server CPU, is processed there (FIFO, one at a
 time, a fixed number of cycles per kind), then goes to the caches: a metadata
 request to the infinite metadata cache, a block request to the LRU block cache.
-Misses and every write (write-through) go to the disk (FIFO, one at a time, seek +
-size / bandwidth). When its last disk access completes the request is done and its
-reply goes back over the network.
+Misses and every write (write-through) go to the disk (:class:`~shuttle.sim.disk.Disk`:
+FIFO, by default the paper's one disk, seek + size / bandwidth). When its last disk
+access completes the request is done and its reply goes back over the network.
 
 Block locking: a block being read from or written to disk is locked. A request for a
 locked block waits until the I/O completes and then hits. A miss needs a free block;
 if every block is locked the request waits for one to be unlocked (an overloaded
 server can find its whole cache locked).
 
-The CPU and the disk are FIFO single servers, so their finish times follow from the
+The CPU and the disk are FIFO servers, so their finish times follow from the
 arrival order alone (``start = max(arrival, busy_until)``); the kernel only carries
 the moments where something observable happens: arrival at the CPU, access to the
-cache, end of a disk access.
+cache, end of a disk access. The model schedules through the kernel's API
+(:meth:`Kernel.schedule <shuttle.sim.kernel.Kernel.schedule>`), never its heap.
+
+Invariant: cached + locked blocks never exceed the cache's capacity (asserted
+where a block is added). When the mobile program takes its blocks while more of
+the cache is locked than it leaves (:meth:`Server.reserve`), the capacity comes down
+as those blocks are unlocked.
 
 Mobile code at the server gets only idle CPU cycles: file requests pre-empt it
 (pre-emptive resume). :meth:`Server.compute` tracks the remaining work and re-checks
@@ -26,10 +32,10 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from heapq import heappush
 from typing import Any
 
 from shuttle.sim.config import ServerConfig
+from shuttle.sim.disk import Disk
 from shuttle.sim.kernel import Kernel
 from shuttle.sim.metrics import TrafficStats
 from shuttle.sim.workload import BLOCK_READ, BLOCK_WRITE, META_READ, META_WRITE
@@ -41,7 +47,7 @@ _WORK_EPSILON_S = 1e-9
 class Request:
     """One file request on its way through the server.
 
-    ``first`` is the first block's key (``file << 32 | block``); the request covers
+    ``first`` is the first block's key (:func:`~shuttle.sim.blocks.block_key`); the request covers
     ``nblocks`` consecutive keys. Times are seconds; the ``*_s`` sums are filled in
     by the server as the request passes through.
     """
@@ -123,10 +129,12 @@ class Server:
         warm_files: list[int] | None = None,
     ) -> None:
         self.kernel = kernel
+        self.schedule = kernel.schedule
         self.config = config
-        self.heap = kernel.heap
-        self.sequence = kernel.sequence
+        #: Blocks the cache may hold now (None: infinite). At most ``capacity_target``
+        #: plus the blocks still owed by a reservation (see :meth:`reserve`).
         self.capacity: int | None = None if config.cache_infinite else config.cache_blocks
+        self.capacity_target = self.capacity
         #: Resident, unlocked blocks, least recently used first.
         self.lru: OrderedDict[int, None] = OrderedDict.fromkeys(warm_blocks or ())
         #: Resident blocks locked by a disk access -> requests waiting for them.
@@ -147,14 +155,10 @@ class Server:
             config.cpu_cost_s(config.block_write_cycles),
         ]
         self.local_fraction = config.local_request_cpu_fraction
-        #: Offered CPU and disk work (seconds), for load figures.
+        #: Offered CPU work (seconds), for load figures (the disk keeps its own).
         self.cpu_work_s = 0.0
-        self.disk_work_s = 0.0
 
-        # Disk: a FIFO single server.
-        self.disk_busy_until = 0.0
-        self.seek_s = config.disk_seek_s
-        self.disk_bandwidth = config.disk_bandwidth_bytes_per_s
+        self.disk = Disk(config)
         self.block_size = config.block_size_bytes
         self.metadata_io_bytes = config.metadata_io_bytes
         self.metadata_write_through = config.metadata_write_through
@@ -164,33 +168,51 @@ class Server:
         self.mobile_remaining_s = 0.0
         self.mobile_since_s = 0.0
         self.mobile_done: Callable[[float, Any], None] | None = None
+        self.mobile_arg: Any = None
         self.mobile_cpu_s = 0.0
+
+    @property
+    def disk_work_s(self) -> float:
+        """Offered disk work so far (seconds of service, summed over the device's units)."""
+        return self.disk.work_s
 
     # --- the CPU ----------------------------------------------------------------------
 
-    def arrive(self, now: float, req: Request) -> None:
-        """``req`` reaches the server CPU at ``now`` (call at that time)."""
-        kind = req.kind
-        service = self.cpu_cost_s[kind]
-        if kind >= BLOCK_READ:
-            service *= req.nblocks
-        if req.local:
-            service *= self.local_fraction
+    def _cpu(self, now: float, service: float) -> float:
+        """Queue ``service`` seconds of file work at the CPU at ``now``; return its start.
+
+        File work pre-empts mobile code: the idle time before ``now`` is credited to
+        it first.
+        """
         busy = self.cpu_busy_until
         if self.mobile_computing:
             self._mobile_advance(now, busy)
         start = now if now > busy else busy
-        done = start + service
-        self.cpu_busy_until = done
+        self.cpu_busy_until = start + service
         self.cpu_work_s += service
+        return start
+
+    def cpu_service_s(self, req: Request) -> float:
+        """CPU seconds ``req`` costs: its kind's cycles, per block, halved if local."""
+        service = self.cpu_cost_s[req.kind]
+        if req.kind >= BLOCK_READ:
+            service *= req.nblocks
+        if req.local:
+            service *= self.local_fraction
+        return service
+
+    def arrive(self, now: float, req: Request) -> None:
+        """``req`` reaches the server CPU at ``now`` (call at that time)."""
+        service = self.cpu_service_s(req)
+        start = self._cpu(now, service)
+        done = start + service
         req.cpu_queue_s = start - now
         req.cpu_service_s = service
-        heap = self.heap
         # Nothing else can happen before ``done``: handle the cache access now.
-        if not heap or done < heap[0][0]:
+        if self.kernel.idle_before(done):
             self.access(done, req)
         else:
-            heappush(heap, (done, next(self.sequence), self.access, req))
+            self.schedule(done, self.access, req)
 
     def arrive_independent(
         self,
@@ -214,15 +236,9 @@ class Server:
             )
             return
         service = self.cpu_cost_s[META_READ]
-        busy = self.cpu_busy_until
-        if self.mobile_computing:
-            self._mobile_advance(now, busy)
-        start = now if now > busy else busy
-        done = start + service
-        self.cpu_busy_until = done
-        self.cpu_work_s += service
+        start = self._cpu(now, service)
         if measured:
-            response = done + reply_s - issue_s
+            response = start + service + reply_s - issue_s
             stats.requests += 1
             stats.response_s_sum += response
             if response > stats.response_s_max:
@@ -233,16 +249,38 @@ class Server:
             stats.metadata_accesses += 1
             stats.metadata_hits += 1
 
+    def arrive_idle(self, now: float, req: Request) -> None:
+        """``req`` from the mobile program at the server: its CPU work on idle cycles.
+
+        The request is a call the mobile code makes, so it runs at the mobile code's
+        priority (``ServerConfig.mobile_requests_on_idle_cycles``): file requests
+        from clients pre-empt it, and the time it is held back is its CPU queueing.
+        """
+        service = self.cpu_service_s(req)
+        req.cpu_service_s = service
+        req.cache_start_s = now  # when it reached the CPU, until its work is done
+        self.cpu_work_s += service
+        self._idle_work(now, service, self._idle_request_done, req)
+
+    def _idle_request_done(self, now: float, req: Request) -> None:
+        req.cpu_queue_s = now - req.cache_start_s - req.cpu_service_s
+        self.access(now, req)
+
     def compute(self, now: float, work_s: float, done: Callable[[float, Any], None]) -> None:
         """Run ``work_s`` seconds of mobile code on idle cycles; then call ``done(t, None)``."""
+        self.mobile_cpu_s += work_s
+        self._idle_work(now, work_s, done, None)
+
+    def _idle_work(
+        self, now: float, work_s: float, done: Callable[[float, Any], None], arg: Any
+    ) -> None:
         self.mobile_computing = True
         self.mobile_remaining_s = work_s
         self.mobile_since_s = now
         self.mobile_done = done
-        self.mobile_cpu_s += work_s
+        self.mobile_arg = arg
         busy = self.cpu_busy_until
-        finish = (now if now > busy else busy) + work_s
-        heappush(self.heap, (finish, next(self.sequence), self._mobile_check, None))
+        self.schedule((now if now > busy else busy) + work_s, self._mobile_check, None)
 
     def _mobile_advance(self, now: float, busy_until: float) -> None:
         # The CPU was idle from max(since, busy_until) to now: that went to mobile code.
@@ -257,13 +295,12 @@ class Server:
         remaining = self.mobile_remaining_s
         if remaining <= _WORK_EPSILON_S:
             self.mobile_computing = False
-            done = self.mobile_done
-            self.mobile_done = None
+            done, arg = self.mobile_done, self.mobile_arg
+            self.mobile_done = self.mobile_arg = None
             assert done is not None
-            done(now, None)
+            done(now, arg)
         else:
-            finish = (now if now > busy else busy) + remaining
-            heappush(self.heap, (finish, next(self.sequence), self._mobile_check, None))
+            self.schedule((now if now > busy else busy) + remaining, self._mobile_check, None)
 
     # --- the caches -------------------------------------------------------------------
 
@@ -279,19 +316,26 @@ class Server:
         measured = req.measured
         if measured:
             stats.metadata_accesses += 1
+        write = kind == META_WRITE
         if req.file in self.metadata:
             if measured:
                 stats.metadata_hits += 1
-            if kind == META_WRITE and self.metadata_write_through:
-                self._disk(now, req, self.metadata_io_bytes, None)
+            if write and self.metadata_write_through:
+                self._disk(now, req, self.metadata_io_bytes, True, None)
             else:
                 self._complete(now, req)
         else:
             self.metadata.add(req.file)
-            self._disk(now, req, self.metadata_io_bytes, None)
+            self._disk(now, req, self.metadata_io_bytes, write, None)
 
     def _scan(self, now: float, req: Request) -> None:
-        """Walk the request's blocks from its cursor; wait, hit or miss each one."""
+        """Walk the request's blocks from its cursor; hit, wait for or miss each one.
+
+        A block is counted once, the first time the scan reaches it: a hit if it is
+        cached or locked (a lock wait: the request waits for the I/O, then hits), else
+        a miss. A miss with every block locked waits for a free block and is counted
+        when the scan resumes.
+        """
         lru = self.lru
         locked = self.locked
         capacity = self.capacity
@@ -301,123 +345,125 @@ class Server:
         first = req.first
         index = req.cursor
         nblocks = req.nblocks
-        to_disk: list[int] | None = None
+        to_disk: list[int] = []
+        waiting = False
         while index < nblocks:
             key = first + index
-            count = index >= req.scanned
-            if key in lru:
-                if count and measured:
+            cached = key in lru
+            in_flight = False if cached else key in locked
+            full = False
+            if not (cached or in_flight):
+                full = capacity is not None and len(lru) + len(locked) >= capacity
+                if full and not lru:
+                    # Every block is locked: wait for one to be unlocked.
+                    self.free_waiters.append(req)
+                    waiting = True
+                    break
+            if index >= req.scanned:
+                req.scanned = index + 1
+                if measured:
+                    hit = cached or in_flight
                     stats.block_accesses += 1
-                    stats.block_hits += 1
+                    stats.block_hits += hit
+                    stats.lock_waits += in_flight
                     if not write:
                         stats.read_accesses += 1
-                        stats.read_hits += 1
+                        stats.read_hits += hit
+            if in_flight:
+                # Wait for the I/O, then look again (and hit).
+                locked[key].append(req)
+                waiting = True
+                break
+            if cached:
                 if write:
                     # Write-through: lock the cached block while the disk writes it.
                     del lru[key]
                     locked[key] = []
-                    if to_disk is None:
-                        to_disk = [key]
-                    else:
-                        to_disk.append(key)
+                    to_disk.append(key)
                 else:
                     lru.move_to_end(key)
-            elif key in locked:
-                # In flight: wait for the I/O, then look again (and hit).
-                if count:
-                    req.scanned = index + 1
-                    if measured:
-                        stats.block_accesses += 1
-                        stats.block_hits += 1
-                        stats.lock_waits += 1
-                        if not write:
-                            stats.read_accesses += 1
-                            stats.read_hits += 1
-                locked[key].append(req)
-                req.cursor = index
-                req.waited = True
-                if to_disk is not None:
-                    self._disk(now, req, len(to_disk) * self.block_size, to_disk)
-                return
             else:
-                if capacity is not None and len(lru) + len(locked) >= capacity:
-                    if lru:
-                        lru.popitem(last=False)
-                    else:
-                        # Every block is locked: wait for one to be unlocked.
-                        req.cursor = index
-                        req.waited = True
-                        self.free_waiters.append(req)
-                        if to_disk is not None:
-                            self._disk(now, req, len(to_disk) * self.block_size, to_disk)
-                        return
-                if count and measured:
-                    stats.block_accesses += 1
-                    if not write:
-                        stats.read_accesses += 1
+                if full:
+                    lru.popitem(last=False)
                 locked[key] = []
-                if to_disk is None:
-                    to_disk = [key]
-                else:
-                    to_disk.append(key)
-            if count:
-                req.scanned = index + 1
+                assert capacity is None or len(lru) + len(locked) <= capacity, "cache overfull"
+                to_disk.append(key)
             index += 1
-        req.cursor = nblocks
-        if to_disk is not None:
-            self._disk(now, req, len(to_disk) * self.block_size, to_disk)
-        elif req.outstanding == 0:
+        req.cursor = index
+        if waiting:
+            req.waited = True
+        if to_disk:
+            self._disk(now, req, len(to_disk) * self.block_size, write, to_disk)
+        elif not waiting and req.outstanding == 0:
             self._complete(now, req)
 
     # --- the disk ---------------------------------------------------------------------
 
-    def _disk(self, now: float, req: Request, size_bytes: int, blocks: list[int] | None) -> None:
-        service = self.seek_s + size_bytes / self.disk_bandwidth
-        busy = self.disk_busy_until
-        start = now if now > busy else busy
-        done = start + service
-        self.disk_busy_until = done
-        self.disk_work_s += service
+    def _disk(
+        self, now: float, req: Request, size_bytes: int, write: bool, blocks: list[int] | None
+    ) -> None:
+        start, service = self.disk.access(now, size_bytes, write)
         req.disk_queue_s += start - now
         req.disk_service_s += service
         req.outstanding += 1
-        heappush(self.heap, (done, next(self.sequence), self._disk_done, (req, blocks)))
+        self.schedule(start + service, self._disk_done, (req, blocks))
 
     def _disk_done(self, now: float, arg: tuple[Request, list[int] | None]) -> None:
         req, blocks = arg
         if blocks is not None:
             lru = self.lru
             locked = self.locked
-            capacity = self.capacity
             for key in blocks:
                 waiters = locked.pop(key)
                 lru[key] = None
-                if capacity is not None:
-                    while len(lru) + len(locked) > capacity and lru:
-                        lru.popitem(last=False)
+                if self.capacity != self.capacity_target:
+                    # A reservation is still owed blocks: this one pays one back.
+                    lru.popitem(last=False)
+                    self.capacity -= 1  # type: ignore[operator]
                 for waiter in waiters:
                     self._scan(now, waiter)
-            free_waiters = self.free_waiters
-            while free_waiters and (capacity is None or lru or len(locked) < capacity):
-                self._scan(now, free_waiters.popleft())
+            self._wake_free_waiters(now)
         req.outstanding -= 1
         if req.outstanding == 0 and req.cursor >= req.nblocks:
             self._complete(now, req)
 
-    def set_capacity(self, now: float, capacity: int | None) -> None:
-        """Resize the block cache (the mobile program arriving or leaving).
-
-        Shrinking evicts least recently used unlocked blocks at once; locked blocks go
-        when they are unlocked. Growing lets requests waiting for a free block go on.
-        """
-        self.capacity = capacity
-        lru = self.lru
-        if capacity is not None:
-            while len(lru) + len(self.locked) > capacity and lru:
-                lru.popitem(last=False)
+    def _wake_free_waiters(self, now: float) -> None:
         free_waiters = self.free_waiters
-        while free_waiters and (capacity is None or lru or len(self.locked) < capacity):
+        lru = self.lru
+        while free_waiters and (self.capacity is None or lru or len(self.locked) < self.capacity):
             self._scan(now, free_waiters.popleft())
+
+    # --- capacity (the mobile program's footprint) ------------------------------------
+
+    def reserve(self, now: float, blocks: int) -> None:
+        """Take ``blocks`` out of the block cache (the mobile program arriving).
+
+        Least recently used unlocked blocks are evicted at once. If more of the cache
+        is locked than the reservation leaves, the rest is taken as those blocks are
+        unlocked (each unlocked block is evicted, and the capacity comes down by one),
+        so cached + locked never exceeds the capacity. No-op for an infinite cache.
+        """
+        if self.capacity_target is None:
+            return
+        target = self.capacity_target - blocks
+        if target < 1:
+            raise ValueError(f"cannot reserve {blocks} of {self.capacity_target} cache blocks")
+        self.capacity_target = target
+        lru = self.lru
+        while len(lru) + len(self.locked) > target and lru:
+            lru.popitem(last=False)
+        self.capacity = max(target, len(lru) + len(self.locked))
+
+    def release(self, now: float, blocks: int) -> None:
+        """Give ``blocks`` back to the block cache (the mobile program leaving).
+
+        Requests waiting for a free block go on.
+        """
+        if self.capacity_target is None:
+            return
+        self.capacity_target += blocks
+        self.capacity = max(self.capacity_target, len(self.lru) + len(self.locked))
+        self._wake_free_waiters(now)
 
     # --- completion -------------------------------------------------------------------
 
@@ -445,7 +491,7 @@ class Server:
                 stats.cache_wait_s += wait
         on_done = req.on_done
         if on_done is not None:
-            heappush(self.heap, (now + req.reply_s, next(self.sequence), on_done, req))
+            self.schedule(now + req.reply_s, on_done, req)
 
     def close(self) -> None:
         """Forget the cache contents and any waiting request (see :meth:`Kernel.close`)."""
@@ -454,6 +500,7 @@ class Server:
         self.free_waiters.clear()
         self.metadata.clear()
         self.mobile_done = None
+        self.mobile_arg = None
         self.mobile_computing = False
 
     # --- inspection (tests, reports) --------------------------------------------------

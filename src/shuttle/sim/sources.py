@@ -143,7 +143,9 @@ def load_mobile(path: Path | None, format: str = "auto") -> tuple[Columns, dict[
 
     The description carries ``recording_cpu_mhz`` when the trace has a sidecar JSON
     naming the machine its think times were measured on (``host.cpu_mhz``), as the
-    recorded agrep trace does; :func:`recording_speed` turns it into a speed.
+    recorded agrep trace does; :func:`recording_speed` turns it into a speed. It
+    also carries the program's ``name`` for titles and legends: the sidecar's
+    ``name``, else the first word of its ``command``, else the file's name.
     """
     if path is not None:
         columns = load_trace_file(path, format)
@@ -153,12 +155,14 @@ def load_mobile(path: Path | None, format: str = "auto") -> tuple[Columns, dict[
             "records": len(columns),
         }
         sidecar = _sidecar(path)
+        description["name"] = _program_name(path, sidecar)
     else:
         agrep = _module("shuttle.traces.agrep", "the recorded agrep trace")
         columns = Columns.from_records(agrep.load_agrep_trace())
         description = {
             "source": "recorded tre-agrep over the Python standard library (shuttle.traces.agrep)",
             "records": len(columns),
+            "name": "agrep",
         }
         sidecar = _sidecar(agrep.AGREP_TRACE)
     mhz = sidecar.get("host", {}).get("cpu_mhz")
@@ -182,14 +186,28 @@ def recording_speed(description: dict[str, Any], cpu_reference_hz: float) -> flo
     return float(mhz) * 1e6 / cpu_reference_hz
 
 
-def _sidecar(trace: Path) -> dict[str, Any]:
-    """The JSON sidecar of a trace file (``x.csv.gz`` -> ``x.json``), or {}."""
+def _program_name(trace: Path, sidecar: dict[str, Any]) -> str:
+    name = sidecar.get("name")
+    if isinstance(name, str) and name:
+        return name
+    command = sidecar.get("command")
+    if isinstance(command, list) and command and isinstance(command[0], str):
+        return Path(command[0]).name
+    return _stem(trace)
+
+
+def _stem(trace: Path) -> str:
+    """The trace's name without ``.csv.gz`` / ``.csv``."""
     name = trace.name
     for suffix in (".csv.gz", ".csv"):
         if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    side = trace.with_name(name + ".json")
+            return name[: -len(suffix)]
+    return name
+
+
+def _sidecar(trace: Path) -> dict[str, Any]:
+    """The JSON sidecar of a trace file (``x.csv.gz`` -> ``x.json``), or {}."""
+    side = trace.with_name(_stem(trace) + ".json")
     try:
         data = json.loads(side.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -25,6 +25,7 @@ from typing import Any
 from shuttle.errors import ConfigError
 from shuttle.sim.config import ExperimentConfig, ServerConfig, replace, to_dict
 from shuttle.sim.metrics import TrafficStats
+from shuttle.sim.mobile import PLACEMENTS
 from shuttle.sim.prepare import (
     ChunkSource,
     IntervalData,
@@ -32,7 +33,7 @@ from shuttle.sim.prepare import (
     columns_source,
     prepare_intervals,
 )
-from shuttle.sim.run import PLACEMENTS, RunResult, RunTiming, simulate_interval
+from shuttle.sim.run import RunResult, RunTiming, simulate_interval
 from shuttle.sim.workload import Columns
 
 MB = 1 << 20

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -48,6 +49,7 @@ from shuttle.sim.sources import (
 from shuttle.sim.sweep import (
     CACHE_SIZES_MB,
     CPU_SPEEDS,
+    DEFAULT_PLACEMENTS,
     SWEEP_NAMES,
     Prepared,
     Sweep,
@@ -87,8 +89,9 @@ def sweep_command(
         ),
     ] = None,
     placements: Annotated[
-        str, typer.Option(help="Where the mobile app runs: client,server[,none].")
-    ] = "client,server",
+        str | None,
+        typer.Option(help="Where the mobile app runs: client,server[,none] (default both)."),
+    ] = None,
     background: Annotated[
         Path | None,
         typer.Option(help="Background trace file (any format shuttle trace reads)."),
@@ -99,6 +102,18 @@ def sweep_command(
         typer.Option(help="Mobile application trace file (default: the recorded agrep)."),
     ] = None,
     mobile_format: Annotated[str, typer.Option(help="Format of --mobile.")] = "auto",
+    mobile_trace_speed: Annotated[
+        float | None,
+        typer.Option(
+            help="Speed of the CPU the mobile trace's think times were measured on, over the "
+            "reference CPU's (server.mobile_trace_speed; a clock ratio such as 2596/133). "
+            "Default: from the trace's sidecar JSON (host.cpu_mhz)."
+        ),
+    ] = None,
+    mobile_name: Annotated[
+        str | None,
+        typer.Option(help="The mobile program's name in tables and plots (default: its trace's)."),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="The one seed (experiment.seed).")] = None,
     intervals: Annotated[int | None, typer.Option(help="K busiest intervals.")] = None,
     jobs: Annotated[
@@ -147,13 +162,14 @@ def sweep_command(
         experiment_table["seed"] = seed
     if intervals is not None:
         experiment_table["intervals"] = intervals
-    server = from_mapping(ServerConfig, tables.get("server", {}), "[server]")
+    server_table = dict(tables.get("server", {}))
+    if mobile_trace_speed is not None:
+        server_table["mobile_trace_speed"] = mobile_trace_speed
+    server = from_mapping(ServerConfig, server_table, "[server]")
     mobile_columns, mobile_source = load_mobile(mobile, mobile_format)
-    recorded_speed = recording_speed(mobile_source, server.cpu_reference_hz)
-    if recorded_speed is not None and "mobile_trace_speed" not in tables.get("server", {}):
-        # Think times were measured on the recording machine: express them at the
-        # reference CPU the request costs are given for (see docs/simulator.md).
-        server = replace(server, mobile_trace_speed=recorded_speed)
+    if mobile_name is not None:
+        mobile_source["name"] = mobile_name
+    server = _mobile_speed(server, server_table, mobile_source, mobile)
     experiment = from_mapping(ExperimentConfig, experiment_table, "[experiment]")
     sweep = _sweep(which, tables.get("sweep", {}), points, placements)
     jobs = jobs or default_jobs()
@@ -218,11 +234,42 @@ def sweep_command(
     if plots:
         from shuttle.sim.plots import plot_sweep
 
-        for path in plot_sweep(document, out):
+        for path in plot_sweep(document, out, mobile_source.get("name", "mobile")):
             console.print(f"wrote {path}")
 
 
-def _sweep(which: str, table: dict[str, Any], points: str | None, placements: str) -> Sweep:
+def _mobile_speed(
+    server: ServerConfig,
+    server_table: dict[str, Any],
+    mobile_source: dict[str, Any],
+    mobile: Path | None,
+) -> ServerConfig:
+    """``server`` with the mobile trace's speed: the flag or the config, else the sidecar.
+
+    A trace without a sidecar naming its recording CPU keeps 1.0 (think times taken
+    as measured at the reference CPU), with a warning: a modern machine's think
+    times would starve no server.
+    """
+    if "mobile_trace_speed" in server_table:
+        mobile_source["trace_speed_from"] = "configuration"
+        return server
+    recorded_speed = recording_speed(mobile_source, server.cpu_reference_hz)
+    if recorded_speed is not None:
+        # Think times were measured on the recording machine: express them at the
+        # reference CPU the request costs are given for (see docs/simulator.md).
+        mobile_source["trace_speed_from"] = "sidecar"
+        return replace(server, mobile_trace_speed=recorded_speed)
+    mobile_source["trace_speed_from"] = "default (no sidecar)"
+    console.print(
+        f"[yellow]warning:[/] the mobile trace {escape(str(mobile))} has no sidecar JSON naming "
+        "the CPU it was recorded on (host.cpu_mhz), so its think times are taken as "
+        f"measured at the {server.cpu_reference_hz / 1e6:g} MHz reference CPU (speed 1.0). "
+        "Pass --mobile-trace-speed RATIO (recording clock / reference clock) if they were not."
+    )
+    return server
+
+
+def _sweep(which: str, table: dict[str, Any], points: str | None, placements: str | None) -> Sweep:
     unknown = set(table) - {"points", "placements"}
     if unknown:
         raise ConfigError(f"unknown [sweep] key(s) {sorted(unknown)}; known: points, placements")
@@ -236,7 +283,14 @@ def _sweep(which: str, table: dict[str, Any], points: str | None, placements: st
         values = [float(p) for p in table["points"]]
     else:
         values = list(CACHE_SIZES_MB if which == "cache-size" else CPU_SPEEDS)
-    where = table.get("placements") or [p.strip() for p in placements.split(",") if p.strip()]
+    # Named flags override the file (docs/simulator.md, "Running the experiments").
+    where: list[str]
+    if placements is not None:
+        where = [p.strip() for p in placements.split(",") if p.strip()]
+    elif "placements" in table:
+        where = [str(p) for p in table["placements"]]
+    else:
+        where = list(DEFAULT_PLACEMENTS)
     if which == "cache-size":
         return Sweep(which, "server cache (MB)", tuple(values), tuple(where))
     if any(not v > 0 or math.isinf(v) for v in values):

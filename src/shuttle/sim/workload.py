@@ -25,6 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from shuttle.errors import ConfigError
+from shuttle.sim.blocks import BLOCK_BITS, block_span
+from shuttle.sim.blocks import block_accesses as split_blocks
 from shuttle.traces.record import Op, TraceRecord
 
 # Request kinds as the server sees them, cheapest first. The order matters: kinds
@@ -35,8 +37,6 @@ BLOCK_READ = 2
 BLOCK_WRITE = 3
 KIND_NAMES = ("metadata read", "metadata write", "block read", "block write")
 
-#: Blocks per file id: a block key is ``file << BLOCK_BITS | block``.
-BLOCK_BITS = 32
 #: Mobile-application file ids start here, far above any background file id.
 MOBILE_FILE_BASE = 1 << 28
 
@@ -161,9 +161,7 @@ class Columns:
 
     def block_range(self, block_size_bytes: int) -> tuple[I64, I64]:
         """First block and block count of every record (sizes rounded up, >= 1 block)."""
-        first = self.offset // block_size_bytes
-        last = (self.offset + np.maximum(self.size, 1) - 1) // block_size_bytes
-        return first, last - first + 1
+        return block_span(self.offset, self.size, block_size_bytes)
 
 
 # --- the measured intervals ---------------------------------------------------------
@@ -268,15 +266,10 @@ def block_keys(columns: Columns, block_size_bytes: int, file_base: int = 0) -> I
 def block_accesses(columns: Columns, block_size_bytes: int) -> tuple[I64, I64]:
     """(file, block number) of every block access, in order (multi-block requests expanded)."""
     is_block = columns.kind >= BLOCK_READ
-    first, count = columns.block_range(block_size_bytes)
-    first, count = first[is_block], count[is_block]
-    files = columns.file[is_block]
-    total = int(count.sum())
-    if total == len(first):
-        return files, first
-    # Expand: each request's file repeated, its first block plus 0, 1, ... .
-    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-    return np.repeat(files, count), np.repeat(first, count) + within
+    _, files, blocks = split_blocks(
+        columns.file[is_block], columns.offset[is_block], columns.size[is_block], block_size_bytes
+    )
+    return files, blocks
 
 
 @dataclass(frozen=True, slots=True)

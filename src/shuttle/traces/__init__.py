@@ -10,6 +10,7 @@ Layout:
 * ``nfsdump``     nfsdump text (NFSv2/v3 calls) → records
 * ``block``       CloudPhysics block traces: binary vSCSI and CSV
 * ``summary``     counts, duration, op mix and bytes of a trace (``shuttle trace info``)
+* ``pathfilter``  keep or drop a trace's records by the file they name (prefixes, lists)
 * ``recorder``    run a real program under strace and convert its trace
 * ``agrep``       the recorded mobile application (tre-agrep over the stdlib)
 * ``background``  the synthetic background workload (``BackgroundConfig``, ``generate``)

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from shuttle.traces import io
 from shuttle.traces.formats import READERS, format_names, get_reader, read_trace
+from shuttle.traces.pathfilter import PathFilter, path_filter
 from shuttle.traces.record import TraceRecord
 from shuttle.traces.recorder import record_strace
 from shuttle.traces.strace import StraceReader
@@ -49,6 +50,31 @@ SortOpt = Annotated[
 ]
 
 
+IncludeOpt = Annotated[
+    list[str] | None,
+    typer.Option("--include", help="Keep only files starting with this prefix. Repeatable."),
+]
+ExcludeOpt = Annotated[
+    list[str] | None,
+    typer.Option("--exclude", help="Leave out files starting with this prefix. Repeatable."),
+]
+IncludeFromOpt = Annotated[
+    Path | None,
+    typer.Option(help="Keep only the files listed in this text file (one per line)."),
+]
+ExcludeFromOpt = Annotated[
+    Path | None,
+    typer.Option(help="Leave out the files listed in this text file (one per line)."),
+]
+
+
+def _skips(reader_skipped: dict[str, int], paths: PathFilter) -> dict[str, int]:
+    skipped = dict(reader_skipped)
+    if paths.dropped:
+        skipped["path filter"] = paths.dropped
+    return skipped
+
+
 def with_progress(records: Iterable[TraceRecord], label: str) -> Iterator[TraceRecord]:
     """Yield ``records`` while a spinner on stderr counts them."""
     columns = (
@@ -75,12 +101,17 @@ def convert(
     ],
     format: FormatOpt = "auto",
     sort: SortOpt = False,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    include_from: IncludeFromOpt = None,
+    exclude_from: ExcludeFromOpt = None,
 ) -> None:
     """Convert a trace in any supported format to Shuttle's canonical CSV."""
     reader = get_reader(_format(source, format))
-    records = read_trace(source, reader=reader, sort=sort)
+    paths = path_filter(include or (), exclude or (), include_from, exclude_from)
+    records = paths.apply(read_trace(source, reader=reader, sort=sort))
     n = io.write_csv(out, with_progress(records, f"converting {source.name}"))
-    skipped = ", ".join(f"{k}: {v:,}" for k, v in sorted(reader.skipped.items()))
+    skipped = ", ".join(f"{k}: {v:,}" for k, v in sorted(_skips(reader.skipped, paths).items()))
     console.print(f"wrote {n:,} records to {out}" + (f" (skipped {skipped})" if skipped else ""))
 
 
@@ -92,15 +123,22 @@ def info(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the summary as JSON here.")
     ] = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    include_from: IncludeFromOpt = None,
+    exclude_from: ExcludeFromOpt = None,
 ) -> None:
     """Print a trace's record count, duration, clients, files, operation mix and bytes."""
     name = _format(trace, format)
     reader = get_reader(name)
-    summary = summarize(with_progress(read_trace(trace, reader=reader, sort=sort), "reading"))
-    print_summary(summary, f"{trace} ({name})", dict(reader.skipped))
+    paths = path_filter(include or (), exclude or (), include_from, exclude_from)
+    records = paths.apply(read_trace(trace, reader=reader, sort=sort))
+    summary = summarize(with_progress(records, "reading"))
+    skipped = _skips(reader.skipped, paths)
+    print_summary(summary, f"{trace} ({name})", skipped)
     if json_out is not None:
         data = {"trace": str(trace), "format": name, **summary.to_dict()}
-        data["skipped"] = dict(reader.skipped)
+        data["skipped"] = skipped
         json_out.write_text(json.dumps(data, indent=2) + "\n")
 
 
@@ -258,63 +296,3 @@ def generate_background_command(
     meta = {"trace": out.name, "seed": seed, "records": n, "config": config.to_dict()}
     sidecar_path(out).write_text(json.dumps(meta, indent=2) + "\n")
     console.print(f"wrote {n:,} records ({hours:g} h, seed {seed}) to {out}")
-
-
-@app.command("calibrate-background")
-def calibrate_background_command(
-    hours: Annotated[
-        float, typer.Option("--hours", min=3.1, help="Length of the trace in hours.")
-    ] = 12.0,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the background.")] = 0,
-    rate: Annotated[
-        float | None, typer.Option("--rate", min=0.0, help="Mean requests/s (default 820).")
-    ] = None,
-    cache_blocks: Annotated[
-        int | None, typer.Option("--cache-blocks", min=1, help="Server cache (default 4096).")
-    ] = None,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="Also write the estimates here.")
-    ] = None,
-) -> None:
-    """Estimate the server load of the background's busiest intervals.
-
-    CPU and disk utilisation from the simulator's default server costs, block and
-    metadata hit ratios after a 3-hour warm-up: a check that the defaults make the
-    paper's regime reachable (CPU busy at speed 1.0, saturated at half speed).
-    """
-    from dataclasses import replace
-
-    from shuttle.sim.config import ServerConfig
-    from shuttle.traces.background import BackgroundConfig
-    from shuttle.traces.calibration import background_load
-
-    config = replace(BackgroundConfig(), duration_s=hours * 3600.0)
-    if rate is not None:
-        config = replace(config, request_rate_per_s=rate)
-    server = ServerConfig() if cache_blocks is None else ServerConfig(cache_blocks=cache_blocks)
-    with console.status("generating the background and replaying its busiest intervals"):
-        loads = background_load(config, seed, server)
-    table = Table(title=f"busiest intervals, {server.cache_blocks:,}-block server cache")
-    heads = ("start h", "req/s", "meta", "CPU @1.0", "CPU @0.5", "disk", "block hit", "meta hit")
-    for head in heads:
-        table.add_column(head, justify="right")
-    for load in loads:
-        table.add_row(
-            f"{load.start_s / 3600:.2f}",
-            f"{load.rate_per_s:,.0f}",
-            f"{load.metadata_fraction:.1%}",
-            f"{load.cpu_utilisation:.2f}",
-            f"{load.cpu_utilisation_half_speed:.2f}",
-            f"{load.disk_utilisation:.2f}",
-            f"{load.block_hit_ratio:.1%}",
-            f"{load.metadata_hit_ratio:.2%}",
-        )
-    Console().print(table)
-    if json_out is not None:
-        data = {
-            "seed": seed,
-            "config": config.to_dict(),
-            "cache_blocks": server.cache_blocks,
-            "intervals": [load.to_dict() for load in loads],
-        }
-        json_out.write_text(json.dumps(data, indent=2) + "\n")

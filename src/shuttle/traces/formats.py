@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
-from shuttle.errors import TraceFormatError, UsageError
+from shuttle.errors import ConfigError, TraceFormatError, UsageError
 from shuttle.traces.record import TraceRecord
 
 #: How far back in trace time a record may arrive and still be put in order. One
@@ -81,7 +81,7 @@ R = TypeVar("R", bound=type[TraceReader])
 def register(cls: R) -> R:
     """Class decorator: make a reader available by its ``name``."""
     if cls.name in READERS:
-        raise ValueError(f"trace format {cls.name!r} is registered twice")
+        raise ConfigError(f"trace format {cls.name!r} is registered twice")
     READERS[cls.name] = cls
     return cls
 

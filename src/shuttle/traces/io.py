@@ -25,7 +25,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO, TextIO, cast
 
-from shuttle.errors import TraceFormatError, UsageError
+from shuttle.errors import InvalidArgumentError, TraceFormatError, UsageError
 from shuttle.traces.record import CSV_COLUMNS, Op, TraceRecord
 
 #: Operation names as they appear in the CSV ``op`` column.
@@ -44,7 +44,7 @@ def open_text(path: str | Path, mode: str) -> Iterator[TextIO]:
     Raises :class:`~shuttle.errors.UsageError` if the file cannot be opened.
     """
     if mode not in ("r", "w"):
-        raise ValueError(f"mode must be 'r' or 'w', not {mode!r}")
+        raise InvalidArgumentError(f"mode must be 'r' or 'w', not {mode!r}")
     if str(path) == "-":
         yield sys.stdin if mode == "r" else sys.stdout
         return

@@ -27,6 +27,10 @@ What becomes a record, and why:
 
 ``client`` is the process: 0 for the first pid seen, 1 for the next, and so on.
 Times are when each call started (``-tt`` wall clock; ``-ttt`` also works).
+
+Each kind of call has a small handler (``_on_io``, ``_on_open``, ...) taking the
+parsed call (:class:`_Call`); one table, ``_HANDLERS``, maps every system call name
+to its handler, and calls not in it are skipped unparsed.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from __future__ import annotations
 import codecs
 import os.path
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,20 +117,6 @@ _AT_OPS: dict[str, Op] = {
     "futimesat": Op.SETATTR,
 }
 _FORKS = {"clone", "clone3", "fork", "vfork"}
-_HANDLED = (
-    _READS
-    | _WRITES
-    | _OPENS
-    | _PATH_STATS
-    | _AT_STATS
-    | set(_FD_OPS)
-    | set(_PATH_OPS)
-    | set(_AT_OPS)
-    | _FORKS
-    | {"close", "close_range", "lseek", "dup", "dup2", "dup3", "fcntl", "fcntl64"}
-    | {"execve", "execveat"}
-    | {"chdir", "fchdir", "symlink", "symlinkat", "sendfile", "sendfile64", "copy_file_range"}
-)
 
 
 @dataclass
@@ -231,7 +221,7 @@ class StraceReader(TraceReader):
                 t, head = start
                 body = head + resumed["rest"]
             call_name = _NAME.match(body)
-            if call_name is None or call_name[1] not in _HANDLED:
+            if call_name is None or call_name[1] not in _HANDLERS:
                 continue
             call = _CALL.match(body)
             if call is None:
@@ -304,163 +294,262 @@ class _State:
     def apply(
         self, reader: StraceReader, pid: int, t: float, name: str, args: list[str], ret: str
     ) -> Iterator[TraceRecord]:
-        proc = self.proc(pid)
-        failed = ret.startswith("-") or ret == "?"
-        value = -1 if failed else int(ret, 0)
+        """The records one finished call makes, by the handler for its name (``_HANDLERS``)."""
+        handler = _HANDLERS.get(name)
+        if handler is None:
+            return iter(())
+        return handler(_Call(self, reader, pid, t, name, args, ret))
 
-        def emit(op: Op, path: str, offset: int = 0, size: int = 0) -> Iterator[TraceRecord]:
-            if reader.include is None or reader.include(path):
-                yield TraceRecord(t, self.client(pid), op, path, offset, size)
 
-        if name in _READS or name in _WRITES:
-            of = _tracked(proc, args[0])
-            if of is None:
-                return
-            if failed or value == 0:
-                reader.skipped["zero-byte I/O" if not failed else "failed I/O"] += 1
-                return
-            op = Op.READ if name in _READS else Op.WRITE
-            if name in _POSITIONED:
-                offset = int(args[3], 0)
-            else:
-                offset = of.offset
-                of.offset += value
-            yield from emit(op, of.path, offset, value)
-        elif name in _OPENS:
-            dirfd = args[0] if name.startswith("openat") else None
-            path_arg = args[1] if dirfd is not None else args[0]
-            path = self.resolve(proc, dirfd, decode_string(path_arg))
-            flags = args[2] if name.startswith("openat") else (args[1] if len(args) > 1 else "")
-            if failed:
-                yield from emit(Op.LOOKUP, path)
-                return
-            _install(proc, value, _OpenFile(path), cloexec="O_CLOEXEC" in flags)
-            creating = name == "creat" or "O_CREAT" in flags
-            yield from emit(Op.CREATE if creating else Op.OPEN, path)
-        elif name == "close":
-            fd = _fd_number(args[0])
-            of = proc.fds.pop(fd, None) if fd is not None else None
-            proc.cloexec.discard(fd if fd is not None else -1)
-            if of is not None and not failed:
-                yield from emit(Op.CLOSE, of.path)
-        elif name == "close_range":
-            # close_range(first, last, flags): closes a range unless CLOSE_RANGE_CLOEXEC
-            # only marks it close-on-exec.
-            first, last = int(args[0], 0), int(args[1].split()[0], 0)
-            in_range = [fd for fd in proc.fds if first <= fd <= last]
-            if failed:
-                return
-            if "CLOSE_RANGE_CLOEXEC" in args[2]:
-                proc.cloexec.update(in_range)
-                return
-            for fd in sorted(in_range):
-                of = proc.fds.pop(fd)
-                proc.cloexec.discard(fd)
-                yield from emit(Op.CLOSE, of.path)
-        elif name == "lseek":
-            of = _tracked(proc, args[0])
-            if of is not None and not failed:
-                of.offset = value
-        elif name in ("dup", "dup2", "dup3") or (
-            name in ("fcntl", "fcntl64") and args[1] in _DUP_CMDS
-        ):
-            if failed:
-                return
-            # The new descriptor now means whatever the old one does, which may be
-            # something untracked (a shell restoring its saved stdout with dup2).
-            proc.fds.pop(value, None)
-            proc.cloexec.discard(value)
-            of = _tracked(proc, args[0])
-            if of is not None:
-                cloexec = "O_CLOEXEC" in "".join(args[2:]) or args[1:2] == ["F_DUPFD_CLOEXEC"]
-                _install(proc, value, of, cloexec=cloexec)
-        elif name in ("fcntl", "fcntl64"):
-            fd = _fd_number(args[0])
-            if fd is not None and args[1] == "F_SETFD" and not failed:
-                if "FD_CLOEXEC" in args[2]:
-                    proc.cloexec.add(fd)
-                else:
-                    proc.cloexec.discard(fd)
-        elif name in _PATH_STATS or name in _PATH_OPS:
-            path = self.resolve(proc, None, decode_string(args[0]))
-            op = Op.GETATTR if name in _PATH_STATS else _PATH_OPS[name]
-            yield from emit(Op.LOOKUP if failed else op, path)
-        elif name in _AT_STATS or name in _AT_OPS:
-            op = Op.GETATTR if name in _AT_STATS else _AT_OPS[name]
-            # A NULL or "" path with AT_EMPTY_PATH means the descriptor itself.
-            rel = "" if args[1] == "NULL" else decode_string(args[1])
-            if args[1] == "NULL" or (rel == "" and "AT_EMPTY_PATH" in " ".join(args[2:])):
-                of = _tracked(proc, args[0])
-                if of is not None and not failed:
-                    yield from emit(op, of.path)
-                return
-            path = self.resolve(proc, args[0], rel)
-            if name == "unlinkat" and "AT_REMOVEDIR" in args[2]:
-                op = Op.RMDIR
-            yield from emit(Op.LOOKUP if failed else op, path)
-        elif name in ("symlink", "symlinkat"):
-            # symlink(target, linkpath) / symlinkat(target, newdirfd, linkpath)
-            dirfd, rel = (None, args[1]) if name == "symlink" else (args[1], args[2])
-            if not failed:
-                yield from emit(Op.SYMLINK, self.resolve(proc, dirfd, decode_string(rel)))
-        elif name in _FD_OPS:
-            of = _tracked(proc, args[0])
-            if of is not None and not failed:
-                if _FD_OPS[name] is Op.READDIR and value == 0:
-                    reader.skipped["zero-byte I/O"] += 1
-                    return
-                size = value if _FD_OPS[name] is Op.READDIR else 0
-                yield from emit(_FD_OPS[name], of.path, 0, size)
-        elif name in ("sendfile", "sendfile64", "copy_file_range"):
-            yield from self._copy(reader, proc, emit, name, args, value, failed)
-        elif name in _FORKS:
-            if not failed and value > 0:
-                flags = " ".join(args)
-                child = _copy_process(
-                    proc, share_files="CLONE_FILES" in flags, share_fs="CLONE_FS" in flags
-                )
-                self.procs.setdefault(value, child)
-        elif name in ("execve", "execveat"):
-            if not failed:
-                for fd in list(proc.cloexec):
-                    proc.fds.pop(fd, None)
-                proc.cloexec.clear()
-        elif name == "chdir":
-            if not failed:
-                proc.cwd[0] = self.resolve(proc, None, decode_string(args[0]))
-        elif name == "fchdir":
-            of = _tracked(proc, args[0])
-            if of is not None and not failed:
-                proc.cwd[0] = of.path
+@dataclass(slots=True)
+class _Call:
+    """One finished system call, as its handler sees it."""
 
-    def _copy(
-        self,
-        reader: StraceReader,
-        proc: _Process,
-        emit: Callable[[Op, str, int, int], Iterator[TraceRecord]],
-        name: str,
-        args: list[str],
-        value: int,
-        failed: bool,
-    ) -> Iterator[TraceRecord]:
-        # sendfile(out, in, offset, count); copy_file_range(in, off_in, out, off_out, ...)
-        if name == "copy_file_range":
-            ends = ((args[0], args[1], Op.READ), (args[2], args[3], Op.WRITE))
+    state: _State
+    reader: StraceReader
+    pid: int
+    t: float
+    name: str
+    args: list[str]
+    ret: str
+    proc: _Process = field(init=False)
+    failed: bool = field(init=False)
+    #: The return value (-1 if the call failed).
+    value: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.proc = self.state.proc(self.pid)
+        self.failed = self.ret.startswith("-") or self.ret == "?"
+        self.value = -1 if self.failed else int(self.ret, 0)
+
+    def emit(self, op: Op, path: str, offset: int = 0, size: int = 0) -> Iterator[TraceRecord]:
+        """A record of this call (if the reader's ``include`` accepts the path)."""
+        include = self.reader.include
+        if include is None or include(path):
+            yield TraceRecord(self.t, self.state.client(self.pid), op, path, offset, size)
+
+    def resolve(self, dirfd: str | None, path_arg: str) -> str:
+        """``path_arg`` (a strace string) made absolute for this process."""
+        return self.state.resolve(self.proc, dirfd, decode_string(path_arg))
+
+    def tracked(self, arg: str) -> _OpenFile | None:
+        return _tracked(self.proc, arg)
+
+
+# --- one small handler per kind of call ---------------------------------------------
+
+_Handler = Callable[[_Call], Iterator[TraceRecord]]
+
+
+def _on_io(c: _Call) -> Iterator[TraceRecord]:
+    of = c.tracked(c.args[0])
+    if of is None:
+        return
+    if c.failed or c.value == 0:
+        c.reader.skipped["failed I/O" if c.failed else "zero-byte I/O"] += 1
+        return
+    op = Op.READ if c.name in _READS else Op.WRITE
+    if c.name in _POSITIONED:
+        offset = int(c.args[3], 0)
+    else:
+        offset = of.offset
+        of.offset += c.value
+    yield from c.emit(op, of.path, offset, c.value)
+
+
+def _on_open(c: _Call) -> Iterator[TraceRecord]:
+    at = c.name.startswith("openat")
+    dirfd = c.args[0] if at else None
+    path = c.resolve(dirfd, c.args[1] if at else c.args[0])
+    flags = c.args[2] if at else (c.args[1] if len(c.args) > 1 else "")
+    if c.failed:
+        yield from c.emit(Op.LOOKUP, path)
+        return
+    _install(c.proc, c.value, _OpenFile(path), cloexec="O_CLOEXEC" in flags)
+    creating = c.name == "creat" or "O_CREAT" in flags
+    yield from c.emit(Op.CREATE if creating else Op.OPEN, path)
+
+
+def _on_close(c: _Call) -> Iterator[TraceRecord]:
+    fd = _fd_number(c.args[0])
+    of = c.proc.fds.pop(fd, None) if fd is not None else None
+    c.proc.cloexec.discard(fd if fd is not None else -1)
+    if of is not None and not c.failed:
+        yield from c.emit(Op.CLOSE, of.path)
+
+
+def _on_close_range(c: _Call) -> Iterator[TraceRecord]:
+    # close_range(first, last, flags): closes a range unless CLOSE_RANGE_CLOEXEC only
+    # marks it close-on-exec.
+    first, last = int(c.args[0], 0), int(c.args[1].split()[0], 0)
+    in_range = [fd for fd in c.proc.fds if first <= fd <= last]
+    if c.failed:
+        return
+    if "CLOSE_RANGE_CLOEXEC" in c.args[2]:
+        c.proc.cloexec.update(in_range)
+        return
+    for fd in sorted(in_range):
+        of = c.proc.fds.pop(fd)
+        c.proc.cloexec.discard(fd)
+        yield from c.emit(Op.CLOSE, of.path)
+
+
+def _on_lseek(c: _Call) -> Iterator[TraceRecord]:
+    of = c.tracked(c.args[0])
+    if of is not None and not c.failed:
+        of.offset = c.value
+    return iter(())
+
+
+def _on_dup(c: _Call) -> Iterator[TraceRecord]:
+    if c.failed:
+        return iter(())
+    # The new descriptor now means whatever the old one does, which may be something
+    # untracked (a shell restoring its saved stdout with dup2).
+    c.proc.fds.pop(c.value, None)
+    c.proc.cloexec.discard(c.value)
+    of = c.tracked(c.args[0])
+    if of is not None:
+        cloexec = "O_CLOEXEC" in "".join(c.args[2:]) or c.args[1:2] == ["F_DUPFD_CLOEXEC"]
+        _install(c.proc, c.value, of, cloexec=cloexec)
+    return iter(())
+
+
+def _on_fcntl(c: _Call) -> Iterator[TraceRecord]:
+    if c.args[1] in _DUP_CMDS:
+        return _on_dup(c)
+    fd = _fd_number(c.args[0])
+    if fd is not None and c.args[1] == "F_SETFD" and not c.failed:
+        if "FD_CLOEXEC" in c.args[2]:
+            c.proc.cloexec.add(fd)
         else:
-            ends = ((args[1], args[2], Op.READ), (args[0], "NULL", Op.WRITE))
-        if failed or value == 0:
-            reader.skipped["zero-byte I/O"] += 1
-            return
-        for fd_arg, off_arg, op in ends:
-            of = _tracked(proc, fd_arg)
-            if of is None:
-                continue
-            if off_arg == "NULL":
-                offset = of.offset
-                of.offset += value
-            else:  # [N] is the offset after the call on return
-                offset = int(off_arg.strip("[]"), 0) - value
-            yield from emit(op, of.path, offset, value)
+            c.proc.cloexec.discard(fd)
+    return iter(())
+
+
+def _on_path(c: _Call) -> Iterator[TraceRecord]:
+    """A call naming a path as argument 0: stat, access, mkdir, unlink, ..."""
+    op = Op.GETATTR if c.name in _PATH_STATS else _PATH_OPS[c.name]
+    return c.emit(Op.LOOKUP if c.failed else op, c.resolve(None, c.args[0]))
+
+
+def _on_at(c: _Call) -> Iterator[TraceRecord]:
+    """A ``*at`` call: a directory descriptor, then a path."""
+    op = Op.GETATTR if c.name in _AT_STATS else _AT_OPS[c.name]
+    # A NULL or "" path with AT_EMPTY_PATH means the descriptor itself.
+    rel = "" if c.args[1] == "NULL" else decode_string(c.args[1])
+    if c.args[1] == "NULL" or (rel == "" and "AT_EMPTY_PATH" in " ".join(c.args[2:])):
+        of = c.tracked(c.args[0])
+        if of is not None and not c.failed:
+            yield from c.emit(op, of.path)
+        return
+    path = c.state.resolve(c.proc, c.args[0], rel)
+    if c.name == "unlinkat" and "AT_REMOVEDIR" in c.args[2]:
+        op = Op.RMDIR
+    yield from c.emit(Op.LOOKUP if c.failed else op, path)
+
+
+def _on_symlink(c: _Call) -> Iterator[TraceRecord]:
+    # symlink(target, linkpath) / symlinkat(target, newdirfd, linkpath)
+    dirfd, rel = (None, c.args[1]) if c.name == "symlink" else (c.args[1], c.args[2])
+    if c.failed:
+        return iter(())
+    return c.emit(Op.SYMLINK, c.resolve(dirfd, rel))
+
+
+def _on_fd_op(c: _Call) -> Iterator[TraceRecord]:
+    """A call on a descriptor: fstat, fsync, getdents, ..."""
+    of = c.tracked(c.args[0])
+    if of is None or c.failed:
+        return
+    op = _FD_OPS[c.name]
+    if op is Op.READDIR and c.value == 0:
+        c.reader.skipped["zero-byte I/O"] += 1
+        return
+    yield from c.emit(op, of.path, 0, c.value if op is Op.READDIR else 0)
+
+
+def _on_copy(c: _Call) -> Iterator[TraceRecord]:
+    # sendfile(out, in, offset, count); copy_file_range(in, off_in, out, off_out, ...)
+    args = c.args
+    if c.name == "copy_file_range":
+        ends = ((args[0], args[1], Op.READ), (args[2], args[3], Op.WRITE))
+    else:
+        ends = ((args[1], args[2], Op.READ), (args[0], "NULL", Op.WRITE))
+    if c.failed or c.value == 0:
+        c.reader.skipped["zero-byte I/O"] += 1
+        return
+    for fd_arg, off_arg, op in ends:
+        of = c.tracked(fd_arg)
+        if of is None:
+            continue
+        if off_arg == "NULL":
+            offset = of.offset
+            of.offset += c.value
+        else:  # [N] is the offset after the call on return
+            offset = int(off_arg.strip("[]"), 0) - c.value
+        yield from c.emit(op, of.path, offset, c.value)
+
+
+def _on_fork(c: _Call) -> Iterator[TraceRecord]:
+    if not c.failed and c.value > 0:
+        flags = " ".join(c.args)
+        child = _copy_process(
+            c.proc, share_files="CLONE_FILES" in flags, share_fs="CLONE_FS" in flags
+        )
+        c.state.procs.setdefault(c.value, child)
+    return iter(())
+
+
+def _on_exec(c: _Call) -> Iterator[TraceRecord]:
+    if not c.failed:
+        for fd in list(c.proc.cloexec):
+            c.proc.fds.pop(fd, None)
+        c.proc.cloexec.clear()
+    return iter(())
+
+
+def _on_chdir(c: _Call) -> Iterator[TraceRecord]:
+    if not c.failed:
+        c.proc.cwd[0] = c.resolve(None, c.args[0])
+    return iter(())
+
+
+def _on_fchdir(c: _Call) -> Iterator[TraceRecord]:
+    of = c.tracked(c.args[0])
+    if of is not None and not c.failed:
+        c.proc.cwd[0] = of.path
+    return iter(())
+
+
+def _table(*groups: tuple[Iterable[str], _Handler]) -> dict[str, _Handler]:
+    table: dict[str, _Handler] = {}
+    for names, handler in groups:
+        for name in names:
+            assert name not in table, f"{name} has two handlers"
+            table[name] = handler
+    return table
+
+
+#: What each system call becomes; calls not in the table are skipped unparsed.
+_HANDLERS: dict[str, _Handler] = _table(
+    (_READS | _WRITES, _on_io),
+    (_OPENS, _on_open),
+    (("close",), _on_close),
+    (("close_range",), _on_close_range),
+    (("lseek",), _on_lseek),
+    (("dup", "dup2", "dup3"), _on_dup),
+    (("fcntl", "fcntl64"), _on_fcntl),
+    (_PATH_STATS | set(_PATH_OPS), _on_path),
+    (_AT_STATS | set(_AT_OPS), _on_at),
+    (("symlink", "symlinkat"), _on_symlink),
+    (_FD_OPS, _on_fd_op),
+    (("sendfile", "sendfile64", "copy_file_range"), _on_copy),
+    (_FORKS, _on_fork),
+    (("execve", "execveat"), _on_exec),
+    (("chdir",), _on_chdir),
+    (("fchdir",), _on_fchdir),
+)
 
 
 def _copy_process(parent: _Process, *, share_files: bool, share_fs: bool) -> _Process:

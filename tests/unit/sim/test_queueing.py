@@ -17,11 +17,12 @@ import random
 
 import pytest
 
+from shuttle.sim.blocks import BLOCK_BITS
 from shuttle.sim.config import ServerConfig
 from shuttle.sim.kernel import Kernel
 from shuttle.sim.metrics import TrafficStats
 from shuttle.sim.server import Request, Server
-from shuttle.sim.workload import BLOCK_BITS, BLOCK_READ, META_READ
+from shuttle.sim.workload import BLOCK_READ, META_READ
 
 CUSTOMERS = 60_000
 #: Tolerance on the mean response time at this many customers.

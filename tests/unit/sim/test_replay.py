@@ -9,13 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shuttle.errors import ConfigError
-from shuttle.sim.replay import (
-    BLOCK_KEY_BITS,
-    POLICIES,
-    block_accesses,
-    make_policy,
-    replay,
-)
+from shuttle.sim.blocks import BLOCK_BITS
+from shuttle.sim.policies import POLICIES, make_policy
+from shuttle.sim.replay import replay, split_accesses
 from shuttle.traces.record import Op, TraceRecord
 
 # --- reference models: the textbook definitions, written for clarity not speed -------
@@ -154,8 +150,8 @@ def test_requests_split_into_the_blocks_they_cover() -> None:
         TraceRecord(0.3, 0, Op.GETATTR, "a"),  # metadata: counted only
         TraceRecord(0.4, 0, Op.READ, "a", 8192, 0),  # zero bytes: still its block
     ]
-    acc = block_accesses(records, 8192)
-    b = 1 << BLOCK_KEY_BITS
+    acc = split_accesses(records, 8192)
+    b = 1 << BLOCK_BITS
     assert acc.keys.tolist() == [0, 0, 1, b + 2, 1]
     assert acc.reads.tolist() == [True, True, True, False, True]
     assert (acc.requests, acc.read_requests, acc.write_requests) == (4, 3, 1)
@@ -178,4 +174,4 @@ def test_replay_counts_reads_writes_and_ratios() -> None:
 
 def test_block_size_must_be_positive() -> None:
     with pytest.raises(ConfigError, match='"block_size"'):
-        block_accesses([], 0)
+        split_accesses([], 0)

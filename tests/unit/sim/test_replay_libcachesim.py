@@ -16,9 +16,9 @@ import pytest
 
 from shuttle.sim.replay import (
     BlockAccesses,
-    block_accesses,
     libcachesim_replay,
     replay_accesses,
+    split_accesses,
     write_oracle_general,
 )
 from shuttle.traces.formats import read_trace
@@ -33,7 +33,7 @@ VSCSI = SHARED / "cloudphysics" / "cloudPhysicsIO.vscsi"
 
 @pytest.fixture(scope="module")
 def accesses() -> BlockAccesses:
-    return block_accesses(read_trace(VSCSI), 4096)
+    return split_accesses(read_trace(VSCSI), 4096)
 
 
 @pytest.fixture(scope="module")

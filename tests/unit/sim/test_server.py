@@ -6,11 +6,12 @@ import dataclasses
 
 import pytest
 
+from shuttle.sim.blocks import BLOCK_BITS
 from shuttle.sim.config import ServerConfig
 from shuttle.sim.kernel import Kernel
 from shuttle.sim.metrics import TrafficStats
 from shuttle.sim.server import Request, Server
-from shuttle.sim.workload import BLOCK_BITS, BLOCK_READ, BLOCK_WRITE, META_READ, META_WRITE
+from shuttle.sim.workload import BLOCK_READ, BLOCK_WRITE, META_READ, META_WRITE
 
 MS = 1e-3
 #: One 8 KB block at 10 MB/s after an 8 ms seek.
@@ -239,3 +240,56 @@ def test_mobile_code_starves_while_the_cpu_is_saturated() -> None:
         story.request(f"r{k}", 0.0, META_READ, file=k)
     story.run()
     assert finished == [pytest.approx(10.5)]
+
+
+def test_two_disk_units_serve_two_misses_at_once() -> None:
+    config = ServerConfig(server_speed=float("inf"), disk_parallelism=2)
+    story = Story(config)
+    for i, name in enumerate("abc"):
+        story.request(name, 0.0, BLOCK_READ, block(1, i))
+    story.run()
+    access = 0.008 + 8192 / 10e6
+    assert story.done == pytest.approx({"a": access, "b": access, "c": 2 * access})
+
+
+def test_the_mobile_program_takes_locked_blocks_as_they_are_unlocked() -> None:
+    """Reserving more than the unlocked part: the capacity comes down block by block,
+    and cached + locked never exceeds it."""
+    story = Story(ServerConfig(server_speed=float("inf"), cache_blocks=4, mobile_footprint_bytes=0))
+    for i in range(4):
+        story.request(f"r{i}", 0.0, BLOCK_READ, block(1, i))
+    resident: list[tuple[int, int | None]] = []
+
+    def reserve(now: float, _: object) -> None:
+        story.server.reserve(now, 3)
+        resident.append((story.server.resident_blocks(), story.server.capacity))
+
+    def look(now: float, _: object) -> None:
+        resident.append((story.server.resident_blocks(), story.server.capacity))
+
+    story.kernel.at(0.001, reserve)  # all 4 blocks are locked (being read)
+    story.kernel.at(0.009, look)  # the first read is done
+    story.run()
+    assert resident[0] == (4, 4)  # nothing unlocked to evict yet
+    assert resident[1] == (3, 3)  # one unlocked, evicted, capacity down by one
+    assert (story.server.resident_blocks(), story.server.capacity) == (1, 1)
+    story.server.release(1.0, 3)
+    assert story.server.capacity == 4
+
+
+def test_the_mobile_programs_requests_wait_for_idle_cycles() -> None:
+    """With the paper's priority rule its request waits behind every client request,
+    including those arriving after it; queued FIFO it would not."""
+    cost = 33_000 / 133e6
+    for idle, expected in ((True, 3 * cost), (False, 2 * cost)):
+        config = dataclasses.replace(NO_NETWORK_INSTANT_DISK, mobile_requests_on_idle_cycles=idle)
+        story = Story(config, warm_blocks=None)
+        story.server.metadata.add(0)
+        story.request("client 1", 0.0, META_READ)
+        mine = Request(META_READ, 0, 0, 1, 0.0, 0.0, 0.0, story.stats, True, local=False)
+        mine.on_done = lambda now, r, done=story.done: done.__setitem__("mobile", now)
+        arrive = story.server.arrive_idle if idle else story.server.arrive
+        story.kernel.at(cost / 2, arrive, mine)
+        story.request("client 2", cost / 2 + cost / 4, META_READ)
+        story.run()
+        assert story.done["mobile"] == pytest.approx(expected), idle

@@ -7,11 +7,12 @@ from collections import OrderedDict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shuttle.sim.blocks import BLOCK_BITS
 from shuttle.sim.config import ServerConfig
 from shuttle.sim.kernel import Kernel
 from shuttle.sim.metrics import TrafficStats
 from shuttle.sim.server import Request, Server
-from shuttle.sim.workload import BLOCK_BITS, BLOCK_READ, BLOCK_WRITE
+from shuttle.sim.workload import BLOCK_READ, BLOCK_WRITE
 
 #: (gap before the request in ms, write?, file, first block, blocks)
 requests = st.lists(

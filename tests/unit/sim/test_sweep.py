@@ -131,3 +131,74 @@ def test_think_times_are_scaled_from_the_machine_that_recorded_them(tmp_path: Pa
     assert explicit.exit_code == 0, explicit.output
     doc = json.loads((out / "cpu-speed.json").read_text())
     assert doc["config"]["server"]["mobile_trace_speed"] == 1.0
+
+
+def _small_sweep_args(tmp_path: Path) -> list[str]:
+    write_csv(tmp_path / "bg.csv", BACKGROUND_RECORDS)
+    write_csv(tmp_path / "app.csv", MOBILE_RECORDS)
+    args = ["sim", "sweep", "cpu-speed", "--points", "1", "--jobs", "1", "--no-plots"]
+    args += ["--background", str(tmp_path / "bg.csv"), "--mobile", str(tmp_path / "app.csv")]
+    args += ["--out", str(tmp_path / "out"), "--no-prep-cache", "--intervals", "1"]
+    return [*args, "--set", "experiment.warmup_s=300", "--set", "experiment.interval_s=60"]
+
+
+def test_named_flags_override_the_config_file(tmp_path: Path) -> None:
+    """docs/simulator.md: file, then --set, then the named flags."""
+    config = tmp_path / "sim.toml"
+    config.write_text('[sweep]\nplacements = ["client", "server"]\npoints = [2]\n')
+    args = [*_small_sweep_args(tmp_path), "--config", str(config), "--placements", "none"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "out" / "cpu-speed.json").read_text())
+    assert doc["placements"] == ["none"]
+    assert [p["x"] for p in doc["points"]] == ["1"]  # --points 1 over points = [2]
+    # Without the flags the file's values hold.
+    args = [a for a in args if a not in ("--placements", "none")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "out" / "cpu-speed.json").read_text())
+    assert doc["placements"] == ["client", "server"]
+
+
+def test_a_mobile_trace_without_its_speed_warns_and_takes_the_ratio_as_an_option(
+    tmp_path: Path,
+) -> None:
+    args = _small_sweep_args(tmp_path)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "no sidecar" in " ".join(result.output.split())
+    doc = json.loads((tmp_path / "out" / "cpu-speed.json").read_text())
+    assert doc["config"]["server"]["mobile_trace_speed"] == 1.0
+    assert doc["config"]["mobile"]["name"] == "app"
+    flagged = CliRunner().invoke(app, [*args, "--mobile-trace-speed", "19.5"])
+    assert flagged.exit_code == 0, flagged.output
+    assert "no sidecar" not in " ".join(flagged.output.split())
+    doc = json.loads((tmp_path / "out" / "cpu-speed.json").read_text())
+    assert doc["config"]["server"]["mobile_trace_speed"] == 19.5
+    assert doc["config"]["mobile"]["trace_speed_from"] == "configuration"
+
+
+def test_plots_name_the_mobile_program(tmp_path: Path) -> None:
+    import matplotlib.figure
+
+    from shuttle.sim.plots import plot_sweep
+
+    doc, _ = run_sweep(cpu_speed_sweep([1.0]), ServerConfig(), EXPERIMENT, PREPARED)
+    doc["config"]["mobile"] = {"name": "grep"}
+    titles: list[str] = []
+
+    save = matplotlib.figure.Figure.savefig
+
+    def spy(fig: matplotlib.figure.Figure, *a: object, **k: object) -> None:
+        for ax in fig.axes:
+            titles.append(ax.get_title())
+            if ax.get_legend() is not None:
+                titles.extend(t.get_text() for t in ax.get_legend().get_texts())
+        save(fig, *a, **k)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(matplotlib.figure.Figure, "savefig", spy)
+        plot_sweep(doc, tmp_path)
+    assert any("grep/Server" in t for t in titles)
+    assert any(t.startswith("(paper Fig. 6) grep run time") for t in titles)
+    assert not any("agrep" in t for t in titles)

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shuttle.errors import ConfigError
+from shuttle.sim.blocks import BLOCK_BITS
 from shuttle.sim.workload import (
-    BLOCK_BITS,
     BLOCK_READ,
     BLOCK_WRITE,
     META_READ,

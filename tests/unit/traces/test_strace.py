@@ -359,3 +359,16 @@ def test_record_strace_of_a_missing_program_says_so(tmp_path: Path) -> None:
 
     with pytest.raises(ExternalToolError, match="no-such-program"):
         record_strace(["no-such-program-xyz"], tmp_path / "log")
+
+
+def test_every_handled_call_has_exactly_one_handler() -> None:
+    """The syscall table: each name the docs list maps to one small handler."""
+    from shuttle.traces import strace
+
+    table = strace._HANDLERS
+    for group in (strace._READS, strace._WRITES, strace._OPENS, strace._FORKS):
+        assert group <= set(table)
+    assert set(strace._FD_OPS) | set(strace._PATH_OPS) | set(strace._AT_OPS) <= set(table)
+    assert table["read"] is table["pwrite64"] is strace._on_io
+    assert table["fcntl"] is strace._on_fcntl and table["dup2"] is strace._on_dup
+    assert "mmap" not in table and "getpid" not in table

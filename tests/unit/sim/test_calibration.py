@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from shuttle.sim.calibration import IntervalLoad, background_load
 from shuttle.sim.config import ServerConfig
 from shuttle.traces.background import BackgroundConfig
-from shuttle.traces.calibration import IntervalLoad, background_load
 
 #: 20 minutes at the daily peak: a 7-minute warm-up, then the busiest 3 minutes.
 PEAK = replace(BackgroundConfig(), duration_s=1200.0, start_time_of_day_s=13.7 * 3600)

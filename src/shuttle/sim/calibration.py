@@ -15,7 +15,9 @@ from the server's own cost parameters (:class:`shuttle.sim.config.ServerConfig`)
 It ignores queueing and the mobile application, so it says whether the paper's
 regime is *reachable* (CPU busy but not saturated at speed 1.0, saturated at 0.5
 once the mobile application adds its work; disk not saturated at the default cache)
-— the simulator then measures it. ``shuttle trace calibrate-background`` prints it.
+— the simulator then measures it. ``shuttle trace calibrate-background`` prints it
+(:mod:`shuttle.sim.calibrate_cli`). It lives in ``sim`` because it applies the
+simulator's cost model; the trace package below it knows nothing of the simulator.
 """
 
 from __future__ import annotations
