@@ -13,7 +13,12 @@ Layout (see docs/architecture.md):
 * ``shuttle.runtime`` mobile objects: binding, migration, monitor, placement, sandbox
 * ``shuttle.objects`` built-in mobile objects (storage, grep, count, filter)
 * ``shuttle.apps``    commands over the run-time (grep, objects, placement log)
-* ``shuttle.cli``     the ``shuttle`` command
+* ``shuttle.node``    the storage-node process: config, operations, main loop
+* ``shuttle.blockcache``  the LRU block cache policy the store and the client share
+* ``shuttle.errors``  every error Shuttle raises, by whose fault it is, with its exit code
+* ``shuttle.testing`` test doubles: fake clock, in-memory streams, an in-memory node
+* ``shuttle.demo``    ``shuttle demo``: a tour on a throwaway local cluster
+* ``shuttle.cli``     the ``shuttle`` command (``python -m shuttle``: ``shuttle.__main__``)
 """
 
 from __future__ import annotations

@@ -1,17 +1,20 @@
 """The ``shuttle`` command.
 
 Each concept contributes its own typer sub-application (``shuttle sim ...`` lives in
-``shuttle.sim.cli``, ``shuttle trace ...`` in ``shuttle.traces.cli``); this module
-only assembles them and turns :class:`~shuttle.errors.ShuttleError` into a clear
-message and a stable exit code.
+``shuttle.sim.cli``, ``shuttle trace ...`` in ``shuttle.traces.cli``; ``shuttle trace
+calibrate-background`` applies the simulator's model, so it comes from
+``shuttle.sim.calibrate_cli``); this module only assembles them and turns
+:class:`~shuttle.errors.ShuttleError` into a clear message and a stable exit code.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from shuttle import __version__
 from shuttle.apps.cli import COMMANDS as RUNTIME_COMMANDS
@@ -23,6 +26,7 @@ from shuttle.cluster.cli import app as cluster_app
 from shuttle.demo import demo
 from shuttle.errors import ShuttleError
 from shuttle.node.cli import serve
+from shuttle.sim.calibrate_cli import calibrate_background_command
 from shuttle.sim.cli import app as sim_app
 from shuttle.traces.cli import app as trace_app
 
@@ -45,9 +49,35 @@ app.add_typer(placement_app, name="placement")
 app.add_typer(fs_app, name="fs")
 app.add_typer(bench_app, name="bench")
 app.add_typer(sim_app, name="sim")
+trace_app.command("calibrate-background")(calibrate_background_command)
 app.add_typer(trace_app, name="trace")
 
 err_console = Console(stderr=True)
+
+
+def escape_help(command: Any) -> Any:
+    """Make every help text of ``command`` and its subcommands print as written.
+
+    Typer renders help as Rich markup, where ``[server]`` is a tag and vanishes
+    ("TOML file with , , , ."). Our help is plain text, so it is escaped here, once,
+    for every command, option and argument (``command`` is a click command or group;
+    returned for chaining).
+    """
+    for name in ("help", "short_help", "epilog"):
+        text = getattr(command, name, None)
+        if isinstance(text, str):
+            setattr(command, name, escape(text))
+    for param in command.params:
+        if isinstance(getattr(param, "help", None), str):
+            param.help = escape(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        escape_help(sub)
+    return command
+
+
+def build_command() -> Any:
+    """The ``shuttle`` command as click runs it: :data:`app` with its help escaped."""
+    return escape_help(typer.main.get_command(app))
 
 
 @app.command()
@@ -59,9 +89,13 @@ def version() -> None:
 def main() -> None:
     """Entry point: run the CLI, mapping Shuttle errors to messages and exit codes."""
     try:
-        app()
+        build_command()(prog_name="shuttle")
     except ShuttleError as exc:
-        err_console.print(f"[bold red]error[/] ({exc.code}): {exc}", highlight=False)
+        # The message is text, not markup: "[sim]" in it must print as written.
+        # soft_wrap: one line however long, so a log or a script sees the whole message.
+        err_console.print(
+            f"[bold red]error[/] ({exc.code}): {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
         sys.exit(exc.exit_code)
 
 

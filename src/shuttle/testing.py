@@ -5,6 +5,11 @@
   clock argument, so their exact instants can be checked without wall time.
 * :func:`memory_stream_pair`: two connected asyncio ``(StreamReader, StreamWriter)``
   pairs over an in-memory transport, for testing protocol code without a socket.
+* :class:`MemoryNode`: a storage node in this process (the node's own storage
+  operations over an :class:`~shuttle.store.ObjectStore` in a directory) that the
+  synchronous :class:`~shuttle.client.Client` reaches without a socket
+  (:meth:`MemoryNode.client`), for unit tests of the client's cache, routing and
+  file objects. It counts the operations it serves.
 
 These stand in for time and sockets only in unit tests; integration tests use real
 processes and real sockets on 127.0.0.1.
@@ -15,6 +20,22 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from shuttle.client.client import Client
+from shuttle.errors import InvalidArgumentError, ShuttleError
+from shuttle.net.addresses import NodeAddress
+from shuttle.net.blocking import Call, ConnectionCounters
+from shuttle.net.registry import OperationRegistry, Reply
+from shuttle.node.handlers import register_storage_ops
+from shuttle.store import ObjectStore
+from shuttle.wire import ErrorResponse, Response
+from shuttle.wire.events import Payload
 
 #: Event-loop passes :meth:`FakeClock.advance_to` grants after each wake-up so that
 #: woken tasks can run their chain of callbacks (a wake-up, a write delivered with
@@ -77,7 +98,9 @@ class FakeClock:
     def jump_to(self, t_s: float) -> None:
         """Set the time to ``t_s`` (never backwards) and wake the sleepers due by then."""
         if t_s < self._now_s:
-            raise ValueError(f"FakeClock cannot go backwards: now {self._now_s}, asked {t_s}")
+            raise InvalidArgumentError(
+                f"FakeClock cannot go backwards: now {self._now_s}, asked {t_s}"
+            )
         self._now_s = t_s
         self._wake_due()
 
@@ -95,7 +118,9 @@ class FakeClock:
         """Move time to ``t_s`` through every deadline on the way, in order, letting the
         woken tasks run at each one."""
         if t_s < self._now_s:
-            raise ValueError(f"FakeClock cannot go backwards: now {self._now_s}, asked {t_s}")
+            raise InvalidArgumentError(
+                f"FakeClock cannot go backwards: now {self._now_s}, asked {t_s}"
+            )
         await self.settle()
         while True:
             deadline = self.next_deadline()
@@ -226,3 +251,95 @@ async def memory_stream_pair(limit: int = 2**16) -> tuple[StreamPair, StreamPair
     a, b = MemoryTransport(loop, "a"), MemoryTransport(loop, "b")
     a.peer, b.peer = b, a
     return _stream_end(loop, a, limit), _stream_end(loop, b, limit)
+
+
+class MemoryNode:
+    """A storage node without a process or a socket: the operations a real node
+    registers (:func:`shuttle.node.handlers.register_storage_ops`) over an object
+    store in ``data_dir``, called in this thread.
+
+    What a client sees is what a node would send: results pass through msgpack, and
+    errors through their wire code (:class:`~shuttle.wire.ErrorResponse`), so the
+    client raises the same typed errors. ``served`` counts requests by operation.
+    """
+
+    def __init__(self, data_dir: Path, node_id: str = "memory") -> None:
+        self.node_id = node_id
+        self.store = ObjectStore(data_dir)
+        self.registry = OperationRegistry()
+        register_storage_ops(self.registry, self.store)
+        self.address = NodeAddress(node_id, "memory", 0)
+        self.served: Counter[str] = Counter()
+
+    def handle(self, op: str, args: dict[str, Any], payload: Payload) -> Response:
+        """Serve one request as the node would: a :class:`Response`, or the typed error."""
+        self.served[op] += 1
+        try:
+            out = self.registry.get(op).handler(args, bytes(payload))
+        except ShuttleError as exc:
+            raise ErrorResponse.from_exception(0, exc).to_exception() from None
+        reply = out if isinstance(out, Reply) else Reply(out)
+        result = msgpack.unpackb(msgpack.packb(reply.result, use_bin_type=True), raw=False)
+        return Response(0, result, bytes(reply.payload))
+
+    def connect(self) -> MemoryConnection:
+        return MemoryConnection(self)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> MemoryNode:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def client(nodes: Sequence[MemoryNode], **options: Any) -> Client:
+        """A :class:`Client` of ``nodes`` (``options`` as for the client)."""
+        by_id = {node.node_id: node for node in nodes}
+        return Client(
+            [node.address for node in nodes],
+            dial=lambda address: by_id[address.node_id].connect(),
+            **options,
+        )
+
+
+class MemoryConnection:
+    """A client's connection to a :class:`MemoryNode` (the client's ``NodeConnection``)."""
+
+    def __init__(self, node: MemoryNode) -> None:
+        self.node = node
+        self.counters = ConnectionCounters(connects=1)
+        self.closed = False
+
+    def call(
+        self,
+        op: str,
+        args: dict[str, Any] | None = None,
+        payload: Payload = b"",
+        *,
+        idempotent: bool = True,
+    ) -> Response:
+        self.closed = False  # like a socket connection, reopened on use
+        counters = self.counters
+        counters.requests += 1
+        counters.round_trips += 1
+        counters.bytes_sent += len(payload)
+        counters.by_op[op] = counters.by_op.get(op, 0) + 1
+        try:
+            response = self.node.handle(op, dict(args or {}), payload)
+        except ShuttleError:
+            counters.errors += 1
+            raise
+        counters.bytes_received += len(response.payload)
+        return response
+
+    def call_many(
+        self, calls: Iterable[Call], *, window: int = 16, idempotent: bool = True
+    ) -> Iterator[Response]:
+        for call in calls:
+            yield self.call(call.op, call.args, call.payload, idempotent=idempotent)
+
+    def close(self) -> None:
+        self.closed = True

@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 
 import shuttle
 from shuttle.net.blocking import BlockingConnection, Call
+from shuttle.wire import Challenge, Connection, Event, Hello, NeedData, Request, Response, Role
 from tests.integration.nodeproc import NodeProcess
+
+
+class RawClient:
+    """A client socket driven by hand, to see answers in the order they arrive."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.conn = Connection(Role.CLIENT)
+        assert isinstance(self.next_event(), Challenge)  # a keyless node: no proof needed
+        self.sock.sendall(self.conn.send_bytes(Hello(2, 2, "raw")))
+        self.next_event()
+
+    def next_event(self) -> Event:
+        while isinstance(ev := self.conn.next_event(), NeedData):
+            self.conn.receive_data(self.sock.recv(1 << 16))
+        return ev
 
 
 def test_concurrent_clients_each_see_their_own_data(node: NodeProcess) -> None:
@@ -63,11 +81,25 @@ def test_pipelined_requests_are_answered_in_order_of_ids(node: NodeProcess) -> N
 
 def test_slow_and_fast_requests_overlap_on_one_connection(node: NodeProcess) -> None:
     """A big fsync'd write does not hold up the small reads pipelined behind it: the node
-    answers out of order, the client matches responses by id."""
+    answers them first, out of order, and the client matches responses by id."""
     with BlockingConnection("127.0.0.1", node.port) as conn:
         conn.call("put", {"key": "small"}, b"tiny")
+    peer = RawClient(node.port)
+    read = {"key": "small", "offset": 0, "length": 4}
+    requests = [Request(1, "put", {"key": "large"}, b"L" * (8 << 20))]
+    requests += [Request(rid, "read", read) for rid in range(2, 22)]
+    peer.sock.sendall(b"".join(peer.conn.send_bytes(r) for r in requests))
+    answers = [peer.next_event() for _ in requests]
+    peer.sock.close()
+    assert all(isinstance(a, Response) for a in answers), answers
+    arrival = [a.rid for a in answers if isinstance(a, Response)]
+    assert sorted(arrival) == list(range(1, 22))
+    # Executed one after another, the write's answer would come first.
+    assert arrival[0] != 1, "the reads waited for the write: the node ran them serially"
+
+    with BlockingConnection("127.0.0.1", node.port) as conn:  # and the client copes
         calls = [Call("put", {"key": "large"}, b"L" * (8 << 20))] + [
-            Call("read", {"key": "small", "offset": 0, "length": 4}) for _ in range(20)
+            Call("read", read) for _ in range(20)
         ]
         responses = list(conn.call_many(calls, window=32))
         assert [bytes(r.payload) for r in responses[1:]] == [b"tiny"] * 20

@@ -88,7 +88,9 @@ def test_round_trips_pay_the_latency_but_pipelined_requests_share_it(server_port
 
     one_by_one_s, pipelined_s = asyncio.run(main())
     assert 0.100 <= one_by_one_s <= 0.35
-    assert 0.010 <= pipelined_s <= 0.06
+    # Sharing one round trip, ten requests cost about one (10 ms); paying one each,
+    # they would cost as much as one by one. Relative, so a loaded machine slows both.
+    assert 0.010 <= pipelined_s < one_by_one_s / 3
 
 
 def test_connections_over_one_link_share_its_bandwidth(server_port: int) -> None:

@@ -63,7 +63,9 @@ def test_round_trips_pay_the_latency_but_pipelined_requests_share_it(server_port
     pipelined_s = time.monotonic() - start
     s.close()
     assert 0.100 <= one_by_one_s <= 0.35
-    assert 0.010 <= pipelined_s <= 0.06
+    # Sharing one round trip, ten requests cost about one (10 ms); paying one each,
+    # they would cost as much as one by one. Relative, so a loaded machine slows both.
+    assert 0.010 <= pipelined_s < one_by_one_s / 3
 
 
 def test_a_download_and_an_upload_under_lan_take_the_closed_form_time(server_port: int) -> None:
@@ -87,18 +89,22 @@ def test_a_download_and_an_upload_under_lan_take_the_closed_form_time(server_por
 
 
 def test_a_late_reader_gets_bytes_timed_from_their_kernel_arrival(server_port: int) -> None:
-    """The answer reaches the socket right after the request reaches the node (30 ms);
-    read 200 ms later, it must count as handed to the link back then: 30 + 200 ms in
-    all, not 30 + 200 + 30 ms."""
-    s = _connect(server_port, LinkProfile("slow", None, 0.030))
+    """The answer reaches the socket right after the request reaches the node (100 ms
+    one way), so it is due back 100 ms later. Read 300 ms after that, it must count as
+    handed to the link back then and come at once, not a further 100 ms after the read.
+    Both bounds are firm: the shaper cannot be early, and the mistake costs 100 ms."""
+    latency_s = 0.100
+    s = _connect(server_port, LinkProfile("slow", None, latency_s))
     start = time.monotonic()
     s.sendall(REQUEST.pack(b"P", 0))
-    s.flush()  # the request is written at 30 ms
-    time.sleep(0.2)
-    assert s.recv(1, timeout_s=1) == b"p"
-    elapsed_s = time.monotonic() - start
+    s.flush()  # the request is written at 100 ms
+    assert time.monotonic() - start >= latency_s
+    time.sleep(0.3)
+    read_at = time.monotonic()
+    assert s.recv(1, timeout_s=5) == b"p"
+    read_s = time.monotonic() - read_at
     s.close()
-    assert 0.230 <= elapsed_s <= 0.245
+    assert read_s < latency_s
 
 
 def test_end_of_stream_and_timeouts(server_port: int) -> None:

@@ -4,4 +4,5 @@ Layout:
 
 * ``grep``  ``shuttle grep``: a grep object per node over the keys it holds
 * ``cli``   the commands ``shuttle grep``, ``shuttle objects``, ``shuttle placement``
+* ``fs_cli``  ``shuttle fs ...``: the object-based file system from the command line
 """

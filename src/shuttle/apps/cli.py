@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from shuttle.apps.grep import PLACEMENTS, expand_keys, run_grep
@@ -116,7 +117,7 @@ def grep(
     for m in result.migrations:
         err.print(
             f"[dim]moved {m['object']} {m['from']} → {m['to']} at {m['t_s']:.2f} s: "
-            f"{m['reason']}[/]",
+            f"{escape(str(m['reason']))}[/]",
             highlight=False,
         )
     if json_path is not None:
@@ -186,7 +187,7 @@ def _tables(views: dict[str, dict[str, Any]], show_all: bool) -> Group:
     seen_clients: set[str] = set()
     for node_id, view in views.items():
         if "error" in view:
-            objects.add_row(f"[red]{node_id}: {view['error']}[/]", *[""] * 10)
+            objects.add_row(f"[red]{node_id}: {escape(str(view['error']))}[/]", *[""] * 10)
             continue
         span = float(view.get("span_s", 0.0))
         window = view.get("window", {})
@@ -259,7 +260,7 @@ def _events(views: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 def _event_line(e: dict[str, Any]) -> str:
     stamp = datetime.fromtimestamp(e["t"]).strftime("%H:%M:%S.%f")[:-3]
     status = "[green]moved[/]" if e["ok"] else "[red]failed to move[/]"
-    detail = e["error"] if not e["ok"] else e["reason"]
+    detail = escape(str(e["error"] if not e["ok"] else e["reason"]))  # text, not markup
     return f"{stamp} {status} {_short(e['rid'])} {e['from']} → {e['to']}: {detail}"
 
 
@@ -369,7 +370,7 @@ def placement_log(
                         {"since": last[n.node_id], "limit": limit if first else 10_000},
                     )
                 except ShuttleError as exc:
-                    err.print(f"[red]{n.node_id}: {exc}[/]")
+                    err.print(f"[red]{n.node_id}: {escape(str(exc))}[/]")
                     continue
                 if got:
                     last[n.node_id] = got[-1]["seq"]

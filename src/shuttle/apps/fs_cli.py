@@ -26,7 +26,8 @@ app = typer.Typer(
     "functions (cache, RAID 5, directory management) are mobile objects.",
     no_args_is_help=True,
 )
-console = Console()
+# Paths are data, not Rich markup: "/a/[b]" must print as written.
+console = Console(markup=False)
 
 VolumeOpt = Annotated[str, typer.Option("--volume", help="The volume (a namespace) to use.")]
 PlacementOpt = Annotated[

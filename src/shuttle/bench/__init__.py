@@ -3,5 +3,20 @@
 Layout:
 
 * ``cli``      the ``shuttle bench ...`` typer sub-application (one command per benchmark)
+* ``nodes``    nodes for a benchmark: the one named, or a private one on loopback
+* ``placement``  which CPU the client and servers of a latency benchmark run on
+* ``redis_anchor``  a Redis server and a raw RESP client: the fast-fetch anchor
+* ``netrand``  ``bench netrand``: random page-sized fetches, local against remote
+* ``stream``   ``bench stream``: one large object streamed, against raw TCP
+* ``hostile``  ``bench hostile``: what stalled, non-reading and idle clients cost a node
 * ``shaping``  emulated link shaping against kernel ``tc ... tbf`` shaping in namespaces
+* ``abacus``   ABACUS's experiments (section 6): the shared harness and the filter
+* ``abacus_cli``  ``shuttle bench abacus ...``: one command per ABACUS experiment
+* ``abacus_plots``  PNG plots of the ABACUS experiments, in the paper's layout
+* ``competition``  ABACUS 6.7: adapting to competition over resources
+* ``swing``    conditions that swing around the break-even point: does it thrash?
+* ``raid``     ABACUS 6.2: adapting to network topology, the RAID 5 object
+* ``directory``  ABACUS 6.5: adapting to contention over shared data
+* ``objectfs`` ABACUS 6.4 and 6.6 on the object-based file system
+* ``objectfs_plots``  PNG plots of the file-system experiments
 """

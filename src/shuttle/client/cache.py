@@ -1,6 +1,6 @@
 """The client block cache and its validation (NFS-style check on open).
 
-Blocks live in the same LRU :class:`~shuttle.store.cache.BlockCache` the node uses,
+Blocks live in the same LRU :class:`~shuttle.blockcache.BlockCache` the node uses,
 with the client's remote reads as its fetch function. Next to them the cache keeps
 the object version the blocks belong to. Validation is NFS's baseline: opening an
 object stats it, and the cached blocks are used only if the version still matches;
@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shuttle.blockcache import BlockCache, Fetch
 from shuttle.client.model import ObjectInfo
-from shuttle.store.cache import BlockCache, Fetch
 
 #: Default client cache: enough for a working set of source files or a few hot
 #: objects, small next to the 24 GB of the machines we run on.

@@ -4,7 +4,8 @@ Every command takes ``--node HOST:PORT`` or ``--cluster FILE`` (default: the fil
 named by ``$SHUTTLE_CLUSTER``), and ``--key-file FILE`` for the cluster key (default:
 the cluster file's, else ``$SHUTTLE_KEY_FILE``). Exit status: 0 done, 2 bad usage or
 input, 3 node error, 4 no such object, 5 version conflict or object exists, 6 node
-unreachable, 7 refused (a missing or wrong cluster key).
+unreachable, 7 refused (a missing or wrong cluster key), 8 node busy, 9 the node's disk
+is full (nothing changed; ``rm`` still works there).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -33,7 +35,8 @@ from shuttle.client.connect import connect
 from shuttle.cluster.clusterfile import CLUSTER_ENV
 from shuttle.net.auth import KEY_FILE_ENV
 
-console = Console()
+# Keys and paths are data, not Rich markup: a key "logs/[2026]" must print as written.
+console = Console(markup=False)
 err = Console(stderr=True)
 
 NodeOpt = Annotated[str | None, typer.Option("--node", help="Talk to one node at HOST:PORT.")]
@@ -119,7 +122,7 @@ def get(
         info = client.stat(key)
         with _progress(info.size, f"get {key}") as advance:
             client.get_to(key, local, progress=advance)
-    err.print(f"{key} → {local}: {info.size} bytes, version {info.version}")
+    err.print(f"{escape(key)} → {escape(str(local))}: {info.size} bytes, version {info.version}")
 
 
 def cat(
@@ -163,13 +166,18 @@ def ls(
             for key, info in zip(keys, client.stat_many(keys), strict=True):
                 if info is None:
                     continue
-                when = datetime.fromtimestamp(info.mtime_ns / 1e9, UTC).strftime(
-                    "%Y-%m-%d %H:%M:%S"
-                )
+                when = _date(info.mtime_ns)[:19]
                 console.print(f"{info.size:>12} v{info.version:<8} {when}  {key}", highlight=False)
         else:
             for key in keys:
                 console.print(key, highlight=False)
+
+
+def _date(mtime_ns: int) -> str:
+    """``mtime_ns`` as a UTC date to the nanosecond: ``2026-11-24 05:20:31.123456789 UTC``."""
+    seconds, nanoseconds = divmod(mtime_ns, 1_000_000_000)
+    when = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{when}.{nanoseconds:09d} UTC"
 
 
 def stat(
@@ -183,23 +191,26 @@ def stat(
     with _client(node, cluster, key_file) as client:
         info = client.stat(key)
         where = client.node_for(key)
+        # A stat lists the first 8,192 chunks; JSON gets them all (paged, one version).
+        chunks = client.chunks(key) if as_json and not info.chunks_complete else info.chunks
     record = {
         "key": info.key,
         "node": where.node_id,
         "size": info.size,
         "version": info.version,
         "mtime_ns": info.mtime_ns,
+        "mtime": _date(info.mtime_ns),
         "blake3": info.hash.hex(),
         "chunks": [
-            {"offset": c.offset, "length": c.length, "blake3": c.hash.hex()} for c in info.chunks
+            {"offset": c.offset, "length": c.length, "blake3": c.hash.hex()} for c in chunks
         ],
     }
     if as_json:
         print(json.dumps(record, indent=2))
         return
-    for name in ("key", "node", "size", "version", "mtime_ns", "blake3"):
+    for name in ("key", "node", "size", "version", "mtime", "mtime_ns", "blake3"):
         console.print(f"{name:>9}: {record[name]}", highlight=False)
-    console.print(f"{'chunks':>9}: {len(info.chunks)} (content-defined, blake3)", highlight=False)
+    console.print(f"{'chunks':>9}: {info.chunks_total} (content-defined, blake3)", highlight=False)
 
 
 def rm(
@@ -214,7 +225,7 @@ def rm(
         existed = client.remove_many(keys)
     missing = [k for k, e in zip(keys, existed, strict=True) if not e]
     if missing and not force:
-        err.print(f"[red]error[/] (not_found): no object(s) {', '.join(missing)}")
+        err.print(f"[red]error[/] (not_found): no object(s) {escape(', '.join(missing))}")
         raise typer.Exit(code=4)
 
 
@@ -226,7 +237,8 @@ def stats(
     cluster: ClusterOpt = None,
     key_file: KeyFileOpt = None,
 ) -> None:
-    """Show each node's counters: requests, bytes, errors, store and cache."""
+    """Show each node's counters: requests, bytes, errors, store and cache, free space
+    on its disk and the journal's share of the used space (--json: all of them)."""
     with _client(node, cluster, key_file) as client:
         all_stats = {n.node_id: client.node_stats(n) for n in client.nodes}
     if as_json:
@@ -242,6 +254,8 @@ def stats(
         "bytes out",
         "written MB",
         "cache hit %",
+        "free MB",
+        "journal MB",
     ):
         table.add_column(col, justify="right")
     for node_id, s in all_stats.items():
@@ -249,6 +263,14 @@ def stats(
         cache = store.get("cache", {})
         looked = cache.get("hits", 0) + cache.get("misses", 0)
         hit = f"{100 * cache.get('hits', 0) / looked:.1f}" if looked else "-"
+        space = store.get("space", {})
+        free = f"{space['free_bytes'] / 1e6:.1f}" if "free_bytes" in space else "-"
+        # The journal holds a second copy of recent small writes until a checkpoint.
+        journal = (
+            f"{space['journal_bytes'] / 1e6:.1f} ({100 * space['journal_share']:.0f}% of used)"
+            if "journal_bytes" in space
+            else "-"
+        )
         table.add_row(
             node_id,
             f"{srv.get('uptime_s', 0):.0f}",
@@ -258,6 +280,8 @@ def stats(
             str(srv.get("bytes_out", 0)),
             f"{store.get('bytes_written', 0) / 1e6:.1f}",
             hit,
+            free,
+            journal,
         )
     console.print(table)
 

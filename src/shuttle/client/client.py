@@ -16,7 +16,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from shuttle.client.cache import CLIENT_BLOCK_BYTES_DEFAULT, CLIENT_CACHE_BYTES_DEFAULT, ClientCache
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
@@ -27,6 +27,7 @@ from shuttle.net.blocking import (
     REQUEST_TIMEOUT_S,
     BlockingConnection,
     Call,
+    ConnectionCounters,
 )
 from shuttle.net.memory import tune_allocator
 from shuttle.net.shaping import Link
@@ -53,11 +54,40 @@ def _no_progress(_: int) -> None:
     pass
 
 
+class NodeConnection(Protocol):
+    """What the client needs of one connection to a node: :class:`BlockingConnection`
+    over a socket, or :class:`shuttle.testing.MemoryConnection` in tests."""
+
+    counters: ConnectionCounters
+
+    def call(
+        self,
+        op: str,
+        args: dict[str, Any] | None = None,
+        payload: Payload = b"",
+        *,
+        idempotent: bool = True,
+    ) -> Response: ...
+
+    def call_many(
+        self, calls: Iterable[Call], *, window: int = ..., idempotent: bool = True
+    ) -> Iterator[Response]: ...
+
+    def close(self) -> None: ...
+
+
+#: Opens a connection to a node (called once per thread and node).
+Dial = Callable[[NodeAddress], NodeConnection]
+
+
 class Client:
     """A client of the nodes ``nodes`` (see :func:`shuttle.connect` to build one).
 
     ``key`` is the cluster key (:func:`shuttle.net.auth.load_key_file`): nodes
     started with one refuse a client without it (:class:`AuthenticationError`).
+    ``dial`` opens a connection to a node; by default a socket
+    (:class:`BlockingConnection` with this client's timeouts, link and key), and
+    :class:`shuttle.testing.MemoryNode` offers one without a socket.
     """
 
     def __init__(
@@ -72,6 +102,7 @@ class Client:
         piece_bytes: int = PIECE_BYTES_DEFAULT,
         window: int = WINDOW_DEFAULT,
         key: bytes | None = None,
+        dial: Dial | None = None,
     ) -> None:
         if not nodes:
             raise InvalidArgumentError("a client needs at least one node address")
@@ -93,8 +124,9 @@ class Client:
             for n in self.nodes
             if n.link is not None and not n.link.is_unshaped
         }
+        self._dial: Dial = dial or self._dial_socket
         self._local = threading.local()
-        self._connections: list[BlockingConnection] = []
+        self._connections: list[NodeConnection] = []
         self._lock = threading.Lock()
 
     # --- connections -----------------------------------------------------------------
@@ -111,27 +143,29 @@ class Client:
         known = ", ".join(n.node_id for n in self.nodes)
         raise InvalidArgumentError(f"no node {node_id!r} in this cluster; its nodes: {known}")
 
-    def connection(self, node: NodeAddress) -> BlockingConnection:
+    def connection(self, node: NodeAddress) -> NodeConnection:
         """This thread's connection to ``node`` (opened on first use)."""
-        conns: dict[str, BlockingConnection] | None = getattr(self._local, "conns", None)
+        conns: dict[str, NodeConnection] | None = getattr(self._local, "conns", None)
         if conns is None:
             conns = self._local.conns = {}
         conn = conns.get(node.node_id)
         if conn is None:
-            link = self._links.get(node.node_id)
-            conn = BlockingConnection(
-                node.host,
-                node.port,
-                client_name=self.client_name,
-                connect_timeout_s=self.connect_timeout_s,
-                request_timeout_s=self.request_timeout_s,
-                link=link,
-                key=self.key,
-            )
+            conn = self._dial(node)
             conns[node.node_id] = conn
             with self._lock:
                 self._connections.append(conn)
         return conn
+
+    def _dial_socket(self, node: NodeAddress) -> NodeConnection:
+        return BlockingConnection(
+            node.host,
+            node.port,
+            client_name=self.client_name,
+            connect_timeout_s=self.connect_timeout_s,
+            request_timeout_s=self.request_timeout_s,
+            link=self._links.get(node.node_id),
+            key=self.key,
+        )
 
     def call(
         self,

@@ -11,9 +11,9 @@ from shuttle.client.client import Client
 from shuttle.client.model import NodeAddress
 from shuttle.cluster.clusterfile import CLUSTER_ENV, ClusterFile, default_cluster_path
 from shuttle.errors import ConfigError
+from shuttle.net.addresses import parse_address
 from shuttle.net.auth import KEY_FILE_ENV, load_key_file
 from shuttle.net.profiles import parse_link_profile
-from shuttle.node.config import parse_address
 
 _ADDRESS = re.compile(r"^[\w.\-\[\]:]+:\d+$")
 

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from shuttle.client.model import ObjectInfo
-from shuttle.errors import InvalidArgumentError, ShuttleError
+from shuttle.errors import ClosedFileError, InvalidArgumentError, ShuttleError
 
 if TYPE_CHECKING:
     from shuttle.client.client import Client
@@ -69,7 +69,7 @@ class RemoteReader(io.RawIOBase):
 
     def read(self, size: int | None = -1) -> bytes:
         if self.closed:
-            raise ValueError("read of a closed file")
+            raise ClosedFileError(f"read of {self.key!r} after its file was closed; open it again")
         if size is None or size < 0:
             size = self.info.size - self._pos
         if self.client.cache.enabled:
@@ -113,7 +113,9 @@ class RemoteWriter(io.RawIOBase):
 
     def write(self, data: Any) -> int:
         if self.closed:
-            raise ValueError("write to a closed file")
+            raise ClosedFileError(
+                f"write to {self.key!r} after its file was closed (committed or aborted)"
+            )
         view = memoryview(data).cast("B")
         self._buf += view
         while len(self._buf) >= self.client.piece_bytes:

@@ -1,4 +1,5 @@
-"""What the client hands back: object attributes, write results, node addresses."""
+"""What the client hands back: object attributes and write results (and, re-exported
+from :mod:`shuttle.net.addresses`, the :class:`NodeAddress` it is built from)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shuttle.errors import RemoteProtocolError
-from shuttle.net.profiles import LinkProfile
+
+# NodeAddress is re-exported: it is part of the client's API.
+from shuttle.net.addresses import NodeAddress as NodeAddress
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,17 +73,3 @@ class WriteInfo:
             return cls(raw["key"], raw["size"], raw["version"], raw["mtime_ns"])
         except (KeyError, TypeError) as exc:
             raise RemoteProtocolError(f"malformed write result from node: {raw!r:.200}") from exc
-
-
-@dataclass(frozen=True, slots=True)
-class NodeAddress:
-    """Where a node listens, and the link profile between this client and it."""
-
-    node_id: str
-    host: str
-    port: int
-    link: LinkProfile | None = None
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"

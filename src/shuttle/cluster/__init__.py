@@ -4,6 +4,7 @@ Layout:
 
 * ``clusterfile``  :class:`ClusterFile`: nodes, their addresses and link profiles (TOML)
 * ``local``        ``cluster up|down|status``: start, stop and check node processes
+* ``cli``          the ``shuttle cluster ...`` commands (``--cluster FILE`` or ``--root DIR``)
 """
 
 from shuttle.cluster.clusterfile import ClusterFile, NodeEntry

@@ -7,13 +7,13 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from shuttle.cluster import local
 from shuttle.cluster.clusterfile import CLUSTER_ENV, ClusterFile, default_cluster_path
 from shuttle.errors import AuthenticationError, ConfigError
 from shuttle.net.profiles import parse_link_profile
-from shuttle.node.config import CACHE_BYTES_DEFAULT
 
 app = typer.Typer(
     help="Start, stop and inspect a local cluster of storage nodes.", no_args_is_help=True
@@ -21,27 +21,42 @@ app = typer.Typer(
 console = Console()
 
 DEFAULT_ROOT = Path(".shuttle")
+CLUSTER_FILE_NAME = "cluster.toml"
 
-ExistingClusterOpt = Annotated[
+# Every cluster command names its cluster the same two ways: by its file or by the
+# folder that holds it (``cluster up`` writes ROOT/cluster.toml).
+ClusterOpt = Annotated[
     Path | None,
-    typer.Option(help=f"Cluster file (default ${CLUSTER_ENV} or .shuttle/cluster.toml)."),
+    typer.Option(
+        "--cluster",
+        help=f"Cluster file (default: ROOT/{CLUSTER_FILE_NAME}, else ${CLUSTER_ENV}, "
+        f"else {DEFAULT_ROOT}/{CLUSTER_FILE_NAME}).",
+    ),
+]
+RootOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--root",
+        help=f"Folder of the cluster: its file ({CLUSTER_FILE_NAME}), data directories and logs.",
+    ),
 ]
 
 
-def _cluster_path(cluster: Path | None) -> Path:
-    path = cluster or default_cluster_path() or DEFAULT_ROOT / "cluster.toml"
-    return path
+def cluster_path(cluster: Path | None, root: Path | None) -> Path:
+    """The cluster file that ``--cluster`` / ``--root`` name: the file if given, else
+    ROOT/cluster.toml, else ``$SHUTTLE_CLUSTER``, else .shuttle/cluster.toml."""
+    if cluster is not None:
+        return cluster
+    if root is not None:
+        return root / CLUSTER_FILE_NAME
+    return default_cluster_path() or DEFAULT_ROOT / CLUSTER_FILE_NAME
 
 
 @app.command()
 def up(
     nodes: Annotated[int, typer.Option(help="Number of storage nodes.")] = 3,
-    root: Annotated[
-        Path, typer.Option(help="Folder for data directories, logs and the cluster file.")
-    ] = DEFAULT_ROOT,
-    cluster: Annotated[
-        Path | None, typer.Option(help="Cluster file to write (default ROOT/cluster.toml).")
-    ] = None,
+    root: RootOpt = None,
+    cluster: ClusterOpt = None,
     base_port: Annotated[
         int, typer.Option(help="Node i listens on BASE+i (0: any free ports).")
     ] = 0,
@@ -59,8 +74,9 @@ def up(
         int | None, typer.Option(help="Run-time: bytes each node lends to hosted objects.")
     ] = None,
     cache_bytes: Annotated[
-        int, typer.Option(help="Server block cache per node, bytes.")
-    ] = CACHE_BYTES_DEFAULT,
+        int | None,
+        typer.Option(help="Server block cache per node, bytes (default: the node's, 64 MiB)."),
+    ] = None,
     link: Annotated[
         str, typer.Option(help="Client–node link profile: loopback, san, lan, wan or bw=..,lat=..")
     ] = "loopback",
@@ -78,8 +94,10 @@ def up(
     The cluster gets a random key (ROOT/cluster.key, mode 0600, recorded in the
     cluster file); its nodes refuse clients that do not prove they hold it.
 
-    Run it again on the same ROOT to restart nodes that stopped: they come back on
-    their ports with their data. Point clients at the cluster with --cluster FILE or
+    Name the cluster as every cluster command does: --cluster FILE, or --root DIR
+    for DIR/cluster.toml (a new cluster keeps its data beside its file). Run it again
+    on the same cluster to restart nodes that stopped: they come back on their ports
+    with their data. Point clients at the cluster with --cluster FILE or
     `export SHUTTLE_CLUSTER=FILE`.
     """
     try:
@@ -89,9 +107,9 @@ def up(
             f"--cpu-factor: expected numbers like 1 or 1,0.5, got {cpu_factor!r}"
         ) from None
     parse_link_profile(link)  # a bad profile fails before any node starts
-    path = cluster or root / "cluster.toml"
+    path = cluster_path(cluster, root)
     result = local.up(
-        root.resolve(),
+        (root or path.parent).resolve(),
         nodes=nodes,
         base_port=base_port,
         cpu_factors=factors,
@@ -109,33 +127,31 @@ def up(
             if value is not None
             for arg in (flag, str(value))
         ],
-        report=lambda line: console.print(line, highlight=False),
+        report=lambda line: console.print(escape(line), highlight=False),
     )
-    console.print(f"cluster file: {result.path}")
+    path_text = escape(str(result.path))  # paths are text, not markup
+    console.print(f"cluster file: {path_text}")
     if result.key_file is not None:
-        console.print(f"cluster key:  {result.key_file} (clients of the cluster file use it)")
-    console.print(f"use it:       export {CLUSTER_ENV}={result.path}")
+        key_text = escape(str(result.key_file))
+        console.print(f"cluster key:  {key_text} (clients of the cluster file use it)")
+    console.print(f"use it:       export {CLUSTER_ENV}={path_text}")
 
 
 @app.command()
-def down(
-    cluster: ExistingClusterOpt = None,
-) -> None:
+def down(cluster: ClusterOpt = None, root: RootOpt = None) -> None:
     """Stop every node of the cluster (SIGTERM, SIGKILL after 10 s). Data stays on disk."""
-    spec = ClusterFile.load(_cluster_path(cluster))
-    local.down(spec, report=lambda line: console.print(line, highlight=False))
+    spec = ClusterFile.load(cluster_path(cluster, root))
+    local.down(spec, report=lambda line: console.print(escape(line), highlight=False))
 
 
 @app.command()
-def status(
-    cluster: ExistingClusterOpt = None,
-) -> None:
+def status(cluster: ClusterOpt = None, root: RootOpt = None) -> None:
     """Show each node: address, process, whether it answers, and a summary of its counters.
 
     Exit status 6 if a node does not answer, 7 if one refuses the cluster file's key.
     """
-    spec = ClusterFile.load(_cluster_path(cluster))
-    table = Table(title=f"cluster {spec.name} ({spec.path})")
+    spec = ClusterFile.load(cluster_path(cluster, root))
+    table = Table(title=escape(f"cluster {spec.name} ({spec.path})"))
     for col in ("node", "address", "pid", "cpu", "link", "state", "detail"):
         table.add_column(col)
     states = local.status(spec)
@@ -148,13 +164,13 @@ def status(
         else:
             state = "[yellow]running, not answering[/]" if st.running else "[red]down[/]"
         table.add_row(
-            e.id,
+            escape(e.id),
             e.address,
             str(e.pid or "-"),
             f"{e.cpu_factor:g}",
-            str(spec.link_for(e.id)),
-            state,
-            st.detail,
+            escape(str(spec.link_for(e.id))),
+            state,  # the only cell that is markup
+            escape(st.detail),
         )
     console.print(table)
     if any(st.refused for st in states):

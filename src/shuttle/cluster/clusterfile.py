@@ -32,8 +32,8 @@ from typing import Any
 
 import tomli_w
 
-from shuttle.client.model import NodeAddress
 from shuttle.errors import ConfigError
+from shuttle.net.addresses import NodeAddress
 from shuttle.net.auth import load_key_file
 from shuttle.net.profiles import LinkProfile, parse_link_profile, parse_links_table
 

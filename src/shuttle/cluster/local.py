@@ -27,7 +27,6 @@ from shuttle.net.auth import load_key_file, write_key_file
 from shuttle.net.blocking import BlockingConnection
 from shuttle.net.netns import NetnsLab, destroy_lab, persistent_labs
 from shuttle.net.profiles import parse_link_profile
-from shuttle.node.config import CACHE_BYTES_DEFAULT
 
 #: How long ``up`` waits for a node to report that it listens (recovery of a large
 #: journal can take a moment; a node that is not up by then has failed).
@@ -147,7 +146,7 @@ def up(
     host: str = "127.0.0.1",
     base_port: int = 0,
     cpu_factors: Sequence[float] = (),
-    cache_bytes: int = CACHE_BYTES_DEFAULT,
+    cache_bytes: int | None = None,
     links: dict[str, Any] | None = None,
     netns_profile: str | None = None,
     cluster_path: Path | None = None,
@@ -162,6 +161,7 @@ def up(
     bandwidth with ``tc ... tbf``; clients add only the latency (this kernel has no
     netem), through the cluster file's ``[links]``. ``node_args`` are more ``shuttle
     serve`` flags for every node (run-time settings), recorded in the cluster file.
+    ``cache_bytes`` is each node's block cache (None: the node's own default).
     """
     path = cluster_path or root / "cluster.toml"
     if path.exists():

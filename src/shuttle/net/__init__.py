@@ -4,13 +4,17 @@ Layout:
 
 * ``registry``  operations a node serves, as a registry of named handlers
 * ``server``    the asyncio (uvloop) server that runs a registry over the wire codec
+* ``admission`` what a client may make a node hold: connections, descriptors, time
 * ``auth``      cluster-key authentication: key files, proofs, the handshake's checks
 * ``blocking``  a blocking-socket connection to a node (the sync client's transport)
-* ``aio``       an asyncio connection to a node (the async client's transport)
 * ``clock``     the clock protocol (real and, in ``shuttle.testing``, fake)
 * ``profiles``  link profiles (bandwidth, latency) by name
 * ``shaping``   token bucket + delay link emulation, driven by a clock
 * ``shaped_socket``  the same link emulation around a blocking socket (pipelined)
 * ``cpu``       the CPU speed factor of a node (burns CPU to emulate a slower node)
 * ``netns``     network namespaces joined by veth pairs shaped with ``tc ... tbf``
+* ``addresses`` ``HOST:PORT`` parsing and :class:`NodeAddress`, shared by every layer above
+* ``memory``    allocator tuning for processes that move large buffers
+
+The async client's connection (asyncio streams) is ``shuttle.client.aio``.
 """

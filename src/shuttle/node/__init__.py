@@ -5,4 +5,5 @@ Layout:
 * ``config``    :class:`NodeConfig`, the one source of truth for a node's settings
 * ``handlers``  the storage operations (stat, read, write, ...) as registry handlers
 * ``main``      ``shuttle serve``: open the store, serve it, stop cleanly on SIGTERM
+* ``cli``       the ``shuttle serve`` command's flags, turned into a :class:`NodeConfig`
 """

@@ -5,6 +5,7 @@ Layout:
 * ``storage``  the anchored storage object of a node (reads and writes its objects)
 * ``grep``     a regular-expression search returning matching lines
 * ``count``    line, word, byte and match counts (an aggregation: tiny results)
+* ``lines``    a cursor over the lines of a list of objects, read block by block
 * ``filter``   a synthetic filter with a set pass fraction and CPU cost per byte
   (ABACUS's filter experiments)
 * ``fs``       the object-based file system (``file``, ``cache``, ``raid5``,

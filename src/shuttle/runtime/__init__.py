@@ -13,7 +13,9 @@ Layout (one module per concept; docs/runtime.md explains the model):
 * ``monitor``    the resource monitor: CPU, bytes per edge, stall, per window H
 * ``load``       node load L from the kernel's per-thread and per-CPU accounting
 * ``placement``  the placement model of section 5.4 (pure: no I/O)
+* ``digest``     what one run-time saw over a window, as the resource managers read it
 * ``planner``    the resource manager: digests → stacks → decisions, decision log
+* ``hosting``    the objects hosted on one run-time, their gates and managers
 * ``binding``    the binding manager: location tables, invocation, hosting
 * ``migration``  moving a live object, step by step (source and target sides)
 * ``peers``      connections to other run-times

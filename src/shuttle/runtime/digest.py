@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from shuttle.errors import InvalidArgumentError
-from shuttle.node.config import parse_address
+from shuttle.net.addresses import parse_address
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.monitor import Window

@@ -37,7 +37,7 @@ from shuttle.errors import (
     ObjectBusyError,
     ShuttleError,
 )
-from shuttle.node.config import parse_address
+from shuttle.net.addresses import parse_address
 from shuttle.runtime import values
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.gate import GateState

@@ -14,9 +14,9 @@ from typing import Any
 
 from shuttle.client.aio import AsyncConnection
 from shuttle.errors import UnreachableError
+from shuttle.net.addresses import parse_address
 from shuttle.net.profiles import LinkProfile
 from shuttle.net.shaping import Link
-from shuttle.node.config import parse_address
 from shuttle.wire import Response
 from shuttle.wire.events import Payload
 

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from shuttle.errors import InvalidArgumentError, ShuttleError
+from shuttle.net.addresses import parse_address
 from shuttle.net.registry import Mode, OperationRegistry, Reply, arg
-from shuttle.node.config import parse_address
 from shuttle.runtime import migration, values
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.hosting import POLICIES, HomeEntry

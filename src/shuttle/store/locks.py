@@ -25,12 +25,28 @@ class RWLock:
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+        self._readers_waiting = 0
         self.generation = 0
+
+    @property
+    def writers_waiting(self) -> int:
+        """Writers blocked in :meth:`acquire_write` now (tests order threads by it)."""
+        return self._writers_waiting
+
+    @property
+    def readers_waiting(self) -> int:
+        """Readers blocked in :meth:`acquire_read` now, behind a writer."""
+        return self._readers_waiting
 
     def acquire_read(self) -> None:
         with self._cond:
-            while self._writer or self._writers_waiting:
-                self._cond.wait()
+            if self._writer or self._writers_waiting:  # the slow path only: count it
+                self._readers_waiting += 1
+                try:
+                    while self._writer or self._writers_waiting:
+                        self._cond.wait()
+                finally:
+                    self._readers_waiting -= 1
             self._readers += 1
 
     def release_read(self) -> None:

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from shuttle.errors import InvalidArgumentError
 from shuttle.net.clock import REAL_CLOCK, Clock
 from shuttle.testing import FakeClock
 from tests.unit.net._aio import async_test
@@ -66,7 +67,7 @@ async def test_jump_wakes_everyone_due_at_once_and_time_never_goes_back() -> Non
     await task
     assert clock.now() == 5.0
     await clock.sleep_until(4.0)  # already past: returns at once
-    with pytest.raises(ValueError, match="cannot go backwards"):
+    with pytest.raises(InvalidArgumentError, match="cannot go backwards"):
         clock.jump_to(1.0)
 
 

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from shuttle.errors import InvalidArgumentError
 from shuttle.store.cache import BlockCache
 
 KEYS = ["a", "b"]
@@ -161,7 +162,7 @@ def test_zero_capacity_caches_nothing() -> None:
 
 @pytest.mark.parametrize(("capacity", "block"), [(-1, 1024), (1024, 100)])
 def test_bad_configuration_is_refused(capacity: int, block: int) -> None:
-    with pytest.raises(ValueError, match="must be"):
+    with pytest.raises(InvalidArgumentError, match="must be"):
         BlockCache(capacity_bytes=capacity, block_size_bytes=block)
 
 

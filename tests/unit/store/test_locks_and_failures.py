@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,23 +15,36 @@ from shuttle.store import objects as objects_mod
 from shuttle.store.locks import KeyLocks, RWLock
 
 
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Block until ``condition()`` holds: the moment another thread is parked in the
+    lock, not a guess at how long it takes to get there."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.0005)
+
+
 def test_readers_share_and_writers_exclude() -> None:
     lock = RWLock()
     log: list[str] = []
     lock.acquire_read()
     lock.acquire_read()  # a second reader gets in at once
+    wrote = threading.Event()
 
     def writer() -> None:
         with lock.write():
             log.append("writer")
+        wrote.set()
 
-    t = threading.Thread(target=writer)
+    t = threading.Thread(target=writer, daemon=True)  # a failure must not hang the run
     t.start()
-    time.sleep(0.05)
+    wait_until(lambda: lock.writers_waiting == 1, "the writer waits")
     assert log == []  # the writer waits for both readers
     lock.release_read()
+    assert not wrote.wait(0.01) and log == []  # one reader still holds it
     lock.release_read()
-    t.join(timeout=5)
+    assert wrote.wait(timeout=10)
+    t.join(timeout=10)
     assert log == ["writer"]
 
 
@@ -47,15 +61,15 @@ def test_waiting_writer_blocks_new_readers() -> None:
         with lock.read():
             order.append("late reader")
 
-    w = threading.Thread(target=writer)
+    w = threading.Thread(target=writer, daemon=True)
     w.start()
-    time.sleep(0.05)
-    r = threading.Thread(target=reader)
+    wait_until(lambda: lock.writers_waiting == 1, "the writer waits")
+    r = threading.Thread(target=reader, daemon=True)
     r.start()
-    time.sleep(0.05)
+    wait_until(lambda: lock.readers_waiting == 1, "the late reader waits behind the writer")
     lock.release_read()
-    w.join(timeout=5)
-    r.join(timeout=5)
+    w.join(timeout=10)
+    r.join(timeout=10)
     assert order == ["writer", "late reader"]
 
 
@@ -86,10 +100,10 @@ def test_disk_error_after_journaling_stops_changes_until_reopen(
     store.put("k", b"before")
 
     def failing(*args: object) -> None:
-        raise OSError(28, "No space left on device")
+        raise OSError(5, "Input/output error")  # a full disk does not latch: see test_space
 
     monkeypatch.setattr(objects_mod, "overwrite_object", failing)
-    with pytest.raises(StorageIOError, match="No space left"):
+    with pytest.raises(StorageIOError, match="Input/output error"):
         store.put("k", b"after")
     monkeypatch.undo()
     with pytest.raises(StorageIOError, match="Restart the node"):

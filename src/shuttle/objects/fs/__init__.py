@@ -6,6 +6,18 @@ A file is a stack of mobile objects (``file`` over ``cache`` over an optional
 ``atomicity`` object (a shared log). The isolation and atomicity objects are node
 services, anchored beside the storage object; the others move. docs/objectfs.md
 explains it all.
+
+Layout:
+
+* ``file``         the top of a file's stack: the interface applications call
+* ``cache``        a file's blocks, cached wherever the object runs
+* ``raid``         ``raid5``: a file striped with rotating parity over N nodes
+* ``raid_layout``  where a RAID 5 file's bytes and parity live (pure)
+* ``directory``    hierarchical names over directory blocks
+* ``dirblocks``    directory blocks and the blocks an update writes (pure)
+* ``isolation``    the node service: callbacks and optimistic concurrency control
+* ``atomicity``    the node service: all-or-nothing updates through a shared log
+* ``volume``       the file system as an application uses it: :class:`Volume`
 """
 
 from __future__ import annotations

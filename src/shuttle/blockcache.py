@@ -1,0 +1,301 @@
+"""The LRU block cache over fixed-size blocks of objects, write-through: one policy that
+the storage node (:mod:`shuttle.store`) and the client (:mod:`shuttle.client.cache`)
+both use. It sits below both packages, so neither imports the other for it.
+
+Reads go through :meth:`BlockCache.read` with a *fetch* function ``(start, end) -> bytes``
+(the fsspec shape): the node's reads the object from disk, the client's asks the node.
+Runs of missing blocks are fetched with one call each. Writes go to the backing store
+first and then update the cache (:meth:`~BlockCache.write`, :meth:`~BlockCache.truncate`,
+:meth:`~BlockCache.invalidate`), so the cache never holds bytes the store does not.
+
+Concurrency contract: the cache is thread-safe on its own (one mutex), but a read of a
+key must not overlap a write of the same key, or a read could put pre-write bytes back
+after the write updated the cache. The object store guarantees this with its per-key
+reader/writer lock; the client forgets a key after changing it.
+
+Counters (:class:`CacheStats`) are the observable API: tests, the node's stats
+operation and the benchmarks read them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from shuttle.errors import InvalidArgumentError
+
+#: 64 KiB blocks: one block is one typical content-defined chunk, a 4 KiB page read
+#: costs one 64 KiB pread on a miss (a few microseconds from the page cache), and a
+#: 128 MiB cache is 2,048 entries, so the LRU's bookkeeping stays small.
+DEFAULT_BLOCK_SIZE_BYTES = 64 * 1024
+#: 128 MiB by default; the node's configuration sets it (``0`` disables the cache).
+DEFAULT_CAPACITY_BYTES = 128 * 1024 * 1024
+#: Smallest block: below 512 bytes the per-entry overhead exceeds the data.
+BLOCK_SIZE_BYTES_MIN = 512
+
+Fetch = Callable[[int, int], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """A snapshot of the cache's counters. ``hits``/``misses`` count blocks."""
+
+    hits: int
+    misses: int
+    bytes_from_cache: int
+    bytes_from_disk: int
+    evictions: int
+    invalidations: int
+    blocks_cached: int
+    bytes_cached: int
+    capacity_bytes: int
+    block_size_bytes: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class BlockCache:
+    """A fully associative LRU cache of ``block_size_bytes`` blocks, ``capacity_bytes`` total.
+
+    Block ``i`` of an object holds bytes ``[i*B, min((i+1)*B, size))``; only the last
+    block of an object is shorter than ``B``.
+    """
+
+    def __init__(
+        self,
+        capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
+        block_size_bytes: int = DEFAULT_BLOCK_SIZE_BYTES,
+    ) -> None:
+        if capacity_bytes < 0:
+            raise InvalidArgumentError(f'"capacity_bytes" must be >= 0, got {capacity_bytes}')
+        if block_size_bytes < BLOCK_SIZE_BYTES_MIN:
+            raise InvalidArgumentError(
+                f'"block_size_bytes" must be >= {BLOCK_SIZE_BYTES_MIN}, got {block_size_bytes}'
+            )
+        self.capacity_bytes = capacity_bytes
+        self.block_size_bytes = block_size_bytes
+        self._lock = threading.Lock()
+        self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._by_key: dict[str, set[int]] = {}
+        self._bytes = 0
+        self._hits = 0
+        self._misses = 0
+        self._bytes_from_cache = 0
+        self._bytes_from_disk = 0
+        self._evictions = 0
+        self._invalidations = 0
+
+    # --- reads ----------------------------------------------------------------------
+
+    def read(self, key: str, offset: int, length: int, size: int, fetch: Fetch) -> bytes:
+        """Bytes ``[offset, offset+length)`` of ``key`` (clipped to ``size``).
+
+        ``fetch(start, end)`` must return the object's bytes in ``[start, end)``; it is
+        called once per run of consecutive missing blocks, without the cache's lock held.
+        Errors from ``fetch`` propagate; blocks fetched before the error stay cached.
+        """
+        end = min(offset + length, size)
+        if offset >= end:
+            return b""
+        bsz = self.block_size_bytes
+        first, last = offset // bsz, (end - 1) // bsz
+        found: dict[int, bytes] = {}
+        with self._lock:
+            for idx in range(first, last + 1):
+                blk = self._blocks.get((key, idx))
+                if blk is not None:
+                    self._blocks.move_to_end((key, idx))
+                    found[idx] = blk
+            self._hits += len(found)
+            self._misses += last - first + 1 - len(found)
+            if len(found) == last - first + 1:  # all hits: the common, fast case
+                self._bytes_from_cache += end - offset
+                return self._assemble(found, first, last, offset, end)
+        hit_idxs = list(found)
+        idx = first
+        while idx <= last:
+            if idx in found:
+                idx += 1
+                continue
+            run_end = idx
+            while run_end + 1 <= last and run_end + 1 not in found:
+                run_end += 1
+            start, stop = idx * bsz, min((run_end + 1) * bsz, size)
+            data = fetch(start, stop)
+            if len(data) != stop - start:
+                raise OSError(
+                    f"short read of {key!r}: wanted {stop - start} bytes at {start}, "
+                    f"got {len(data)}; the file changed behind the store"
+                )
+            with self._lock:
+                self._bytes_from_disk += len(data)
+                for j in range(idx, run_end + 1):
+                    blk = data[(j - idx) * bsz : (j - idx + 1) * bsz]
+                    found[j] = blk
+                    self._insert((key, j), blk)
+            idx = run_end + 1
+        from_cache = sum(min(end, (j + 1) * bsz) - max(offset, j * bsz) for j in hit_idxs)
+        with self._lock:
+            self._bytes_from_cache += from_cache
+        return self._assemble(found, first, last, offset, end)
+
+    def read_hit(self, key: str, offset: int, end: int) -> bytes | None:
+        """Bytes ``[offset, end)`` of ``key`` if they lie in one cached block, else None.
+
+        The fast path of :meth:`read` for a small read that hits (counted as one hit);
+        a None counts nothing, and the caller then goes the long way. ``end`` must
+        already be clipped to the object's size.
+        """
+        bsz = self.block_size_bytes
+        idx = offset // bsz
+        base = idx * bsz
+        if end - base > bsz:
+            return None  # spans two blocks
+        ident = (key, idx)
+        blocks = self._blocks
+        lock = self._lock
+        # acquire/release rather than ``with``: nothing below can raise, and this runs
+        # for every cached page a node serves.
+        lock.acquire()
+        blk = blocks.get(ident)
+        if blk is None or len(blk) < end - base:
+            lock.release()
+            return None
+        blocks.move_to_end(ident)
+        self._hits += 1
+        self._bytes_from_cache += end - offset
+        lock.release()
+        return blk[offset - base : end - base]
+
+    def _assemble(
+        self, found: dict[int, bytes], first: int, last: int, offset: int, end: int
+    ) -> bytes:
+        bsz = self.block_size_bytes
+        if first == last:
+            base = first * bsz
+            return found[first][offset - base : end - base]
+        parts = []
+        for j in range(first, last + 1):
+            base = j * bsz
+            lo = max(offset, base) - base
+            hi = min(end, base + bsz) - base
+            parts.append(found[j][lo:hi])
+        return b"".join(parts)
+
+    # --- writes (write-through: the caller has already written the disk) -----------
+
+    def write(
+        self, key: str, offset: int, data: bytes | bytearray | memoryview, old_size: int
+    ) -> None:
+        """Bring cached blocks of ``key`` up to date after ``data`` was written at ``offset``.
+
+        Full cached blocks that the write overlaps are patched; a cached short (last)
+        block that changes is dropped. Blocks are never added here (no write-allocate):
+        a large upload would otherwise flush the whole cache.
+        """
+        if not data:
+            return
+        bsz = self.block_size_bytes
+        end = offset + len(data)
+        with self._lock:
+            idxs = self._by_key.get(key)
+            if not idxs:
+                return
+            touched = [i for i in idxs if i * bsz < end and (i + 1) * bsz > offset]
+            if end > old_size and old_size % bsz:
+                touched.append(old_size // bsz)  # the old short last block grows
+            for i in set(touched):
+                blk = self._blocks.get((key, i))
+                if blk is None:
+                    continue
+                if len(blk) < bsz:
+                    self._drop((key, i))
+                    self._invalidations += 1
+                    continue
+                base = i * bsz
+                lo, hi = max(offset, base), min(end, base + bsz)
+                patched = b"".join(
+                    (blk[: lo - base], bytes(data[lo - offset : hi - offset]), blk[hi - base :])
+                )
+                self._blocks[(key, i)] = patched
+
+    def truncate(self, key: str, old_size: int, new_size: int) -> None:
+        """Drop the blocks of ``key`` that a resize from ``old_size`` to ``new_size`` changes."""
+        keep_below = min(old_size, new_size) // self.block_size_bytes
+        with self._lock:
+            idxs = self._by_key.get(key)
+            if not idxs:
+                return
+            for i in [i for i in idxs if i >= keep_below]:
+                self._drop((key, i))
+                self._invalidations += 1
+
+    def invalidate(self, key: str) -> None:
+        """Forget every block of ``key`` (after a put, a remove, or any wholesale change)."""
+        with self._lock:
+            idxs = self._by_key.get(key)
+            if not idxs:
+                return
+            for i in list(idxs):
+                self._drop((key, i))
+                self._invalidations += 1
+
+    def clear(self) -> None:
+        """Forget everything (a cold-cache benchmark run). Counters are kept."""
+        with self._lock:
+            self._blocks.clear()
+            self._by_key.clear()
+            self._bytes = 0
+
+    def reset_counters(self) -> None:
+        with self._lock:
+            self._hits = self._misses = self._evictions = self._invalidations = 0
+            self._bytes_from_cache = self._bytes_from_disk = 0
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(
+                hits=self._hits,
+                misses=self._misses,
+                bytes_from_cache=self._bytes_from_cache,
+                bytes_from_disk=self._bytes_from_disk,
+                evictions=self._evictions,
+                invalidations=self._invalidations,
+                blocks_cached=len(self._blocks),
+                bytes_cached=self._bytes,
+                capacity_bytes=self.capacity_bytes,
+                block_size_bytes=self.block_size_bytes,
+            )
+
+    # --- internals (caller holds self._lock) -----------------------------------------
+
+    def _insert(self, ident: tuple[str, int], blk: bytes) -> None:
+        if len(blk) > self.capacity_bytes:
+            return
+        old = self._blocks.pop(ident, None)
+        if old is not None:
+            self._bytes -= len(old)
+        self._blocks[ident] = blk
+        self._by_key.setdefault(ident[0], set()).add(ident[1])
+        self._bytes += len(blk)
+        while self._bytes > self.capacity_bytes:
+            victim, vblk = self._blocks.popitem(last=False)
+            self._bytes -= len(vblk)
+            self._forget_index(victim)
+            self._evictions += 1
+
+    def _drop(self, ident: tuple[str, int]) -> None:
+        blk = self._blocks.pop(ident, None)
+        if blk is not None:
+            self._bytes -= len(blk)
+        self._forget_index(ident)
+
+    def _forget_index(self, ident: tuple[str, int]) -> None:
+        idxs = self._by_key.get(ident[0])
+        if idxs is not None:
+            idxs.discard(ident[1])
+            if not idxs:
+                del self._by_key[ident[0]]

@@ -1,0 +1,49 @@
+"""The client commands' output, against an in-memory node."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+
+from shuttle import cli
+from shuttle.client import Client
+from shuttle.client import cli as client_cli
+from shuttle.testing import MemoryNode
+
+
+@pytest.fixture
+def run(
+    node: MemoryNode, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., str]:
+    monkeypatch.setattr(client_cli, "connect", lambda **_: MemoryNode.client([node]))
+    monkeypatch.setenv("COLUMNS", "200")
+    command = cli.build_command()
+
+    def run(*args: str) -> str:
+        code = command.main(args=list(args), prog_name="shuttle", standalone_mode=False)
+        assert code in (0, None)
+        return capsys.readouterr().out
+
+    return run
+
+
+def test_stat_shows_the_mtime_as_a_date_too(run: Callable[..., str], client: Client) -> None:
+    info = client.put("logs/[2026]/a.txt", b"hello")
+    out = run("stat", "logs/[2026]/a.txt", "--node", "memory:0")
+    when = datetime.fromtimestamp(info.mtime_ns // 10**9, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    nanos = f"{info.mtime_ns % 10**9:09d}"
+    assert re.search(rf"mtime: {when}\.{nanos} UTC\n", out), out
+    assert f"mtime_ns: {info.mtime_ns}\n" in out
+    assert "key: logs/[2026]/a.txt" in out  # a key is data, not markup
+    assert "chunks: 1 " in out
+    record = json.loads(run("stat", "--json", "logs/[2026]/a.txt", "--node", "memory:0"))
+    assert record["mtime"] == f"{when}.{nanos} UTC" and record["mtime_ns"] == info.mtime_ns
+
+
+def test_ls_prints_keys_as_written(run: Callable[..., str], client: Client) -> None:
+    client.put("a/[b]", b"x")
+    assert run("ls", "-r", "a/", "--node", "memory:0").split() == ["a/[b]"]
