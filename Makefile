@@ -1,13 +1,20 @@
 # The two commands (see README):
 #   make demo   set everything up, then run Shuttle's main job on a local cluster
 #   make test   set everything up with test tools, then lint, type-check and test
-.PHONY: demo test setup setup-dev lint lock clean
+.PHONY: demo test test-powerloss setup setup-dev lint lock clean
 
 demo: setup
 	.venv/bin/shuttle demo
 
 test: setup-dev lint
 	.venv/bin/python -m pytest -q
+
+# Power-loss tier (needs root and FUSE): a node on LazyFS, POINTS power cuts, checks.
+# LAZYFS is a built LazyFS directory or its build script (built once into ~/.cache/shuttle).
+LAZYFS ?= ../shared/vendor/build-lazyfs.sh
+POINTS ?= 1000
+test-powerloss: setup-dev
+	.venv/bin/python -m tests.powerloss --lazyfs $(LAZYFS) --points $(POINTS) $(POWERLOSS_ARGS)
 
 setup:
 	scripts/setup.sh

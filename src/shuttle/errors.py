@@ -89,6 +89,13 @@ class NetnsUnavailableError(UsageError):
     code = "netns_unavailable"
 
 
+class ClosedFileError(UsageError, ValueError):
+    """A read or write on a remote file object that was closed. A ``ValueError`` too:
+    that is what :mod:`io` raises for closed files, and what its callers catch."""
+
+    code = "closed_file"
+
+
 # --- something outside the caller ----------------------------------------------------
 
 
@@ -193,6 +200,14 @@ class MigrationError(RemoteError):
     code = "migration_failed"
 
 
+class NodeBusyError(RemoteError):
+    """The node is out of a shared resource for now (connections, upload sessions,
+    file descriptors); nothing was changed. Retry later, or raise the node's limit."""
+
+    code = "busy"
+    exit_code = 8
+
+
 class ServerError(RemoteError):
     """The node failed while handling a valid request (a bug or an I/O error there)."""
 
@@ -203,6 +218,15 @@ class StorageIOError(ServerError):
     """The node's disk returned an error (full, read-only, I/O error)."""
 
     code = "storage_io"
+
+
+class DiskFullError(StorageIOError):
+    """The node's disk is full (or would be after this change): nothing was changed.
+    Removes and shrinking truncates still work (the node keeps a reserve for them);
+    remove objects or give the data directory's file system more space, then retry."""
+
+    code = "disk_full"
+    exit_code = 9
 
 
 _BY_CODE: dict[str, type[ShuttleError]] = {}

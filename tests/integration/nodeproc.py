@@ -24,26 +24,34 @@ class NodeProcess:
         port: int = 0,
         extra: list[str] | None = None,
         env: dict[str, str] | None = None,
+        side_dir: Path | None = None,
+        prefix: list[str] | None = None,
     ) -> None:
+        """``side_dir``: where the log and the ready file go (default: beside the data
+        directory; a test on a small file system keeps them off it)."""
         self.data_dir = data_dir
+        self.side_dir = side_dir or data_dir.parent
+        #: A command the node runs under (``prlimit --nofile=256``, say).
+        self.prefix = prefix or []
         self.port = port
         self.extra = extra or []
         #: Variables added to the node's environment (a test crash point, say); change
         #: it between restarts to start the node differently.
         self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log = data_dir.parent / f"{data_dir.name}.log"
+        self.log = self.side_dir / f"{data_dir.name}.log"
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> NodeProcess:
-        ready = self.data_dir.parent / f"{self.data_dir.name}.ready"
+        ready = self.side_dir / f"{self.data_dir.name}.ready"
         ready.unlink(missing_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [
+                    *self.prefix,
                     sys.executable,
                     "-m",
                     "shuttle",

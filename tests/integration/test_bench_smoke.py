@@ -56,6 +56,29 @@ def test_stream_smoke_compares_with_raw_tcp(tmp_path: Path) -> None:
     assert report["shuttle_over_raw_throughput"] > 0
 
 
+def test_hostile_smoke_reports_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "hostile.json"
+    result = shuttle_cli(
+        "bench",
+        "hostile",
+        "--stalled",
+        "4",
+        "--non-readers",
+        "1",
+        "--idle",
+        "50",
+        "--json",
+        str(out),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(out.read_text())
+    for name in ("stalled_frames_mib", "stalled_and_non_readers_mib", "idle_connections_mib"):
+        assert isinstance(report[name], float)
+    assert report["put_quiet_s"] > 0 and report["put_ratio_to_quiet"] > 0
+    assert report["put_with_idle"] == "ok" and report["connections_refused"] == 0
+
+
 def test_netrand_rejects_a_bad_generator() -> None:
     result = shuttle_cli("bench", "netrand", "--generator", "dice", "--no-redis")
     assert result.returncode == 2 and b"--generator must be one of lcg, seeded" in result.stderr

@@ -241,6 +241,51 @@ def netrand(
         console.print(f"report written to {json_path}")
 
 
+@app.command("hostile")
+def hostile(
+    stalled: Annotated[
+        int, typer.Option(min=0, help="Connections stalled on a claimed 16 MiB frame.")
+    ] = 128,
+    non_readers: Annotated[
+        int, typer.Option(min=0, help="Connections pipelining 16 MiB reads, never reading.")
+    ] = 3,
+    idle: Annotated[int, typer.Option(min=0, help="Idle connections opened at the end.")] = 10_000,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+) -> None:
+    """What hostile clients cost a node: its memory under stalled frames and clients that
+    never read (target: < 256 MiB together), a put meanwhile against the same put on the
+    quiet node, and thousands of idle connections (writes must keep working)."""
+    from shuttle.bench.hostile import HostileConfig
+    from shuttle.bench.hostile import run as run_hostile
+
+    console = Console()
+    config = HostileConfig(stalled=stalled, non_readers=non_readers, idle=idle)
+    with console.status("hostile") as status:
+        report = run_hostile(config, progress=lambda msg: status.update(f"hostile: {msg}"))
+    table = Table(title="what hostile clients cost a node")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_row("node memory at start", f"{report['node_rss_start_mib']:.0f} MiB")
+    table.add_row(f"+ {stalled} stalled 16 MiB frames", f"{report['stalled_frames_mib']:.0f} MiB")
+    table.add_row(
+        f"+ {non_readers} clients never reading", f"{report['stalled_and_non_readers_mib']:.0f} MiB"
+    )
+    table.add_row("1 KiB put, quiet node", f"{report['put_quiet_s'] * 1e3:.2f} ms")
+    table.add_row(
+        "1 KiB put, under both",
+        f"{report['put_under_hostile_s'] * 1e3:.2f} ms ({report['put_ratio_to_quiet']:.2f}x)",
+    )
+    table.add_row(f"+ {idle} idle connections", f"{report['idle_connections_mib']:.0f} MiB")
+    table.add_row("put with them open", str(report["put_with_idle"])[:60])
+    table.add_row(
+        "connection cap / refused", f"{report['connections_max']} / {report['connections_refused']}"
+    )
+    console.print(table)
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"report written to {json_path}")
+
+
 @app.command("stream")
 def stream(
     nbytes: Annotated[int, typer.Option("--bytes", min=1, help="Object size (default 1 GiB).")] = 1

@@ -250,6 +250,7 @@ def stats(
         "uptime s",
         "requests",
         "errors",
+        "connections",
         "bytes in",
         "bytes out",
         "written MB",
@@ -276,6 +277,7 @@ def stats(
             f"{srv.get('uptime_s', 0):.0f}",
             str(srv.get("requests", 0)),
             str(srv.get("errors", 0)),
+            _connections(srv),
             str(srv.get("bytes_in", 0)),
             str(srv.get("bytes_out", 0)),
             f"{store.get('bytes_written', 0) / 1e6:.1f}",
@@ -284,6 +286,17 @@ def stats(
             journal,
         )
     console.print(table)
+
+
+def _connections(server: dict[str, Any]) -> str:
+    """``open/max``, and what the node held back or refused when it did (operations.md)."""
+    text = f"{server.get('connections_open', 0)}/{server.get('connections_max', '-')}"
+    held, refused = server.get("connections_held", 0), server.get("connections_refused", 0)
+    if held:
+        text += f" ({held} held)"
+    if refused:
+        text += f" ({refused} refused busy)"
+    return text
 
 
 COMMANDS = (put, get, cat, ls, stat, rm, stats)

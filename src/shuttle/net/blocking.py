@@ -61,6 +61,10 @@ SHAPED_RECV_BYTES = 1 << 20
 SMALL_PAYLOAD_BYTES = 64 << 10
 #: Requests kept in flight by call_many unless told otherwise.
 WINDOW_DEFAULT = 16
+#: A connection unused for this long is checked before a request goes out: a node
+#: closes idle connections (with GOODBYE), and a request sent into a closed one could
+#: not be retried safely if it is not idempotent.
+IDLE_PROBE_S = 1.0
 
 
 @dataclass
@@ -83,6 +87,11 @@ class Call:
     op: str
     args: dict[str, Any] = field(default_factory=dict)
     payload: Payload = b""
+
+
+class _NotRun(UnreachableError):
+    """The node closed the connection before taking the request (it said GOODBYE
+    first): the request may be sent again even if it is not idempotent."""
 
 
 class BlockingConnection:
@@ -119,6 +128,8 @@ class BlockingConnection:
         self._conn: Connection | None = None
         #: Responses that arrived while waiting for another request id.
         self._early: dict[int, Response | ErrorResponse] = {}
+        #: When the last call finished (monotonic), for :data:`IDLE_PROBE_S`.
+        self._used = 0.0
 
     @property
     def address(self) -> str:
@@ -218,25 +229,43 @@ class BlockingConnection:
         connection first; a non-idempotent one may or may not have taken effect,
         which the message says), or :class:`RequestTimeoutError`.
         """
-        attempts = 2 if idempotent else 1
-        for attempt in range(attempts):
+        now = time.monotonic()
+        if now - self._used > IDLE_PROBE_S:
+            self._drop_if_closed_by_node()
+        for attempt in range(2):
             fresh = self._sock is None
             try:
                 if self._conn is not None and self._shaped is None and not self._early:
                     ev = self._exchange(op, args or {}, payload)
                 else:
                     ev = self._wait_for(self._send_request(op, args or {}, payload))
-            except UnreachableError:
+            except UnreachableError as exc:
                 self.close()
-                if attempt + 1 >= attempts or fresh:
+                if attempt or fresh or not (idempotent or isinstance(exc, _NotRun)):
                     raise
                 continue
             self.counters.round_trips += 1
+            self._used = now
             if type(ev) is ErrorResponse:
                 self.counters.errors += 1
                 raise ev.to_exception()
             return ev  # type: ignore[return-value]
         raise AssertionError("unreachable: the loop returns or raises")
+
+    def _drop_if_closed_by_node(self) -> None:
+        """Close an idle connection the node has said goodbye on (or closed), so the
+        next request opens a fresh one instead of failing in a dead one."""
+        sock = self._sock
+        if sock is None or self._conn is None or self._conn.in_flight:
+            return
+        try:
+            sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return  # nothing to read: the connection is as we left it
+        except OSError:
+            pass
+        # Readable with nothing in flight: only GOODBYE, an error or the end of stream.
+        self.close()
 
     def _send_request(self, op: str, args: dict[str, Any], payload: Payload) -> int:
         conn = self._conn
@@ -314,10 +343,13 @@ class BlockingConnection:
         drained so the connection stays usable).
         """
         attempts = 2 if idempotent else 1
+        if time.monotonic() - self._used > IDLE_PROBE_S:
+            self._drop_if_closed_by_node()
         for attempt in range(attempts):
             fresh = self._sock is None
             try:
                 yield from self._pipeline(iter(calls), window)
+                self._used = time.monotonic()
                 return
             except UnreachableError:
                 self.close()
@@ -398,12 +430,20 @@ class BlockingConnection:
                 if not deadline:
                     deadline = time.monotonic() + self.request_timeout_s
                 self._receive(conn, deadline, self.request_timeout_s)
-            elif kind is Goodbye or kind is ConnectionClosed:
+            elif kind is Goodbye:
                 self.close()
-                reason = ev.reason if isinstance(ev, Goodbye) else "connection closed"
+                # A node says goodbye only after answering every request it took, so
+                # this one never ran: it may be sent again, whatever it does.
+                assert isinstance(ev, Goodbye)
+                raise _NotRun(
+                    f"node {self.address} ended the connection ({ev.reason}) before taking "
+                    f"request {rid}"
+                )
+            elif kind is ConnectionClosed:
+                self.close()
                 raise UnreachableError(
-                    f"node {self.address} ended the connection ({reason}) while request {rid} "
-                    "was in flight; if it changed data, stat the key to see whether it took effect"
+                    f"node {self.address} ended the connection while request {rid} was in "
+                    "flight; if it changed data, stat the key to see whether it took effect"
                 )
 
     # --- bytes ---------------------------------------------------------------------

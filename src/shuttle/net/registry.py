@@ -17,6 +17,12 @@ value, taken as the result with an empty payload). How it runs is its ``mode``:
 A ``THREAD`` operation may name an ``inline_when(args)`` predicate: requests it
 accepts run inline instead (a small read is served from the block cache faster than
 a thread hop takes).
+
+An operation that opens something a connection owns (an upload session) is
+registered ``per_connection``: the server puts the connection's number in
+``args[CONNECTION_ARG]`` (overwriting whatever a client sent there), and the
+``on_disconnect`` hooks hear when that connection closes, so what it opened can be
+released at once instead of waiting for an idle timeout.
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 InlineWhen = Callable[[dict[str, Any]], bool]
 
+#: The argument a ``per_connection`` operation finds its connection's number in.
+CONNECTION_ARG = "_connection"
+
 
 @dataclass(frozen=True, slots=True)
 class Operation:
@@ -62,6 +71,7 @@ class Operation:
     mode: Mode
     doc: str
     inline_when: InlineWhen | None = None
+    per_connection: bool = False
 
 
 class OperationRegistry:
@@ -69,6 +79,10 @@ class OperationRegistry:
 
     def __init__(self) -> None:
         self._ops: dict[str, Operation] = {}
+        #: Called (in the thread pool) with a connection's number when it closes.
+        self.disconnect_hooks: list[Callable[[int], object]] = []
+        #: How many things a connection owns (a connection owning any is not idle).
+        self.owned_counters: list[Callable[[int], int]] = []
 
     def add(
         self,
@@ -78,14 +92,30 @@ class OperationRegistry:
         doc: str = "",
         *,
         inline_when: InlineWhen | None = None,
+        per_connection: bool = False,
     ) -> None:
         """Register ``handler`` as operation ``name``; a name can be taken only once."""
         if name in self._ops:
             raise ConfigError(f"operation {name!r} is registered twice")
         if inline_when is not None and mode is not Mode.THREAD:
             raise ConfigError(f"operation {name!r}: inline_when only applies to THREAD mode")
+        if per_connection and mode is Mode.INLINE:
+            raise ConfigError(f"operation {name!r}: a per-connection operation runs in a thread")
         doc = doc or (handler.__doc__ or "").strip()
-        self._ops[name] = Operation(name, handler, mode, doc, inline_when)
+        self._ops[name] = Operation(name, handler, mode, doc, inline_when, per_connection)
+
+    def on_disconnect(
+        self, hook: Callable[[int], object], *, owned: Callable[[int], int] | None = None
+    ) -> None:
+        """Call ``hook(connection)`` when a connection closes (see ``per_connection``);
+        ``owned(connection)`` counts what it still owns (the server does not close a
+        connection for idling while it owns something: a slow writer keeps its upload)."""
+        self.disconnect_hooks.append(hook)
+        if owned is not None:
+            self.owned_counters.append(owned)
+
+    def owns_anything(self, connection: int) -> bool:
+        return any(count(connection) for count in self.owned_counters)
 
     def operation(
         self, name: str, mode: Mode = Mode.INLINE, *, inline_when: InlineWhen | None = None

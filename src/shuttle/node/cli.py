@@ -7,11 +7,11 @@ from typing import Annotated, Any
 
 import typer
 
+from shuttle.net.addresses import parse_address
 from shuttle.node.config import (
     CACHE_BLOCK_BYTES_DEFAULT,
     CACHE_BYTES_DEFAULT,
     NodeConfig,
-    parse_address,
 )
 
 
@@ -93,6 +93,36 @@ def serve(
         float | None,
         typer.Option(help="Shipped objects: seconds one call may take (300)."),
     ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="Allow listening on a non-loopback address without --key-file (any host "
+            "that reaches the node may read and write all data).",
+        ),
+    ] = False,
+    connections_max: Annotated[
+        int | None,
+        typer.Option(
+            help="Connections served at once; more are refused as 'busy' (default 16384, "
+            "lowered to fit the descriptor limit)."
+        ),
+    ] = None,
+    frame_timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds a request frame may take to arrive whole (default 60)."),
+    ] = None,
+    idle_timeout: Annotated[
+        float | None,
+        typer.Option(help="Close connections idle this many seconds (default 300)."),
+    ] = None,
+    object_bytes_max: Annotated[
+        int | None,
+        typer.Option(
+            help="Largest object the node stores, bytes (default 64 GiB, at most 1 TiB); "
+            "bigger puts, writes and truncates are refused."
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option(help="TOML file with a [node] table; flags given win.")
     ] = None,
@@ -117,6 +147,11 @@ def serve(
         "sandbox_memory_bytes": sandbox_memory,
         "sandbox_cpu_s": sandbox_cpu,
         "sandbox_wall_s": sandbox_wall,
+        "object_bytes_max": object_bytes_max,
+        "insecure": insecure or None,
+        "connections_max": connections_max,
+        "frame_timeout_s": frame_timeout,
+        "idle_timeout_s": idle_timeout,
     }
     if config is not None:
         cfg = NodeConfig.from_toml(

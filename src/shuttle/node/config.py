@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from shuttle.errors import ConfigError
+from shuttle.net.addresses import parse_address
+from shuttle.net.admission import (
+    CONNECTIONS_MAX,
+    FRAME_TIMEOUT_S,
+    IDLE_TIMEOUT_S,
+    ServerLimits,
+)
 from shuttle.net.cpu import parse_speed_factor
 from shuttle.runtime.config import (
     LEASE_S_DEFAULT,
@@ -25,25 +33,12 @@ from shuttle.runtime.sandbox import (
     WALL_S_PER_CALL_DEFAULT as SANDBOX_WALL_S_DEFAULT,
 )
 from shuttle.runtime.sandbox import SandboxLimits
+from shuttle.store.core import OBJECT_BYTES_MAX_DEFAULT, OBJECT_SIZE_BYTES_MAX
 
 #: Default server block cache: big enough for a working set of small files, small
 #: enough that the netrand benchmark's default file (larger than it) misses when cold.
 CACHE_BYTES_DEFAULT = 64 << 20
 CACHE_BLOCK_BYTES_DEFAULT = 4096
-
-
-def parse_address(text: str, where: str = "--listen") -> tuple[str, int]:
-    """``HOST:PORT`` → (host, port), with a message naming ``where`` on error."""
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not host:
-        raise ConfigError(f"{where}: expected HOST:PORT (e.g. 127.0.0.1:7400), got {text!r}")
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(f"{where}: port must be a number, got {port_text!r}") from None
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"{where}: port must be in 0..65535, got {port}")
-    return host.strip("[]"), port
 
 
 @dataclass(frozen=True)
@@ -67,6 +62,13 @@ class NodeConfig:
     #: (data only: the run-time refuses shipped code from unauthenticated clients).
     key_file: Path | None = None
     log_level: str = "INFO"
+    #: Listen on an address other clients can reach without a cluster key (no
+    #: authentication at all): only on a network where every host is trusted.
+    insecure: bool = False
+    # --- what clients may make the node hold (docs/operations.md) ---
+    connections_max: int = CONNECTIONS_MAX
+    frame_timeout_s: float = FRAME_TIMEOUT_S
+    idle_timeout_s: float = IDLE_TIMEOUT_S
     # --- the run-time of mobile objects (docs/runtime.md) ---
     #: H, the observation window of the resource monitor, seconds.
     window_s: float = WINDOW_S_DEFAULT
@@ -84,6 +86,8 @@ class NodeConfig:
     sandbox_memory_bytes: int = SANDBOX_MEMORY_BYTES_DEFAULT
     sandbox_cpu_s: float = SANDBOX_CPU_S_DEFAULT
     sandbox_wall_s: float = SANDBOX_WALL_S_DEFAULT
+    #: Largest object the node stores (``--object-bytes-max``); see docs/operations.md.
+    object_bytes_max: int = OBJECT_BYTES_MAX_DEFAULT
 
     def __post_init__(self) -> None:
         if self.cache_bytes < 0:
@@ -93,6 +97,19 @@ class NodeConfig:
                 f"cache block size must be a power of two, got {self.cache_block_bytes}"
             )
         parse_speed_factor(self.cpu_factor)
+        if not 0 < self.object_bytes_max <= OBJECT_SIZE_BYTES_MAX:
+            raise ConfigError(
+                f"--object-bytes-max must be in 1..{OBJECT_SIZE_BYTES_MAX} (1 TiB), got "
+                f"{self.object_bytes_max}"
+            )
+        self.admission()
+        if self.key_file is None and not self.insecure and not is_loopback(self.host):
+            raise ConfigError(
+                f"refusing to listen on {self.host} without a cluster key: every host that "
+                "reaches it could read and overwrite all data. Give --key-file (`shuttle "
+                "cluster up` makes one), listen on 127.0.0.1, or pass --insecure on a "
+                "network where every host is trusted"
+            )
         self.runtime_config()
         self.sandbox_limits()
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -114,6 +131,14 @@ class NodeConfig:
             adaptive=self.adaptive,
             lease_s=self.lease_s,
             decision_log=self.data_dir / ".shuttle" / "runtime" / "placement.jsonl",
+        )
+
+    def admission(self) -> ServerLimits:
+        """What clients may make the node hold (connections, stalled frames, idling)."""
+        return ServerLimits(
+            connections_max=self.connections_max,
+            frame_timeout_s=self.frame_timeout_s,
+            idle_timeout_s=self.idle_timeout_s,
         )
 
     def sandbox_limits(self) -> SandboxLimits:
@@ -146,3 +171,13 @@ class NodeConfig:
             raise ConfigError(f"config file {path}: data_dir is required")
         base = cls(**{**values, **{k: v for k, v in overrides.items() if k == "data_dir"}})
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False

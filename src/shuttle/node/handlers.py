@@ -12,7 +12,14 @@ import os
 from typing import Any
 
 from shuttle.errors import InvalidArgumentError
-from shuttle.net.registry import Mode, OperationRegistry, Reply, arg, non_negative
+from shuttle.net.registry import (
+    CONNECTION_ARG,
+    Mode,
+    OperationRegistry,
+    Reply,
+    arg,
+    non_negative,
+)
 from shuttle.store import ObjectAttrs, ObjectStore, WriteResult
 
 #: Chunks listed inline in a stat result. A chunk costs about 45 bytes of header, so
@@ -165,7 +172,9 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
 
     def upload_begin(args: dict[str, Any], payload: bytes) -> Any:
         """Start an upload session for a large object; nothing is visible until commit."""
-        upload = store.begin_upload(arg(args, "key", str), expected_version=_version(args))
+        upload = store.begin_upload(
+            arg(args, "key", str), expected_version=_version(args), owner=args.get(CONNECTION_ARG)
+        )
         return {"upload": upload}
 
     def upload_write(args: dict[str, Any], payload: bytes) -> Any:
@@ -215,7 +224,9 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
     add("remove", remove, Mode.THREAD)
     add("remove_many", remove_many, Mode.THREAD)
     add("list", list_, Mode.THREAD)
-    add("upload.begin", upload_begin, Mode.THREAD)
+    # Sessions belong to the connection that opened them, and end when it closes.
+    add("upload.begin", upload_begin, Mode.THREAD, per_connection=True)
+    registry.on_disconnect(store.release_uploads, owned=store.uploads_owned_by)
     add("upload.write", upload_write, Mode.THREAD)
     add("upload.commit", upload_commit, Mode.THREAD)
     add("upload.abort", upload_abort, Mode.THREAD)

@@ -66,6 +66,7 @@ async def serve(config: NodeConfig) -> None:
             # Streaming reads (the client asks for 1 MiB pieces) bypass the block cache:
             # data read once would only evict the pages that random reads reuse.
             cache_read_bytes_max=CACHED_READ_BYTES_MAX,
+            object_bytes_max=config.object_bytes_max,
         ),
     )
     # The file system's node services; recovery of updates cut by a crash happens
@@ -76,7 +77,9 @@ async def serve(config: NodeConfig) -> None:
     register_storage_ops(registry, store)
     # At factor 1 the node does no accounting at all (two clock reads per request).
     account = cpu.section if cpu.burn_ratio else contextlib.nullcontext
-    server = RpcServer(registry, config.name, cpu_account=account, key=key)
+    server = RpcServer(
+        registry, config.name, cpu_account=account, key=key, admission=config.admission()
+    )
     server.add_stats_source("store", store.stats)
     server.add_stats_source("cpu", lambda: {"factor": cpu.factor, **asdict(cpu.counters)})
     runtime: NodeRuntime | None = None

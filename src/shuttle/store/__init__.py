@@ -11,6 +11,8 @@ Layout:
 * ``journal``    the redo journal (records, checksums, group commit)
 * ``recovery``   redo of journal records, online and after a crash
 * ``layout``     the internal directory ``.shuttle``: lock, checkpoint, syncfs
+* ``durability`` making a checkpoint durable before the journal may be emptied
+* ``space``      free space on the data file system, and the reserve that keeps it emptiable
 * ``locks``      reader/writer locks and the per-key lock table
 * ``cache``      the block cache (LRU, write-through) and its counters
 * ``uploads``    upload sessions for large objects

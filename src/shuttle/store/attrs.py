@@ -231,10 +231,15 @@ class AttrTable:
         with self._lock:
             return len(self._dirty)
 
+    def dirty_keys(self) -> list[str]:
+        """The keys changed (or removed) since the last :meth:`flush`."""
+        with self._lock:
+            return list(self._dirty)
+
     def flush(self) -> int:
         """Write every dirty record to its file (removed ones: delete the file).
 
-        Not durable by itself: the checkpoint syncs the file system afterwards. Call it
+        Not durable by itself: the checkpoint makes them durable afterwards. Call it
         only while no change is in flight (the store's checkpoint gate). Returns the
         number of records written or deleted.
         """

@@ -12,14 +12,25 @@ Two properties make chunk hashes useful to lookaside caching, and both are teste
 * therefore a range write can re-chunk from the chunk that holds the first changed byte
   until a new cut lands on an old cut past the change (:func:`rechunk`), instead of
   re-chunking the whole object.
+
+The same property makes runs of zeros cheap. A chunk that starts on a cut inside a run
+of zeros, with at least :data:`CHUNK_SIZE_BYTES_MAX` zeros ahead of it, is always the
+same :data:`ZERO_CHUNK_BYTES` zeros with the same hash, so such chunks are written
+down without reading or hashing their bytes. Zero runs are the holes of a sparse file
+(``SEEK_HOLE``: an extending truncate or a write past the end makes one) and ranges
+the caller knows are zero; 8 GiB of them chunk in milliseconds instead of seconds.
+The whole-object hash cannot skip them (blake3 mixes each 1 KiB chunk's position into
+its hash), so :func:`hash_file_only` feeds holes from a cached block of zeros instead
+of faulting in the file's pages: about 2.5 GB/s here.
 """
 
 from __future__ import annotations
 
 import bisect
+import errno
 import mmap
 import os
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 
 import blake3
@@ -47,6 +58,8 @@ _CHUNKER = FastCDC(
 )
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
+#: ``[start, end)`` byte ranges known to hold only zeros, sorted and disjoint.
+ZeroRuns = Sequence[tuple[int, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +95,18 @@ def chunk_hash(data: Buffer) -> bytes:
     return blake3.blake3(data).digest()
 
 
+#: The chunk FastCDC cuts at the start of a long run of zeros: measured, not assumed
+#: (the gear hash of zeros never matches the mask, so it is CHUNK_SIZE_BYTES_MAX).
+ZERO_CHUNK_BYTES = next(iter(_CHUNKER.cut_buf(bytes(CHUNK_SIZE_BYTES_MAX)))).length
+ZERO_CHUNK_HASH = chunk_hash(bytes(ZERO_CHUNK_BYTES))
+#: Zero runs shorter than this are chunked like other bytes: a run must hold a cut
+#: with CHUNK_SIZE_BYTES_MAX zeros after it, and a shorter one would save little.
+ZERO_RUN_BYTES_MIN = 2 * CHUNK_SIZE_BYTES_MAX
+#: Holes are hashed from this block of zeros (large blocks keep blake3's SIMD busy;
+#: 4 MiB measured as fast as 16 MiB here).
+_ZERO_BLOCK = bytes(4 * 1024 * 1024)
+
+
 def cut_points(data: Buffer) -> list[int]:
     """The end offsets of the chunks of ``data`` (the last one is ``len(data)``)."""
     return list(iter_cut_points(data))
@@ -95,20 +120,67 @@ def iter_cut_points(data: Buffer) -> Generator[int, None, None]:
         yield chunk.offset + chunk.length
 
 
-def chunk_buffer(data: Buffer, base_offset: int = 0) -> list[ChunkRef]:
-    """Chunk all of ``data``; offsets are shifted by ``base_offset``. Empty data: no chunks."""
+def chunk_buffer(data: Buffer, base_offset: int = 0, zeros: ZeroRuns = ()) -> list[ChunkRef]:
+    """Chunk all of ``data``; offsets are shifted by ``base_offset``. Empty data: no chunks.
+
+    ``zeros`` (ranges of ``data`` that hold only zeros) changes nothing in the result,
+    only the work: chunks inside long zero runs are not read or hashed.
+    """
     if len(data) == 0:
         return []
     view = memoryview(data)
     try:
-        refs = []
-        start = 0
-        for end in cut_points(view):
-            refs.append(ChunkRef(base_offset + start, end - start, chunk_hash(view[start:end])))
-            start = end
-        return refs
+        if base_offset == 0:
+            return list(_chunks_from(view, 0, zeros))
+        return [
+            ChunkRef(base_offset + c.offset, c.length, c.hash) for c in _chunks_from(view, 0, zeros)
+        ]
     finally:
         view.release()
+
+
+def _chunks_from(view: memoryview, start: int, zeros: ZeroRuns) -> Generator[ChunkRef, None, None]:
+    """The chunks of ``view`` from the cut point ``start`` to its end, lazily.
+
+    Where a chunk starts inside a zero run with at least CHUNK_SIZE_BYTES_MAX zeros
+    ahead, FastCDC's cut depends on nothing but those zeros (it scans at most that far
+    and the end is no nearer), so the chunk is the zero chunk: emitted as such, and the
+    next chunk starts ZERO_CHUNK_BYTES later. Elsewhere FastCDC runs on the bytes; it
+    cuts at most CHUNK_SIZE_BYTES_MAX apart, so it lands in the skippable part of any
+    run of ZERO_RUN_BYTES_MIN or more.
+    """
+    end = len(view)
+    # The skippable part of each long run: chunk starts p with run_end - p >= MAX.
+    zones = [
+        (a, b - CHUNK_SIZE_BYTES_MAX)
+        for a, b in zeros
+        if min(b, end) - a >= ZERO_RUN_BYTES_MIN and b <= end and b - CHUNK_SIZE_BYTES_MAX >= start
+    ]
+    zi = 0
+    pos = start
+    while pos < end:
+        while zi < len(zones) and zones[zi][1] < pos:
+            zi += 1
+        if zi < len(zones) and zones[zi][0] <= pos:
+            count = (zones[zi][1] - pos) // ZERO_CHUNK_BYTES + 1
+            for _ in range(count):
+                yield ChunkRef(pos, ZERO_CHUNK_BYTES, ZERO_CHUNK_HASH)
+                pos += ZERO_CHUNK_BYTES
+            continue
+        next_zone = zones[zi][0] if zi < len(zones) else end
+        tail = view[pos:]
+        cuts = iter_cut_points(tail)
+        try:
+            base = pos
+            for rel in cuts:
+                cut = base + rel
+                yield ChunkRef(pos, cut - pos, chunk_hash(view[pos:cut]))
+                pos = cut
+                if pos >= next_zone:
+                    break  # back to the outer loop, which skips the zone's zero chunks
+        finally:
+            cuts.close()  # drop the chunker's hold on the buffer before releasing it
+            tail.release()
 
 
 def rechunk(
@@ -119,6 +191,7 @@ def rechunk(
     changed_start: int,
     changed_end: int,
     stats: RechunkStats | None = None,
+    zeros: ZeroRuns = (),
 ) -> list[ChunkRef]:
     """The chunk list of ``data`` (an object's new contents), reusing ``old`` where valid.
 
@@ -129,16 +202,17 @@ def rechunk(
             is touched).
         changed_start, changed_end: the new contents differ from the old only in
             ``[changed_start, changed_end)`` and in the size.
-        stats: if given, counts what had to be redone.
+        stats: if given, counts what had to be redone (zero chunks skipped unread
+            count as reused, not rechunked).
+        zeros: ranges of ``data`` known to hold only zeros (see :func:`chunk_buffer`).
 
     Returns the same list :func:`chunk_buffer` would return for ``data``.
     """
     new_size = len(data)
     st = stats if stats is not None else RechunkStats()
     if not old or new_size == 0:
-        st.bytes_rechunked += new_size
-        refs = chunk_buffer(data)
-        st.chunks_rehashed += len(refs)
+        refs = chunk_buffer(data, zeros=zeros)
+        _count_new(st, refs)
         return refs
     lo = changed_start
     if new_size != old_size:
@@ -157,16 +231,12 @@ def rechunk(
     st.chunks_reused += first
     view = memoryview(data)
     try:
-        tail = view[start:]
-        cuts = iter_cut_points(tail)
+        chunks = _chunks_from(view, start, zeros)
         try:
-            pos = start
-            for end in cuts:
-                cut = start + end
-                out.append(ChunkRef(pos, cut - pos, chunk_hash(view[pos:cut])))
-                st.chunks_rehashed += 1
-                st.bytes_rechunked += cut - pos
-                pos = cut
+            for chunk in chunks:
+                out.append(chunk)
+                _count_new(st, (chunk,))
+                cut = chunk.end
                 if same_size and cut >= changed_end and cut < new_size:
                     i = bisect.bisect_left(old, cut, key=_offset)
                     if i < len(old) and old[i].offset == cut:
@@ -175,11 +245,19 @@ def rechunk(
                         st.chunks_reused += len(rest)
                         break
         finally:
-            cuts.close()  # drop the chunker's hold on the buffer before releasing it
-            tail.release()
+            chunks.close()  # release the sub-views before the view
     finally:
         view.release()
     return out
+
+
+def _count_new(st: RechunkStats, refs: Iterable[ChunkRef]) -> None:
+    for ref in refs:
+        if ref.hash is ZERO_CHUNK_HASH:
+            st.chunks_reused += 1
+        else:
+            st.chunks_rehashed += 1
+            st.bytes_rechunked += ref.length
 
 
 def _offset(chunk: ChunkRef) -> int:
@@ -188,18 +266,70 @@ def _offset(chunk: ChunkRef) -> int:
 
 def hash_file(fd: int, size: int) -> tuple[bytes, list[ChunkRef]]:
     """Whole-object hash and chunk list of the first ``size`` bytes of open file ``fd``."""
+    return hash_file_only(fd, size), chunk_file(fd, size)
+
+
+def chunk_file(fd: int, size: int) -> list[ChunkRef]:
+    """The chunk list of the first ``size`` bytes of open file ``fd`` (holes unread)."""
     if size == 0:
-        return object_hash(b""), []
+        return []
     with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mapped:
-        return object_hash(mapped), chunk_buffer(mapped)
+        return chunk_buffer(mapped, zeros=file_holes(fd, 0, size))
 
 
 def hash_file_only(fd: int, size: int) -> bytes:
-    """Whole-object hash of the first ``size`` bytes of open file ``fd``."""
+    """Whole-object hash of the first ``size`` bytes of open file ``fd``; holes are
+    hashed from a block of zeros in memory, not read from the file."""
     if size == 0:
         return object_hash(b"")
+    holes = file_holes(fd, 0, size, min_bytes=len(_ZERO_BLOCK))
+    if not holes:
+        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mapped:
+            return object_hash(mapped)
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
     with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mapped:
-        return object_hash(mapped)
+        view = memoryview(mapped)
+        try:
+            pos = 0
+            for a, b in [*holes, (size, size)]:
+                if pos < a:
+                    hasher.update(view[pos:a])
+                for _ in range((b - a) // len(_ZERO_BLOCK)):
+                    hasher.update(_ZERO_BLOCK)
+                hasher.update(memoryview(_ZERO_BLOCK)[: (b - a) % len(_ZERO_BLOCK)])
+                pos = b
+        finally:
+            view.release()
+    return hasher.digest()
+
+
+def file_holes(
+    fd: int, start: int, end: int, *, min_bytes: int = ZERO_RUN_BYTES_MIN
+) -> list[tuple[int, int]]:
+    """The holes of open file ``fd`` in ``[start, end)`` of at least ``min_bytes``, as
+    sorted ``(start, end)`` ranges (they read as zeros). A file system without
+    ``SEEK_HOLE`` reports none, and chunking and hashing then just read the zeros."""
+    holes = []
+    pos = start
+    try:
+        while pos < end:
+            hole = os.lseek(fd, pos, os.SEEK_HOLE)
+            if hole >= end:
+                break
+            try:
+                data = os.lseek(fd, hole, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: no data after the hole
+                    raise
+                data = end
+            data = min(data, end)
+            if data - hole >= min_bytes:
+                holes.append((hole, data))
+            pos = data
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENXIO, errno.EOPNOTSUPP):
+            raise
+    return holes
 
 
 def rechunk_file(
@@ -212,11 +342,15 @@ def rechunk_file(
     changed_end: int,
     stats: RechunkStats | None = None,
 ) -> list[ChunkRef]:
-    """:func:`rechunk` over the first ``new_size`` bytes of open file ``fd`` (memory-mapped)."""
+    """:func:`rechunk` over the first ``new_size`` bytes of open file ``fd`` (memory-mapped).
+
+    Holes past the start of the re-chunked range are not read: an extending truncate
+    or a write past the end costs what its non-zero bytes cost."""
     if new_size == 0:
         return []
     if os.fstat(fd).st_size < new_size:
         raise ValueError("file is shorter than the size being chunked")
+    lo = max(0, min(changed_start, old_size, new_size) - 2 * CHUNK_SIZE_BYTES_MAX)
     with mmap.mmap(fd, new_size, access=mmap.ACCESS_READ) as mapped:
         return rechunk(
             old,
@@ -225,4 +359,5 @@ def rechunk_file(
             changed_start=changed_start,
             changed_end=changed_end,
             stats=stats,
+            zeros=file_holes(fd, lo, new_size),
         )

@@ -7,8 +7,13 @@ Every change follows one protocol (docs/storage-format.md has the details):
 1. check the request (key, version, limits) under the key's exclusive lock;
 2. append a redo record to the journal and wait until it is durable (group commit);
 3. apply the change to the object file (no fsync) and the in-memory attributes;
-4. return. A checkpoint later writes attribute files, syncs the file system once and
-   empties the journal.
+4. return. A checkpoint later writes attribute files, makes every change since the
+   last one durable (:mod:`shuttle.store.durability`) and empties the journal.
+
+A change that adds bytes is admitted first (:mod:`shuttle.store.space`): on a full
+disk it is refused before step 2 with :class:`DiskFullError`, and the store carries
+on. Removes and shrinking truncates are never refused; if their record meets
+``ENOSPC`` the store releases its reserve and appends again.
 
 A crash at any instant leaves each object as it was before the change or after it:
 before step 2 completes the record is torn or absent and the change never happened;
@@ -18,19 +23,22 @@ after it, recovery on the next open redoes the record.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import stat as stat_mod
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from shuttle.errors import (
+    DiskFullError,
     InvalidArgumentError,
     KeyConflictError,
     LimitExceededError,
+    NodeBusyError,
     NotFoundError,
     ShuttleError,
     StorageIOError,
@@ -47,9 +55,10 @@ from shuttle.store.chunking import (
     hash_file,
     hash_file_only,
 )
+from shuttle.store.durability import CheckpointSync, SyncMode
 from shuttle.store.journal import Journal
 from shuttle.store.keys import parent_keys
-from shuttle.store.layout import Layout, sync_filesystem
+from shuttle.store.layout import Layout
 from shuttle.store.locks import KeyLocks, RWLock
 from shuttle.store.paths import SafeRoot, fsync_dir, pwrite_all
 from shuttle.store.recovery import (
@@ -57,19 +66,35 @@ from shuttle.store.recovery import (
     replay,
     write_staging_file,
 )
+from shuttle.store.space import (
+    ATTR_BYTES_BASE,
+    RESERVE_BYTES_DEFAULT,
+    SpaceGuard,
+    is_disk_full,
+)
 from shuttle.store.stats import StoreCounters
 from shuttle.store.uploads import UploadTable
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: One range write or one read moves at most this much. The journal holds a range
 #: write's bytes until the next checkpoint, so the bound keeps it small; bigger objects
 #: stream in through an upload session, and reads come in pieces.
 WRITE_BYTES_MAX = 64 * 1024 * 1024
 READ_BYTES_MAX = 64 * 1024 * 1024
-#: Largest object (sparse offsets included): 1 TiB, far above the data sets we move and
-#: below every file system's file size limit.
+#: Largest object any store accepts (sparse offsets included): 1 TiB, below every file
+#: system's file size limit. A store's own limit (``StoreConfig.object_bytes_max``) is
+#: at most this.
 OBJECT_SIZE_BYTES_MAX = 1 << 40
+#: A store's default limit on object size: 64 GiB, far above the data sets we move.
+#: An object's chunk list grows with its size (64 GiB of zeros: 262,144 chunks, a
+#: 9 MiB attribute file and ~50 MB in memory), so the limit keeps one object's
+#: attributes affordable; raise it with ``shuttle serve --object-bytes-max``.
+OBJECT_BYTES_MAX_DEFAULT = 64 << 30
+#: The reserve file inside the internal directory (see :mod:`shuttle.store.space`).
+RESERVE_FILE_NAME = "reserve"
 
 
 @dataclass(frozen=True)
@@ -89,6 +114,25 @@ class StoreConfig:
     #: by the work since the last checkpoint; 64 MiB replays in well under a second.
     journal_bytes_max: int = 64 * 1024 * 1024
     journal_records_max: int = 4096
+    #: Largest object this store accepts (puts, writes, truncates, uploads).
+    object_bytes_max: int = OBJECT_BYTES_MAX_DEFAULT
+    #: Space kept back so that removes work on a full disk (at most 1/16 of the file
+    #: system; 0: none). See :mod:`shuttle.store.space`.
+    reserve_bytes: int = RESERVE_BYTES_DEFAULT
+
+    #: How a checkpoint makes changes durable: "syncfs" (one call for the file system),
+    #: "fsync" (each changed file and directory), or "auto": syncfs where the file system
+    #: is known to honour it, fsync elsewhere (FUSE, NFS). See shuttle.store.durability.
+    sync_mode: SyncMode = "auto"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.object_bytes_max <= OBJECT_SIZE_BYTES_MAX:
+            raise InvalidArgumentError(
+                f'"object_bytes_max" must be in 1..{OBJECT_SIZE_BYTES_MAX} (1 TiB), got '
+                f"{self.object_bytes_max}"
+            )
+        if self.reserve_bytes < 0:
+            raise InvalidArgumentError(f'"reserve_bytes" must be >= 0, got {self.reserve_bytes}')
 
 
 class StoreCore:
@@ -118,10 +162,28 @@ class StoreCore:
         try:
             self.paths = SafeRoot(self.layout.root)
             self.attrs = AttrTable(self.layout.attrs_dir, self.layout.staging_dir)
+            self.durability = CheckpointSync(self.paths, self.attrs.path_of, self.config.sync_mode)
+            log.info("store %s: checkpoints sync by %s", self.layout.root, self.durability.mode)
             self.uploads = UploadTable(self.layout.uploads_dir)
+            self.space = SpaceGuard(
+                self.layout.root,
+                os.path.join(self.layout.internal, RESERVE_FILE_NAME),
+                self.config.reserve_bytes,
+                owed_bytes=lambda: self.attrs.dirty_count() * ATTR_BYTES_BASE,
+            )
             self.recovery = self._recover()
-        except BaseException:
+            self.space.restore_reserve()
+        except BaseException as exc:
             os.close(self._lock_fd)
+            if isinstance(exc, OSError):
+                # One clear line for the operator, not a traceback from deep inside.
+                cls = DiskFullError if is_disk_full(exc) else StorageIOError
+                raise cls(
+                    f"cannot open data directory {self.layout.root!r}: {exc}. Nothing "
+                    "acknowledged is lost (the journal keeps it); fix the disk and start "
+                    "again"
+                    + (" after freeing space on its file system." if cls is DiskFullError else ".")
+                ) from exc
             raise
 
     # --- lifecycle -------------------------------------------------------------------
@@ -130,13 +192,22 @@ class StoreCore:
         ckpt_seq = self.layout.read_checkpoint_seq()
         self.journal = Journal(self.layout.journal_file, next_seq=ckpt_seq + 1)
         records = list(self.journal.read_valid(after_seq=ckpt_seq))
-        report = replay(records, self.paths, self.layout, self.attrs)
+        try:
+            report = replay(records, self.paths, self.layout, self.attrs)
+        except OSError as exc:
+            # A redo met a full disk: give it the reserve (every record is redoable).
+            if not (is_disk_full(exc) and self.space.release_reserve()):
+                raise
+            report = replay(records, self.paths, self.layout, self.attrs)
         self.layout.clear_dir(self.layout.staging_dir)
         self.layout.clear_dir(self.layout.uploads_dir)
         if records or self.journal.size_bytes:
-            sync_filesystem(self.paths.fd)
-            self.layout.write_checkpoint_seq(self.journal.next_seq - 1)
-            self.journal.reset()
+            try:
+                self.checkpoint()
+            except DiskFullError as exc:
+                # The journal keeps every change and the attributes are in memory: the
+                # node serves, and the next checkpoint runs once removes made room.
+                log.warning("store %s: recovered without a checkpoint: %s", self.layout.root, exc)
         self.counters.add(recovered_records=report.records)
         if report.records:
             log.info(
@@ -177,7 +248,33 @@ class StoreCore:
 
         Runs by itself when the journal passes its bounds; callers may also run it (on
         shutdown, or when idle). Changes wait while it runs.
+
+        On a full disk it uses the reserve; if that is not enough it raises
+        :class:`DiskFullError` and leaves the journal as it was (nothing is lost; the
+        next checkpoint tries again).
         """
+        try:
+            self._checkpoint()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            if not self.space.release_reserve():
+                raise DiskFullError(
+                    f"checkpoint of {self.layout.root!r} postponed: its file system is full "
+                    f"({exc}). Remove objects or give it more space."
+                ) from exc
+            try:
+                self._checkpoint()
+            except OSError as again:
+                if not is_disk_full(again):
+                    raise
+                raise DiskFullError(
+                    f"checkpoint of {self.layout.root!r} postponed: its file system is full "
+                    f"even without the reserve ({again}). Remove objects or give it more space."
+                ) from again
+        self.space.restore_reserve()
+
+    def _checkpoint(self) -> None:
         with self._ckpt_lock, self._gate.write():
             if self._broken is not None:
                 # A journaled change may be unapplied: emptying the journal would lose it.
@@ -185,14 +282,31 @@ class StoreCore:
                 return
             if self.journal.size_bytes == 0 and self.attrs.dirty_count() == 0:
                 return
+            changed = self.attrs.dirty_keys()  # every object changed since the last one
             self.attrs.flush()
             for dir_key in sorted(self._prune, key=len, reverse=True):
                 self.paths.prune_empty_dirs(dir_key)
             self._prune.clear()
-            sync_filesystem(self.paths.fd)
+            self._make_durable(changed)
             self.layout.write_checkpoint_seq(self.journal.next_seq - 1)
             self.journal.reset()
             self.counters.add(checkpoints=1)
+
+    def _make_durable(self, keys: list[str]) -> None:
+        """Sync what changed since the last checkpoint (object files, attribute files,
+        directories: :mod:`shuttle.store.durability`). A failed sync cannot be retried
+        (the kernel may have dropped the pages and cleared the error), so it poisons the
+        store: the journal stays, and reopening redoes it. Caller holds the gate."""
+        try:
+            self.durability.sync(keys)
+        except OSError as exc:
+            self._broken = f"checkpoint sync failed: {exc}"
+            log.error("store %s: %s", self.layout.root, self._broken)
+            raise StorageIOError(
+                f"a checkpoint could not make changes durable on the node's disk ({exc}). "
+                "The journal keeps every change; the store refuses changes until the node "
+                "restarts, and recovery then redoes them. Check the disk and restart."
+            ) from exc
 
     def _maybe_checkpoint(self) -> None:
         cfg = self.config
@@ -200,7 +314,40 @@ class StoreCore:
             self.journal.size_bytes > cfg.journal_bytes_max
             or self.journal.records_since_reset > cfg.journal_records_max
         ) and not self._ckpt_lock.locked():
-            self.checkpoint()
+            try:
+                self.checkpoint()
+            except DiskFullError as exc:
+                # The change that got us here is durable; the journal just grows.
+                log.warning("store %s: %s", self.layout.root, exc)
+
+    def _make_room(self, need_bytes: int) -> None:
+        """Before admitting a change of ``need_bytes``: if the disk is short of it and the
+        journal holds bytes (a second copy of small puts), checkpoint to free them.
+        Caller holds no key lock."""
+        if self.journal.size_bytes and self.space.short_of(need_bytes):
+            with contextlib.suppress(DiskFullError):
+                self.checkpoint()
+
+    def _check_size(self, size: int, what: str) -> None:
+        """Refuse an object size above this store's limit, naming the limit and the flag."""
+        limit = self.config.object_bytes_max
+        if size > limit:
+            raise LimitExceededError(
+                f"{what} would make an object of {size} bytes; objects on this node are "
+                f"limited to {limit} bytes ({limit / (1 << 30):g} GiB, set by `shuttle serve "
+                "--object-bytes-max`). Split the data into several objects, or raise the limit."
+            )
+
+    def _append(self, meta: dict[str, Any], data: Any = b"", *, frees_space: bool = False) -> int:
+        """Journal a change (step 2). A change that frees space (remove, shrinking
+        truncate) is never refused for want of it: on ENOSPC the reserve goes and the
+        append is retried. Caller holds the gate shared."""
+        try:
+            return self.journal.append(meta, data)
+        except OSError as exc:
+            if not (frees_space and is_disk_full(exc) and self.space.release_reserve()):
+                raise
+        return self.journal.append(meta, data)
 
     # --- attributes ------------------------------------------------------------------
 
@@ -277,10 +424,7 @@ class StoreCore:
                     pwrite_all(fd, buf, 0)
                     written = len(buf)
                     buf = bytearray()
-                if written + len(piece) > OBJECT_SIZE_BYTES_MAX:
-                    raise LimitExceededError(
-                        f"object exceeds {OBJECT_SIZE_BYTES_MAX} bytes; split it into objects."
-                    )
+                self._check_size(written + len(piece), "this put")
                 pwrite_all(fd, piece, written)
                 written += len(piece)
         except BaseException:
@@ -334,14 +478,30 @@ class StoreCore:
         self.counters.op(name)
         return _OpScope(self.counters, name)
 
-    @contextlib.contextmanager
-    def _applying(self) -> Iterator[None]:
-        """Around step 3: a failure after the record is durable poisons the store."""
+    def _apply(self, change: Callable[[], _T]) -> _T:
+        """Step 3, ``change()``: it must be redoable (the journal's records are). On a
+        full disk the reserve goes and the change runs again; any other failure after
+        the record is durable poisons the store (reopening redoes the record)."""
         try:
-            yield
+            try:
+                return change()
+            except OSError as exc:
+                if is_out_of_descriptors(exc):
+                    return _retry_while_out_of_descriptors(change)
+                if not (is_disk_full(exc) and self.space.release_reserve()):
+                    raise
+                log.warning("store %s: used the reserve to finish a change", self.layout.root)
+            return change()
         except BaseException as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
             log.error("store %s: change failed after journaling: %s", self.layout.root, exc)
+            if isinstance(exc, OSError):
+                raise StorageIOError(
+                    f"a change failed on the node's disk after it was journaled ({exc}); it "
+                    "may or may not show until the node restarts, and the store refuses "
+                    "changes until then. Restart the node (free space first if the disk is "
+                    "full): recovery completes the change."
+                ) from exc
             raise
 
     @contextlib.contextmanager
@@ -380,6 +540,32 @@ def _is_reg(mode: int) -> bool:
     return stat_mod.S_ISREG(mode)
 
 
+#: Errors of a process (or system) out of file descriptors: transient, not disk faults.
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
+
+#: Waits between retries of a journaled change that found no free descriptor: about
+#: 2 s in all, for connections and reads to give some back. (The node caps its
+#: connections below its descriptor limit, so this is the rare case.)
+DESCRIPTOR_RETRY_DELAYS_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def is_out_of_descriptors(exc: OSError) -> bool:
+    return exc.errno in _OUT_OF_DESCRIPTORS
+
+
+def _retry_while_out_of_descriptors(change: Callable[[], _T]) -> _T:
+    """Run a journaled change again while descriptors are short (its record is durable,
+    so giving up would leave the store refusing changes until a restart)."""
+    for delay in DESCRIPTOR_RETRY_DELAYS_S:
+        time.sleep(delay)
+        try:
+            return change()
+        except OSError as exc:
+            if not is_out_of_descriptors(exc):
+                raise
+    return change()
+
+
 class _OpScope:
     """Around each public call: count its error, turn an OSError into StorageIOError.
     A plain class, not a generator context manager: it is on every call's path."""
@@ -398,6 +584,19 @@ class _OpScope:
             return
         if isinstance(exc, ShuttleError):
             self._counters.error(exc.code)
+        elif isinstance(exc, OSError) and is_out_of_descriptors(exc):
+            self._counters.error(NodeBusyError.code)
+            raise NodeBusyError(
+                f"{self._name} failed: the node is out of file descriptors ({exc.strerror}), "
+                "a passing shortage, not a disk fault. Nothing was changed: retry shortly; if "
+                "it persists, raise the node's 'ulimit -n' or lower --connections-max."
+            ) from exc
+        elif isinstance(exc, OSError) and is_disk_full(exc):
+            self._counters.error(DiskFullError.code)
+            raise DiskFullError(
+                f"{self._name} failed: the node's disk is full ({exc}). Nothing was changed. "
+                "Remove objects (removes always work) or give the file system more space."
+            ) from exc
         elif isinstance(exc, OSError):
             self._counters.error(StorageIOError.code)
             raise StorageIOError(f"{self._name} failed on the node's disk: {exc}") from exc

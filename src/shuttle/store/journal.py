@@ -28,7 +28,7 @@ from typing import Any
 import blake3
 import msgpack
 
-from shuttle.store.paths import BytesLike
+from shuttle.store.paths import BytesLike, fsync_dir
 
 MAGIC = b"SHJ1"
 _HEADER = struct.Struct("<4sIQ32s")
@@ -60,6 +60,9 @@ class Journal:
     def __init__(self, path: str, *, next_seq: int) -> None:
         self.path = path
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # The file's name must survive a power cut before the first record is
+        # acknowledged; on a fresh store nothing else has synced the directory since.
+        fsync_dir(os.path.dirname(path))
         self._append_lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._end = 0  # bytes of valid records

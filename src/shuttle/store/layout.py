@@ -151,7 +151,9 @@ def sync_filesystem(fd: int) -> None:
     """Make every write, rename and unlink on the file system holding ``fd`` durable.
 
     ``syncfs(2)`` on Linux (one call covers data files, attribute files and directories
-    changed since the last checkpoint); ``sync()`` where it is missing.
+    changed since the last checkpoint); ``sync()`` where it is missing. Sound only on
+    file systems that honour it: FUSE never sees it, so :mod:`shuttle.store.durability`
+    decides when to call it.
     """
     if _SYNCFS is None:
         os.sync()

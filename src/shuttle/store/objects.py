@@ -47,7 +47,11 @@ from shuttle.store.recovery import (
     unlink_object,
     write_staging_file,
 )
+from shuttle.store.space import footprint_bytes
 from shuttle.store.uploads import Upload
+
+#: A journal record's header and metadata, about (the key is at most 1 KiB).
+_RECORD_BYTES = 1024 + 256
 
 __all__ = [
     "OBJECT_SIZE_BYTES_MAX",
@@ -265,12 +269,14 @@ class ObjectStore(StoreCore):
 
         Raises:
             VersionMismatchError: ``expected_version`` given and different.
-            LimitExceededError: more than :data:`OBJECT_SIZE_BYTES_MAX` bytes.
+            LimitExceededError: more than ``StoreConfig.object_bytes_max`` bytes.
+            DiskFullError: the disk cannot hold it (nothing changed).
         """
         k = validate_key(key)
         with self._op("put"):
             self._check_usable()
             if isinstance(data, (bytes, bytearray, memoryview)):
+                self._check_size(len(data), "this put")
                 blob: BytesLike | None = data
                 staged = None
             else:
@@ -280,7 +286,9 @@ class ObjectStore(StoreCore):
                 return self._commit_put(k, expected_version, len(blob), whole, chunks, blob, None)
             if staged is None:
                 assert blob is not None
-                staged = write_staging_file(self.layout, blob)
+                self._make_room(len(blob))
+                with self.space.admit(len(blob), f"a put of {k!r}"):
+                    staged = write_staging_file(self.layout, blob)
             try:
                 size, whole, chunks = self._seal(staged)
                 return self._commit_put(k, expected_version, size, whole, chunks, b"", staged)
@@ -300,6 +308,11 @@ class ObjectStore(StoreCore):
         inline: BytesLike,
         staged: str | None,
     ) -> ObjectAttrs:
+        # A staged put's bytes are on disk already (the rename moves them).
+        need = footprint_bytes(
+            data_bytes=len(inline), journal_bytes=len(inline) + _RECORD_BYTES, size_bytes=size
+        )
+        self._make_room(need)
         with self._locks.write(key):
             rec = self._current(key, create_ok=True)
             self._check_version(key, rec, expected_version)
@@ -308,9 +321,11 @@ class ObjectStore(StoreCore):
             meta: dict[str, Any] = {"op": "put", "key": key, "mtime_ns": mtime_ns}
             if staged is not None:
                 meta["staged"] = os.path.relpath(staged, self.layout.internal)
-            with self._gate.read(), self._reserve(key, rec):
-                seq = self.journal.append(meta, inline if staged is None else b"")
-                with self._applying():
+            admit = self.space.admit(need, f"a put of {key!r}")
+            with admit, self._gate.read(), self._reserve(key, rec):
+                seq = self._append(meta, inline if staged is None else b"")
+
+                def apply() -> StoredAttrs:
                     if staged is None:
                         overwrite_object(self.paths, key, inline)
                     else:
@@ -318,6 +333,9 @@ class ObjectStore(StoreCore):
                     new = StoredAttrs(key, size, seq, mtime_ns, whole, tuple(chunks))
                     self.attrs.set(key, new)
                     self.cache.invalidate(key)
+                    return new
+
+                new = self._apply(apply)
             self.counters.add(bytes_written=size)
         self._maybe_checkpoint()
         return new.complete(whole)
@@ -362,13 +380,17 @@ class ObjectStore(StoreCore):
             self._check_version(k, rec, expected_version)
             self._check_usable()
             with self._gate.read():
-                self.journal.append({"op": "remove", "key": k, "mtime_ns": time.time_ns()})
-                with self._applying():
+                meta = {"op": "remove", "key": k, "mtime_ns": time.time_ns()}
+                self._append(meta, frees_space=True)
+
+                def apply() -> None:
                     unlink_object(self.paths, k)
                     self.attrs.remove(k)
                     self.cache.invalidate(k)
                     if "/" in k:
                         self._prune.add(k.rpartition("/")[0])
+
+                self._apply(apply)
 
     def remove_many(self, keys: Sequence[str]) -> builtins.list[bool]:
         """Remove each key; True where it existed. Keys are validated first (one invalid
@@ -408,7 +430,8 @@ class ObjectStore(StoreCore):
             VersionMismatchError: ``expected_version`` given and different.
             InvalidArgumentError: negative offset.
             LimitExceededError: more than :data:`WRITE_BYTES_MAX` bytes, or the object
-                would pass :data:`OBJECT_SIZE_BYTES_MAX`.
+                would pass ``StoreConfig.object_bytes_max``.
+            DiskFullError: the disk cannot hold it (nothing changed).
         """
         k = validate_key(key)
         with self._op("write"):
@@ -419,8 +442,8 @@ class ObjectStore(StoreCore):
                     f"a range write carries at most {WRITE_BYTES_MAX} bytes, got {len(data)}. "
                     "Write in pieces, or use an upload session for a whole large object."
                 )
-            if offset + len(data) > OBJECT_SIZE_BYTES_MAX:
-                raise LimitExceededError(f"objects are limited to {OBJECT_SIZE_BYTES_MAX} bytes.")
+            self._check_size(offset + len(data), f"a write at offset {offset}")
+            self._make_room(self._write_footprint(offset, len(data)))
             result = self._write(k, offset, data, expected_version, create)
         self._maybe_checkpoint()
         return result
@@ -446,9 +469,11 @@ class ObjectStore(StoreCore):
             meta = {"op": "write", "key": k, "mtime_ns": mtime_ns, "offset": offset}
             if rec is None:
                 meta["create"] = True
-            with self._gate.read(), self._reserve(k, rec):
-                seq = self.journal.append(meta, data)
-                with self._applying():
+            admit = self.space.admit(self._write_footprint(offset, len(data)), f"a write to {k!r}")
+            with admit, self._gate.read(), self._reserve(k, rec):
+                seq = self._append(meta, data)
+
+                def apply() -> None:
                     flags = os.O_RDWR | (os.O_CREAT if rec is None else 0)
                     fd = self.paths.open_file(k, flags, create_dirs=rec is None)
                     try:
@@ -459,8 +484,17 @@ class ObjectStore(StoreCore):
                     new = StoredAttrs(k, new_size, seq, mtime_ns, None, chunks)
                     self.attrs.set(k, new)
                     self.cache.write(k, offset, data, old_size)
+
+                self._apply(apply)
             self.counters.add(bytes_written=len(data))
             return WriteResult(k, new_size, seq, mtime_ns)
+
+    @staticmethod
+    def _write_footprint(offset: int, length: int) -> int:
+        # A gap before ``offset`` is a hole: it takes no blocks.
+        return footprint_bytes(
+            data_bytes=length, journal_bytes=length + _RECORD_BYTES, size_bytes=offset + length
+        )
 
     def _rechunk(
         self,
@@ -491,14 +525,18 @@ class ObjectStore(StoreCore):
             NotFoundError: no such object.
             VersionMismatchError: ``expected_version`` given and different.
             InvalidArgumentError: negative size.
-            LimitExceededError: size above :data:`OBJECT_SIZE_BYTES_MAX`.
+            LimitExceededError: size above ``StoreConfig.object_bytes_max``.
+            DiskFullError: an extending truncate on a full disk (a shrinking one always
+                works: it frees space).
+
+        Extending costs what the chunk list costs, not what the zeros would: the new
+        range is a hole, chunked without reading it (and recovered the same way).
         """
         k = validate_key(key)
         with self._op("truncate"):
             if size < 0:
                 raise InvalidArgumentError(f"size must be >= 0, got {size}")
-            if size > OBJECT_SIZE_BYTES_MAX:
-                raise LimitExceededError(f"objects are limited to {OBJECT_SIZE_BYTES_MAX} bytes.")
+            self._check_size(size, f"a truncate to {size} bytes")
             with self._locks.write(k):
                 rec = self._current(k)
                 if rec is None:
@@ -507,9 +545,21 @@ class ObjectStore(StoreCore):
                 self._check_usable()
                 mtime_ns = time.time_ns()
                 meta = {"op": "truncate", "key": k, "mtime_ns": mtime_ns, "size": size}
-                with self._gate.read():
-                    seq = self.journal.append(meta)
-                    with self._applying():
+                shrinks = size <= rec.size
+                need = (
+                    0
+                    if shrinks
+                    else footprint_bytes(data_bytes=0, journal_bytes=_RECORD_BYTES, size_bytes=size)
+                )
+                admit = (
+                    contextlib.nullcontext()
+                    if shrinks
+                    else self.space.admit(need, f"a truncate of {k!r} to {size} bytes")
+                )
+                with admit, self._gate.read():
+                    seq = self._append(meta, frees_space=shrinks)
+
+                    def apply() -> None:
                         fd = self.paths.open_file(k, os.O_RDWR)
                         try:
                             os.ftruncate(fd, size)
@@ -519,25 +569,31 @@ class ObjectStore(StoreCore):
                             os.close(fd)
                         self.attrs.set(k, StoredAttrs(k, size, seq, mtime_ns, None, chunks))
                         self.cache.truncate(k, rec.size, size)
+
+                    self._apply(apply)
                 result = WriteResult(k, size, seq, mtime_ns)
         self._maybe_checkpoint()
         return result
 
     # --- upload sessions ---------------------------------------------------------------
 
-    def begin_upload(self, key: str, *, expected_version: int | None = None) -> str:
+    def begin_upload(
+        self, key: str, *, expected_version: int | None = None, owner: int | None = None
+    ) -> str:
         """Start streaming a whole new version of ``key``; returns the upload id.
 
         Nothing is visible until :meth:`commit_upload`. ``expected_version`` is checked
-        at commit. Sessions do not survive a restart of the node.
+        at commit. Sessions do not survive a restart of the node; those of an ``owner``
+        (a client connection) end when :meth:`release_uploads` is called for it.
 
         Raises:
-            LimitExceededError: too many sessions open.
+            LimitExceededError: the owner has too many sessions open.
+            NodeBusyError: the node's sessions are all in use.
         """
         k = validate_key(key)
         with self._op("begin_upload"):
             self._check_usable()
-            return self.uploads.begin(k, expected_version).upload_id
+            return self.uploads.begin(k, expected_version, owner).upload_id
 
     def upload_write(self, upload_id: str, offset: int, data: BytesLike) -> int:
         """Write a range of the upload (any order; gaps read as zeros). Returns the
@@ -551,9 +607,8 @@ class ObjectStore(StoreCore):
             upload = self.uploads.get(upload_id)
             if offset < 0:
                 raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
-            if offset + len(data) > OBJECT_SIZE_BYTES_MAX:
-                raise LimitExceededError(f"objects are limited to {OBJECT_SIZE_BYTES_MAX} bytes.")
-            with upload.lock:
+            self._check_size(offset + len(data), f"an upload write at offset {offset}")
+            with upload.lock, self.space.admit(len(data), f"an upload write to {upload.key!r}"):
                 if upload.fd < 0:
                     raise NotFoundError(
                         f"upload session {upload_id!r} was committed or aborted meanwhile."
@@ -592,6 +647,18 @@ class ObjectStore(StoreCore):
             with upload.lock:
                 upload.discard()
 
+    def uploads_owned_by(self, owner: int) -> int:
+        """How many open upload sessions ``owner`` (a connection) has."""
+        return self.uploads.owned_by(owner)
+
+    def release_uploads(self, owner: int) -> int:
+        """Abort the sessions ``owner`` opened (its connection closed); returns how many."""
+        theirs: builtins.list[Upload] = self.uploads.release(owner)
+        for upload in theirs:
+            with upload.lock:
+                upload.discard()
+        return len(theirs)
+
     def expire_uploads(self, idle_s: float) -> int:
         """Abort sessions idle for more than ``idle_s`` seconds; returns how many."""
         stale: builtins.list[Upload] = self.uploads.expire(idle_s)
@@ -603,7 +670,9 @@ class ObjectStore(StoreCore):
     # --- counters --------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """Counters of the store, its journal and its block cache (plain types)."""
+        """Counters of the store, its journal and its block cache, and the space on its
+        file system (``space``: total, used and free bytes, the reserve, and the
+        journal's bytes and share of the used space), as plain types."""
         out = self.counters.snapshot()
         out["journal"] = {
             "records": self.journal.records_appended,
@@ -613,4 +682,10 @@ class ObjectStore(StoreCore):
         }
         out["cache"] = self.cache.stats().as_dict()
         out["uploads_open"] = len(self.uploads)
+        space = self.space.snapshot()
+        # The journal's share of the used space: a second copy of small puts and range
+        # writes, freed at the next checkpoint (docs/operations.md).
+        space["journal_bytes"] = self.journal.size_bytes
+        space["journal_share"] = self.journal.size_bytes / max(1, space["used_bytes"])
+        out["space"] = space
         return out

@@ -32,6 +32,14 @@ def symlink_error(key: str, where: str) -> InvalidKeyError:
     )
 
 
+def hard_link_error(key: str, links: int) -> InvalidKeyError:
+    return InvalidKeyError(
+        f"the file of key {key!r} has {links} hard links; the store refuses files that are "
+        "also reachable from elsewhere (reading one could reveal, and writing one change, "
+        "a file outside the data directory). Remove the other links or use another key."
+    )
+
+
 class SafeRoot:
     """A data directory opened once; every path below it is reached by ``openat``.
 
@@ -63,6 +71,14 @@ class SafeRoot:
             # _step always closes the descriptor it is given, even when it raises.
             fd = self._step(fd, part, key, "/".join(parts[: depth + 1]), create)
         return fd, parts[-1]
+
+    def open_dir(self, dir_key: str) -> int:
+        """Open the directory ``dir_key`` (``""``: the data directory) read-only, for an
+        fsync. The caller closes it. Raises like :meth:`open_parent` without ``create``."""
+        if not dir_key:
+            return os.dup(self.fd)
+        fd, leaf = self.open_parent(dir_key, create=False)
+        return self._step(fd, leaf, dir_key, dir_key, False)
 
     def _step(self, fd: int, part: str, key: str, where: str, create: bool) -> int:
         """Descend from directory ``fd`` into ``part``; closes ``fd`` and returns the child."""
@@ -125,6 +141,9 @@ class SafeRoot:
             if not stat.S_ISREG(st.st_mode):
                 os.close(fd)
                 raise NotFoundError(f"{key!r} is not a regular file, so it is not an object.")
+            if st.st_nlink > 1:
+                os.close(fd)
+                raise hard_link_error(key, st.st_nlink)
             return fd
         finally:
             os.close(dir_fd)
@@ -162,6 +181,8 @@ class SafeRoot:
             )
         if not stat.S_ISREG(st.st_mode):
             raise NotFoundError(f"{key!r} is a special file, not an object.")
+        if st.st_nlink > 1:
+            raise hard_link_error(key, st.st_nlink)
         return True
 
     def prune_empty_dirs(self, dir_key: str) -> None:

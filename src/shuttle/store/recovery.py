@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 
 from shuttle.errors import NotFoundError, ShuttleError
 from shuttle.store.attrs import AttrTable, StoredAttrs
-from shuttle.store.chunking import hash_file
+from shuttle.store.chunking import chunk_file
 from shuttle.store.journal import Record
 from shuttle.store.layout import Layout
 from shuttle.store.paths import BytesLike, SafeRoot, pwrite_all
+from shuttle.store.space import is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +33,15 @@ BASE_OPS = frozenset({"put", "remove"})
 
 
 def write_staging_file(layout: Layout, data: BytesLike) -> str:
-    """Write ``data`` to a new staging file (not synced); return its path."""
+    """Write ``data`` to a new staging file (not synced); return its path. On an error
+    (a full disk) the partial file is deleted."""
     path = os.path.join(layout.staging_dir, f"put-{uuid.uuid4().hex}")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         pwrite_all(fd, data, 0)
+    except BaseException:
+        os.unlink(path)
+        raise
     finally:
         os.close(fd)
     return path
@@ -126,8 +131,14 @@ def replay(
     records: Iterable[Record], root: SafeRoot, layout: Layout, attrs: AttrTable
 ) -> RecoveryReport:
     """Redo ``records`` (in sequence order) and rebuild the attributes of every key they
-    touch from the resulting file contents. Attribute files are written but not synced;
-    the caller syncs the file system and then empties the journal."""
+    touch from the resulting file contents, in memory (dirty, as after the changes
+    themselves): the caller's checkpoint writes them and empties the journal. Until it
+    does, the journal keeps every change, so recovery needs no free space of its own
+    and a node whose disk is full comes back (the checkpoint waits for space).
+
+    Raises OSError if a redo meets a full disk (ENOSPC): the journal must be kept, and
+    the caller may free space and replay again (every record is redoable). Other
+    failures to redo a record are logged and reported, and replay carries on."""
     report = RecoveryReport()
     by_key: dict[str, list[Record]] = {}
     for rec in records:
@@ -144,6 +155,8 @@ def replay(
             try:
                 redo(root, layout, rec)
             except (OSError, ShuttleError) as exc:
+                if is_disk_full(exc):
+                    raise
                 msg = f"could not redo {rec.meta['op']} of {key!r} (seq {rec.seq}): {exc}"
                 log.error(msg)
                 report.failures.append(msg)
@@ -154,15 +167,18 @@ def replay(
 def rebuild_attrs(
     root: SafeRoot, attrs: AttrTable, key: str, *, version: int, mtime_ns: int
 ) -> None:
-    """Recompute ``key``'s attributes from its file and write them (or delete them)."""
+    """Recompute ``key``'s attributes from its file into ``attrs`` (or mark it removed).
+
+    The chunk list skips the file's holes; the whole-object hash is left pending for
+    the first stat, so recovering an extending truncate of gigabytes is quick."""
     try:
         fd = root.open_file(key, os.O_RDONLY)
     except (ShuttleError, OSError):
-        attrs.delete_file(key)
+        attrs.remove(key)
         return
     try:
         size = os.fstat(fd).st_size
-        whole, chunks = hash_file(fd, size)
+        chunks = chunk_file(fd, size)
     finally:
         os.close(fd)
-    attrs.write_file(StoredAttrs(key, size, version, mtime_ns, whole, tuple(chunks)))
+    attrs.set(key, StoredAttrs(key, size, version, mtime_ns, None, tuple(chunks)))

@@ -3,7 +3,10 @@ any order, and made visible only by an atomic commit.
 
 Sessions live in memory and in ``.shuttle/uploads``; they do not survive a restart of
 the node (recovery deletes their files), so a client whose session vanished starts it
-again. Sessions nobody touches are reclaimed by :meth:`UploadTable.expire`.
+again. Sessions nobody touches are reclaimed by :meth:`UploadTable.expire`; a session
+opened over a connection is owned by it (``owner``), and released as soon as that
+connection closes (:meth:`UploadTable.release`), so a client that went away cannot
+keep the node's sessions from others.
 """
 
 from __future__ import annotations
@@ -15,11 +18,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from shuttle.errors import LimitExceededError, NotFoundError
+from shuttle.errors import LimitExceededError, NodeBusyError, NotFoundError
 
 #: Open sessions per node. Each holds a file descriptor and a staging file; 256 is far
 #: above what a handful of clients streaming in parallel need and far below fd limits.
 UPLOADS_OPEN_MAX = 256
+
+#: Open sessions per owner (one client connection). A client streams one object at a
+#: time per connection; 16 leaves room for a pipelined few, and one connection can
+#: take no more than 1/16 of the node's sessions.
+UPLOADS_PER_OWNER_MAX = 16
 
 
 @dataclass
@@ -31,6 +39,8 @@ class Upload:
     expected_version: int | None
     path: str
     fd: int
+    #: The connection that opened it (None: an in-process caller).
+    owner: int | None = None
     size: int = 0
     bytes_written: int = 0
     touched_s: float = field(default_factory=time.monotonic)
@@ -50,6 +60,11 @@ class Upload:
             os.unlink(self.path)
 
 
+#: Owners (connections) whose sessions were released, remembered so that a begin
+#: racing the release (still running when its connection closed) is refused.
+RELEASED_OWNERS_KEPT = 4096
+
+
 class UploadTable:
     """The open sessions of one store. Thread-safe."""
 
@@ -57,18 +72,28 @@ class UploadTable:
         self.uploads_dir = uploads_dir
         self._lock = threading.Lock()
         self._open: dict[str, Upload] = {}
+        self._released: dict[int, None] = {}  # insertion-ordered: the oldest go first
 
-    def begin(self, key: str, expected_version: int | None) -> Upload:
+    def begin(self, key: str, expected_version: int | None, owner: int | None = None) -> Upload:
         with self._lock:
+            if owner is not None and owner in self._released:
+                raise NotFoundError("the connection that began this upload has closed")
+            if owner is not None:
+                mine = sum(1 for u in self._open.values() if u.owner == owner)
+                if mine >= UPLOADS_PER_OWNER_MAX:
+                    raise LimitExceededError(
+                        f"this connection already has {mine} upload sessions open (the "
+                        f"limit is {UPLOADS_PER_OWNER_MAX}); commit or abort one first"
+                    )
             if len(self._open) >= UPLOADS_OPEN_MAX:
-                raise LimitExceededError(
-                    f"{UPLOADS_OPEN_MAX} upload sessions are already open on this node; "
-                    "commit or abort some, or wait for idle ones to expire."
+                raise NodeBusyError(
+                    f"all {UPLOADS_OPEN_MAX} upload sessions of this node are in use by other "
+                    "clients; nothing was changed: retry shortly"
                 )
             upload_id = secrets.token_hex(16)
             path = os.path.join(self.uploads_dir, upload_id)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-            upload = Upload(upload_id, key, expected_version, path, fd)
+            upload = Upload(upload_id, key, expected_version, path, fd, owner)
             self._open[upload_id] = upload
             return upload
 
@@ -100,6 +125,22 @@ class UploadTable:
             for u in stale:
                 del self._open[u.upload_id]
         return stale
+
+    def release(self, owner: int) -> list[Upload]:
+        """Remove and return the sessions ``owner`` opened (its connection closed)."""
+        with self._lock:
+            theirs = [u for u in self._open.values() if u.owner == owner]
+            for u in theirs:
+                del self._open[u.upload_id]
+            self._released[owner] = None
+            while len(self._released) > RELEASED_OWNERS_KEPT:
+                del self._released[next(iter(self._released))]
+        return theirs
+
+    def owned_by(self, owner: int) -> int:
+        """How many open sessions ``owner`` has."""
+        with self._lock:
+            return sum(1 for u in self._open.values() if u.owner == owner)
 
     def close_all(self) -> None:
         with self._lock:

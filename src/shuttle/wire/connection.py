@@ -49,12 +49,15 @@ from shuttle.wire.frames import (
     PREFIX_UNPACK_FROM,
     FrameReader,
     RawFrame,
+    brief,
     encode_frame,
     encode_frame_fast,
+    nested_too_deep,
     pack_header,
     unpack_header,
 )
 from shuttle.wire.limits import (
+    HEADER_DEPTH_MAX,
     NONCE_BYTES,
     OP_NAME_BYTES_MAX,
     PREFIX_BYTES,
@@ -110,6 +113,8 @@ class Connection:
         self._reader = FrameReader(
             header_bytes_max=self.our_limits.header_bytes_max,
             payload_bytes_max=self.our_limits.payload_bytes_max,
+            # A node's peers are not trusted: a payload costs what has arrived of it.
+            grow_payloads=self._is_server,
         )
         #: Requests sent (client) or received (server) and not yet answered.
         self._in_flight: set[int] = set()
@@ -139,6 +144,11 @@ class Connection:
         return self._reader.buffered_bytes
 
     @property
+    def partial_frame(self) -> bool:
+        """True while part of a frame has arrived and the rest has not."""
+        return self._reader.partial_frame
+
+    @property
     def eof_received(self) -> bool:
         """True once :meth:`receive_data` was given the end of the stream."""
         return self._eof
@@ -152,6 +162,7 @@ class Connection:
             or reader._pos != len(reader._buf)
             or reader._skip != 0
             or reader._payload is not None
+            or reader._parts is not None
         )
 
     def next_request_id(self) -> int:
@@ -383,6 +394,7 @@ class Connection:
             or reader._pos != len(reader._buf)
             or reader._skip
             or reader._payload is not None
+            or reader._parts is not None
         ):
             return None
         magic, kind, flags, header_len, payload_len = PREFIX_UNPACK_FROM(data, 0)
@@ -401,6 +413,8 @@ class Connection:
             h = unpack_header(data[PREFIX_BYTES:head_end])
         except Exception:  # receive_event raises the protocol error
             return None
+        if header_len > HEADER_DEPTH_MAX and nested_too_deep(h):
+            return None  # likewise
         if type(h) is not list or len(h) != 3:
             return None
         rid, op, args = h
@@ -429,6 +443,7 @@ class Connection:
             or reader._pos != len(reader._buf)
             or reader._skip
             or reader._payload is not None
+            or reader._parts is not None
         ):
             return None
         magic, kind, flags, header_len, payload_len = PREFIX_UNPACK_FROM(data, 0)
@@ -447,6 +462,8 @@ class Connection:
             h = unpack_header(data[PREFIX_BYTES:head_end])
         except Exception:  # receive_event raises the protocol error
             return None
+        if header_len > HEADER_DEPTH_MAX and nested_too_deep(h):
+            return None  # likewise
         if type(h) is not list or len(h) != 2:
             return None
         rid = h[0]
@@ -580,13 +597,13 @@ class Connection:
                 raise RemoteProtocolError(f"a client sent a {kind.name} frame")
             expected = 2 if kind is FrameKind.RESPONSE else 3
             if not isinstance(h, list) or len(h) != expected or not isinstance(h[0], int):
-                raise RemoteProtocolError(f"malformed {kind.name} header {h!r:.200}")
+                raise RemoteProtocolError(f"malformed {kind.name} header {brief(h)}")
             rid = h[0]
             if rid != 0 and rid not in self._in_flight:
                 raise RemoteProtocolError(f"response for request {rid}, which is not in flight")
             if kind is FrameKind.ERROR:
                 if not isinstance(h[1], str) or not isinstance(h[2], str):
-                    raise RemoteProtocolError(f"malformed ERROR header {h!r:.200}")
+                    raise RemoteProtocolError(f"malformed ERROR header {brief(h)}")
                 return ErrorResponse(rid, h[1], h[2])
             if refused:
                 return ErrorResponse(
@@ -597,11 +614,11 @@ class Connection:
                 )
             return Response(rid, h[1], payload)
         if not isinstance(h, dict):
-            raise RemoteProtocolError(f"malformed {kind.name} header {h!r:.200}")
+            raise RemoteProtocolError(f"malformed {kind.name} header {brief(h)}")
         if kind is FrameKind.HELLO:
             vmin, vmax = h.get("version_min"), h.get("version_max")
             if not isinstance(vmin, int) or not isinstance(vmax, int):
-                raise RemoteProtocolError(f"HELLO without integer versions: {h!r:.200}")
+                raise RemoteProtocolError(f"HELLO without integer versions: {brief(h)}")
             creds = h.get("credentials")
             return Hello(
                 vmin, vmax, str(h.get("client", "")), creds if isinstance(creds, dict) else None
@@ -613,7 +630,7 @@ class Connection:
                 or not isinstance(node, str)
                 or not (proof is None or isinstance(proof, bytes))
             ):
-                raise RemoteProtocolError(f"malformed WELCOME header {h!r:.200}")
+                raise RemoteProtocolError(f"malformed WELCOME header {brief(h)}")
             limits = h.get("limits")
             return Welcome(version, node, limits if isinstance(limits, dict) else {}, proof)
         if kind is FrameKind.CHALLENGE:
@@ -625,14 +642,19 @@ class Connection:
         if not self._is_server:
             raise RemoteProtocolError("a node sent a REQUEST frame")
         if not isinstance(h, list) or len(h) != 3 or not isinstance(h[0], int) or h[0] <= 0:
-            raise RemoteProtocolError(f"malformed REQUEST header {h!r:.200}")
+            raise RemoteProtocolError(f"malformed REQUEST header {brief(h)}")
         rid, op, args = h
         if self._state is not _READY:
             return Request(rid, str(op), {}, b"")  # the transition table refuses it
-        error: ShuttleError | None = None
         if rid in self._in_flight:
-            error = InvalidArgumentError(f"request id {rid} is already in flight")
-        elif len(self._in_flight) >= self.our_limits.in_flight_max:
+            # Its answer could not be told from the first one's: the client is broken.
+            self.state = _ERROR
+            raise RemoteProtocolError(
+                f"request id {rid} is already in flight on this connection; a client must "
+                "not reuse an id before its answer arrives. Closing the connection"
+            )
+        error: ShuttleError | None = None
+        if len(self._in_flight) >= self.our_limits.in_flight_max:
             error = LimitExceededError(
                 f"more than {self.our_limits.in_flight_max} requests in flight on one "
                 "connection; wait for responses before sending more"
@@ -643,7 +665,7 @@ class Connection:
                 f"{self.our_limits.payload_bytes_max}; split it into smaller range writes"
             )
         elif not isinstance(op, str) or not op or len(op) > OP_NAME_BYTES_MAX:
-            error = InvalidArgumentError(f"operation name must be a short string, got {op!r:.80}")
+            error = InvalidArgumentError(f"operation name must be a short string, got {brief(op)}")
         elif not isinstance(args, dict):
             error = InvalidArgumentError(
                 f"arguments of {op!r} must be a map, got {type(args).__name__}"
@@ -666,7 +688,7 @@ def _challenge_from(h: dict[str, Any]) -> Challenge:
         or not 0 < len(scheme) <= SCHEME_BYTES_MAX
     ):
         raise RemoteProtocolError(
-            f"malformed CHALLENGE header {h!r:.200} (expected a {NONCE_BYTES}-byte nonce, "
+            f"malformed CHALLENGE header {brief(h)} (expected a {NONCE_BYTES}-byte nonce, "
             "a boolean key_required and a scheme name); is the node a different Shuttle?"
         )
     return Challenge(nonce, required, scheme)

@@ -12,11 +12,14 @@
     12+H    P     payload      raw bytes, never re-encoded
 
 :class:`FrameReader` turns a byte stream into :class:`RawFrame` objects with bounded
-memory: an oversized payload is skipped as it streams past, not buffered.
+memory: an oversized payload is skipped as it streams past, not buffered, and (on a
+node, ``grow_payloads``) a large payload costs the bytes that have arrived, not the
+length its prefix claims: a peer that claims 16 MiB and sends 10 bytes holds 10 bytes.
 """
 
 from __future__ import annotations
 
+import reprlib
 import struct
 from typing import Any
 
@@ -24,7 +27,7 @@ import msgpack
 
 from shuttle.errors import LimitExceededError, RemoteProtocolError
 from shuttle.wire.events import FrameKind, Payload
-from shuttle.wire.limits import PREFIX_BYTES
+from shuttle.wire.limits import HEADER_DEPTH_MAX, PREFIX_BYTES
 
 MAGIC = b"SH"
 _PREFIX = struct.Struct(">2sBBII")
@@ -44,6 +47,10 @@ assert _PREFIX.size == PREFIX_BYTES
 #: copy at all). Smaller ones are cheaper to slice out of the stream buffer.
 DIRECT_PAYLOAD_BYTES_MIN = 64 << 10
 
+
+#: A growing payload's small arrivals are gathered in buffers of about this size (a
+#: peer sending it in tiny segments must not cost an object per segment).
+_PART_BYTES = 1 << 20
 
 #: One frame off the wire: ``(kind, header, payload, payload_refused)``, the header
 #: decoded from msgpack. ``payload_refused`` is non-zero when the payload was longer
@@ -97,16 +104,52 @@ def encode_frame_fast(
     return [PREFIX_PACK(MAGIC, kind, 0, len(head), payload_len) + head, payload]
 
 
+_brief_repr = reprlib.Repr()
+_brief_repr.maxlevel = 4
+_brief_repr.maxstring = 60
+_brief_repr.maxother = 60
+
+
+def brief(value: Any) -> str:
+    """A short repr for error messages, whatever the value's size or depth (a plain
+    repr of a deeply nested header would exceed the recursion limit)."""
+    return _brief_repr.repr(value)[:200]
+
+
+def nested_too_deep(value: Any, depth_max: int = HEADER_DEPTH_MAX) -> bool:
+    """Whether lists and maps in ``value`` nest deeper than ``depth_max`` (no recursion)."""
+    level: list[Any] = [value]
+    for _ in range(depth_max):
+        inner: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind is list:
+                inner += item
+            elif kind is dict:
+                inner += item.values()
+        if not inner:
+            return False
+        level = inner
+    return any(type(item) is list or type(item) is dict for item in level)
+
+
 def _decode_header(raw: bytes | bytearray) -> Any:
-    """A frame's msgpack header; :class:`RemoteProtocolError` if it is not msgpack."""
+    """A frame's msgpack header; :class:`RemoteProtocolError` if it is not msgpack or
+    nests deeper than :data:`HEADER_DEPTH_MAX`."""
     try:
         # msgpack >= 1.0 (the pinned minimum) defaults to raw=False, use_list=True and
         # strict_map_key=True: str keys and values, lists, no non-str/bytes map keys.
-        return unpack_header(raw)
+        header = unpack_header(raw)
     except Exception as exc:  # msgpack raises many types on garbage
         raise RemoteProtocolError(
             f"undecodable frame header ({type(exc).__name__}: {exc}); the stream is corrupt"
         ) from exc
+    if len(raw) > HEADER_DEPTH_MAX and nested_too_deep(header):
+        raise RemoteProtocolError(
+            f"frame header nests lists or maps deeper than {HEADER_DEPTH_MAX} levels; "
+            "the peer is broken or hostile"
+        )
+    return header
 
 
 class FrameReader:
@@ -117,7 +160,9 @@ class FrameReader:
     reader is then unusable.
     """
 
-    def __init__(self, *, header_bytes_max: int, payload_bytes_max: int) -> None:
+    def __init__(
+        self, *, header_bytes_max: int, payload_bytes_max: int, grow_payloads: bool = False
+    ) -> None:
         self._header_bytes_max = header_bytes_max
         self._payload_bytes_max = payload_bytes_max
         #: Received bytes from ``_pos`` on are not parsed yet. Usually a bytearray that
@@ -132,10 +177,23 @@ class FrameReader:
         self._payload: bytearray | None = None
         self._filled = 0
         self._pending: tuple[FrameKind, Any] | None = None
+        #: With ``grow_payloads`` (a node, whose peers are not trusted), a large
+        #: payload is kept as the chunks that arrived and joined once whole, instead
+        #: of a buffer of the claimed size allocated up front; ``_payload_len`` is the
+        #: claimed size. (A client asked for what it receives: it preallocates, so
+        #: the bytes can be received straight into place.)
+        self._grow = grow_payloads
+        self._parts: list[bytes | bytearray] | None = None
+        self._payload_len = 0
 
     @property
     def buffered_bytes(self) -> int:
         return len(self._buf) - self._pos + self._filled
+
+    @property
+    def partial_frame(self) -> bool:
+        """True while a frame has started to arrive and is not whole yet."""
+        return not self.at_frame_boundary()
 
     def feed(self, data: Payload) -> None:
         if self._skip:
@@ -145,7 +203,23 @@ class FrameReader:
                 return
             data = memoryview(data)[self._skip :]
             self._skip = 0
-        if self._payload is not None:
+        if self._parts is not None:
+            n = len(data) if not isinstance(data, memoryview) else data.nbytes
+            take = min(n, self._payload_len - self._filled)
+            parts = self._parts
+            if take >= DIRECT_PAYLOAD_BYTES_MIN:
+                parts.append(
+                    data if take == n and type(data) is bytes else bytes(memoryview(data)[:take])
+                )
+            elif parts and type(parts[-1]) is bytearray and len(parts[-1]) < _PART_BYTES:
+                parts[-1] += memoryview(data)[:take]  # small pieces share one buffer
+            else:
+                parts.append(bytearray(memoryview(data)[:take]))
+            self._filled += take
+            if take == n:
+                return
+            data = memoryview(data)[take:]
+        elif self._payload is not None:
             view = memoryview(data).cast("B")
             take = min(view.nbytes, len(self._payload) - self._filled)
             self._payload[self._filled : self._filled + take] = view[:take]
@@ -175,7 +249,12 @@ class FrameReader:
 
     def at_frame_boundary(self) -> bool:
         """True when no partial frame is buffered (a clean place for EOF)."""
-        return self._skip == 0 and self._payload is None and self._pos == len(self._buf)
+        return (
+            self._skip == 0
+            and self._payload is None
+            and self._parts is None
+            and self._pos == len(self._buf)
+        )
 
     def payload_buffer(self) -> memoryview | None:
         """Where the rest of a large payload goes, or None when none is awaited.
@@ -198,7 +277,13 @@ class FrameReader:
         frame, decoded from ``data`` without buffering it; else None, and ``data``
         should go through :meth:`feed` (which also reports anything wrong with it)."""
         n = len(data)
-        if n < PREFIX_BYTES or self._pos != len(self._buf) or self._skip or self._payload:
+        if (
+            n < PREFIX_BYTES
+            or self._pos != len(self._buf)
+            or self._skip
+            or self._payload is not None
+            or self._parts is not None
+        ):
             return None
         magic, kind, flags, header_len, payload_len = PREFIX_UNPACK_FROM(data, 0)
         head_end = PREFIX_BYTES + header_len
@@ -217,10 +302,19 @@ class FrameReader:
             header = unpack_header(data[PREFIX_BYTES:head_end])
         except Exception:  # the long way raises the protocol error
             return None
+        if header_len > HEADER_DEPTH_MAX and nested_too_deep(header):
+            return None  # likewise
         return (frame_kind, header, data[head_end:] if payload_len else b"", 0)
 
     def next_frame(self) -> RawFrame | None:
         """The next complete frame, or ``None`` if more bytes are needed."""
+        if self._parts is not None:
+            if self._filled < self._payload_len:
+                return None
+            assert self._pending is not None
+            (kind_, header_), parts = self._pending, self._parts
+            self._parts, self._pending, self._filled = None, None, 0
+            return (kind_, header_, parts[0] if len(parts) == 1 else b"".join(parts), 0)
         if self._payload is not None:
             if self._filled < len(self._payload):
                 return None
@@ -288,6 +382,15 @@ class FrameReader:
         rest will be received straight into it."""
         buf = self._buf
         have = min(len(buf) - start, payload_len)
+        if self._grow:
+            with memoryview(buf) as view:
+                part = view[start : start + have].tobytes()
+            self._pos = start + have
+            if have == payload_len:
+                return (kind, header, part, 0)
+            self._parts, self._filled, self._pending = [part], have, (kind, header)
+            self._payload_len = payload_len
+            return None
         payload = bytearray(payload_len)
         with memoryview(buf) as view:
             payload[:have] = view[start : start + have]

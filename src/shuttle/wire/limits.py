@@ -46,6 +46,13 @@ NONCE_BYTES = 32
 #: identifiers like ``blake3-keyed-v1``).
 SCHEME_BYTES_MAX = 64
 
+#: Deepest nesting of lists and maps in a frame header. Real headers nest 3 deep (a
+#: request's list, its argument map, a list argument); 64 leaves room for any
+#: structured argument and keeps everything that walks a header (messages, handlers,
+#: re-encoding) far from Python's recursion limit. A header of at most this many bytes
+#: cannot nest deeper, so only longer headers are checked.
+HEADER_DEPTH_MAX = 64
+
 #: Longest operation name (names are identifiers like ``read`` or ``object.invoke``).
 OP_NAME_BYTES_MAX = 128
 

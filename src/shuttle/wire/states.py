@@ -66,6 +66,9 @@ TRANSITIONS: dict[tuple[Role, State, str, type], State] = {
     (_C, State.READY, RECV, ErrorResponse): State.READY,
     (_S, State.START, SEND, Challenge): State.CHALLENGED,
     (_S, State.CHALLENGED, RECV, Hello): State.GREETING,
+    # A node over its connection cap refuses right after its challenge (ERROR rid 0,
+    # code "busy"), then closes.
+    (_S, State.CHALLENGED, SEND, ErrorResponse): State.CLOSED,
     (_S, State.GREETING, SEND, Welcome): State.READY,
     (_S, State.GREETING, SEND, ErrorResponse): State.CLOSED,
     (_S, State.READY, RECV, Request): State.READY,

@@ -4,11 +4,12 @@ garbage never crashes the parser, it raises the protocol error."""
 from __future__ import annotations
 
 import struct
+import tracemalloc
 from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shuttle.errors import (
@@ -37,6 +38,8 @@ from shuttle.wire import (
     Welcome,
     choose_version,
 )
+from shuttle.wire.events import FrameKind
+from shuttle.wire.limits import HEADER_DEPTH_MAX
 
 # --- helpers ----------------------------------------------------------------------
 
@@ -210,14 +213,28 @@ def test_garbage_never_crashes_the_parser(garbage: bytes, sizes: list[int]) -> N
 
 
 @given(header=st.binary(max_size=200))
+@example(header=b"")  # no header at all
+@example(header=b"\xc1")  # a byte msgpack never uses
+@example(header=b"\x93\x01\xa1a\x80\x00")  # a request followed by a stray byte
+@example(header=b"\xa1x")  # decodes, but to a string, not [rid, op, args]
 def test_undecodable_headers_raise_the_protocol_error(header: bytes) -> None:
     _, server = handshake()
     frame = struct.pack(">2sBBII", b"SH", 3, 0, len(header), 0) + header
+    server.receive_data(frame)
     try:
-        server.receive_data(frame)
-        drain(server)
-    except RemoteProtocolError:
-        pass
+        events = drain(server)
+    except RemoteProtocolError as exc:
+        assert "header" in str(exc)
+        assert server.state is State.ERROR
+        with pytest.raises(RemoteProtocolError):
+            server.next_event()  # the stream stays broken
+        return
+    # Only a header that really is [rid, op, args] may get through: as that request,
+    # or as its rejection (the rid is known, so the node can answer it).
+    decoded = msgpack.unpackb(header)
+    assert isinstance(decoded, list) and len(decoded) == 3, decoded
+    assert len(events) == 1 and isinstance(events[0], Request | RequestRejected)
+    assert events[0].rid == decoded[0] and server.state is State.READY
 
 
 def test_bad_magic_is_a_protocol_error_naming_the_problem() -> None:
@@ -280,13 +297,50 @@ def test_duplicate_request_id_and_bad_arguments_are_rejected() -> None:
         h = msgpack.packb(header)
         return struct.pack(">2sBBII", b"SH", 3, 0, len(h), 0) + h
 
-    server.receive_data(raw_request([5, "stat", {}]) + raw_request([5, "stat", {}]))
     server.receive_data(raw_request([6, "stat", [1, 2]]) + raw_request([7, 42, {}]))
-    events = drain(server)
-    assert isinstance(events[0], Request)
-    rejected = events[1:]
+    rejected = drain(server)
+    assert len(rejected) == 2
     assert all(isinstance(e, RequestRejected) for e in rejected)
     assert all(isinstance(e.error, InvalidArgumentError) for e in rejected)  # type: ignore[union-attr]
+    # A second request with an id already in flight is a protocol error: its answer
+    # could not be told from the first one's.
+    server.receive_data(raw_request([5, "stat", {}]) + raw_request([5, "stat", {}]))
+    assert isinstance(server.next_event(), Request)
+    with pytest.raises(RemoteProtocolError, match="request id 5 is already in flight"):
+        server.next_event()
+
+
+def test_a_deeply_nested_header_is_a_protocol_error_with_a_short_message() -> None:
+    """~1,000 levels once made building the error message hit the recursion limit."""
+    for depth in (HEADER_DEPTH_MAX + 1, 1000):
+        _, server = handshake()
+        nested: Any = 1
+        for _ in range(depth):
+            nested = [nested]
+        head = msgpack.packb([1, "stat", {"a": nested}])
+        frame = struct.pack(">2sBBII", b"SH", 3, 0, len(head), 0) + head
+        with pytest.raises(RemoteProtocolError, match="deeper than") as err:
+            server.receive_event(frame)
+        assert len(str(err.value)) < 300
+        _, server = handshake()  # the same through the node's fast lane
+        assert server.receive_request(frame) is None
+    _, server = handshake()  # a malformed deep header: the message stays short
+    nested = [1]
+    for _ in range(1000):
+        nested = [nested]
+    head = msgpack.packb(nested)
+    server.receive_data(struct.pack(">2sBBII", b"SH", 3, 0, len(head), 0) + head)
+    with pytest.raises(RemoteProtocolError) as err:
+        server.next_event()
+    assert len(str(err.value)) < 300
+    # Nesting up to the limit is served.
+    _, server = handshake()
+    nested = 1
+    for _ in range(HEADER_DEPTH_MAX - 3):
+        nested = [nested]
+    head = msgpack.packb([1, "stat", {"a": nested}])
+    ev = server.receive_event(struct.pack(">2sBBII", b"SH", 3, 0, len(head), 0) + head)
+    assert isinstance(ev, Request)
 
 
 def test_requests_before_the_handshake_are_a_protocol_error() -> None:
@@ -356,22 +410,53 @@ def test_large_payloads_round_trip_in_any_chunking(size: int, sizes: list[int]) 
 
 
 def test_large_payload_received_in_place() -> None:
-    """The I/O layer may write a large payload straight into its final buffer."""
-    client, server = handshake()
+    """A client may write a large reply's payload straight into its final buffer."""
+    client, _server = handshake()
     body = bytes(range(256)) * 1024  # 256 KiB
-    wire = client.send_bytes(Request(1, "put", {}, body)) + client.send_bytes(
-        Request(2, "ping", {})
-    )
-    server.receive_data(wire[:100])  # the header and a little of the payload
-    assert server.next_event() is NEED_DATA
+    client.send_bytes(Request(1, "read", {}))
+    client.send_bytes(Request(2, "ping", {}))
+    wire = server_reply(1, body) + server_reply(2, b"")
+    client.receive_data(wire[:100])  # the header and a little of the payload
+    assert client.next_event() is NEED_DATA
     pos = 100
-    while (target := server.receive_buffer()) is not None:
+    while (target := client.receive_buffer()) is not None:
         n = min(len(target), 50_000, len(wire) - pos)
         target[:n] = wire[pos : pos + n]
-        server.received_into(n)
+        client.received_into(n)
         pos += n
-    events = [server.next_event()]
-    server.receive_data(wire[pos:])
-    events += drain(server)
-    assert isinstance(events[0], Request) and bytes(events[0].payload) == body
-    assert isinstance(events[1], Request) and events[1].op == "ping"
+    events = [client.next_event()]
+    client.receive_data(wire[pos:])
+    events += drain(client)
+    assert isinstance(events[0], Response) and bytes(events[0].payload) == body
+    assert isinstance(events[1], Response) and events[1].rid == 2
+
+
+def server_reply(rid: int, payload: bytes) -> bytes:
+    """A RESPONSE frame as a node sends it."""
+    head = msgpack.packb([rid, None])
+    return struct.pack(">2sBBII", b"SH", FrameKind.RESPONSE, 0, len(head), len(payload)) + (
+        head + payload
+    )
+
+
+def test_a_node_holds_only_the_payload_bytes_that_arrived() -> None:
+    """A request whose prefix claims 16 MiB and delivers 10 bytes costs the node 10
+    bytes, not 16 MiB (a stalled or hostile client cannot make it allocate)."""
+    client, server = handshake()
+    body = b"x" * (16 << 20)
+    wire = client.send_bytes(Request(1, "put", {"key": "k"}, body))
+    tracemalloc.start()
+    try:
+        server.receive_data(wire[: len(wire) - len(body) + 10])
+        assert server.next_event() is NEED_DATA
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert server.partial_frame
+    assert held < 1 << 20, f"{held} bytes held for a 10-byte partial payload"
+    # The rest arrives in pieces; the request comes out whole and correct.
+    sizes = [1, 65_536, 3 << 20, 1 << 20]
+    events = feed_in_chunks(server, wire[len(wire) - len(body) + 10 :], sizes)
+    assert len(events) == 1 and isinstance(events[0], Request)
+    assert bytes(events[0].payload) == body
+    assert not server.partial_frame

@@ -1,0 +1,126 @@
+"""What one node lets its clients hold: connections, descriptors, unsent replies and
+time, each a named limit with the reason for its default (docs/operations.md).
+
+A node serves clients it does not trust. Everything a connection can make the node
+hold is bounded by something the node controls:
+
+* **memory for requests**: a frame's payload costs the bytes that have arrived, not
+  the length its prefix claims (:class:`~shuttle.wire.frames.FrameReader` on a node),
+  and a frame that stops arriving is cut after :attr:`ServerLimits.frame_timeout_s`;
+* **memory for replies**: a connection whose client does not read stops being served
+  (its requests wait in the socket) once its unsent replies pass the write buffer's
+  high mark, and it never has more than :attr:`ServerLimits.executing_max` requests
+  running, so what it can pile up is bounded by a few replies;
+* **descriptors**: the soft descriptor limit is raised to the hard one at start, and
+  connections past :attr:`ServerLimits.connections_max` are refused with a
+  ``busy`` error instead of taking the descriptors the store needs;
+* **time**: a connection idle for :attr:`ServerLimits.idle_timeout_s` is closed
+  (with GOODBYE; clients reconnect transparently).
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+from dataclasses import dataclass
+
+from shuttle.errors import ConfigError
+
+log = logging.getLogger("shuttle.node")
+
+#: A frame (a request and its payload) must arrive whole within this long once its
+#: first byte came. 16 MiB, the largest frame, needs 280 KB/s to make it: far below
+#: any link a node serves (the slowest link profile moves 1 MiB pieces in seconds),
+#: far above what a stalled or hostile peer should be allowed to hold.
+FRAME_TIMEOUT_S = 60.0
+
+#: A connection with nothing in flight and nothing arriving for this long is closed.
+#: Clients keep connections in pools and reconnect on the next call, so closing an
+#: idle one costs them one handshake; keeping thousands costs the node descriptors.
+IDLE_TIMEOUT_S = 300.0
+
+#: Connections served at once. Each costs a descriptor and a few KiB; 16,384 is far
+#: above what a cluster's clients need, and under the hard descriptor limit of a stock
+#: Debian (1,048,576; 20,000 on these machines); it is lowered to fit a smaller limit
+#: (:func:`effective_connections_max`).
+CONNECTIONS_MAX = 16_384
+
+#: Descriptors kept for the node itself when the connection cap is fitted to a low
+#: limit (at most half the limit): the store (journal, object files being written,
+#: upload sessions), the thread pool's reads, hosted objects' workers and their pipes.
+DESCRIPTORS_RESERVED = 512
+
+#: Requests of one connection running at once in the thread pool (store operations;
+#: inline requests run one at a time on the loop anyway, and the run-time's object
+#: calls are not capped, since one may wait for another on the same connection). The
+#: pool has 4 threads, so more would only queue there, and each finished request may
+#: hold a reply of up to 16 MiB until its client reads it: 2 keeps a client that never
+#: reads under ~50 MiB, and spreads the pool fairly over connections.
+EXECUTING_MAX = 2
+
+#: Unsent reply bytes of one connection above which its requests stop being taken
+#: (asyncio's write buffer high mark). Low enough to bound a non-reading client,
+#: high enough that a streaming client never waits for it (replies drain at once).
+UNSENT_HIGH_BYTES = 4 << 20
+
+#: Unsent reply bytes of all connections together above which connections that still
+#: hold unsent bytes stop being taken (measured by the housekeeping sweep).
+NODE_UNSENT_MAX_BYTES = 256 << 20
+
+#: How often the housekeeping sweep looks at every connection (timeouts, node totals).
+SWEEP_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """The admission limits one node enforces (flags of ``shuttle serve``)."""
+
+    connections_max: int = CONNECTIONS_MAX
+    frame_timeout_s: float = FRAME_TIMEOUT_S
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    executing_max: int = EXECUTING_MAX
+    unsent_high_bytes: int = UNSENT_HIGH_BYTES
+    node_unsent_max_bytes: int = NODE_UNSENT_MAX_BYTES
+    sweep_interval_s: float = SWEEP_INTERVAL_S
+
+    def __post_init__(self) -> None:
+        if self.connections_max < 1:
+            raise ConfigError(f"--connections-max must be ≥ 1, got {self.connections_max}")
+        if self.frame_timeout_s <= 0 or self.idle_timeout_s <= 0:
+            raise ConfigError(
+                "--frame-timeout and --idle-timeout must be positive seconds, got "
+                f"{self.frame_timeout_s:g} and {self.idle_timeout_s:g}"
+            )
+        if self.executing_max < 1:
+            raise ConfigError(
+                f"requests executing per connection must be ≥ 1, got {self.executing_max}"
+            )
+
+
+def raise_descriptor_limit() -> tuple[int, int]:
+    """Raise this process's soft descriptor limit to its hard limit (idle connections
+    must not starve the store of descriptors); returns the (soft, hard) now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:  # a container may forbid it
+            log.warning("could not raise the descriptor limit %d to %d: %s", soft, hard, exc)
+    return soft, hard
+
+
+def effective_connections_max(requested: int, descriptor_limit: int) -> int:
+    """The connection cap that fits ``descriptor_limit`` with the node's own reserve."""
+    fitted = max(1, descriptor_limit - min(DESCRIPTORS_RESERVED, descriptor_limit // 2))
+    if requested > fitted:
+        log.warning(
+            "serving at most %d connections (asked for %d): the descriptor limit is %d and "
+            "%d are kept for the store; raise 'ulimit -n' to serve more",
+            fitted,
+            requested,
+            descriptor_limit,
+            DESCRIPTORS_RESERVED,
+        )
+        return fitted
+    return requested

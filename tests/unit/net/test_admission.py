@@ -1,0 +1,50 @@
+"""The node's admission limits: validated, and fitted to the descriptor limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shuttle.errors import ConfigError
+from shuttle.net.admission import ServerLimits, effective_connections_max
+from shuttle.node.config import NodeConfig, is_loopback
+
+
+def test_the_connection_cap_fits_under_the_descriptor_limit() -> None:
+    assert effective_connections_max(16_384, 1_048_576) == 16_384
+    assert effective_connections_max(16_384, 20_000) == 16_384
+    assert effective_connections_max(16_384, 1024) == 512  # 512 kept for the node
+    assert effective_connections_max(16_384, 256) == 128  # at most half kept
+    assert effective_connections_max(100, 256) == 100
+
+
+def test_bad_limits_are_refused_naming_the_flag() -> None:
+    with pytest.raises(ConfigError, match="--connections-max"):
+        ServerLimits(connections_max=0)
+    with pytest.raises(ConfigError, match="--frame-timeout"):
+        ServerLimits(frame_timeout_s=0)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.0.1", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.1", False),
+        ("node1.example", False),
+    ],
+)
+def test_loopback_addresses(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_a_node_beyond_loopback_needs_a_key_or_insecure(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--insecure"):
+        NodeConfig(data_dir=tmp_path, host="10.0.0.1")
+    NodeConfig(data_dir=tmp_path, host="10.0.0.1", insecure=True)
+    NodeConfig(data_dir=tmp_path, host="10.0.0.1", key_file=tmp_path / "key")
