@@ -11,10 +11,12 @@ test: setup-dev lint
 
 # Power-loss tier (needs root and FUSE): a node on LazyFS, POINTS power cuts, checks.
 # LAZYFS is a built LazyFS directory or its build script (built once into ~/.cache/shuttle).
-LAZYFS ?= ../shared/vendor/build-lazyfs.sh
+# Without LAZYFS: $$SHUTTLE_LAZYFS, else ../shared/vendor/build-lazyfs.sh beside this
+# checkout or the repository it was cloned from, else a LazyFS already built.
+LAZYFS ?=
 POINTS ?= 1000
 test-powerloss: setup-dev
-	.venv/bin/python -m tests.powerloss --lazyfs $(LAZYFS) --points $(POINTS) $(POWERLOSS_ARGS)
+	.venv/bin/python -m tests.powerloss $(if $(LAZYFS),--lazyfs $(LAZYFS)) --points $(POINTS) $(POWERLOSS_ARGS)
 
 setup:
 	scripts/setup.sh

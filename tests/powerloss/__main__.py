@@ -11,11 +11,10 @@ from pathlib import Path
 
 from tests.powerloss.harness import Report, run_points, write_json
 from tests.powerloss.lazyfs import (
-    DEFAULT_BUILD_SCRIPT,
-    REPO,
     LazyFS,
     LazyFSUnavailable,
     build_cache,
+    default_source,
     locate,
     unavailable_reason,
 )
@@ -28,8 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lazyfs",
         type=Path,
-        default=REPO / DEFAULT_BUILD_SCRIPT,
-        help="a built LazyFS directory, or build-lazyfs.sh (built once into ~/.cache/shuttle)",
+        default=None,
+        help="a built LazyFS directory, or build-lazyfs.sh (built once into ~/.cache/shuttle); "
+        "default: $SHUTTLE_LAZYFS, else ../shared/vendor/build-lazyfs.sh beside this checkout "
+        "or the repository it was cloned from, else a LazyFS already built",
     )
     parser.add_argument("--workdir", type=Path, help="where the mount lives (default: a temp dir)")
     parser.add_argument("--json", type=Path, help="write the figures here")
@@ -41,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"power-loss tier: cannot run: {reason}", file=sys.stderr)
         return 2
     try:
-        build = locate(args.lazyfs.resolve(), build_cache(args.lazyfs.resolve()))
+        source = (args.lazyfs or default_source()).resolve()
+        build = locate(source, build_cache(source))
     except LazyFSUnavailable as exc:
         print(f"power-loss tier: cannot run: {exc}", file=sys.stderr)
         return 2

@@ -34,6 +34,29 @@ DEFAULT_BUILD_SCRIPT = Path("../shared/vendor/build-lazyfs.sh")
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shuttle"
 
 
+def default_source() -> Path:
+    """Where to find LazyFS when no one said: ``$SHUTTLE_LAZYFS``; else the build script
+    beside this checkout, or beside the repository it was cloned from (CI runs in a
+    fresh clone elsewhere); else a LazyFS already built into the cache."""
+    named = os.environ.get("SHUTTLE_LAZYFS")
+    if named:
+        return Path(named).resolve()
+    candidates = [REPO / DEFAULT_BUILD_SCRIPT]
+    origin = subprocess.run(
+        ["git", "-C", str(REPO), "config", "--get", "remote.origin.url"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    if origin and Path(origin).is_dir():
+        candidates.append(Path(origin) / DEFAULT_BUILD_SCRIPT)
+    candidates += sorted(CACHE_ROOT.glob("lazyfs-*"))
+    for candidate in candidates:
+        if candidate.is_file() or (candidate / "lazyfs").is_file():
+            return candidate.resolve()
+    return candidates[0].resolve()
+
+
 def build_cache(source: Path) -> Path:
     """The cache directory for a LazyFS built by the script ``source`` (keyed by the
     script and the source archives beside it)."""

@@ -2,23 +2,22 @@
 on LazyFS, nothing acknowledged lost, nothing torn, every restart clean.
 
 The full tier is ``make test-powerloss`` (1,000 points). LazyFS is built once into
-the user's cache (``~/.cache/shuttle``) from ``SHUTTLE_LAZYFS`` (a build script or a
-built directory; default ``../shared/vendor/build-lazyfs.sh`` next to the repository).
+the user's cache (``~/.cache/shuttle``) from :func:`default_source`: ``SHUTTLE_LAZYFS``
+(a build script or a built directory), else ``../shared/vendor/build-lazyfs.sh``
+beside this checkout or the repository it was cloned from.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from tests.powerloss.harness import run_points
 from tests.powerloss.lazyfs import (
-    DEFAULT_BUILD_SCRIPT,
-    REPO,
     LazyFS,
     build_cache,
+    default_source,
     locate,
     unavailable_reason,
 )
@@ -28,10 +27,6 @@ from tests.powerloss.lazyfs import (
 POINTS = 5
 
 
-def _lazyfs_source() -> Path:
-    return Path(os.environ.get("SHUTTLE_LAZYFS", REPO / DEFAULT_BUILD_SCRIPT)).resolve()
-
-
 # The first run in a checkout builds LazyFS (apt packages and a compile, about 2.5 min
 # here); later runs, fresh clones included, reuse ~/.cache/shuttle and take 15-30 s.
 @pytest.mark.timeout(900)
@@ -39,7 +34,7 @@ def test_power_cuts_lose_nothing_acknowledged(tmp_path: Path) -> None:
     reason = unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
-    source = _lazyfs_source()
+    source = default_source()
     if not source.exists():
         pytest.skip(f"no LazyFS source at {source}; set SHUTTLE_LAZYFS to build-lazyfs.sh")
     build = locate(source, build_cache(source))

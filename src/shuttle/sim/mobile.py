@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from shuttle.errors import InvalidArgumentError
 from shuttle.sim.blocks import block_keys
 from shuttle.sim.config import ServerConfig
 from shuttle.sim.metrics import MobileStats, TrafficStats
@@ -48,7 +49,9 @@ class MobileApp:
         on_finish: Callable[[float], None] | None = None,
     ) -> None:
         if placement not in APP_PLACEMENTS:
-            raise ValueError(f"placement must be one of {APP_PLACEMENTS}, not {placement!r}")
+            raise InvalidArgumentError(
+                f"placement must be one of {APP_PLACEMENTS}, not {placement!r}"
+            )
         self.server = server
         self.config = config
         self.placement = placement

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from shuttle.errors import InvalidArgumentError
 from shuttle.sim.blocks import block_keys
 from shuttle.sim.config import ExperimentConfig, ServerConfig
 from shuttle.sim.kernel import Kernel
@@ -178,7 +179,7 @@ def simulate_interval(
     (more is ignored); ``warm`` is the cache state at the start of that slice.
     """
     if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {PLACEMENTS}, not {placement!r}")
+        raise InvalidArgumentError(f"placement must be one of {PLACEMENTS}, not {placement!r}")
     began = time.perf_counter()
     began_cpu = time.process_time()
     speed = config.client_speed

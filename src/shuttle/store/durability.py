@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
-from shuttle.errors import InvalidKeyError, KeyConflictError, NotFoundError
+from shuttle.errors import ConfigError, InvalidKeyError, KeyConflictError, NotFoundError
 from shuttle.store.layout import sync_filesystem
 from shuttle.store.paths import SafeRoot
 
@@ -75,7 +75,7 @@ def choose_sync_mode(mode: SyncMode, root_fd: int, *, mountinfo: str | None = No
     ``syncfs`` on a file system in :data:`SYNCFS_FILESYSTEMS` and ``fsync`` anywhere
     else (including when the type cannot be found)."""
     if mode not in SYNC_MODES:
-        raise ValueError(f'"sync_mode" must be one of {", ".join(SYNC_MODES)}, got {mode!r}')
+        raise ConfigError(f'"sync_mode" must be one of {", ".join(SYNC_MODES)}, got {mode!r}')
     if mode != "auto":
         return mode
     if mountinfo is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shuttle.errors import StorageIOError
+from shuttle.errors import ConfigError, StorageIOError
 from shuttle.store import ObjectStore, StoreConfig
 from shuttle.store.durability import choose_sync_mode, filesystem_type
 
@@ -42,7 +42,7 @@ def test_auto_uses_syncfs_only_where_it_is_honoured(tmp_path: Path, fstype: str,
         assert choose_sync_mode("auto", fd, mountinfo=_mountinfo(tmp_path, fstype)) == mode
         assert choose_sync_mode("auto", fd, mountinfo="") == "fsync"  # unknown: the safe way
         assert choose_sync_mode("syncfs", fd, mountinfo=_mountinfo(tmp_path, "fuse")) == "syncfs"
-        with pytest.raises(ValueError, match="sync_mode"):
+        with pytest.raises(ConfigError, match="sync_mode"):
             choose_sync_mode("sometimes", fd)  # type: ignore[arg-type]
     finally:
         os.close(fd)
