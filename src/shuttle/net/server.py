@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import errno
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -33,10 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shuttle.errors import (
-    AuthenticationError,
     ConfigError,
     NodeBusyError,
-    RemoteProtocolError,
     ServerError,
     ShuttleError,
     StorageIOError,
@@ -47,24 +44,12 @@ from shuttle.net.admission import (
     effective_connections_max,
     raise_descriptor_limit,
 )
-from shuttle.net.registry import CONNECTION_ARG, Mode, Operation, OperationRegistry, Reply
+from shuttle.net.node_protocol import NodeProtocol
+from shuttle.net.registry import Operation, OperationRegistry, Reply
 from shuttle.wire import (
-    NONCE_BYTES,
-    Challenge,
-    ConnectionClosed,
-    ErrorResponse,
-    Goodbye,
-    Hello,
     Limits,
     Request,
-    RequestRejected,
-    Role,
-    Welcome,
-    choose_version,
 )
-from shuttle.wire.connection import Connection
-from shuttle.wire.events import NEED_DATA, FrameKind, Payload
-from shuttle.wire.frames import encode_frame
 
 log = logging.getLogger("shuttle.node")
 
@@ -75,17 +60,8 @@ EXECUTOR_THREADS = 4
 #: How long a graceful shutdown waits for requests already running.
 SHUTDOWN_GRACE_S = 10.0
 
-_INLINE = Mode.INLINE
-
-#: How long a closing connection may take to send what is buffered for it before it
-#: is dropped (a client that does not read would keep it forever).
-CLOSE_GRACE_S = 10.0
-
 #: Errors of a process out of descriptors: a transient shortage, not a disk fault.
 _OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
-
-#: Replies with payloads below this are sent as one joined buffer.
-SMALL_REPLY_BYTES = 64 << 10
 
 
 @dataclass
@@ -173,7 +149,7 @@ class RpcServer:
         self._account: CpuAccount | None = None if cpu_account is nullcontext else cpu_account
         self._executor = ThreadPoolExecutor(executor_threads, thread_name_prefix="shuttle-io")
         self._server: asyncio.Server | None = None
-        self._protocols: set[_NodeProtocol] = set()
+        self._protocols: set[NodeProtocol] = set()
         self.admission = admission or ServerLimits()
         #: The connection cap in force (fitted to the descriptor limit at start).
         self.connections_max = self.admission.connections_max
@@ -236,7 +212,7 @@ class RpcServer:
         soft, _hard = raise_descriptor_limit()
         self.connections_max = effective_connections_max(self.admission.connections_max, soft)
         self._server = await loop.create_server(
-            lambda: _NodeProtocol(self), host, port, reuse_address=True, backlog=512
+            lambda: NodeProtocol(self), host, port, reuse_address=True, backlog=512
         )
         sock = self._server.sockets[0]
         bound = sock.getsockname()
@@ -338,456 +314,3 @@ class RpcServer:
             f"{op_name}: internal error on node {self.node_id} ({type(exc).__name__}: {exc}); "
             "see the node's log"
         )
-
-
-class _NodeProtocol(asyncio.Protocol):
-    """One client connection: bytes → codec events → handlers → bytes."""
-
-    def __init__(self, server: RpcServer) -> None:
-        self.server = server
-        self.conn = Connection(Role.SERVER, server.limits)
-        self.transport: asyncio.Transport | None = None
-        self.peer = "?"
-        self.pending: set[asyncio.Future[Any]] = set()
-        self.closed = False
-        #: This connection's challenge nonce: a HELLO's proof must answer it.
-        self.nonce = b""
-        #: Its number, for operations that open things a connection owns.
-        self.number = server.next_connection_number()
-        #: True once it called a per-connection operation (disconnect hooks then run).
-        self.owns_sessions = False
-        #: Requests running in the thread pool (store operations).
-        self.executing = 0
-        #: Requests taken off the wire (the housekeeping sweep watches it for progress).
-        self.requests = 0
-        #: True while its requests are held back (reading paused): its client is not
-        #: reading replies, it has the most requests running, or the node holds too
-        #: many unsent replies.
-        self.held = False
-        self.writing_paused = False
-        #: When its unsent replies last went over the high mark without draining since.
-        self.writing_paused_since: float | None = None
-        #: A connection over the node's cap is answered ``busy`` and closed.
-        self.refused = False
-        #: True once asyncio reported the connection gone (``closed`` is set earlier).
-        self.lost = False
-        #: Bytes received on it (the sweep watches a partial frame for progress).
-        self.bytes_in = 0
-        # What the housekeeping sweep last saw: since when a partial frame has not
-        # grown, since when nothing has happened.
-        now = time.monotonic()
-        self._frame_since, self._frame_bytes = now, 0
-        self._idle_since, self._idle_requests = now, 0
-
-    # asyncio callbacks ----------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's TCPTransport is not an asyncio.Transport subclass, but behaves as one.
-        tcp: asyncio.Transport = transport  # type: ignore[assignment]
-        self.transport = tcp
-        server = self.server
-        tcp.set_write_buffer_limits(high=server.admission.unsent_high_bytes)
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        counters = server.counters
-        counters.connections_total += 1
-        counters.connections_open += 1
-        server._protocols.add(self)
-        # The node speaks first: a fresh nonce per connection, so a HELLO captured on
-        # another connection cannot answer this one.
-        self.nonce = os.urandom(NONCE_BYTES)
-        challenge = Challenge(self.nonce, server.requires_key, auth.SCHEME)
-        self._write(self.conn.send(challenge))
-        if counters.connections_open > server.connections_max:
-            self._refuse_busy()
-
-    def _refuse_busy(self) -> None:
-        """Over the cap: say ``busy`` right after the challenge (where a client reads
-        it, even if its HELLO then meets a closed socket) and close."""
-        server = self.server
-        server.counters.connections_refused += 1
-        self.refused = True
-        busy = NodeBusyError(
-            f"node {server.node_id} is serving its maximum of {server.connections_max} "
-            "connections; retry shortly, close idle connections, or start the node with a "
-            "higher --connections-max"
-        )
-        if server.counters.connections_refused % 1000 == 1:
-            log.warning("refusing %s: %s", self.peer, busy)
-        self._write(self.conn.send(ErrorResponse.from_exception(0, busy)))
-        # Closed at once (after the two frames are flushed): a refused connection must
-        # give its descriptor back, or a flood of them would take what the cap protects.
-        self._close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.lost = True
-        server = self.server
-        server.counters.connections_open -= 1
-        server._protocols.discard(self)
-        for fut in self.pending:
-            fut.cancel()  # threads finish their call; only the reply is dropped
-        if self.owns_sessions:
-            # Release what this connection opened (upload sessions) now, not at an
-            # idle timeout: a client that went away must not keep them from others.
-            loop = asyncio.get_running_loop()
-            for hook in server.registry.disconnect_hooks:
-                with contextlib.suppress(RuntimeError):  # the pool is shut down
-                    loop.run_in_executor(server._executor, hook, self.number)
-
-    # backpressure: requests are taken off the wire only while the node can answer
-    # them without holding more than a few replies for this client.
-
-    def pause_writing(self) -> None:
-        self.writing_paused = True
-        self.writing_paused_since = time.monotonic()
-        self.hold()
-
-    def resume_writing(self) -> None:
-        self.writing_paused = False
-        self.writing_paused_since = None
-        self.release()
-
-    def unsent(self) -> int:
-        """Reply bytes written and not yet taken by the client's socket (a closing
-        connection's too, until it is gone)."""
-        transport = self.transport
-        if transport is None or self.lost:
-            return 0
-        return transport.get_write_buffer_size()
-
-    def hold(self) -> None:
-        """Stop taking this connection's requests (they wait in the socket)."""
-        if not self.held and not self.closed and self.transport is not None:
-            self.held = True
-            self.server.counters.holds += 1
-            self.transport.pause_reading()
-
-    def release(self) -> None:
-        """Take requests again if nothing holds them back any more."""
-        if (
-            not self.held
-            or self.closed
-            or self.writing_paused
-            or self.executing >= self.server.admission.executing_max
-            or (self.server.unsent_over and (self.unsent() or self.executing))
-        ):
-            return
-        self.held = False
-        assert self.transport is not None
-        self.transport.resume_reading()
-        self._process(b"")  # requests already buffered
-
-    def check_timeouts(self, now: float, limits: ServerLimits) -> None:
-        """Close the connection if a frame stopped arriving, its client stopped reading
-        replies, or it idled (from the sweep)."""
-        if self.closed or self.refused:
-            return
-        # A partial frame with no byte arriving for the timeout (progress resets it:
-        # a big upload on a slow link is never cut while it moves).
-        partial = self.conn.partial_frame
-        if not partial or self.bytes_in != self._frame_bytes:
-            self._frame_since, self._frame_bytes = now, self.bytes_in
-        elif not self.held and now - self._frame_since > limits.frame_timeout_s:
-            self.server.counters.frame_timeouts += 1
-            self._fatal(
-                RemoteProtocolError(
-                    f"a frame has been incomplete with nothing arriving for over "
-                    f"{limits.frame_timeout_s:g} s ({self.conn.buffered_bytes} bytes of it "
-                    "arrived); closing the connection"
-                )
-            )
-            return
-        # Unsent replies over the high mark that have not drained to the low mark for
-        # the timeout (nothing is added meanwhile): the client stopped reading.
-        unsent = self.unsent()
-        if (
-            self.writing_paused_since is not None
-            and now - self.writing_paused_since > limits.frame_timeout_s
-        ):
-            self.server.counters.send_timeouts += 1
-            log.warning(
-                "closing %s: its client has not read its %d unsent reply bytes for over %g s",
-                self.peer,
-                unsent,
-                limits.frame_timeout_s,
-            )
-            self.abort()
-            return
-        if partial or self.pending or self.held or unsent or self._idle_requests != self.requests:
-            self._idle_since, self._idle_requests = now, self.requests
-        elif self.owns_sessions and self.server.registry.owns_anything(self.number):
-            self._idle_since = now  # a slow writer keeps its upload session
-        elif now - self._idle_since > limits.idle_timeout_s:
-            self.server.counters.idle_closed += 1
-            log.info("closing %s: idle for over %g s", self.peer, limits.idle_timeout_s)
-            self.goodbye(f"idle for over {limits.idle_timeout_s:g} s; reconnect when needed")
-
-    def data_received(self, data: bytes) -> None:
-        server = self.server
-        server.counters.bytes_in += len(data)
-        self.bytes_in += len(data)
-        if self.refused:
-            return
-        account = server._account
-        if account is None:
-            self._receive(data)
-        else:
-            with account():  # protocol work is node CPU too
-                self._receive(data)
-
-    def _receive(self, data: bytes) -> None:
-        """Act on a chunk of bytes from the client.
-
-        The usual chunk is one whole request for an operation that runs inline (a
-        cached read, a stat): it is taken without an event object and answered right
-        here, which is _dispatch's inline branch written out (every call saved shows
-        in a loopback round trip). Anything else goes through :meth:`_process`."""
-        server = self.server
-        conn = self.conn
-        parts = None if self.held else conn.receive_request(data)
-        if parts is None:
-            self._process(data)
-            return
-        self.requests += 1
-        rid, name, args, payload = parts
-        op = server.registry.find(name)
-        if (
-            op is None
-            or self.closed
-            or (op.mode is not _INLINE and (op.inline_when is None or not op.inline_when(args)))
-        ):
-            self._dispatch(rid, name, args, payload)
-            return
-        counters = server.counters
-        counters.requests += 1
-        counters.by_op[name] += 1
-        try:
-            out = op.handler(args, payload)
-            if type(out) is Reply:
-                buffers = conn.send_response(rid, out.result, out.payload)
-            else:
-                buffers = conn.send_response(rid, out, b"")
-        except Exception as exc:  # every failure is answered, typed
-            self._send_error(rid, server.error_for(op.name, exc))
-            return
-        transport = self.transport
-        if transport is not None:
-            if len(buffers) == 1:
-                counters.bytes_out += len(buffers[0])
-                transport.write(buffers[0])
-            else:
-                counters.bytes_out += len(buffers[0]) + len(buffers[1])
-                transport.writelines(buffers)
-
-    def eof_received(self) -> bool | None:
-        self.conn.receive_data(b"")
-        self._process(b"")
-        return None
-
-    # events ---------------------------------------------------------------------------
-
-    def _process(self, data: bytes) -> None:
-        """Feed ``data`` (b"": nothing new) to the codec and act on every event."""
-        conn = self.conn
-        try:
-            if self.held:  # keep the bytes; the requests in them wait for release()
-                if data:
-                    conn.receive_data(data)
-                return
-            ev = conn.receive_event(data) if data else conn.next_event()
-        except RemoteProtocolError as exc:
-            self._fatal(exc)
-            return
-        while not self.closed:
-            kind = type(ev)
-            if kind is Request:
-                assert isinstance(ev, Request)
-                self.requests += 1
-                self._dispatch(ev.rid, ev.op, ev.args, ev.payload)
-            elif ev is NEED_DATA:
-                return
-            elif kind is RequestRejected:
-                assert isinstance(ev, RequestRejected)
-                self._send_error(ev.rid, ev.error)
-            elif kind is Hello:
-                assert isinstance(ev, Hello)
-                self._greet(ev)
-            elif kind is Goodbye or kind is ConnectionClosed:
-                self._close()
-                return
-            if not conn.pending():
-                return  # the usual case: the chunk held one whole request
-            if self.held:
-                return  # the rest waits for release()
-            try:
-                ev = conn.next_event()
-            except RemoteProtocolError as exc:
-                self._fatal(exc)
-                return
-
-    def _greet(self, hello: Hello) -> None:
-        """Answer the HELLO: WELCOME (with the node's proof when it has a key), or an
-        ERROR on the connection (rid 0) and close when versions or credentials fail."""
-        server = self.server
-        try:
-            version = choose_version(hello)
-            proof = auth.check_hello(hello, server.key, self.nonce, server.node_id)
-        except (RemoteProtocolError, AuthenticationError) as exc:
-            if isinstance(exc, AuthenticationError):
-                server.counters.auth_failures += 1
-            log.warning("refusing %s (client %r): %s", self.peer, hello.client_name[:80], exc)
-            self._write(self.conn.send(ErrorResponse.from_exception(0, exc)))
-            self._close()
-            return
-        welcome = Welcome(version, server.node_id, server.limits.to_wire(), proof)
-        self._write(self.conn.send(welcome))
-
-    def _dispatch(self, rid: int, name: str, args: dict[str, Any], payload: Payload) -> None:
-        """Run request ``rid`` (operation ``name``) and answer it, now or when it is done."""
-        server = self.server
-        counters = server.counters
-        counters.requests += 1
-        counters.by_op[name] += 1
-        op = server.registry.find(name)
-        if op is None:
-            try:
-                server.registry.get(name)  # raises the error naming the known operations
-            except ShuttleError as exc:
-                self._send_error(rid, exc)
-            return
-        if op.mode is _INLINE or (op.inline_when is not None and op.inline_when(args)):
-            # On the event loop, inside data_received's CPU account: no second account,
-            # no Future, no closure; the reply is encoded and written right here.
-            try:
-                out = op.handler(args, payload if type(payload) is bytes else bytes(payload))
-            except Exception as exc:  # every failure is answered, typed
-                self._send_error(rid, server.error_for(op.name, exc))
-                return
-            if type(out) is Reply:
-                result, payload = out.result, out.payload
-            else:
-                result, payload = out, b""
-            try:
-                buffers = self.conn.send_response(
-                    rid, result, payload, join_below=SMALL_REPLY_BYTES
-                )
-            except ShuttleError as exc:  # e.g. a reply over the client's payload limit
-                self._send_error(rid, exc)
-                return
-            if len(buffers) == 1 and self.transport is not None:
-                counters.bytes_out += len(buffers[0])
-                self.transport.write(buffers[0])
-            else:
-                self._write(buffers)
-            return
-        if op.per_connection:
-            args[CONNECTION_ARG] = self.number  # whatever the client put there
-            self.owns_sessions = True
-        req = Request(rid, name, args, payload)
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any]
-        if op.mode is Mode.THREAD:
-            fut = loop.run_in_executor(server._executor, server.call_sync, op, req)
-            fut.add_done_callback(lambda f: self._finished(f, rid, op.name, True))
-            self.executing += 1
-            if self.executing >= server.admission.executing_max or server.unsent_over:
-                self.hold()
-        else:
-            # Not counted: an object's call may wait for another request on this same
-            # connection (nested calls between run-times), which a cap could deadlock.
-            # Its replies are bounded by the unsent-bytes hold and the in-flight limit.
-            fut = loop.create_task(self._call_async(op, req))
-            fut.add_done_callback(lambda f: self._finished(f, rid, op.name, False))
-        self.pending.add(fut)
-
-    async def _call_async(self, op: Operation, req: Request) -> Reply:
-        out = await op.handler(req.args, bytes(req.payload))
-        return out if isinstance(out, Reply) else Reply(out)
-
-    def _finished(self, fut: asyncio.Future[Any], rid: int, op_name: str, counted: bool) -> None:
-        self.pending.discard(fut)
-        if counted:
-            self.executing -= 1
-        if self.closed or fut.cancelled():
-            return
-        exc = fut.exception()
-        if exc is not None:
-            self._send_error(rid, self.server.error_for(op_name, exc))
-        else:
-            reply: Reply = fut.result()
-            self._send_reply(rid, reply.result, reply.payload)
-        if self.held:
-            self.release()
-
-    # output ---------------------------------------------------------------------------
-
-    def _send_reply(self, rid: int, result: Any, payload: Payload) -> None:
-        if self.closed:
-            return
-        try:
-            buffers = self.conn.send_response(rid, result, payload, join_below=SMALL_REPLY_BYTES)
-        except ShuttleError as exc:  # e.g. a reply over the client's payload limit
-            self._send_error(rid, exc)
-            return
-        self._write(buffers)
-
-    def _send_error(self, rid: int, exc: ShuttleError) -> None:
-        counters = self.server.counters
-        counters.errors += 1
-        counters.errors_by_code[exc.code] += 1
-        if not self.closed:
-            self._write(self.conn.send(ErrorResponse.from_exception(rid, exc)))
-
-    def _write(self, buffers: list[Any]) -> None:
-        transport = self.transport
-        assert transport is not None
-        counters = self.server.counters
-        if len(buffers) == 1:  # small replies come joined: the client wakes once, not twice
-            data = buffers[0]
-        elif len(buffers[1]) < SMALL_REPLY_BYTES:
-            data = b"".join(buffers)
-        else:
-            counters.bytes_out += sum(len(b) for b in buffers)
-            transport.writelines(buffers)
-            return
-        counters.bytes_out += len(data)
-        transport.write(data)
-
-    def _fatal(self, exc: RemoteProtocolError) -> None:
-        """The stream is corrupt: tell the peer why (rid 0), then hang up."""
-        self.server.counters.protocol_errors += 1
-        log.warning("protocol error from %s: %s", self.peer, exc)
-        limits = self.server.limits
-        frame = encode_frame(
-            FrameKind.ERROR,
-            [0, exc.code, str(exc)],
-            header_bytes_max=limits.header_bytes_max,
-            payload_bytes_max=limits.payload_bytes_max,
-        )
-        if self.transport is not None and not self.closed:
-            self.transport.writelines(frame)
-        self._close()
-
-    def goodbye(self, reason: str) -> None:
-        """Say GOODBYE and close: only when every request taken has been answered
-        (clients may then send the unanswered ones again, safely)."""
-        if self.closed or self.transport is None:
-            return
-        with contextlib.suppress(ShuttleError):
-            self._write(self.conn.send(Goodbye(reason)))
-        self._close()
-
-    def _close(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.closed = True
-            self.transport.close()  # sends what is buffered first...
-            if self.transport.get_write_buffer_size():
-                # ...which a client that does not read never lets finish.
-                asyncio.get_running_loop().call_later(CLOSE_GRACE_S, self.abort)
-
-    def abort(self) -> None:
-        """Drop the connection now, unsent bytes and all."""
-        self.closed = True
-        if self.transport is not None and not self.lost:
-            self.transport.abort()

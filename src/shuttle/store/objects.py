@@ -48,7 +48,7 @@ from shuttle.store.recovery import (
     write_staging_file,
 )
 from shuttle.store.space import footprint_bytes
-from shuttle.store.uploads import Upload
+from shuttle.store.uploads import discard_all
 
 #: A journal record's header and metadata, about (the key is at most 1 KiB).
 _RECORD_BYTES = 1024 + 256
@@ -653,18 +653,14 @@ class ObjectStore(StoreCore):
 
     def release_uploads(self, owner: int) -> int:
         """Abort the sessions ``owner`` opened (its connection closed); returns how many."""
-        theirs: builtins.list[Upload] = self.uploads.release(owner)
-        for upload in theirs:
-            with upload.lock:
-                upload.discard()
+        theirs = self.uploads.release(owner)
+        discard_all(theirs)
         return len(theirs)
 
     def expire_uploads(self, idle_s: float) -> int:
         """Abort sessions idle for more than ``idle_s`` seconds; returns how many."""
-        stale: builtins.list[Upload] = self.uploads.expire(idle_s)
-        for upload in stale:
-            with upload.lock:
-                upload.discard()
+        stale = self.uploads.expire(idle_s)
+        discard_all(stale)
         return len(stale)
 
     # --- counters --------------------------------------------------------------------

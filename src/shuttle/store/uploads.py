@@ -60,6 +60,13 @@ class Upload:
             os.unlink(self.path)
 
 
+def discard_all(uploads: list[Upload]) -> None:
+    """Close and delete sessions already taken out of their table."""
+    for upload in uploads:
+        with upload.lock:
+            upload.discard()
+
+
 #: Owners (connections) whose sessions were released, remembered so that a begin
 #: racing the release (still running when its connection closed) is refused.
 RELEASED_OWNERS_KEPT = 4096
@@ -79,7 +86,7 @@ class UploadTable:
             if owner is not None and owner in self._released:
                 raise NotFoundError("the connection that began this upload has closed")
             if owner is not None:
-                mine = sum(1 for u in self._open.values() if u.owner == owner)
+                mine = self._owned(owner)
                 if mine >= UPLOADS_PER_OWNER_MAX:
                     raise LimitExceededError(
                         f"this connection already has {mine} upload sessions open (the "
@@ -140,15 +147,16 @@ class UploadTable:
     def owned_by(self, owner: int) -> int:
         """How many open sessions ``owner`` has."""
         with self._lock:
-            return sum(1 for u in self._open.values() if u.owner == owner)
+            return self._owned(owner)
+
+    def _owned(self, owner: int) -> int:
+        return sum(1 for u in self._open.values() if u.owner == owner)
 
     def close_all(self) -> None:
         with self._lock:
             uploads = list(self._open.values())
             self._open.clear()
-        for u in uploads:
-            with u.lock:
-                u.discard()
+        discard_all(uploads)
 
     def __len__(self) -> int:
         with self._lock:
