@@ -4,7 +4,8 @@ Layout:
 
 * ``model``    what calls return: :class:`ObjectInfo`, :class:`WriteInfo`, :class:`NodeAddress`
 * ``routing``  which node holds a key (rendezvous hashing)
-* ``cache``    the client block cache and its validation (NFS-style check on open)
+* ``cache``    the client block cache and the versions its blocks belong to
+* ``validation``  when cached data may be used: one module per mode behind one registry
 * ``client``   :class:`Client`, the synchronous API (no asyncio needed)
 * ``files``    file objects over remote objects (``client.open``)
 * ``aio``      :class:`AsyncClient`, the asyncio API the run-time uses

@@ -21,6 +21,7 @@ from typing import IO, Any, Protocol
 from shuttle.client.cache import CLIENT_BLOCK_BYTES_DEFAULT, CLIENT_CACHE_BYTES_DEFAULT, ClientCache
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
 from shuttle.client.routing import node_for_key
+from shuttle.client.validation import VALIDATION_DEFAULT, ValidationMode, make_mode
 from shuttle.errors import InvalidArgumentError, NotFoundError, ShuttleError
 from shuttle.net.blocking import (
     CONNECT_TIMEOUT_S,
@@ -103,6 +104,7 @@ class Client:
         window: int = WINDOW_DEFAULT,
         key: bytes | None = None,
         dial: Dial | None = None,
+        validation: str = VALIDATION_DEFAULT,
     ) -> None:
         if not nodes:
             raise InvalidArgumentError("a client needs at least one node address")
@@ -128,6 +130,10 @@ class Client:
         self._local = threading.local()
         self._connections: list[NodeConnection] = []
         self._lock = threading.Lock()
+        #: Validation modes by name, built on first use; ``validation`` is the default.
+        self._modes: dict[str, ValidationMode] = {}
+        self.validation = validation
+        self.validation_mode(validation)  # a bad name fails here, not at the first open
 
     # --- connections -----------------------------------------------------------------
 
@@ -192,8 +198,31 @@ class Client:
             self.node_for(key), op, {"key": key, **args}, payload, idempotent=idempotent
         )
 
+    def validation_mode(self, name: str | None = None) -> ValidationMode:
+        """This client's validation mode ``name`` (its default if None)."""
+        name = name or self.validation
+        with self._lock:
+            mode = self._modes.get(name)
+        if mode is None:
+            mode = make_mode(name, self)
+            with self._lock:
+                mode = self._modes.setdefault(name, mode)
+        return mode
+
+    def forget(self, key: str) -> None:
+        """This client changed or removed ``key``: drop what it cached of it."""
+        self.cache.forget(key)
+        with self._lock:
+            modes = list(self._modes.values())
+        for mode in modes:
+            mode.forget(key)
+
     def close(self) -> None:
         """Close every connection (the client reconnects if used again)."""
+        with self._lock:
+            modes = list(self._modes.values())
+        for mode in modes:
+            mode.close()
         with self._lock:
             conns, self._connections = self._connections, []
         for conn in conns:
@@ -321,12 +350,13 @@ class Client:
                 target.write(piece)
         return info
 
-    def open(self, key: str, mode: str = "rb") -> io.RawIOBase:
-        """A file object for ``key``: ``rb`` reads through the client cache (validated
-        by a stat on open), ``wb`` streams an upload made visible on close."""
+    def open(self, key: str, mode: str = "rb", *, validation: str | None = None) -> io.RawIOBase:
+        """A file object for ``key``: ``rb`` reads through the client cache, validated
+        at open by the mode ``validation`` (the client's own if None); ``wb`` streams
+        an upload made visible on close."""
         from shuttle.client.files import open_remote
 
-        return open_remote(self, key, mode)
+        return open_remote(self, key, mode, validation=validation)
 
     # --- writing -------------------------------------------------------------------------
 
@@ -348,7 +378,7 @@ class Client:
             and len(source) <= SINGLE_PUT_BYTES_MAX
         ):
             res = self._call_key(key, "put", cond, source, idempotent=expected_version is None)
-            self.cache.forget(key)
+            self.forget(key)
             progress(len(source))
             return ObjectInfo.from_wire(res.result)
         if isinstance(source, str | Path):
@@ -380,7 +410,7 @@ class Client:
             with contextlib.suppress(ShuttleError):  # else the node expires it itself
                 conn.call("upload.abort", {"upload": upload})
             raise
-        self.cache.forget(key)
+        self.forget(key)
         return info
 
     def write(
@@ -397,7 +427,7 @@ class Client:
         if expected_version is not None:
             args["expected_version"] = expected_version
         res = self._call_key(key, "write", args, data, idempotent=False)
-        self.cache.forget(key)
+        self.forget(key)
         return WriteInfo.from_wire(res.result)
 
     def create(self, key: str, *, exclusive: bool = True) -> ObjectInfo:
@@ -410,7 +440,7 @@ class Client:
         if expected_version is not None:
             args["expected_version"] = expected_version
         res = self._call_key(key, "truncate", args, idempotent=False)
-        self.cache.forget(key)
+        self.forget(key)
         return WriteInfo.from_wire(res.result)
 
     def remove(self, key: str, *, expected_version: int | None = None) -> None:
@@ -418,7 +448,7 @@ class Client:
         if expected_version is not None:
             args["expected_version"] = expected_version
         self._call_key(key, "remove", args, idempotent=False)
-        self.cache.forget(key)
+        self.forget(key)
 
     def remove_many(self, keys: Sequence[str]) -> list[bool]:
         """Remove many keys (one round trip per node); per key, whether it existed."""
@@ -430,7 +460,7 @@ class Client:
             res = self.call(self.node(node_id), "remove_many", {"keys": [keys[i] for i in idxs]})
             for i, existed in zip(idxs, res.result, strict=True):
                 out[i] = bool(existed)
-                self.cache.forget(keys[i])
+                self.forget(keys[i])
         return out
 
     # --- listing -------------------------------------------------------------------------
@@ -500,11 +530,14 @@ class Client:
             for name in totals:
                 totals[name] += getattr(conn.counters, name)
         cache = self.cache.stats()
+        with self._lock:
+            modes = dict(self._modes)
         return {
             **totals,
             "cache_hits": cache["hits"],
             "cache_misses": cache["misses"],
             "cache": cache,
+            "validation": {name: mode.stats() for name, mode in modes.items()},
         }
 
 

@@ -1,8 +1,9 @@
 """File objects over remote objects: ``client.open(key, "rb" | "wb")``.
 
-* ``rb``: opening stats the object (NFS-style validation of the client cache: cached
-  blocks are kept only if the version still matches), then reads go through the
-  cache, each miss fetching whole cache blocks pinned to that version.
+* ``rb``: opening validates the client cache by the chosen mode
+  (:mod:`shuttle.client.validation`; ``check`` stats the object and keeps cached
+  blocks only if the version still matches), then reads go through the cache, each
+  miss fetching whole cache blocks pinned to that version.
 * ``wb``: bytes are streamed to an upload session piece by piece; ``close()`` commits
   it, making the new object visible atomically. Leaving a ``with`` block on an
   exception aborts the upload instead, so a failed writer never replaces the object.
@@ -22,9 +23,11 @@ if TYPE_CHECKING:
     from shuttle.client.client import Client
 
 
-def open_remote(client: Client, key: str, mode: str) -> io.RawIOBase:
+def open_remote(
+    client: Client, key: str, mode: str, *, validation: str | None = None
+) -> io.RawIOBase:
     if mode in ("rb", "r"):
-        return RemoteReader(client, key)
+        return RemoteReader(client, key, validation=validation)
     if mode in ("wb", "w"):
         return RemoteWriter(client, key)
     raise InvalidArgumentError(f"mode must be 'rb' or 'wb', got {mode!r}")
@@ -33,12 +36,13 @@ def open_remote(client: Client, key: str, mode: str) -> io.RawIOBase:
 class RemoteReader(io.RawIOBase):
     """A seekable, read-only file over one version of a remote object."""
 
-    def __init__(self, client: Client, key: str) -> None:
+    def __init__(self, client: Client, key: str, *, validation: str | None = None) -> None:
         super().__init__()
         self.client = client
         self.key = key
-        self.info: ObjectInfo = client.stat(key)
-        self.cache_was_valid = client.cache.validate(self.info)
+        validated = client.validation_mode(validation).open(key)
+        self.info: ObjectInfo = validated.info
+        self.cache_was_valid = validated.cache_was_valid
         self._pos = 0
 
     def readable(self) -> bool:
@@ -141,7 +145,7 @@ class RemoteWriter(io.RawIOBase):
                 self.node, "upload.commit", {"upload": self._upload}, idempotent=False
             )
             self.info = ObjectInfo.from_wire(res.result)
-            self.client.cache.forget(self.key)
+            self.client.forget(self.key)
         finally:
             super().close()
 

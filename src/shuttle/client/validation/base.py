@@ -1,0 +1,49 @@
+"""The interface every validation mode implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from shuttle.client.model import ObjectInfo
+
+if TYPE_CHECKING:
+    from shuttle.client.client import Client
+
+
+@dataclass(frozen=True, slots=True)
+class Validated:
+    """The outcome of validating one open: the attributes the cached blocks may be
+    read against, and whether blocks cached before were kept."""
+
+    info: ObjectInfo
+    cache_was_valid: bool
+
+
+class ValidationMode(ABC):
+    """How one client decides, at open, that its cached copy of an object may be used.
+
+    A mode returns the attributes (above all the version) that reads after the open
+    are pinned to; the client cache drops blocks of any other version.
+    """
+
+    #: The name the mode is registered and chosen by.
+    name: ClassVar[str]
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    @abstractmethod
+    def open(self, key: str) -> Validated:
+        """Validate the cached copy of ``key`` for one open."""
+
+    def forget(self, key: str) -> None:  # noqa: B027 (optional hook)
+        """This client changed or removed ``key``: drop any state the mode keeps on it."""
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release what the mode holds (threads, connections, promises)."""
+
+    def stats(self) -> dict[str, Any]:
+        """The mode's counters (for ``client.counters()``)."""
+        return {}
