@@ -6,7 +6,7 @@ Layout:
 
 * ``keys``       which strings are keys and listing prefixes (named limits)
 * ``paths``      reaching a key's file under the root with openat, refusing symlinks
-* ``chunking``   FastCDC cut points, blake3 hashes, incremental re-chunking
+* ``chunking``   incremental re-chunking over the shared chunking core (``shuttle.cdc``)
 * ``attrs``      per-object attributes, their encoding and their files
 * ``journal``    the redo journal (records, checksums, group commit)
 * ``recovery``   redo of journal records, online and after a crash
