@@ -6,7 +6,9 @@ the object version the blocks belong to. Validation is NFS's baseline: opening a
 object stats it, and the cached blocks are used only if the version still matches;
 otherwise they are dropped and read again. Reads after the open carry that version,
 so a change on the node between open and read is an error (``VersionMismatchError``),
-never a silent mix of old and new blocks.
+never a silent mix of old and new blocks. Blocks are cached under the object's key and
+version, so a block read for one version is never served for another, whatever the
+threads of a client race.
 """
 
 from __future__ import annotations
@@ -60,22 +62,30 @@ class ClientCache:
         if self._versions.get(info.key) == info.version:
             self.counters.valid += 1
             return True
-        if info.key in self._versions:
+        old = self._versions.get(info.key)
+        if old is not None:
             self.counters.invalidated += 1
-        self.blocks.invalidate(info.key)
+            self.blocks.invalidate(_blocks_name(info.key, old))
         if len(self._versions) >= VERSIONS_KEPT_MAX:
             self._prune()
         self._versions[info.key] = info.version
         return False
 
+    def version(self, key: str) -> int | None:
+        """The version the cached blocks of ``key`` belong to (None: none validated)."""
+        return self._versions.get(key)
+
     def read(self, info: ObjectInfo, offset: int, length: int, fetch: Fetch) -> bytes:
         """Bytes of the validated object ``info`` through the cache; misses call ``fetch``."""
-        return self.blocks.read(info.key, offset, length, info.size, fetch)
+        return self.blocks.read(
+            _blocks_name(info.key, info.version), offset, length, info.size, fetch
+        )
 
     def forget(self, key: str) -> None:
         """Drop everything about ``key`` (this client changed or removed it)."""
-        self.blocks.invalidate(key)
-        self._versions.pop(key, None)
+        old = self._versions.pop(key, None)
+        if old is not None:
+            self.blocks.invalidate(_blocks_name(key, old))
 
     def clear(self) -> None:
         self.blocks.clear()
@@ -94,3 +104,11 @@ class ClientCache:
         old = list(self._versions)[: len(self._versions) // 2]
         for key in old:
             self.forget(key)
+
+
+def _blocks_name(key: str, version: int) -> str:
+    """Cached blocks are named by key *and* version: a block fetched for an open of an
+    older version that lands after the cache moved on (a read in flight while another
+    thread validated the new version, or a callback break) is never served for the new
+    one; it waits for the LRU to evict it. Keys hold no NUL, so the name is unambiguous."""
+    return f"{key}\0{version}"

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from shuttle.client.client import Client
+from shuttle.client.lookaside import stores_from_env
 from shuttle.client.model import NodeAddress
+from shuttle.client.validation import VALIDATION_ENV
 from shuttle.cluster.clusterfile import CLUSTER_ENV, ClusterFile, default_cluster_path
 from shuttle.errors import ConfigError
 from shuttle.net.addresses import parse_address
@@ -39,6 +41,11 @@ def connect(
     ``key_file``, else the cluster file's ``key_file``, else the file named by
     ``$SHUTTLE_KEY_FILE``; with none, the client has no key (keyless nodes serve it).
     A bad key file raises :class:`ConfigError` saying what to do.
+
+    Lookaside stores (docs/lookaside.md) come from ``lookaside=``, else, if
+    ``$SHUTTLE_LOOKASIDE`` is ``1``, the stores the user added with ``shuttle lookaside
+    add``; with neither, none. The validation mode (docs/consistency.md) comes from
+    ``validation=``, else ``$SHUTTLE_VALIDATION``, else ``check``.
     """
     if target is not None:
         if isinstance(target, str) and _ADDRESS.match(target) and not Path(target).exists():
@@ -46,6 +53,10 @@ def connect(
         else:
             cluster = target
     profile = parse_link_profile(link) if link else None
+    if "validation" not in client_options and os.environ.get(VALIDATION_ENV):
+        client_options["validation"] = os.environ[VALIDATION_ENV]  # checked by Client
+    if "lookaside" not in client_options:  # $SHUTTLE_LOOKASIDE=1: the user's added stores
+        client_options["lookaside"] = stores_from_env()
     if node is not None:
         host, port = parse_address(node, "node address")
         if "key" not in client_options:

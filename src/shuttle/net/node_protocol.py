@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from shuttle.errors import (
@@ -404,7 +405,15 @@ class NodeProtocol(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any]
         if op.mode is Mode.THREAD:
-            fut = loop.run_in_executor(server._executor, server.call_sync, op, req)
+            try:
+                wait = None if op.before is None else op.before(args)
+            except Exception as exc:  # every failure is answered, typed
+                self._send_error(rid, server.error_for(op.name, exc))
+                return
+            if wait is None:
+                fut = loop.run_in_executor(server._executor, server.call_sync, op, req)
+            else:  # wait on the loop, then hop: a waiting request holds no thread
+                fut = loop.create_task(self._call_after(wait, op, req))
             fut.add_done_callback(lambda f: self._finished(f, rid, op.name, True))
             self.executing += 1
             if self.executing >= server.admission.executing_max or server.unsent_over:
@@ -416,6 +425,12 @@ class NodeProtocol(asyncio.Protocol):
             fut = loop.create_task(self._call_async(op, req))
             fut.add_done_callback(lambda f: self._finished(f, rid, op.name, False))
         self.pending.add(fut)
+
+    async def _call_after(self, wait: Awaitable[None], op: Operation, req: Request) -> Reply:
+        await wait
+        server = self.server
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(server._executor, server.call_sync, op, req)
 
     async def _call_async(self, op: Operation, req: Request) -> Reply:
         out = await op.handler(req.args, bytes(req.payload))

@@ -23,12 +23,17 @@ registered ``per_connection``: the server puts the connection's number in
 ``args[CONNECTION_ARG]`` (overwriting whatever a client sent there), and the
 ``on_disconnect`` hooks hear when that connection closes, so what it opened can be
 released at once instead of waiting for an idle timeout.
+
+A ``THREAD`` operation may also have a ``before(args)`` step (:meth:`OperationRegistry.
+add_before`): it runs on the event loop before the thread hop and returns None (go
+ahead at once) or an awaitable the request waits on *without holding a thread* (a
+write waiting for callback promises on its object to be broken).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -59,6 +64,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 InlineWhen = Callable[[dict[str, Any]], bool]
+#: A step before a THREAD operation's thread hop: None, or something to wait for first.
+Before = Callable[[dict[str, Any]], Awaitable[None] | None]
 
 #: The argument a ``per_connection`` operation finds its connection's number in.
 CONNECTION_ARG = "_connection"
@@ -72,6 +79,7 @@ class Operation:
     doc: str
     inline_when: InlineWhen | None = None
     per_connection: bool = False
+    before: Before | None = None
 
 
 class OperationRegistry:
@@ -103,6 +111,16 @@ class OperationRegistry:
             raise ConfigError(f"operation {name!r}: a per-connection operation runs in a thread")
         doc = doc or (handler.__doc__ or "").strip()
         self._ops[name] = Operation(name, handler, mode, doc, inline_when, per_connection)
+
+    def add_before(self, name: str, before: Before) -> None:
+        """Give the THREAD operation ``name`` a step run on the event loop before its
+        thread hop (see the module's docstring); one step per operation."""
+        op = self.get(name)
+        if op.mode is not Mode.THREAD:
+            raise ConfigError(f"operation {name!r}: a before step only applies to THREAD mode")
+        if op.before is not None:
+            raise ConfigError(f"operation {name!r} already has a before step")
+        self._ops[name] = replace(op, before=before)
 
     def on_disconnect(
         self, hook: Callable[[int], object], *, owned: Callable[[int], int] | None = None

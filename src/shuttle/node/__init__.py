@@ -4,6 +4,8 @@ Layout:
 
 * ``config``    :class:`NodeConfig`, the one source of truth for a node's settings
 * ``handlers``  the storage operations (stat, read, write, ...) as registry handlers
+* ``callbacks`` the promise table of the ``callback`` validation mode (AFS-style)
+* ``callback_ops`` the callback operations, and the step that makes writes break promises
 * ``main``      ``shuttle serve``: open the store, serve it, stop cleanly on SIGTERM
 * ``cli``       the ``shuttle serve`` command's flags, turned into a :class:`NodeConfig`
 """

@@ -123,6 +123,13 @@ def serve(
             "bigger puts, writes and truncates are refused."
         ),
     ] = None,
+    callback_term: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a callback promise holds unless broken (default 30): the longest "
+            "a client that stopped without closing its connection holds up writers."
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option(help="TOML file with a [node] table; flags given win.")
     ] = None,
@@ -152,6 +159,7 @@ def serve(
         "connections_max": connections_max,
         "frame_timeout_s": frame_timeout,
         "idle_timeout_s": idle_timeout,
+        "callback_term_s": callback_term,
     }
     if config is not None:
         cfg = NodeConfig.from_toml(

@@ -17,6 +17,7 @@ from shuttle.net.admission import (
     ServerLimits,
 )
 from shuttle.net.cpu import parse_speed_factor
+from shuttle.node.callbacks import CALLBACK_TERM_S_DEFAULT, CALLBACK_TERM_S_MAX
 from shuttle.runtime.config import (
     LEASE_S_DEFAULT,
     THRESHOLD_FRACTION_DEFAULT,
@@ -88,6 +89,9 @@ class NodeConfig:
     sandbox_wall_s: float = SANDBOX_WALL_S_DEFAULT
     #: Largest object the node stores (``--object-bytes-max``); see docs/operations.md.
     object_bytes_max: int = OBJECT_BYTES_MAX_DEFAULT
+    #: How long a callback promise holds unless broken (``--callback-term``): the
+    #: longest a client that stopped without closing its connection holds up writers.
+    callback_term_s: float = CALLBACK_TERM_S_DEFAULT
 
     def __post_init__(self) -> None:
         if self.cache_bytes < 0:
@@ -101,6 +105,11 @@ class NodeConfig:
             raise ConfigError(
                 f"--object-bytes-max must be in 1..{OBJECT_SIZE_BYTES_MAX} (1 TiB), got "
                 f"{self.object_bytes_max}"
+            )
+        if not 0 < self.callback_term_s <= CALLBACK_TERM_S_MAX:
+            raise ConfigError(
+                f"--callback-term must be in (0, {CALLBACK_TERM_S_MAX:g}] seconds, got "
+                f"{self.callback_term_s:g}"
             )
         self.admission()
         if self.key_file is None and not self.insecure and not is_loopback(self.host):

@@ -48,7 +48,8 @@ def _keys(args: dict[str, Any]) -> list[str]:
     return keys
 
 
-def _attrs(a: ObjectAttrs) -> dict[str, Any]:
+def attrs_reply(a: ObjectAttrs) -> dict[str, Any]:
+    """An object's attributes as a stat answers them (a long chunk list cut to its first page)."""
     out = a.as_dict()
     out["chunks_total"] = len(a.chunks)
     if len(a.chunks) > STAT_CHUNKS_MAX:
@@ -70,7 +71,7 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
 
     def stat(args: dict[str, Any], payload: bytes) -> Any:
         """Attributes of one object: size, version, mtime_ns, hash, chunks."""
-        return _attrs(store.stat(arg(args, "key", str), expected_version=_version(args)))
+        return attrs_reply(store.stat(arg(args, "key", str), expected_version=_version(args)))
 
     def chunks(args: dict[str, Any], payload: bytes) -> Any:
         """A page of an object's chunk list: ``[offset, length, blake3]`` from ``start``."""
@@ -86,7 +87,7 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
 
     def stat_many(args: dict[str, Any], payload: bytes) -> Any:
         """Attributes of many objects (None for a missing one), in one round trip."""
-        return [None if a is None else _attrs(a) for a in store.stat_many(_keys(args))]
+        return [None if a is None else attrs_reply(a) for a in store.stat_many(_keys(args))]
 
     def read(args: dict[str, Any], payload: bytes) -> Reply:
         """Bytes [offset, offset+length) of an object (fewer at its end) as the payload."""
@@ -132,11 +133,13 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
 
     def put(args: dict[str, Any], payload: bytes) -> Any:
         """Create or replace an object with the payload, atomically."""
-        return _attrs(store.put(arg(args, "key", str), payload, expected_version=_version(args)))
+        return attrs_reply(
+            store.put(arg(args, "key", str), payload, expected_version=_version(args))
+        )
 
     def create(args: dict[str, Any], payload: bytes) -> Any:
         """Create an empty object (``exclusive``: fail if it exists)."""
-        return _attrs(
+        return attrs_reply(
             store.create(arg(args, "key", str), exclusive=arg(args, "exclusive", bool, True))
         )
 
@@ -187,7 +190,7 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
 
     def upload_commit(args: dict[str, Any], payload: bytes) -> Any:
         """Make an upload's object visible, atomically and durably."""
-        return _attrs(store.commit_upload(arg(args, "upload", str)))
+        return attrs_reply(store.commit_upload(arg(args, "upload", str)))
 
     def upload_abort(args: dict[str, Any], payload: bytes) -> Any:
         """Drop an upload session and its staged bytes."""

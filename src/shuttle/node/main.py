@@ -26,6 +26,8 @@ from shuttle.net.cpu import CpuSpeed
 from shuttle.net.memory import tune_allocator
 from shuttle.net.registry import OperationRegistry
 from shuttle.net.server import RpcServer
+from shuttle.node.callback_ops import register_callback_ops
+from shuttle.node.callbacks import PromiseTable
 from shuttle.node.config import NodeConfig
 from shuttle.node.handlers import register_storage_ops
 from shuttle.objects.fs import node_services
@@ -75,12 +77,16 @@ async def serve(config: NodeConfig) -> None:
     cpu = CpuSpeed(config.cpu_factor)
     registry = OperationRegistry()
     register_storage_ops(registry, store)
+    # Callback promises: every change to an object breaks them first (docs/consistency.md).
+    promises = PromiseTable(config.callback_term_s)
+    register_callback_ops(registry, store, promises)
     # At factor 1 the node does no accounting at all (two clock reads per request).
     account = cpu.section if cpu.burn_ratio else contextlib.nullcontext
     server = RpcServer(
         registry, config.name, cpu_account=account, key=key, admission=config.admission()
     )
     server.add_stats_source("store", store.stats)
+    server.add_stats_source("callbacks", promises.stats)
     server.add_stats_source("cpu", lambda: {"factor": cpu.factor, **asdict(cpu.counters)})
     runtime: NodeRuntime | None = None
     stop = asyncio.Event()
@@ -125,6 +131,7 @@ async def serve(config: NodeConfig) -> None:
         log.info("stop signal received; shutting down")
         sweeper.cancel()
     finally:
+        promises.close_all()  # long polls answer now: clients drop their promises and hang up
         await server.close()
         if runtime is not None:
             await runtime.close()

@@ -30,8 +30,9 @@ import stat as stat_mod
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 from shuttle.errors import (
     DiskFullError,
@@ -97,6 +98,19 @@ OBJECT_BYTES_MAX_DEFAULT = 64 << 30
 RESERVE_FILE_NAME = "reserve"
 
 
+class ChangeHook(Protocol):
+    """Told of every change to an object before it happens (the node's callback
+    promises, :mod:`shuttle.node.callbacks`: each one on the key is broken first).
+
+    ``changing(key)`` is entered before the change takes the key's lock and exited
+    after the change is applied (or failed); entering may block (it must not take
+    any store lock). Every change goes through it: put, create, write, truncate,
+    remove, an upload's commit, and mobile objects writing through the store.
+    """
+
+    def changing(self, key: str) -> AbstractContextManager[object]: ...
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     """Tunables of one store (the node's configuration fills it in)."""
@@ -146,6 +160,8 @@ class StoreCore:
             self.config.cache_capacity_bytes, self.config.cache_block_size_bytes
         )
         self._locks = KeyLocks()
+        #: Told of every change before it happens (None: nobody is).
+        self.change_hook: ChangeHook | None = None
         self._gate = RWLock()  # changes hold it shared; a checkpoint holds it exclusive
         self._ckpt_lock = threading.Lock()
         self._ns_lock = threading.Lock()  # directory creation versus new keys in flight
@@ -473,6 +489,14 @@ class StoreCore:
                 "node: recovery completes every acknowledged change."
             )
 
+    def _change_lock(self, key: str) -> AbstractContextManager[object]:
+        """The key's exclusive lock for a change, entered after the change hook (if
+        any) let the change go ahead."""
+        hook = self.change_hook
+        if hook is None:
+            return self._locks.write(key)
+        return _hooked(hook, key, self._locks.write(key))
+
     def _op(self, name: str) -> _OpScope:
         """Count an operation and turn OSErrors into StorageIOError."""
         self.counters.op(name)
@@ -534,6 +558,12 @@ class StoreCore:
         finally:
             with self._ns_lock:
                 self._pending_new.discard(key)
+
+
+@contextlib.contextmanager
+def _hooked(hook: ChangeHook, key: str, lock: AbstractContextManager[object]) -> Iterator[None]:
+    with hook.changing(key), lock:
+        yield
 
 
 def _is_reg(mode: int) -> bool:

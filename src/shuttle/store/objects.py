@@ -313,7 +313,7 @@ class ObjectStore(StoreCore):
             data_bytes=len(inline), journal_bytes=len(inline) + _RECORD_BYTES, size_bytes=size
         )
         self._make_room(need)
-        with self._locks.write(key):
+        with self._change_lock(key):
             rec = self._current(key, create_ok=True)
             self._check_version(key, rec, expected_version)
             self._check_usable()
@@ -373,7 +373,7 @@ class ObjectStore(StoreCore):
         self._maybe_checkpoint()
 
     def _remove(self, k: str, expected_version: int | None) -> None:
-        with self._locks.write(k):
+        with self._change_lock(k):
             rec = self._current(k)
             if rec is None:
                 raise NotFoundError(f"no object {k!r} to remove.")
@@ -456,7 +456,7 @@ class ObjectStore(StoreCore):
         expected_version: int | None,
         create: bool,
     ) -> WriteResult:
-        with self._locks.write(k):
+        with self._change_lock(k):
             rec = self._current(k, create_ok=create)
             if rec is None and not create:
                 raise NotFoundError(f"no object {k!r} to write; pass create=True to make it.")
@@ -537,7 +537,7 @@ class ObjectStore(StoreCore):
             if size < 0:
                 raise InvalidArgumentError(f"size must be >= 0, got {size}")
             self._check_size(size, f"a truncate to {size} bytes")
-            with self._locks.write(k):
+            with self._change_lock(k):
                 rec = self._current(k)
                 if rec is None:
                     raise NotFoundError(f"no object {k!r} to truncate.")

@@ -1,0 +1,129 @@
+"""The callback operations a node serves, and the step that makes writes break promises.
+
+* ``callback.open``    a session for this connection (``per_connection``: it ends when
+  the connection closes); answers ``{session, term_s, wait_s_max}``.
+* ``callback.wait``    the session's long poll: carries the ack of the last answer
+  and answers with the breaks not yet acknowledged, or none after ``timeout_s``.
+* ``callback.promise`` a stat plus a promise on the object (``promise``: ``{seq,
+  term_s}``, or None when none can be given now).
+* ``callback.close``   end a session (from any connection: the client's own
+  connection is blocked in its long poll).
+
+Every operation that changes objects gets a step before its thread hop that breaks the
+promises on the keys it changes and waits, on the event loop, until they are resolved
+(:meth:`PromiseTable.clear`). The store's change hook (the table itself) covers every
+change again, whatever its path (mobile objects writing through the store too); after
+the step it usually finds nothing left to break.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from shuttle.errors import InvalidArgumentError, ShuttleError
+from shuttle.net.registry import CONNECTION_ARG, Mode, OperationRegistry, arg, non_negative
+from shuttle.node.callbacks import CALLBACK_WAIT_S_MAX, PromiseTable
+from shuttle.node.handlers import attrs_reply
+from shuttle.store import ObjectStore
+
+#: The operations that change objects, and the keys each one changes.
+KeysOf = Callable[[dict[str, Any]], list[str]]
+
+
+def _key(args: dict[str, Any]) -> list[str]:
+    key = args.get("key")
+    return [key] if isinstance(key, str) else []
+
+
+def _keys(args: dict[str, Any]) -> list[str]:
+    keys = args.get("keys")
+    return [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
+
+
+def register_callback_ops(
+    registry: OperationRegistry, store: ObjectStore, table: PromiseTable
+) -> None:
+    """Add the callback operations to ``registry``, make every change to ``store``
+    break promises first (its change hook), and give the registry's changing
+    operations their before-steps. The storage operations must be registered already."""
+
+    async def open_(args: dict[str, Any], payload: bytes) -> Any:
+        """Open a callback session on this connection (it ends when the connection closes)."""
+        token = table.open_session(args.get(CONNECTION_ARG))
+        return {"session": token, "term_s": table.term_s, "wait_s_max": CALLBACK_WAIT_S_MAX}
+
+    async def wait(args: dict[str, Any], payload: bytes) -> Any:
+        """Acknowledge breaks up to ``ack``; answer the breaks not yet acknowledged."""
+        timeout_s = args.get("timeout_s", CALLBACK_WAIT_S_MAX)
+        if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool):
+            raise InvalidArgumentError(f"timeout_s must be a number, got {timeout_s!r}")
+        return await table.wait_breaks(
+            arg(args, "session", str),
+            non_negative(args, "ack", 0),
+            float(timeout_s),
+            owner=args.get(CONNECTION_ARG),
+        )
+
+    def promise(args: dict[str, Any], payload: bytes) -> Any:
+        """Attributes of one object (as ``stat``) and a promise to break before it changes."""
+        key = arg(args, "key", str)
+        session = arg(args, "session", str)
+        grant = table.grant(session, key)  # before the stat: a later change breaks it
+        try:
+            out = attrs_reply(store.stat(key))
+        except ShuttleError:
+            if grant is not None:
+                table.withdraw(session, key)
+            raise
+        out["promise"] = None if grant is None else {"seq": grant.seq, "term_s": grant.term_s}
+        return out
+
+    def close(args: dict[str, Any], payload: bytes) -> Any:
+        """End a callback session: its promises are dropped and its long poll answers."""
+        return {"closed": table.close_session(arg(args, "session", str))}
+
+    registry.add("callback.open", open_, Mode.ASYNC, per_connection=True)
+    registry.add("callback.wait", wait, Mode.ASYNC, per_connection=True)
+    registry.on_disconnect(table.release_owner, owned=table.sessions_owned_by)
+    registry.add(
+        "callback.promise",
+        promise,
+        Mode.THREAD,
+        inline_when=lambda a: store.stat_is_cached(str(a.get("key", ""))),
+    )
+    registry.add("callback.close", close)
+
+    def upload_key(args: dict[str, Any]) -> list[str]:
+        upload = args.get("upload")
+        if not isinstance(upload, str):
+            return []
+        try:
+            return [store.uploads.get(upload).key]
+        except ShuttleError:
+            return []  # the commit answers the error
+
+    changing: dict[str, KeysOf] = {
+        "put": _key,
+        "create": _key,
+        "write": _key,
+        "truncate": _key,
+        "remove": _key,
+        "remove_many": _keys,
+        "upload.commit": upload_key,
+    }
+    for name, keys_of in changing.items():
+        registry.add_before(name, _breaker(table, keys_of))
+    store.change_hook = table
+
+
+def _breaker(
+    table: PromiseTable, keys_of: KeysOf
+) -> Callable[[dict[str, Any]], Awaitable[None] | None]:
+    def before(args: dict[str, Any]) -> Awaitable[None] | None:
+        keys = keys_of(args)
+        if not keys or not table.has_promises(keys):
+            return None  # the usual case: nobody holds a promise, no task, no wait
+        return table.clear(keys)
+
+    return before
