@@ -96,6 +96,13 @@ class ClosedFileError(UsageError, ValueError):
     code = "closed_file"
 
 
+class SpeculationError(UsageError):
+    """A speculated function's branch could not deliver its outcome (a forked branch
+    that exited without a result, or whose result cannot be pickled)."""
+
+    code = "speculation"
+
+
 # --- something outside the caller ----------------------------------------------------
 
 
@@ -120,11 +127,26 @@ class AlreadyExistsError(RemoteError):
     exit_code = 5
 
 
+class DirectoryNotEmptyError(AlreadyExistsError):
+    """A directory of the FUSE mount or the fsspec filesystem still holds entries
+    (``rmdir``, or a rename onto it)."""
+
+    code = "dir_not_empty"
+
+
 class VersionMismatchError(RemoteError):
     """A conditional operation found a different version than the caller expected."""
 
     code = "version_mismatch"
     exit_code = 5
+
+
+class StaleDataError(VersionMismatchError):
+    """Data read from a speculatively validated file came from a cached copy that the
+    node had since replaced; nothing read from that open may be acted on. Open the
+    object again to read its current version."""
+
+    code = "stale_data"
 
 
 class RemoteProtocolError(RemoteError):

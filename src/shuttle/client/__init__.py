@@ -6,6 +6,10 @@ Layout:
 * ``routing``  which node holds a key (rendezvous hashing)
 * ``cache``    the client block cache and the versions its blocks belong to
 * ``validation``  when cached data may be used: one module per mode behind one registry
+* ``lookaside``  local stores that supply missed chunks by hash before the node is asked
+* ``speculation``  ``client.speculate``: work runs on the cached copy while the check is out
+* ``speculation_costs``  the paper's cost model (T_f < (1 - p)·T_c) over online estimates
+* ``branches`` the optimistic branch of a speculation: a thread or a forked child
 * ``client``   :class:`Client`, the synchronous API (no asyncio needed)
 * ``files``    file objects over remote objects (``client.open``)
 * ``aio``      :class:`AsyncClient`, the asyncio API the run-time uses

@@ -16,9 +16,10 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar
 
 from shuttle.client.cache import CLIENT_BLOCK_BYTES_DEFAULT, CLIENT_CACHE_BYTES_DEFAULT, ClientCache
+from shuttle.client.lookaside import LookasideReader, LookasideStore, StoreSet
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
 from shuttle.client.routing import node_for_key
 from shuttle.client.validation import VALIDATION_DEFAULT, ValidationMode, make_mode
@@ -47,6 +48,7 @@ WINDOW_DEFAULT = 8
 SINGLE_PUT_BYTES_MAX = 4 << 20
 
 Progress = Callable[[int], None]
+_T = TypeVar("_T")
 Pieces = bytes | bytearray | memoryview | IO[bytes] | Iterable[bytes]
 Source = Pieces | str | Path
 
@@ -89,6 +91,9 @@ class Client:
     ``dial`` opens a connection to a node; by default a socket
     (:class:`BlockingConnection` with this client's timeouts, link and key), and
     :class:`shuttle.testing.MemoryNode` offers one without a socket.
+    ``lookaside``: local stores to take missed chunks from before the node
+    (``[LookasideStore.open(dir), ...]``, or a :class:`StoreSet` for the user's added
+    stores; docs/lookaside.md); None: none.
     """
 
     def __init__(
@@ -105,6 +110,7 @@ class Client:
         key: bytes | None = None,
         dial: Dial | None = None,
         validation: str = VALIDATION_DEFAULT,
+        lookaside: StoreSet | Sequence[LookasideStore] | None = None,
     ) -> None:
         if not nodes:
             raise InvalidArgumentError("a client needs at least one node address")
@@ -134,6 +140,9 @@ class Client:
         self._modes: dict[str, ValidationMode] = {}
         self.validation = validation
         self.validation_mode(validation)  # a bad name fails here, not at the first open
+        stores = lookaside.stores() if isinstance(lookaside, StoreSet) else list(lookaside or ())
+        #: The miss path through lookaside stores (None: every miss goes to the node).
+        self.lookaside = LookasideReader(self, stores) if stores else None
 
     # --- connections -----------------------------------------------------------------
 
@@ -161,6 +170,11 @@ class Client:
             with self._lock:
                 self._connections.append(conn)
         return conn
+
+    def dial(self, node: NodeAddress) -> NodeConnection:
+        """A new connection to ``node`` that the caller owns (and closes): for a
+        conversation of its own, such as the callback mode's long poll."""
+        return self._dial(node)
 
     def _dial_socket(self, node: NodeAddress) -> NodeConnection:
         return BlockingConnection(
@@ -308,6 +322,9 @@ class Client:
         end = info.size if length is None else min(info.size, offset + length)
         if offset >= end:
             return
+        if self.lookaside is not None:
+            yield from self.lookaside.iter_range(info, offset, end, progress=progress)
+            return
         calls = (
             Call(
                 "read",
@@ -357,6 +374,42 @@ class Client:
         from shuttle.client.files import open_remote
 
         return open_remote(self, key, mode, validation=validation)
+
+    def speculate(
+        self,
+        key: str,
+        work: Callable[[bytes, Callable[[], None]], _T],
+        *,
+        mechanism: str = "auto",
+        save: Callable[[], Any] | None = None,
+        restore: Callable[[Any], None] | None = None,
+    ) -> _T:
+        """``work(data, checkpoint)`` on ``key``'s cached copy at once, while the version
+        check runs alongside; ``work`` cannot pass ``checkpoint()`` (or return) until the
+        check confirms, and re-runs on fresh data if the copy was stale. ``mechanism``:
+        ``thread`` (give ``save``/``restore`` for what ``work`` mutates), ``fork``
+        (transparent; the result comes back pickled), ``none`` (a normal read), or
+        ``auto`` (speculates only when T_f < (1 - p)·T_c, all measured). See
+        :mod:`shuttle.client.speculation` and docs/consistency.md."""
+        from shuttle.client.validation.speculative import SpeculativeMode
+
+        mode = self.validation_mode("speculative")
+        assert isinstance(mode, SpeculativeMode), "the speculative mode owns the engine"
+        return mode.engine.speculate(key, work, mechanism=mechanism, save=save, restore=restore)
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: forget (without closing: they are the parent's)
+        every connection, lock and cached block, so the child dials its own and never
+        waits on a lock another thread of the parent held at the fork."""
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._connections = []
+        self._modes = {}
+        blocks = self.cache.blocks
+        self.cache = ClientCache(blocks.capacity_bytes, blocks.block_size_bytes)
+        # The lookaside reader's lock and SQLite connections are the parent's (SQLite
+        # connections must not cross a fork): the child reads from the node.
+        self.lookaside = None
 
     # --- writing -------------------------------------------------------------------------
 
@@ -538,6 +591,7 @@ class Client:
             "cache_misses": cache["misses"],
             "cache": cache,
             "validation": {name: mode.stats() for name, mode in modes.items()},
+            **({"lookaside": self.lookaside.stats()} if self.lookaside is not None else {}),
         }
 
 

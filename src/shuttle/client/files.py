@@ -43,7 +43,29 @@ class RemoteReader(io.RawIOBase):
         validated = client.validation_mode(validation).open(key)
         self.info: ObjectInfo = validated.info
         self.cache_was_valid = validated.cache_was_valid
+        #: The check still out (the ``speculative`` mode), confirmed by checkpoint().
+        self._pending = validated.pending
         self._pos = 0
+
+    def checkpoint(self) -> None:
+        """Wait until the open's validation is in: returns at once in modes that check
+        before ``open`` returns; in ``speculative`` waits for the check that opening on
+        the cached copy sent, and raises ``StaleDataError`` if that copy was stale (what
+        was read must not be used). ``close()`` does this too."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.confirm()
+
+    def close(self) -> None:
+        """Close, then confirm the open's validation (see :meth:`checkpoint`)."""
+        try:
+            super().close()
+        finally:
+            self.checkpoint()
+
+    def __del__(self) -> None:
+        self._pending = None  # an unclosed file's check is not waited for when collected
+        super().__del__()
 
     def readable(self) -> bool:
         return True
@@ -62,6 +84,8 @@ class RemoteReader(io.RawIOBase):
         return self._pos
 
     def _fetch(self, start: int, stop: int) -> bytes:
+        if self.client.lookaside is not None:  # chunks from local stores, the rest in one batch
+            return self.client.lookaside.fetch(self.info, start, stop)
         node = self.client.node_for(self.key)
         args = {
             "key": self.key,

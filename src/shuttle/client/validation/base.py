@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from shuttle.client.model import ObjectInfo
 
@@ -12,13 +12,23 @@ if TYPE_CHECKING:
     from shuttle.client.client import Client
 
 
+class PendingCheck(Protocol):
+    """A check still out when ``open`` returned (the ``speculative`` mode)."""
+
+    def confirm(self) -> None:
+        """Wait for the check; raise ``StaleDataError`` if the copy opened was stale."""
+
+
 @dataclass(frozen=True, slots=True)
 class Validated:
     """The outcome of validating one open: the attributes the cached blocks may be
-    read against, and whether blocks cached before were kept."""
+    read against, and whether blocks cached before were kept. ``pending``: a check
+    that was still out when the open returned; the file confirms it at its
+    ``checkpoint()`` and at ``close()``."""
 
     info: ObjectInfo
     cache_was_valid: bool
+    pending: PendingCheck | None = None
 
 
 class ValidationMode(ABC):
@@ -30,6 +40,11 @@ class ValidationMode(ABC):
 
     #: The name the mode is registered and chosen by.
     name: ClassVar[str]
+    #: The mode's freshness statement (docs/consistency.md), which the shared test
+    #: suite checks against concurrent writers: an open returns a version no older than
+    #: the node's version ``staleness_s`` seconds before the open began (0: the node's
+    #: version at the moment the open began, or a newer one).
+    staleness_s: ClassVar[float] = 0.0
 
     def __init__(self, client: Client) -> None:
         self.client = client
