@@ -14,8 +14,10 @@ profile=runtime
 
 # System packages the project uses: redis-server (the netrand benchmark's anchor),
 # tre-agrep and strace (the simulator's recorded mobile application), iproute2
-# (tc/ip for kernel-shaped links), python3-venv (Debian splits venv out).
-apt_packages=(redis-server tre-agrep strace iproute2 python3-venv)
+# (tc/ip for kernel-shaped links), python3-venv (Debian splits venv out); fuse3
+# (fusermount3, for `shuttle mount`) and what pip needs to build pyfuse3 from its
+# sdist: libfuse3-dev, pkg-config, gcc and python3-dev (Python's headers).
+apt_packages=(redis-server tre-agrep strace iproute2 python3-venv fuse3 libfuse3-dev pkg-config gcc python3-dev)
 missing=()
 for pkg in "${apt_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

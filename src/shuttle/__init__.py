@@ -13,8 +13,10 @@ Layout (see docs/architecture.md):
 * ``shuttle.runtime`` mobile objects: binding, migration, monitor, placement, sandbox
 * ``shuttle.objects`` built-in mobile objects (storage, grep, count, filter)
 * ``shuttle.apps``    commands over the run-time (grep, objects, placement log)
+* ``shuttle.faces``   programs over the client: ``shuttle mount`` (FUSE), ``shuttle://`` (fsspec)
 * ``shuttle.node``    the storage-node process: config, operations, main loop
 * ``shuttle.blockcache``  the LRU block cache policy the store and the client share
+* ``shuttle.cdc``     content-defined chunking and blake3 hashes the store and the client share
 * ``shuttle.errors``  every error Shuttle raises, by whose fault it is, with its exit code
 * ``shuttle.testing`` test doubles: fake clock, in-memory streams, an in-memory node
 * ``shuttle.demo``    ``shuttle demo``: a tour on a throwaway local cluster

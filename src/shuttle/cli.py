@@ -22,9 +22,11 @@ from shuttle.apps.cli import placement_app
 from shuttle.apps.fs_cli import app as fs_app
 from shuttle.bench.cli import app as bench_app
 from shuttle.client.cli import COMMANDS as CLIENT_COMMANDS
+from shuttle.client.lookaside.cli import app as lookaside_app
 from shuttle.cluster.cli import app as cluster_app
 from shuttle.demo import demo
 from shuttle.errors import ShuttleError
+from shuttle.faces.cli import COMMANDS as FACE_COMMANDS
 from shuttle.node.cli import serve
 from shuttle.sim.calibrate_cli import calibrate_background_command
 from shuttle.sim.cli import app as sim_app
@@ -45,8 +47,11 @@ for command in CLIENT_COMMANDS:
     app.command()(command)
 for runtime_command in RUNTIME_COMMANDS:
     app.command()(runtime_command)
+for face_command in FACE_COMMANDS:
+    app.command()(face_command)
 app.add_typer(placement_app, name="placement")
 app.add_typer(fs_app, name="fs")
+app.add_typer(lookaside_app, name="lookaside")
 app.add_typer(bench_app, name="bench")
 app.add_typer(sim_app, name="sim")
 trace_app.command("calibrate-background")(calibrate_background_command)

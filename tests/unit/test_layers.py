@@ -19,7 +19,7 @@ SRC = Path(shuttle.__file__).parent
 #: layer's siblings, not anything above. Keep in step with docs/architecture.md.
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
-    ("wire", "blockcache", "traces"),
+    ("wire", "blockcache", "cdc", "traces"),
     ("net", "sim"),
     ("cluster",),
     # Side by side: the client does not reach into the node's store, nor it into the client.
@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("runtime",),
     ("objects",),
     ("node",),
-    ("apps", "bench"),
+    ("apps", "bench", "faces"),
     ("demo", "testing", "__init__"),
     ("cli",),
     ("__main__",),

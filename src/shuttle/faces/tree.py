@@ -1,0 +1,190 @@
+"""Directories over flat keys: what the FUSE mount and the fsspec filesystem both show.
+
+Keys are flat strings with ``/`` between levels. A *directory* ``d`` exists when some
+key starts with ``d/`` (an implicit directory, as in S3) or when its marker object
+``d/.shuttle-dir`` exists (an explicit, possibly empty directory: what ``mkdir``
+makes). Markers are empty objects, hidden from every listing of the faces. The root
+(``""``) always exists.
+
+Rename is copy then remove: objects are spread over the nodes by a hash of the key,
+so a new name usually lives on another node and no node can move it in one step.
+Each object appears at its new name whole (a put is atomic), but the rename as a
+whole is not atomic: for a moment both names exist, and a crash in between leaves
+both. A directory is renamed key by key.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from shuttle.client.client import Client
+from shuttle.client.model import NodeAddress, ObjectInfo
+from shuttle.errors import (
+    AlreadyExistsError,
+    DirectoryNotEmptyError,
+    InvalidArgumentError,
+    NotFoundError,
+)
+
+#: The marker object of an explicit directory (``d/.shuttle-dir``). Its name is
+#: reserved in the faces: a file of that name is never listed.
+DIR_MARKER = ".shuttle-dir"
+
+
+def join(dir_key: str, name: str) -> str:
+    """The key of ``name`` inside directory ``dir_key`` (``""`` is the root)."""
+    return f"{dir_key}/{name}" if dir_key else name
+
+
+def parent(key: str) -> str:
+    """The directory that holds ``key`` (``""`` for a top-level key)."""
+    return key.rpartition("/")[0]
+
+
+def prefix_of(dir_key: str) -> str:
+    """The listing prefix of everything inside ``dir_key``."""
+    return f"{dir_key}/" if dir_key else ""
+
+
+def marker_key(dir_key: str) -> str:
+    return join(dir_key, DIR_MARKER)
+
+
+def is_marker(key: str) -> bool:
+    return key == DIR_MARKER or key.endswith("/" + DIR_MARKER)
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What one directory holds: subdirectory names and files with their attributes."""
+
+    dirs: list[str]
+    files: dict[str, ObjectInfo]
+
+
+class KeyTree:
+    """The directory operations of the faces, over one :class:`Client`.
+
+    "Is anything under this prefix?" asks every node (keys are spread by hash); the
+    questions go out together, one thread per node, so the answer costs one round
+    trip however many nodes there are.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop the threads that ask the nodes (the client stays open)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def _first_keys(self, prefix: str, limit: int) -> list[list[str]]:
+        """Up to ``limit`` keys under ``prefix`` from each node, asked all at once."""
+
+        def ask(node: NodeAddress) -> list[str]:
+            args = {"prefix": prefix, "limit": limit}
+            return [str(k) for k in self.client.call(node, "list", args).result["keys"]]
+
+        if len(self.client.nodes) == 1:
+            return [ask(self.client.nodes[0])]
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    len(self.client.nodes), thread_name_prefix="shuttle-tree"
+                )
+            pool = self._pool
+        return list(pool.map(ask, self.client.nodes))
+
+    def listdir(self, dir_key: str) -> Listing:
+        """The entries of ``dir_key``, with each file's attributes (one stat round trip
+        per node). Raises NotFoundError if it is not a directory."""
+        prefix = prefix_of(dir_key)
+        prefixes, keys = self.client.listdir(prefix)
+        keys = [k for k in keys if not is_marker(k)]
+        dirs = [p[len(prefix) : -1] for p in prefixes]
+        if not dirs and not keys and not self.is_dir(dir_key):
+            raise NotFoundError(f"no directory {dir_key!r}: nothing is stored under it")
+        infos = self.client.stat_many(keys) if keys else []
+        files = {
+            k[len(prefix) :]: info for k, info in zip(keys, infos, strict=True) if info is not None
+        }
+        return Listing(dirs, files)
+
+    def is_dir(self, dir_key: str) -> bool:
+        """True if ``dir_key`` is the root or some key (or its marker) lies under it."""
+        return dir_key == "" or self._first_key(prefix_of(dir_key)) is not None
+
+    def is_empty(self, dir_key: str) -> bool:
+        """True if nothing but the directory's own marker lies under ``dir_key``."""
+        pages = self._first_keys(prefix_of(dir_key), 2)
+        return all(_is_own_marker(k, dir_key) for keys in pages for k in keys)
+
+    def _first_key(self, prefix: str) -> str | None:
+        return next((keys[0] for keys in self._first_keys(prefix, 1) if keys), None)
+
+    def keys_under(self, dir_key: str) -> Iterator[str]:
+        """Every key under ``dir_key``, markers included, in order."""
+        return self.client.list(prefix_of(dir_key))
+
+    def mkdir(self, dir_key: str, *, exist_ok: bool = False) -> None:
+        """Make ``dir_key`` an explicit directory (its marker); parents are implicit."""
+        if dir_key == "" or self.is_dir(dir_key):
+            if exist_ok:
+                return
+            raise AlreadyExistsError(f"directory {dir_key!r} already exists")
+        if self.exists_file(dir_key):
+            raise AlreadyExistsError(f"{dir_key!r} is a file; remove it to make a directory")
+        self.client.put(marker_key(dir_key), b"")
+
+    def keep(self, dir_key: str) -> None:
+        """Keep ``dir_key`` as an (empty) directory after its last entry went away."""
+        if dir_key and self.is_empty(dir_key):
+            self.client.put(marker_key(dir_key), b"")
+
+    def rmdir(self, dir_key: str) -> None:
+        """Remove the empty directory ``dir_key`` (its marker)."""
+        if dir_key == "":
+            raise InvalidArgumentError("the root directory cannot be removed")
+        if not self.is_dir(dir_key):
+            raise NotFoundError(f"no directory {dir_key!r}")
+        if not self.is_empty(dir_key):
+            raise DirectoryNotEmptyError(f"directory {dir_key!r} is not empty; remove its entries")
+        self.client.remove_many([marker_key(dir_key)])
+
+    def exists_file(self, key: str) -> bool:
+        return key != "" and not is_marker(key) and self.client.exists(key)
+
+    def copy(self, src: str, dst: str) -> ObjectInfo:
+        """Copy the object ``src`` to ``dst`` (streamed; ``dst`` appears whole)."""
+        with self.client.open(src, "rb") as reader:
+            return self.client.put(dst, reader)
+
+    def rename_file(self, src: str, dst: str) -> None:
+        """Copy ``src`` to ``dst`` (replacing it atomically), then remove ``src``."""
+        if src == dst:
+            return
+        self.copy(src, dst)
+        self.client.remove(src)
+
+    def rename_dir(self, src: str, dst: str) -> int:
+        """Rename every key under ``src`` to the same place under ``dst``; returns how
+        many. ``dst`` must not be ``src`` or inside it."""
+        if dst == src or dst.startswith(prefix_of(src)):
+            raise InvalidArgumentError(f"cannot move directory {src!r} into itself ({dst!r})")
+        moved = 0
+        old = prefix_of(src)
+        for key in list(self.keys_under(src)):
+            self.rename_file(key, prefix_of(dst) + key[len(old) :])
+            moved += 1
+        return moved
+
+
+def _is_own_marker(key: str, dir_key: str) -> bool:
+    return key == marker_key(dir_key)

@@ -1,0 +1,174 @@
+"""The ``shuttle://`` fsspec filesystem against a real two-node cluster: fsspec's own
+abstract test suite, pandas reading and writing a CSV, and the semantics we add."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import fsspec
+import pytest
+from fsspec.tests.abstract import AbstractFixtures
+from fsspec.tests.abstract.copy import AbstractCopyTests
+from fsspec.tests.abstract.get import AbstractGetTests
+from fsspec.tests.abstract.open import AbstractOpenTests
+from fsspec.tests.abstract.pipe import AbstractPipeTests
+from fsspec.tests.abstract.put import AbstractPutTests
+
+from shuttle.client.client import Client
+from shuttle.client.validation import MODES
+from shuttle.faces.fsspec_fs import ShuttleFileSystem
+from tests.integration.faces_cluster import FacesCluster
+
+_TEST_DIRS = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FacesCluster]:
+    c = FacesCluster(tmp_path_factory.mktemp("fsspec"))
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def client(cluster: FacesCluster) -> Iterator[Client]:
+    c = Client(cluster.addresses(), request_timeout_s=30)
+    yield c
+    c.close()
+
+
+class ShuttleFixtures(AbstractFixtures):
+    """What fsspec's abstract tests need: the filesystem, how it joins paths, and a
+    fresh directory per test (so tests never see each other's files)."""
+
+    @pytest.fixture
+    def fs(self, client: Client) -> ShuttleFileSystem:
+        return ShuttleFileSystem(client=client)
+
+    @pytest.fixture
+    def fs_join(self) -> Callable[..., str]:
+        return lambda *parts: "/".join(parts)
+
+    @pytest.fixture
+    def fs_path(self) -> str:
+        return f"abstract/t{next(_TEST_DIRS)}"
+
+
+class TestShuttleCopy(AbstractCopyTests, ShuttleFixtures):
+    pass
+
+
+class TestShuttleGet(AbstractGetTests, ShuttleFixtures):
+    pass
+
+
+class TestShuttlePut(AbstractPutTests, ShuttleFixtures):
+    pass
+
+
+class TestShuttleOpen(AbstractOpenTests, ShuttleFixtures):
+    pass
+
+
+class TestShuttlePipe(AbstractPipeTests, ShuttleFixtures):
+    pass
+
+
+# --- beyond the abstract suite ----------------------------------------------------------
+
+
+def test_the_entry_point_registers_shuttle_urls() -> None:
+    assert fsspec.get_filesystem_class("shuttle") is ShuttleFileSystem
+
+
+def test_pandas_reads_and_writes_a_csv_through_shuttle_urls(
+    cluster: FacesCluster, client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pd = pytest.importorskip("pandas")
+    client.put("pandas/in.csv", b"city,people\nLisbon,545000\nPorto,232000\n")
+    # The cluster comes from $SHUTTLE_CLUSTER, as for the CLI...
+    monkeypatch.setenv("SHUTTLE_CLUSTER", str(cluster.write_cluster_file(tmp_path / "c.toml")))
+    frame = pd.read_csv("shuttle://pandas/in.csv")
+    assert frame["people"].sum() == 777000
+    # ... or from storage_options.
+    options = {"node": cluster.procs[0].address}
+    single = Client(cluster.addresses()[:1])
+    try:
+        single.put("pandas/one.csv", b"a,b\n1,2\n")
+        assert pd.read_csv("shuttle://pandas/one.csv", storage_options=options)["b"][0] == 2
+    finally:
+        single.close()
+    frame.assign(half=frame["people"] // 2).to_csv("shuttle://pandas/out.csv", index=False)
+    assert client.get("pandas/out.csv").splitlines()[1] == b"Lisbon,545000,272500"
+
+
+def test_reads_validate_at_open_and_see_another_clients_write(client: Client) -> None:
+    fs = ShuttleFileSystem(client=client)
+    fs.pipe_file("fresh/x", b"old")
+    assert fs.cat_file("fresh/x") == b"old"  # now in the client cache
+    other = Client(client.nodes)
+    try:
+        other.put("fresh/x", b"new!")
+    finally:
+        other.close()
+    with fs.open("fresh/x", "rb") as f:
+        assert f.read() == b"new!"
+    assert fs.cat_file("fresh/x", start=1, end=-1) == b"ew"
+
+
+def test_a_failed_writer_leaves_the_old_object(client: Client) -> None:
+    fs = ShuttleFileSystem(client=client)
+    fs.pipe_file("abort/x", b"kept")
+    with pytest.raises(RuntimeError), fs.open("abort/x", "wb") as f:
+        f.write(b"x" * (6 << 20))  # past the first block: an upload is under way
+        raise RuntimeError("the writer fails")
+    assert fs.cat_file("abort/x") == b"kept"
+
+
+def test_directories_made_with_mkdir_exist_empty_and_rmdir_refuses_full_ones(
+    client: Client,
+) -> None:
+    fs = ShuttleFileSystem(client=client)
+    fs.mkdir("dirs/empty")
+    assert fs.isdir("dirs/empty")
+    assert fs.ls("dirs/empty") == []
+    assert fs.ls("dirs", detail=False) == ["dirs/empty"]
+    fs.pipe_file("dirs/full/a", b"1")
+    with pytest.raises(OSError, match="not empty"):
+        fs.rmdir("dirs/full")
+    fs.rmdir("dirs/empty")
+    assert not fs.exists("dirs/empty")
+    with pytest.raises(FileNotFoundError):
+        fs.info("dirs/nothing")
+
+
+def test_mv_renames_a_tree_across_nodes(client: Client) -> None:
+    fs = ShuttleFileSystem(client=client)
+    for i in range(6):
+        fs.pipe_file(f"mv/src/d{i % 2}/f{i}", str(i).encode())
+    fs.mv("mv/src", "mv/dst", recursive=True)
+    assert not fs.exists("mv/src")
+    assert sorted(fs.find("mv/dst")) == sorted(f"mv/dst/d{i % 2}/f{i}" for i in range(6))
+    assert fs.cat_file("mv/dst/d1/f5") == b"5"
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_every_validation_mode_reads_what_another_client_wrote(
+    cluster: FacesCluster, client: Client, mode: str
+) -> None:
+    """Each mode promises data no older than the node's at the open; the face keeps
+    that promise (a speculative open is confirmed before any byte is handed out)."""
+    key = f"modes/{mode}"
+    face_client = Client(cluster.addresses(), validation=mode)
+    try:
+        fs = ShuttleFileSystem(client=face_client, validation=mode)
+        client.put(key, b"first")
+        assert fs.cat_file(key) == b"first"
+        assert fs.cat_file(key) == b"first"  # served from the face's client cache
+        client.put(key, b"second, longer")
+        assert fs.info(key)["size"] == len(b"second, longer")
+        with fs.open(key, "rb") as f:
+            assert f.read() == b"second, longer"
+    finally:
+        face_client.close()
