@@ -10,6 +10,8 @@ Layout:
 * ``stream``   ``bench stream``: one large object streamed, against raw TCP
 * ``hostile``  ``bench hostile``: what stalled, non-reading and idle clients cost a node
 * ``shaping``  emulated link shaping against kernel ``tc ... tbf`` shaping in namespaces
+* ``speculate``  ``bench speculate``: speculative remote read (Yi, section 4), live
+* ``speculate_plots``  the PNG of ``bench speculate`` in the paper's layout
 * ``abacus``   ABACUS's experiments (section 6): the shared harness and the filter
 * ``abacus_cli``  ``shuttle bench abacus ...``: one command per ABACUS experiment
 * ``abacus_plots``  PNG plots of the ABACUS experiments, in the paper's layout
@@ -19,4 +21,6 @@ Layout:
 * ``directory``  ABACUS 6.5: adapting to contention over shared data
 * ``objectfs`` ABACUS 6.4 and 6.6 on the object-based file system
 * ``objectfs_plots``  PNG plots of the file-system experiments
+* ``lookaside``  the lookaside paper's Figure 6: a build over the FUSE mount with
+  lookaside stores of older releases, at five bandwidths (table, JSON, PNG)
 """

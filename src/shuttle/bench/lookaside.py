@@ -1,0 +1,648 @@
+"""``bench lookaside``: the lookaside paper's Figure 6 on the live system.
+
+The paper compiled Linux 2.4.18 from Coda at 100 Kb/s to 100 Mb/s with no lookaside
+device, a device holding 2.4.18, and devices holding older releases (DESIGN.md,
+"Lookaside"). Here the build is ``python -m compileall`` of a real project's source
+release over the FUSE mount (``shuttle mount``), the releases are sdists fetched from
+PyPI with ``pip download``, and each lookaside store is an extracted older sdist:
+
+* the *current* release's ``.py`` files are put in a private one-node cluster
+  (per bandwidth: the whole tree, or at slow links a subset, see :func:`choose_subset`);
+* every run restarts the node (its block cache is cold), drops the page cache of the
+  node's data and of the store's files (``posix_fadvise``), starts a fresh mount (the
+  client cache is cold) with the link shaped to the bandwidth (the LAN profile's
+  latency), ``--validation callback --attr-timeout 60`` (Coda kept callbacks and
+  attributes too) and the store under test, times the build, and reads the mount's
+  counters and the node's requests by operation;
+* the build writes its ``.pyc`` files to a local directory (``PYTHONPYCACHEPREFIX``),
+  as Coda's write-back cache kept the kernel build's writes off the link.
+
+The table is the paper's: rows bandwidth, columns no store, the current release, one,
+two, ... releases back; each cell the mean seconds and the win over no store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shuttle.client.connect import connect
+from shuttle.client.lookaside import StoreSet
+from shuttle.cluster import local
+from shuttle.cluster.clusterfile import ClusterFile
+from shuttle.errors import ConfigError, ExternalToolError, UsageError
+from shuttle.net.profiles import BUILTIN_PROFILES, parse_link_profile
+
+#: The default project and releases: Django's 5.0 series and the feature releases
+#: before it. The first is the current release (in Shuttle); the rest are stores one,
+#: two, three, four releases back (as the paper's 2.4.17, 2.4.13, 2.4.9, 2.4.0).
+PROJECT_DEFAULT = "django"
+RELEASES_DEFAULT = ("5.0.4", "5.0.3", "5.0", "4.2", "4.1")
+#: The paper's bandwidths.
+BANDWIDTHS_DEFAULT = ("100kbit", "1Mbit", "10Mbit", "100Mbit", "1Gbit")
+#: One-way latency of every link: the LAN profile's.
+LATENCY_S = BUILTIN_PROFILES["lan"].latency_s
+#: Shrink the tree at slow links so the no-store run moves at most this many seconds
+#: worth of source over the link.
+TARGET_S_DEFAULT = 90.0
+#: Where downloaded sdists and their extracted trees are kept between runs.
+CACHE_DIR_DEFAULT = Path.home() / ".cache" / "shuttle" / "bench-lookaside"
+#: What the build reads.
+SOURCE_SUFFIX = ".py"
+#: How long one build may take before the run is abandoned.
+BUILD_TIMEOUT_S = 1800.0
+#: The mount's validation mode and attribute timeout (see :func:`run`'s docs).
+VALIDATION_DEFAULT = "callback"
+ATTR_TIMEOUT_S_DEFAULT = 60.0
+#: How long a mount may take to come up.
+MOUNT_START_TIMEOUT_S = 30.0
+
+#: The paper's Figure 6 (seconds; win in percent over no device), kept beside ours.
+PAPER: dict[str, Any] = {
+    "build": "Linux 2.4.18 kernel compile from Coda; mean of 3 trials",
+    "columns": ["no device", "2.4.18", "2.4.17", "2.4.13", "2.4.9", "2.4.0"],
+    "rows": {
+        "100Mbit": [287.7, 292.7, 324.7, 346.4, 362.7, 358.1],
+        "10Mbit": [388.4, 282.9, 364.8, 402.7, 410.9, 421.1],
+        "1Mbit": [1148.3, 424.8, 543.6, 835.8, 1012.4, 1094.3],
+        "100kbit": [9348.8, 884.9, 3011.2, 5824.0, 7616.0, 8356.7],
+    },
+}
+
+
+# --- releases -------------------------------------------------------------------------
+
+
+def fetch_release(project: str, version: str, cache_dir: Path = CACHE_DIR_DEFAULT) -> Path:
+    """The extracted sdist of ``project`` ``version`` (downloaded with ``pip download``
+    the first time, then kept under ``cache_dir``)."""
+    base = cache_dir / project.lower()
+    tree = base / "src" / version
+    if (tree / ".complete").exists():
+        return tree
+    sdists = base / "sdists"
+    sdists.mkdir(parents=True, exist_ok=True)
+    archive = _find_sdist(sdists, project, version)
+    if archive is None:
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+        argv += ["--quiet", f"{project}=={version}", "-d", str(sdists)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        archive = _find_sdist(sdists, project, version)
+        if done.returncode != 0 or archive is None:
+            raise ExternalToolError(
+                f"pip download of {project}=={version} failed: "
+                f"{(done.stderr or done.stdout).strip()[-800:]}. Check the project name and "
+                "version (`pip index versions PROJECT` lists them) and that the package "
+                "index is reachable."
+            )
+    shutil.rmtree(tree, ignore_errors=True)
+    tree.mkdir(parents=True)
+    _extract(archive, tree)
+    (tree / ".complete").write_text(archive.name)
+    return tree
+
+
+def _find_sdist(sdists: Path, project: str, version: str) -> Path | None:
+    want = {project.lower(), project.lower().replace("-", "_"), project.lower().replace("_", "-")}
+    for path in sorted(sdists.iterdir()):
+        name = path.name.lower()
+        for suffix in (".tar.gz", ".tgz", ".tar.bz2", ".zip"):
+            if name.endswith(suffix):
+                stem = name[: -len(suffix)]
+                if any(stem == f"{p}-{version}" for p in want):
+                    return path
+    return None
+
+
+def _extract(archive: Path, dest: Path) -> None:
+    """Extract ``archive`` into ``dest``, without the sdist's single top directory."""
+    staging = dest / ".extract"
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(staging)
+    else:
+        with tarfile.open(archive) as tf:
+            tf.extractall(staging, filter="data")
+    tops = list(staging.iterdir())
+    top = tops[0] if len(tops) == 1 and tops[0].is_dir() else staging
+    for item in top.iterdir():
+        item.rename(dest / item.name)
+    shutil.rmtree(staging)
+
+
+def make_tiny_releases(dest: Path, count: int = 3, files: int = 24, seed: int = 7) -> list[Path]:
+    """A generated project of ``files`` Python modules in ``count`` releases (newest
+    first), each older one with a fifth of the files changed: the smoke test's
+    project, no download needed."""
+    rng = random.Random(seed)
+    bodies = {
+        f"tiny/pkg{i % 4}/mod{i}.py": "\n".join(
+            f"def f{i}_{j}(x):\n    return x * {rng.randint(1, 10**6)} + {j}\n" for j in range(60)
+        )
+        for i in range(files)
+    }
+    roots = []
+    for r in range(count):
+        root = dest / f"tiny-{count - r}"
+        for rel, body in bodies.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(body)
+        roots.append(root)
+        for rel in rng.sample(sorted(bodies), max(1, files // 5)):  # the release before
+            bodies[rel] = bodies[rel].replace("+ 1\n", f"+ {rng.randint(2, 99)}\n")
+    return roots
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    rel: str
+    size: int
+
+
+def source_files(root: Path, under: str = "") -> list[SourceFile]:
+    """The build's input: every ``.py`` file under ``root / under``, sorted by path
+    (relative to ``root``)."""
+    out = [
+        SourceFile(p.relative_to(root).as_posix(), p.stat().st_size)
+        for p in (root / under).rglob(f"*{SOURCE_SUFFIX}")
+        if p.is_file() and not p.is_symlink()
+    ]
+    return sorted(out, key=lambda f: f.rel)
+
+
+def choose_subset(files: Sequence[SourceFile], budget_bytes: float) -> list[SourceFile]:
+    """The files in path order up to ``budget_bytes`` (whole packages, as the order
+    keeps each directory's files together): the same subset for every store at one
+    bandwidth. All of them if they fit."""
+    out: list[SourceFile] = []
+    total = 0
+    for f in files:
+        if total + f.size > budget_bytes and out:
+            break
+        out.append(f)
+        total += f.size
+    return out
+
+
+# --- runs -----------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    seconds: float
+    build_status: int
+    counters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Cell:
+    bandwidth: str
+    store: str  # "none" or a release
+    runs: list[RunResult] = field(default_factory=list)
+
+    @property
+    def mean_s(self) -> float:
+        return statistics.fmean(r.seconds for r in self.runs)
+
+    @property
+    def stdev_s(self) -> float:
+        return statistics.stdev(r.seconds for r in self.runs) if len(self.runs) > 1 else 0.0
+
+
+def link_spec(bandwidth: str) -> str:
+    """The link profile of a bandwidth: that rate at the LAN profile's latency."""
+    spec = f"bw={bandwidth},lat={LATENCY_S * 1e3:g}ms"
+    parse_link_profile(spec)  # a bad bandwidth fails here, saying why
+    return spec
+
+
+def _drop_page_cache(root: Path) -> None:
+    """Evict ``root``'s files from the page cache (only these files: others' runs keep
+    theirs), so the node and the stores read from disk as in a cold run."""
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            try:
+                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+class Mount:
+    """``shuttle mount --foreground`` in a child process, with its counters file."""
+
+    def __init__(self, mountpoint: Path, args: list[str], env: dict[str, str]) -> None:
+        self.mountpoint = mountpoint
+        self.ready = mountpoint.with_name(f".{mountpoint.name}.ready")
+        self.counters_file = mountpoint.with_name(f"{mountpoint.name}.counters.json")
+        self.log = mountpoint.with_name(f"{mountpoint.name}.log")
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        self.ready.unlink(missing_ok=True)
+        self.counters_file.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "shuttle", "mount", str(mountpoint), "--foreground"]
+        argv += ["--ready-file", str(self.ready), "--counters", str(self.counters_file), *args]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **env},
+            )
+        deadline = time.monotonic() + MOUNT_START_TIMEOUT_S
+        while not self.ready.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                tail = self.log.read_text(errors="replace")[-2000:]
+                raise ExternalToolError(f"the mount at {mountpoint} did not start:\n{tail}")
+            time.sleep(0.02)
+
+    def stop(self) -> dict[str, Any]:
+        """Unmount and return the client's counters (empty if it wrote none)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        subprocess.run(
+            ["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True, check=False
+        )
+        try:
+            counters: dict[str, Any] = json.loads(self.counters_file.read_text())
+        except (OSError, ValueError):
+            counters = {}
+        return counters
+
+
+@dataclass
+class Config:
+    project: str
+    releases: list[str]
+    bandwidths: list[str]
+    runs: int = 1
+    target_s: float = TARGET_S_DEFAULT
+    #: compileall workers (0: one per core, as ``make -j``).
+    jobs: int = 0
+    cache_dir: Path = CACHE_DIR_DEFAULT
+    tiny: bool = False
+    #: Build only this directory of the release; ``auto``: the project's package
+    #: directory if the sdist has one (django: ``django/``, not its tests and docs),
+    #: else every ``.py`` file of the sdist; empty: every ``.py`` file.
+    subdir: str = "auto"
+    validation: str = VALIDATION_DEFAULT
+    attr_timeout_s: float = ATTR_TIMEOUT_S_DEFAULT
+
+
+Report = Callable[[str], None]
+
+
+def run(config: Config, workdir: Path, report: Report = lambda _: None) -> dict[str, Any]:
+    """The whole experiment; returns the JSON report."""
+    if len(config.releases) < 1:
+        raise UsageError("give at least the current release (--releases CUR,PREV1,...)")
+    specs = {bw: link_spec(bw) for bw in config.bandwidths}
+    workdir.mkdir(parents=True, exist_ok=True)
+    if config.tiny:
+        roots = make_tiny_releases(workdir / "releases", count=len(config.releases))
+    else:
+        roots = []
+        for version in config.releases:
+            report(f"release {config.project} {version}: fetching (cached after the first time)")
+            roots.append(fetch_release(config.project, version, config.cache_dir))
+    current = roots[0]
+    subdir = config.subdir
+    if subdir == "auto":
+        package = config.project.lower().replace("-", "_")
+        subdir = package if (current / package).is_dir() and not config.tiny else ""
+    files = source_files(current, subdir)
+    if not files:
+        raise ConfigError(
+            f"{config.project} {config.releases[0]} has no {SOURCE_SUFFIX} files to build; "
+            "pick a project with Python sources"
+        )
+    total = sum(f.size for f in files)
+    report(f"current release: {len(files)} {SOURCE_SUFFIX} files, {total / 1e6:.2f} MB")
+
+    # Each store: its own Shuttle home, so the mount's --lookaside uses only it.
+    homes: dict[str, Path] = {}
+    stores_info: dict[str, Any] = {}
+    for version, root in zip(config.releases, roots, strict=True):
+        home = workdir / "homes" / version
+        added = StoreSet(home).add(root)
+        t0 = time.perf_counter()
+        added.refresh()
+        summary = added.summary()
+        added.close()
+        homes[version] = home
+        stores_info[version] = {
+            "root": str(root),
+            "index_seconds": round(time.perf_counter() - t0, 3),
+            "files": summary.files,
+            "chunks": summary.chunks,
+            "bytes": summary.bytes,
+        }
+        report(f"store {version}: indexed in {stores_info[version]['index_seconds']} s")
+
+    cluster = local.up(workdir / "cluster", nodes=1)
+    assert cluster.path is not None
+    cluster_path = cluster.path
+    trees: dict[str, dict[str, Any]] = {}
+    cells: list[Cell] = []
+    try:
+        for bw in config.bandwidths:
+            profile = parse_link_profile(specs[bw])
+            rate = profile.bandwidth_bytes_per_s
+            budget = total if rate is None else min(total, rate * config.target_s)
+            subset = choose_subset(files, budget)
+            label = "full" if len(subset) == len(files) else f"subset-{len(subset)}"
+            if label not in {t["label"] for t in trees.values()}:
+                _upload(cluster_path, current, subset, label)
+            trees[bw] = {
+                "label": label,
+                "files": len(subset),
+                "bytes": sum(f.size for f in subset),
+                "subset": label != "full",
+            }
+            report(
+                f"{bw}: tree {label}: {trees[bw]['files']} files, {trees[bw]['bytes'] / 1e6:.2f} MB"
+            )
+            # Round robin (every store once, then again): a drift in the machine's
+            # load over the minutes a bandwidth takes falls on every column alike.
+            row = {store: Cell(bw, store) for store in ["none", *config.releases]}
+            for i in range(config.runs):
+                for store, cell in row.items():
+                    result = _one_run(
+                        cluster_path,
+                        workdir,
+                        specs[bw],
+                        label,
+                        homes.get(store),
+                        roots[config.releases.index(store)] if store != "none" else None,
+                        config,
+                    )
+                    cell.runs.append(result)
+                    la = result.counters.get("lookaside", {})
+                    report(
+                        f"{bw} store={store} run {i + 1}: {result.seconds:.2f} s"
+                        + (
+                            f" (stores {la.get('bytes_from_stores', 0) / 1e6:.2f} MB, node "
+                            f"{la.get('bytes_from_node', 0) / 1e6:.2f} MB, skipped "
+                            f"{la.get('reads_skipped', 0)}/{la.get('reads', 0)})"
+                            if la
+                            else ""
+                        )
+                    )
+            cells.extend(row.values())
+    finally:
+        local.down(ClusterFile.load(cluster_path))
+    return _report(config, subdir, specs, trees, stores_info, cells, total, len(files))
+
+
+def _upload(cluster_path: Path, root: Path, subset: Sequence[SourceFile], label: str) -> None:
+    """Put ``subset`` of the current release under ``label/`` (unshaped: setup, not timed)."""
+    with connect(cluster=cluster_path) as client:
+        for f in subset:
+            client.put(f"{label}/{f.rel}", root / f.rel)
+
+
+def _one_run(
+    cluster_path: Path,
+    workdir: Path,
+    spec: str,
+    label: str,
+    home: Path | None,
+    store_root: Path | None,
+    config: Config,
+) -> RunResult:
+    """One cold build: restart the node, drop page caches, mount, compile, unmount."""
+    cluster = ClusterFile.load(cluster_path)
+    local.down(cluster)
+    cluster = local.up(cluster.root, cluster_path=cluster_path)
+    for entry in cluster.nodes:
+        _drop_page_cache(Path(entry.data_dir))
+    if store_root is not None:
+        _drop_page_cache(store_root)
+    mnt = workdir / "mnt"
+    args = ["--cluster", str(cluster_path), "--link", spec, "--validation", config.validation]
+    args += ["--attr-timeout", str(config.attr_timeout_s)]
+    env: dict[str, str] = {}
+    if home is not None:
+        args.append("--lookaside")
+        env["SHUTTLE_HOME"] = str(home)
+    else:
+        args.append("--no-lookaside")
+    pyc = workdir / "pyc"
+    shutil.rmtree(pyc, ignore_errors=True)
+    mount = Mount(mnt, args, env)
+    try:
+        argv = [sys.executable, "-m", "compileall", "-q", "-j", str(config.jobs), str(mnt / label)]
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            argv,
+            env={**os.environ, "PYTHONPYCACHEPREFIX": str(pyc)},
+            capture_output=True,
+            timeout=BUILD_TIMEOUT_S,
+            check=False,
+        )
+        seconds = time.perf_counter() - t0
+    finally:
+        counters = mount.stop()
+    compiled = sum(1 for _ in pyc.rglob("*.pyc")) if pyc.exists() else 0
+    if compiled == 0:
+        raise ExternalToolError(
+            f"the build over the mount compiled nothing (exit {done.returncode}): "
+            f"{done.stderr.decode(errors='replace')[-800:]}; see {mount.log}"
+        )
+    counters["pyc_files"] = compiled
+    counters["node"] = _node_requests(cluster_path)
+    return RunResult(seconds, done.returncode, counters)
+
+
+def _node_requests(cluster_path: Path) -> dict[str, Any]:
+    """What the node served in this run (it was restarted for it): requests by
+    operation, errors by code, bytes in and out, so a table cell can be explained."""
+    with connect(cluster=cluster_path) as client:
+        out: dict[str, Any] = {}
+        for node in client.nodes:
+            server = client.node_stats(node).get("server", {})
+            for name in ("requests", "bytes_in", "bytes_out"):
+                out[name] = out.get(name, 0) + server.get(name, 0)
+            for group in ("by_op", "errors_by_code"):
+                merged = out.setdefault(group, {})
+                for op, count in server.get(group, {}).items():
+                    merged[op] = merged.get(op, 0) + count
+        return out
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _report(
+    config: Config,
+    subdir: str,
+    specs: dict[str, str],
+    trees: dict[str, dict[str, Any]],
+    stores_info: dict[str, Any],
+    cells: list[Cell],
+    total_bytes: int,
+    total_files: int,
+) -> dict[str, Any]:
+    columns = ["none", *config.releases]
+    rows: dict[str, dict[str, Any]] = {}
+    for bw in config.bandwidths:
+        base = next(c for c in cells if c.bandwidth == bw and c.store == "none").mean_s
+        row: dict[str, Any] = {}
+        for c in cells:
+            if c.bandwidth != bw:
+                continue
+            row[c.store] = {
+                "mean_s": round(c.mean_s, 3),
+                "stdev_s": round(c.stdev_s, 3),
+                "win_pct": round(100.0 * (base - c.mean_s) / base, 1),
+                "runs": [_jsonable(asdict(r)) for r in c.runs],
+            }
+        rows[bw] = row
+    return {
+        "benchmark": "lookaside",
+        "config": {
+            "project": "tiny (generated)" if config.tiny else config.project,
+            "releases": config.releases,
+            "current": config.releases[0],
+            "bandwidths": config.bandwidths,
+            "links": specs,
+            "latency_ms": LATENCY_S * 1e3,
+            "runs": config.runs,
+            "target_s": config.target_s,
+            "jobs": config.jobs,
+            "subdir": subdir,
+            "validation": config.validation,
+            "attr_timeout_s": config.attr_timeout_s,
+            "build": f"python -m compileall -q -j {config.jobs} of {subdir or 'every .py'} "
+            f"over `shuttle mount --validation {config.validation} --attr-timeout "
+            f"{config.attr_timeout_s:g}`, .pyc to a local PYTHONPYCACHEPREFIX",
+            "cold": "node restarted, node data and store files evicted from the page cache, "
+            "a fresh mount (empty client cache) per run",
+            "source_files": total_files,
+            "source_bytes": total_bytes,
+            "python": sys.version.split()[0],
+        },
+        "columns": columns,
+        "trees": trees,
+        "stores": stores_info,
+        "rows": rows,
+        "paper": PAPER,
+        "targets": targets(config, rows),
+    }
+
+
+def targets(config: Config, rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets, checked against the rows that were run."""
+    out: dict[str, Any] = {}
+    cur = config.releases[0]
+    bits = {bw: parse_link_profile(link_spec(bw)).bandwidth_bits_per_s for bw in rows}
+    paper_win = {"1Mbit": 63.0, "100kbit": 90.5}
+    for bw, paper in paper_win.items():
+        if bw in rows and cur in rows[bw]:
+            ours = rows[bw][cur]["win_pct"]
+            out[f"current wins >= paper at {bw}"] = {
+                "ours": ours,
+                "paper": paper,
+                "met": ours >= paper,
+            }
+    if "10Mbit" in rows and len(config.releases) > 1:
+        ours = rows["10Mbit"][config.releases[1]]["win_pct"]
+        out["one back wins >= 20% at 10Mbit"] = {"ours": ours, "paper": 6.1, "met": ours >= 20.0}
+    fast = [bw for bw in rows if bits[bw] is None or (bits[bw] or 0) >= 100e6]
+    if fast:
+        worst = min(rows[bw][s]["win_pct"] for bw in fast for s in config.releases)
+        out["never loses > 2% at >= 100Mbit"] = {
+            "ours": worst,
+            "paper": -26.1,
+            "met": worst >= -2.0,
+        }
+    return out
+
+
+# --- output -----------------------------------------------------------------------------
+
+
+def table_lines(report: dict[str, Any]) -> list[str]:
+    """The table in the paper's form: seconds (stdev) and [win %] per store."""
+    cols = report["columns"]
+    heads = ["bandwidth", *[("no store" if c == "none" else c) for c in cols]]
+    lines = []
+    width = 20
+    lines.append(f"{heads[0]:<10}" + "".join(f"{h:>{width}}" for h in heads[1:]))
+    for bw, row in report["rows"].items():
+        tree = report["trees"][bw]
+        cells = []
+        for c in cols:
+            cell = row[c]
+            text = f"{cell['mean_s']:.1f} ({cell['stdev_s']:.1f})"
+            if c != "none":
+                text += f" [{cell['win_pct']:+.1f}%]"
+            cells.append(text)
+        lines.append(f"{bw:<10}" + "".join(f"{t:>{width}}" for t in cells))
+        lines.append(f"{'':<10}  tree: {tree['files']} files, {tree['bytes'] / 1e6:.2f} MB")
+    return lines
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Two panels: build time per bandwidth (log scale) and the win of each store."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = report["columns"]
+    bws = list(report["rows"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    x = range(len(bws))
+    for c in cols:
+        ys = [report["rows"][bw][c]["mean_s"] for bw in bws]
+        left.plot(list(x), ys, marker="o", label="no store" if c == "none" else f"store {c}")
+    left.set_yscale("log")
+    left.set_xticks(list(x))
+    left.set_xticklabels(
+        [f"{bw}\n({report['trees'][bw]['bytes'] / 1e6:.1f} MB)" for bw in bws], fontsize=8
+    )
+    left.set_ylabel("build time (s, log)")
+    left.set_title("Build over the mount (tree size per bandwidth)")
+    left.legend(fontsize=8)
+    stores = cols[1:]
+    width = 0.8 / max(1, len(stores))
+    for i, s in enumerate(stores):
+        wins = [report["rows"][bw][s]["win_pct"] for bw in bws]
+        label = f"{s} (current)" if i == 0 else f"{s} ({i} back)"
+        right.bar([xi + (i - (len(stores) - 1) / 2) * width for xi in x], wins, width, label=label)
+    right.axhline(0, color="black", linewidth=0.8)
+    right.axhline(-2, color="red", linewidth=0.6, linestyle="--")
+    right.set_xticks(list(x))
+    right.set_xticklabels(bws)
+    right.set_ylabel("win over no store (%)")
+    right.set_title("Lookaside win (dashed: the -2% target)")
+    right.legend(fontsize=8)
+    project = report["config"]["project"]
+    fig.suptitle(f"Lookaside (Figure 6): compileall of {project} {cols[1]} over shuttle mount")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
