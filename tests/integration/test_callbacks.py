@@ -92,6 +92,30 @@ def test_a_write_breaks_the_promise_and_the_next_open_sees_it(node: NodeProcess)
         writer.close()
 
 
+def test_a_listing_takes_a_promise_on_every_file_it_finds(node: NodeProcess) -> None:
+    reader = shuttle.connect(node=node.address, validation="callback")
+    writer = shuttle.connect(node=node.address)
+    try:
+        for name in "abc":
+            writer.put(f"d/{name}", name.encode())
+        infos = reader.validation_mode().stat_many(["d/a", "d/b", "d/c", "d/missing"])
+        assert [i and i.size for i in infos] == [1, 1, 1, None]
+        assert reader.counters()["validation"]["callback"]["promises_held"] == 3
+        before = reader.counters()["requests"]
+        for name in "abc":
+            with reader.open(f"d/{name}") as f:
+                assert f.read() == name.encode()
+        # The opens cost nothing beyond the one read each that fills the cache.
+        assert reader.counters()["requests"] == before + 3
+        writer.put("d/b", b"B")  # breaks the promise the listing took
+        with reader.open("d/b") as f:
+            assert f.read() == b"B"
+        assert _callbacks(writer)["breaks_acked"] == 1
+    finally:
+        reader.close()
+        writer.close()
+
+
 def test_every_kind_of_change_breaks_promises(node: NodeProcess) -> None:
     reader = shuttle.connect(node=node.address, validation="callback")
     writer = shuttle.connect(node=node.address)

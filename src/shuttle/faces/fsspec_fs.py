@@ -75,7 +75,7 @@ class ShuttleFileSystem(AbstractFileSystem):  # type: ignore[misc]
             client = connect(node=node, cluster=cluster, link=link, key_file=key_file, **options)
         self.client = client
         self.validation = validation
-        self.tree = KeyTree(client)
+        self.tree = KeyTree(client, validation)
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:

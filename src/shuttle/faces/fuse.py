@@ -97,7 +97,7 @@ class ShuttleOperations(pyfuse3.Operations):
         self.client = client
         self.validation = validation
         self.mode = client.validation_mode(validation)
-        self.tree = KeyTree(client)
+        self.tree = KeyTree(client, validation)
         self.attr_timeout_s = attr_timeout_s
         self.dir_timeout_s = dir_timeout_s
         self.spool_dir = spool_dir

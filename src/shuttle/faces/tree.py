@@ -73,8 +73,11 @@ class KeyTree:
     trip however many nodes there are.
     """
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, validation: str | None = None) -> None:
         self.client = client
+        #: Listings take their attributes through the face's validation mode, which may
+        #: prepare the opens that follow (``callback``: a promise on every file).
+        self.mode = client.validation_mode(validation)
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -104,14 +107,16 @@ class KeyTree:
 
     def listdir(self, dir_key: str) -> Listing:
         """The entries of ``dir_key``, with each file's attributes (one stat round trip
-        per node). Raises NotFoundError if it is not a directory."""
+        per node, through the validation mode: under ``callback`` the files' promises
+        come with it, so opening them costs no round trip). Raises NotFoundError if it
+        is not a directory."""
         prefix = prefix_of(dir_key)
         prefixes, keys = self.client.listdir(prefix)
         keys = [k for k in keys if not is_marker(k)]
         dirs = [p[len(prefix) : -1] for p in prefixes]
         if not dirs and not keys and not self.is_dir(dir_key):
             raise NotFoundError(f"no directory {dir_key!r}: nothing is stored under it")
-        infos = self.client.stat_many(keys) if keys else []
+        infos = self.mode.stat_many(keys) if keys else []
         files = {
             k[len(prefix) :]: info for k, info in zip(keys, infos, strict=True) if info is not None
         }

@@ -6,6 +6,9 @@
   and answers with the breaks not yet acknowledged, or none after ``timeout_s``.
 * ``callback.promise`` a stat plus a promise on the object (``promise``: ``{seq,
   term_s}``, or None when none can be given now).
+* ``callback.promise_many`` the same for many keys at once (``stat_many`` with a
+  promise on each object found; a directory listing costs one round trip, not one
+  per file).
 * ``callback.close``   end a session (from any connection: the client's own
   connection is blocked in its long poll).
 
@@ -79,6 +82,33 @@ def register_callback_ops(
         out["promise"] = None if grant is None else {"seq": grant.seq, "term_s": grant.term_s}
         return out
 
+    def promise_many(args: dict[str, Any], payload: bytes) -> Any:
+        """``callback.promise`` of many keys: attributes (None where missing), each with
+        a promise."""
+        keys = arg(args, "keys", list)
+        if not all(isinstance(k, str) for k in keys):
+            raise InvalidArgumentError("keys must be a list of strings")
+        session = arg(args, "session", str)
+        grants = [table.grant(session, k) for k in keys]  # before the stats, as above
+        try:
+            found = store.stat_many(keys)
+        except ShuttleError:
+            for k, g in zip(keys, grants, strict=True):
+                if g is not None:
+                    table.withdraw(session, k)
+            raise
+        out: list[dict[str, Any] | None] = []
+        for k, g, a in zip(keys, grants, found, strict=True):
+            if a is None:
+                if g is not None:
+                    table.withdraw(session, k)
+                out.append(None)
+                continue
+            reply = attrs_reply(a)
+            reply["promise"] = None if g is None else {"seq": g.seq, "term_s": g.term_s}
+            out.append(reply)
+        return out
+
     def close(args: dict[str, Any], payload: bytes) -> Any:
         """End a callback session: its promises are dropped and its long poll answers."""
         return {"closed": table.close_session(arg(args, "session", str))}
@@ -92,6 +122,7 @@ def register_callback_ops(
         Mode.THREAD,
         inline_when=lambda a: store.stat_is_cached(str(a.get("key", ""))),
     )
+    registry.add("callback.promise_many", promise_many, Mode.THREAD)
     registry.add("callback.close", close)
 
     def upload_key(args: dict[str, Any]) -> list[str]:

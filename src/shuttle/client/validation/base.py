@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -52,6 +53,12 @@ class ValidationMode(ABC):
     @abstractmethod
     def open(self, key: str) -> Validated:
         """Validate the cached copy of ``key`` for one open."""
+
+    def stat_many(self, keys: Sequence[str]) -> list[ObjectInfo | None]:
+        """Attributes of many keys (None where missing), as a listing needs them. A mode
+        may use the round trip to prepare later opens (``callback`` takes a promise on
+        each object, so opening any of them costs no round trip)."""
+        return self.client.stat_many(keys)
 
     def forget(self, key: str) -> None:  # noqa: B027 (optional hook)
         """This client changed or removed ``key``: drop any state the mode keeps on it."""

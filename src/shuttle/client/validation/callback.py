@@ -29,6 +29,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -108,6 +109,21 @@ class CallbackMode(ValidationMode):
             info = self.client.stat(key)
             return Validated(info, self.client.cache.validate(info))
         return listener.promise(key)
+
+    def stat_many(self, keys: Sequence[str]) -> list[ObjectInfo | None]:
+        """Attributes of ``keys`` with a promise on each (one round trip per node):
+        after a listing, opening any of its files costs no round trip."""
+        by_node: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            by_node.setdefault(self.client.node_for(key).node_id, []).append(i)
+        out: list[ObjectInfo | None] = [None] * len(keys)
+        for node_id, idxs in by_node.items():
+            mine = [keys[i] for i in idxs]
+            listener = self._listener(self.client.node(node_id))
+            found = self.client.stat_many(mine) if listener is None else listener.promise_many(mine)
+            for i, info in zip(idxs, found, strict=True):
+                out[i] = info
+        return out
 
     def forget(self, key: str) -> None:
         with self.lock:
@@ -201,34 +217,62 @@ class _Listener:
 
     def promise(self, key: str) -> Validated:
         """Stat ``key`` with a promise request; keep the promise unless it is void."""
+        with self._in_flight([key]):
+            sent = time.monotonic()  # the term runs from here: it ends here first
+            args = {"key": key, "session": self.session}
+            reply = self.client.call(self.node, "callback.promise", args).result
+            info = ObjectInfo.from_wire(reply)
+            cache_was_valid = self.client.cache.validate(info)
+            self._keep(key, info, reply.get("promise"), sent)
+        return Validated(info, cache_was_valid)
+
+    def promise_many(self, keys: list[str]) -> list[ObjectInfo | None]:
+        """Attributes of ``keys`` (None where missing) with a promise on each object."""
+        out: list[ObjectInfo | None] = []
+        with self._in_flight(keys):
+            sent = time.monotonic()
+            args = {"keys": keys, "session": self.session}
+            replies = self.client.call(self.node, "callback.promise_many", args).result
+            for key, reply in zip(keys, replies, strict=True):
+                if reply is None:
+                    out.append(None)
+                    continue
+                info = ObjectInfo.from_wire(reply)
+                self.client.cache.validate(info)  # blocks of another version go now
+                self._keep(key, info, reply.get("promise"), sent)
+                out.append(info)
+        return out
+
+    @contextlib.contextmanager
+    def _in_flight(self, keys: list[str]) -> Iterator[None]:
+        """While a promise request for ``keys`` is in flight, breaks on them are
+        remembered, so a grant that arrives after its break is void."""
+        with self.mode.lock:
+            for key in keys:
+                self._inflight[key] = self._inflight.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            with self.mode.lock:
+                for key in keys:
+                    left = self._inflight[key] - 1
+                    if left:
+                        self._inflight[key] = left
+                    else:
+                        del self._inflight[key]
+                        self._broken.pop(key, None)
+
+    def _keep(self, key: str, info: ObjectInfo, grant: dict[str, Any] | None, sent: float) -> None:
+        """Hold the promise ``grant`` on ``key`` unless it is void (lock not held)."""
         mode, counters = self.mode, self.mode.counters
         with mode.lock:
-            self._inflight[key] = self._inflight.get(key, 0) + 1
-        try:
-            sent = time.monotonic()  # the term runs from here: it ends here first
-            res = self.client.call(
-                self.node, "callback.promise", {"key": key, "session": self.session}
-            )
-            info = ObjectInfo.from_wire(res.result)
-            cache_was_valid = self.client.cache.validate(info)
-            grant = res.result.get("promise")
-            with mode.lock:
-                if grant is None:
-                    counters.promises_refused += 1
-                elif not self.alive or grant["seq"] <= self._broken.get(key, 0):
-                    counters.grants_void_on_arrival += 1
-                else:
-                    self.promises[key] = _Promise(info, grant["seq"], sent + grant["term_s"])
-                    counters.promises_granted += 1
-            return Validated(info, cache_was_valid)
-        finally:
-            with mode.lock:
-                left = self._inflight[key] - 1
-                if left:
-                    self._inflight[key] = left
-                else:
-                    del self._inflight[key]
-                    self._broken.pop(key, None)
+            if grant is None:
+                counters.promises_refused += 1
+            elif not self.alive or grant["seq"] <= self._broken.get(key, 0):
+                counters.grants_void_on_arrival += 1
+            else:
+                self.promises[key] = _Promise(info, grant["seq"], sent + grant["term_s"])
+                counters.promises_granted += 1
 
     def _run(self) -> None:
         ack = 0
