@@ -218,7 +218,18 @@ class ShuttleOperations(pyfuse3.Operations):
             return await self.getattr(parent_inode)
         if name == b"..":
             return await self.getattr(self._parent_ino(parent_inode))
-        return await self._entry(self._child(parent_inode, name))
+        try:
+            return await self._entry(self._child(parent_inode, name))
+        except pyfuse3.FUSEError as exc:
+            if exc.errno != errno.ENOENT or self.attr_timeout_s <= 0:
+                raise
+            # A name that is not there is a name too: with --attr-timeout the kernel may
+            # keep its absence that long (a negative entry: inode 0), as it keeps the
+            # names that are. Builds probe many absent names (imports, includes).
+            absent = pyfuse3.EntryAttributes()
+            absent.st_ino = 0
+            absent.entry_timeout = self.attr_timeout_s
+            return absent
 
     def _parent_ino(self, ino: int) -> int:
         if ino == ROOT_INODE:

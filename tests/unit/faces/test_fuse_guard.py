@@ -52,3 +52,24 @@ def test_unmounting_with_unflushed_writes_says_what_was_lost(
     with caplog.at_level(logging.WARNING, logger="shuttle"):
         ops.close()
     assert "draft.txt was open for writing" in caplog.text
+
+
+@pytest.mark.parametrize("attr_timeout_s", [0.0, 5.0])
+def test_an_absent_name_is_kept_only_as_long_as_names_are(
+    client: Client, attr_timeout_s: float
+) -> None:
+    ops = ShuttleOperations(client, attr_timeout_s=attr_timeout_s)
+
+    async def look_up_a_missing_name() -> pyfuse3.EntryAttributes:
+        return await ops.lookup(pyfuse3.ROOT_INODE, b"missing.py")
+
+    try:
+        if attr_timeout_s == 0:  # the default: every lookup asks, absence is ENOENT
+            with pytest.raises(pyfuse3.FUSEError) as caught:
+                trio.run(look_up_a_missing_name)
+            assert caught.value.errno == errno.ENOENT
+        else:  # a negative entry the kernel keeps for --attr-timeout
+            absent = trio.run(look_up_a_missing_name)
+            assert absent.st_ino == 0 and absent.entry_timeout == attr_timeout_s
+    finally:
+        ops.close()
