@@ -68,6 +68,12 @@ def read_confirmed(
     """
     for _ in range(STALE_RETRIES_MAX):
         try:
+            if reader.closed:  # a reopen after a stale find failed (the object went away)
+                if not first:
+                    raise StaleDataError(
+                        f"{reader.key!r} changed under this open file; open it again"
+                    )
+                reader = open_reader(reader.client, reader.key, validation)
             reader.seek(offset)
             data = reader.read(size)
             reader.checkpoint()

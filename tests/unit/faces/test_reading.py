@@ -6,7 +6,7 @@ import pytest
 
 from shuttle.client import Client
 from shuttle.client.files import RemoteReader
-from shuttle.errors import StaleDataError, VersionMismatchError
+from shuttle.errors import NotFoundError, StaleDataError, VersionMismatchError
 from shuttle.faces import reading
 from shuttle.faces.reading import confirmed_info, open_reader, read_confirmed
 from shuttle.testing import MemoryNode
@@ -65,3 +65,26 @@ def test_a_writer_racing_every_reopen_is_an_error_not_bytes_of_another_version(
         monkeypatch.setattr(reading, "open_reader", open_then_change)
         with pytest.raises(VersionMismatchError):
             read_confirmed(first, 0, 10, None, first=True)
+
+
+def test_a_file_removed_before_a_reopen_stays_not_found(
+    node: MemoryNode, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The object changes (the first read is stale, the reader closed) and is removed
+    before the reopen: that read and the next of the same handle say "not found"
+    (ENOENT), never "closed file" (EIO)."""
+    client.put("k", b"v1")
+    real_open = reading.open_reader
+
+    def removed_first(c: Client, key: str, validation: str | None) -> RemoteReader:
+        client.remove_many([key])
+        return real_open(c, key, validation)
+
+    with MemoryNode.client([node]) as face:
+        reader = open_reader(face, "k", None)
+        client.put("k", b"v2")  # the reader's version is gone: its read is stale
+        monkeypatch.setattr(reading, "open_reader", removed_first)
+        for _ in range(2):
+            with pytest.raises(NotFoundError):
+                read_confirmed(reader, 0, 2, None, first=True)
+        assert reader.closed
