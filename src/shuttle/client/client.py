@@ -274,13 +274,18 @@ class Client:
             return False
         return True
 
+    def by_node(self, keys: Sequence[str]) -> dict[str, builtins.list[int]]:
+        """The positions in ``keys`` of the keys each node holds, by node id (what a
+        many-key call sends to each node, one round trip per node)."""
+        out: dict[str, builtins.list[int]] = {}
+        for i, key in enumerate(keys):
+            out.setdefault(self.node_for(key).node_id, []).append(i)
+        return out
+
     def stat_many(self, keys: Sequence[str]) -> list[ObjectInfo | None]:
         """Attributes of many keys (None where missing): one round trip per node."""
-        by_node: dict[str, list[int]] = {}
-        for i, key in enumerate(keys):
-            by_node.setdefault(self.node_for(key).node_id, []).append(i)
         out: list[ObjectInfo | None] = [None] * len(keys)
-        for node_id, idxs in by_node.items():
+        for node_id, idxs in self.by_node(keys).items():
             res = self.call(self.node(node_id), "stat_many", {"keys": [keys[i] for i in idxs]})
             for i, raw in zip(idxs, res.result, strict=True):
                 out[i] = None if raw is None else ObjectInfo.from_wire(raw)
@@ -505,11 +510,8 @@ class Client:
 
     def remove_many(self, keys: Sequence[str]) -> list[bool]:
         """Remove many keys (one round trip per node); per key, whether it existed."""
-        by_node: dict[str, list[int]] = {}
-        for i, key in enumerate(keys):
-            by_node.setdefault(self.node_for(key).node_id, []).append(i)
         out = [False] * len(keys)
-        for node_id, idxs in by_node.items():
+        for node_id, idxs in self.by_node(keys).items():
             res = self.call(self.node(node_id), "remove_many", {"keys": [keys[i] for i in idxs]})
             for i, existed in zip(idxs, res.result, strict=True):
                 out[i] = bool(existed)

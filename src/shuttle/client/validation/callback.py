@@ -113,11 +113,8 @@ class CallbackMode(ValidationMode):
     def stat_many(self, keys: Sequence[str]) -> list[ObjectInfo | None]:
         """Attributes of ``keys`` with a promise on each (one round trip per node):
         after a listing, opening any of its files costs no round trip."""
-        by_node: dict[str, list[int]] = {}
-        for i, key in enumerate(keys):
-            by_node.setdefault(self.client.node_for(key).node_id, []).append(i)
         out: list[ObjectInfo | None] = [None] * len(keys)
-        for node_id, idxs in by_node.items():
+        for node_id, idxs in self.client.by_node(keys).items():
             mine = [keys[i] for i in idxs]
             listener = self._listener(self.client.node(node_id))
             found = self.client.stat_many(mine) if listener is None else listener.promise_many(mine)
