@@ -143,17 +143,18 @@ class BlockCache:
         return self._assemble(found, first, last, offset, end)
 
     def read_hit(self, key: str, offset: int, end: int) -> bytes | None:
-        """Bytes ``[offset, end)`` of ``key`` if they lie in one cached block, else None.
+        """Bytes ``[offset, end)`` of ``key`` if all their blocks are cached, else None.
 
-        The fast path of :meth:`read` for a small read that hits (counted as one hit);
-        a None counts nothing, and the caller then goes the long way. ``end`` must
-        already be clipped to the object's size.
+        The fast path of :meth:`read` for a small read that hits (counted as a hit per
+        block); it never fetches, so an event loop may call it. A None counts nothing,
+        and the caller then goes the long way. ``end`` must already be clipped to the
+        object's size.
         """
         bsz = self.block_size_bytes
         idx = offset // bsz
         base = idx * bsz
         if end - base > bsz:
-            return None  # spans two blocks
+            return self._read_hits(key, offset, end)
         ident = (key, idx)
         blocks = self._blocks
         lock = self._lock
@@ -169,6 +170,26 @@ class BlockCache:
         self._bytes_from_cache += end - offset
         lock.release()
         return blk[offset - base : end - base]
+
+    def _read_hits(self, key: str, offset: int, end: int) -> bytes | None:
+        """:meth:`read_hit` of a range over several blocks."""
+        bsz = self.block_size_bytes
+        first, last = offset // bsz, (end - 1) // bsz
+        found: dict[int, bytes] = {}
+        with self._lock:
+            blocks = self._blocks
+            for idx in range(first, last + 1):
+                blk = blocks.get((key, idx))
+                if blk is None or (idx < last and len(blk) < bsz):
+                    return None
+                found[idx] = blk
+            if len(found[last]) < end - last * bsz:
+                return None
+            for idx in range(first, last + 1):
+                blocks.move_to_end((key, idx))
+            self._hits += len(found)
+            self._bytes_from_cache += end - offset
+        return self._assemble(found, first, last, offset, end)
 
     def _assemble(
         self, found: dict[int, bytes], first: int, last: int, offset: int, end: int

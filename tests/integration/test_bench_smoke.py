@@ -20,12 +20,25 @@ def test_netrand_smoke_writes_every_section(tmp_path: Path) -> None:
         "30",
         "--file-bytes",
         str(2 << 20),
+        "--clients",
+        "1,2",
         "--json",
         str(out),
         timeout=120,
     )
     assert result.returncode == 0, result.stderr.decode()
     report = json.loads(out.read_text())
+    one, two = report["clients"]["1"], report["clients"]["2"]
+    assert "mixed_warm" not in one  # the mixed pass needs two clients
+    for rep, n in ((one, 1), (two, 2)):
+        for section in ("remote_cold", "remote_warm", "redis"):
+            figures = rep[section]
+            assert figures["requests"] == 30 * n
+            assert 0 < figures["p50_us"] <= figures["p99_us"] and figures["pages_per_s"] > 0
+        assert rep["remote_warm_over_redis"]["throughput"] > 0
+        assert rep["node"]["remote_warm"]["inline"] + rep["node"]["remote_warm"]["pooled"] == 30 * n
+    assert two["mixed_warm"]["requests"] == two["mixed_cold"]["requests"] == 30
+    assert two["node"]["remote_cold"]["pooled"] > 0  # cold reads went to the thread pool
     for section in ("local", "local_cold", "remote_cold", "remote_warm", "redis"):
         figures = report[section]
         assert figures["samples"] == 60
@@ -82,6 +95,11 @@ def test_hostile_smoke_reports_every_figure(tmp_path: Path) -> None:
 def test_netrand_rejects_a_bad_generator() -> None:
     result = shuttle_cli("bench", "netrand", "--generator", "dice", "--no-redis")
     assert result.returncode == 2 and b"--generator must be one of lcg, seeded" in result.stderr
+
+
+def test_netrand_rejects_a_bad_client_count() -> None:
+    result = shuttle_cli("bench", "netrand", "--clients", "1,many", "--no-redis")
+    assert result.returncode == 2 and b"'many' is not a number" in result.stderr
 
 
 def test_abacus_filter_smoke_runs_all_placements_and_plots(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ a Redis server on loopback serves the same pages as values to the same timing
 harness. Modes are interleaved round by round so that drift on a shared machine
 hits them all alike. The client, the node and Redis run on one CPU (see
 :mod:`shuttle.bench.placement` for why; ``pin=False`` leaves placement to the
-scheduler).
+scheduler). With ``clients``, the same fetches are then made by N clients at once for
+each N (:mod:`shuttle.bench.netrand_clients`): throughput and p99, against Redis with
+as many clients.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import shuttle.compiled as compiled
+from shuttle.bench.netrand_clients import run_clients
 from shuttle.bench.nodes import bench_client
 from shuttle.bench.placement import default_cpu, pin_process, pinned
 from shuttle.bench.redis_anchor import RedisServer, RespClient
@@ -76,6 +80,9 @@ class NetrandConfig:
     #: highest-numbered one allowed); False leaves placement to the scheduler.
     pin: bool = True
     cpu: int | None = None
+    #: After the one-client rounds, the same reads from this many clients at once, for
+    #: each count in turn (:mod:`shuttle.bench.netrand_clients`); each reads ``pages``.
+    clients: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.generator not in GENERATORS:
@@ -84,6 +91,8 @@ class NetrandConfig:
             )
         if self.pages <= 0 or self.rounds <= 0:
             raise ConfigError("--pages and --rounds must be positive")
+        if any(n < 1 for n in self.clients):
+            raise ConfigError("--clients counts must be at least 1")
         if self.file_bytes < self.page_bytes:
             raise ConfigError(f"--file-bytes must be at least one page ({self.page_bytes})")
 
@@ -152,6 +161,7 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
     )
     samples = {m: Samples() for m in modes}
     placement: dict[str, Any] = {"pinned_cpu": None}
+    concurrent: dict[str, Any] = {}
     # The client cache is off: every remote page is a round trip to the node.
     with bench_client(
         config.node, link=config.link, cpu_factor=config.cpu_factor, cache_bytes=0
@@ -193,6 +203,20 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                     timed_run(pages, fetchers["remote"], pb, samples["remote_warm"])
                     if resp is not None:
                         timed_run(pages, fetchers["redis"], pb, samples["redis"])
+                for n in config.clients:
+                    progress(f"{n} concurrent clients")
+                    concurrent[str(n)] = run_clients(
+                        n,
+                        client=client,
+                        redis_port=redis.port if redis is not None else None,
+                        key=KEY,
+                        file_pages=config.file_pages,
+                        pages=config.pages,
+                        page_bytes=pb,
+                        seed=config.seed,
+                        drop_caches=lambda: client.drop_caches([KEY]),
+                        node_counters=lambda: _inline_counters(client),
+                    )
             node_stats = client.node_stats(client.nodes[0])
         finally:
             os.close(fd)
@@ -201,6 +225,8 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
             if redis is not None:
                 redis.stop()
     report: dict[str, Any] = {"config": asdict(config), "placement": placement}
+    # Which hot modules ran: mypyc-compiled, or pure Python (and why).
+    report["compiled"] = compiled.active().reason
     for mode, s in samples.items():
         report[mode] = s.summary()
     report["remote_over_local_p50"] = report["remote_warm"]["p50_us"] / report["local"]["p50_us"]
@@ -214,6 +240,8 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
         report["remote_over_redis_p50"] = (
             report["remote_warm"]["p50_us"] / report["redis"]["p50_us"]
         )
+    if concurrent:
+        report["clients"] = concurrent
     report["node_cache"] = node_stats.get("store", {}).get("cache", {})
     report["paper"] = PAPER
     return report
@@ -235,6 +263,15 @@ def _pin_servers(
         pin_process(redis.proc.pid, cpu)
         placement["redis"] = True
     return placement
+
+
+def _inline_counters(client: Client) -> dict[str, int]:
+    """The node's requests answered on its event loop, and reads it sent to its pool."""
+    server = client.node_stats(client.nodes[0]).get("server", {})
+    return {
+        "inline": int(server.get("inline", 0)),
+        "declined": int(server.get("inline_declined", {}).get("read", 0)),
+    }
 
 
 def _remote_fetch(client: Client, pb: int) -> Fetch:

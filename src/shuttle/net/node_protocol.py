@@ -49,8 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("shuttle.node")
 
-_INLINE = Mode.INLINE
-
 #: How long a closing connection may take to send what is buffered for it before it
 #: is dropped (a client that does not read would keep it forever).
 CLOSE_GRACE_S = 10.0
@@ -256,46 +254,15 @@ class NodeProtocol(asyncio.Protocol):
     def _receive(self, data: bytes) -> None:
         """Act on a chunk of bytes from the client.
 
-        The usual chunk is one whole request for an operation that runs inline (a
-        cached read, a stat): it is taken without an event object and answered right
-        here, which is _dispatch's inline branch written out (every call saved shows
-        in a loopback round trip). Anything else goes through :meth:`_process`."""
-        server = self.server
-        conn = self.conn
-        parts = None if self.held else conn.receive_request(data)
+        The usual chunk is one whole request: the codec's request lane takes it
+        without an event object, and :meth:`_dispatch` answers it (inline when it can).
+        Anything else goes through :meth:`_process`."""
+        parts = None if self.held else self.conn.receive_request(data)
         if parts is None:
             self._process(data)
             return
         self.requests += 1
-        rid, name, args, payload = parts
-        op = server.registry.find(name)
-        if (
-            op is None
-            or self.closed
-            or (op.mode is not _INLINE and (op.inline_when is None or not op.inline_when(args)))
-        ):
-            self._dispatch(rid, name, args, payload)
-            return
-        counters = server.counters
-        counters.requests += 1
-        counters.by_op[name] += 1
-        try:
-            out = op.handler(args, payload)
-            if type(out) is Reply:
-                buffers = conn.send_response(rid, out.result, out.payload)
-            else:
-                buffers = conn.send_response(rid, out, b"")
-        except Exception as exc:  # every failure is answered, typed
-            self._send_error(rid, server.error_for(op.name, exc))
-            return
-        transport = self.transport
-        if transport is not None:
-            if len(buffers) == 1:
-                counters.bytes_out += len(buffers[0])
-                transport.write(buffers[0])
-            else:
-                counters.bytes_out += len(buffers[0]) + len(buffers[1])
-                transport.writelines(buffers)
+        self._dispatch(parts[0], parts[1], parts[2], parts[3])
 
     def eof_received(self) -> bool | None:
         self.conn.receive_data(b"")
@@ -373,31 +340,22 @@ class NodeProtocol(asyncio.Protocol):
             except ShuttleError as exc:
                 self._send_error(rid, exc)
             return
-        if op.mode is _INLINE or (op.inline_when is not None and op.inline_when(args)):
-            # On the event loop, inside data_received's CPU account: no second account,
-            # no Future, no closure; the reply is encoded and written right here.
+        inline = op.inline
+        if inline is not None:
+            # The node's one inline-answer path. On the event loop, inside
+            # data_received's CPU account: no second account, no Future, no closure.
             try:
-                out = op.handler(args, payload if type(payload) is bytes else bytes(payload))
+                out = inline(args, payload if type(payload) is bytes else bytes(payload))
             except Exception as exc:  # every failure is answered, typed
                 self._send_error(rid, server.error_for(op.name, exc))
                 return
-            if type(out) is Reply:
-                result, payload = out.result, out.payload
-            else:
-                result, payload = out, b""
-            try:
-                buffers = self.conn.send_response(
-                    rid, result, payload, join_below=SMALL_REPLY_BYTES
-                )
-            except ShuttleError as exc:  # e.g. a reply over the client's payload limit
-                self._send_error(rid, exc)
+            if out is not None:
+                counters.inline += 1
+                self._send_reply(rid, out.result, out.payload)
                 return
-            if len(buffers) == 1 and self.transport is not None:
-                counters.bytes_out += len(buffers[0])
-                self.transport.write(buffers[0])
-            else:
-                self._write(buffers)
-            return
+            # Not answerable from memory (a block-cache miss, a large read, a stat that
+            # must read its attributes): the operation runs its usual way.
+            counters.inline_declined[name] += 1
         if op.per_connection:
             args[CONNECTION_ARG] = self.number  # whatever the client put there
             self.owns_sessions = True

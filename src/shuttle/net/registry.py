@@ -14,9 +14,14 @@ value, taken as the result with an empty payload). How it runs is its ``mode``:
   run in the node's thread pool;
 * ``ASYNC``: a coroutine function, awaited as a task.
 
-A ``THREAD`` operation may name an ``inline_when(args)`` predicate: requests it
-accepts run inline instead (a small read is served from the block cache faster than
-a thread hop takes).
+A ``THREAD`` operation may run on the event loop when it can answer from memory,
+saying so in one of two ways: an ``inline_try(args, payload)`` that answers (a
+:class:`Reply`) or returns None when the request would block (a read whose blocks
+are not all in the block cache), or an ``inline_when(args)`` predicate that says
+beforehand (a stat whose attributes are cached). Either way the request it does not
+answer runs in the thread pool. Every operation's way of running inline is folded
+into one call at registration, :attr:`Operation.inline`, which the server makes for
+every request: it answers, or returns None for "run it the operation's way".
 
 An operation that opens something a connection owns (an upload session) is
 registered ``per_connection``: the server puts the connection's number in
@@ -64,6 +69,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 InlineWhen = Callable[[dict[str, Any]], bool]
+#: Answers a request from memory on the event loop, or returns None: it would block.
+InlineTry = Callable[[dict[str, Any], bytes], Reply | None]
 #: A step before a THREAD operation's thread hop: None, or something to wait for first.
 Before = Callable[[dict[str, Any]], Awaitable[None] | None]
 
@@ -80,6 +87,37 @@ class Operation:
     inline_when: InlineWhen | None = None
     per_connection: bool = False
     before: Before | None = None
+    #: The server's one inline call (see the module docstring): a Reply, or None to
+    #: run the operation its usual way. None for operations never run inline.
+    inline: InlineTry | None = None
+
+
+def _inline_call(
+    handler: Handler, mode: Mode, inline_when: InlineWhen | None, inline_try: InlineTry | None
+) -> InlineTry | None:
+    """An operation's :attr:`Operation.inline`."""
+    if inline_try is not None:
+        return inline_try
+    if mode is Mode.INLINE:
+        sync = handler
+
+        def always(args: dict[str, Any], payload: bytes) -> Reply:
+            out = sync(args, payload)
+            return out if type(out) is Reply else Reply(out)
+
+        return always
+    if inline_when is not None:
+        when = inline_when
+        sync = handler
+
+        def if_when(args: dict[str, Any], payload: bytes) -> Reply | None:
+            if not when(args):
+                return None
+            out = sync(args, payload)
+            return out if type(out) is Reply else Reply(out)
+
+        return if_when
+    return None
 
 
 class OperationRegistry:
@@ -100,17 +138,25 @@ class OperationRegistry:
         doc: str = "",
         *,
         inline_when: InlineWhen | None = None,
+        inline_try: InlineTry | None = None,
         per_connection: bool = False,
     ) -> None:
         """Register ``handler`` as operation ``name``; a name can be taken only once."""
         if name in self._ops:
             raise ConfigError(f"operation {name!r} is registered twice")
-        if inline_when is not None and mode is not Mode.THREAD:
-            raise ConfigError(f"operation {name!r}: inline_when only applies to THREAD mode")
+        if (inline_when is not None or inline_try is not None) and mode is not Mode.THREAD:
+            raise ConfigError(
+                f"operation {name!r}: inline_when and inline_try only apply to THREAD mode"
+            )
+        if inline_when is not None and inline_try is not None:
+            raise ConfigError(f"operation {name!r}: give inline_when or inline_try, not both")
         if per_connection and mode is Mode.INLINE:
             raise ConfigError(f"operation {name!r}: a per-connection operation runs in a thread")
         doc = doc or (handler.__doc__ or "").strip()
-        self._ops[name] = Operation(name, handler, mode, doc, inline_when, per_connection)
+        inline = _inline_call(handler, mode, inline_when, inline_try)
+        self._ops[name] = Operation(
+            name, handler, mode, doc, inline_when, per_connection, inline=inline
+        )
 
     def add_before(self, name: str, before: Before) -> None:
         """Give the THREAD operation ``name`` a step run on the event loop before its

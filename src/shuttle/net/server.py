@@ -87,6 +87,12 @@ class ServerCounters:
     holds: int = 0
     #: Connections dropped because their client took none of their replies for long.
     send_timeouts: int = 0
+    #: Requests answered on the event loop (cache hits, stats, pings).
+    inline: int = 0
+    #: Requests of operations that can run inline that went to the thread pool instead
+    #: (a read not all in the block cache or over the inline size, a stat whose
+    #: attributes are not in memory), by operation.
+    inline_declined: Counter[str] = field(default_factory=Counter)
     by_op: Counter[str] = field(default_factory=Counter)
     errors_by_code: Counter[str] = field(default_factory=Counter)
 
@@ -106,6 +112,8 @@ class ServerCounters:
             "idle_closed": self.idle_closed,
             "holds": self.holds,
             "send_timeouts": self.send_timeouts,
+            "inline": self.inline,
+            "inline_declined": dict(self.inline_declined),
             "by_op": dict(self.by_op),
             "errors_by_code": dict(self.errors_by_code),
         }

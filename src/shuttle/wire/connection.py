@@ -7,9 +7,13 @@ is an error, whose fault depends on the direction: sending it is a
 :class:`LocalProtocolError`, receiving it a :class:`RemoteProtocolError`.
 
 The events of every call also have fast lanes (``send_request``, ``send_response``,
-``receive_request``, ``receive_response``): the same checks, written out for the
-common case without building event objects, and tested to agree with the general
-path (tests/unit/wire/test_fast_lanes.py).
+``receive_request``, ``receive_response``) that skip the event objects. They share
+the general path's rules rather than copy them: a whole small frame comes out of
+:meth:`FrameReader.whole_frame` (the reader's one fast lane), a request is taken by
+:meth:`Connection._take_request` and a response by :meth:`Connection._take_response`
+whichever path it came by (the long way only adds *why* when they refuse), and
+frames are encoded by :func:`~shuttle.wire.frames.encode_frame_fast`. Tests check the
+lanes against the general path (tests/unit/wire/test_fast_lanes.py).
 
 Request ids let many requests be in flight at once (pipelining); responses may come
 back in any order. The client picks ids; the node answers each exactly once.
@@ -43,24 +47,15 @@ from shuttle.wire.events import (
     Welcome,
 )
 from shuttle.wire.frames import (
-    DIRECT_PAYLOAD_BYTES_MIN,
-    MAGIC,
-    PREFIX_PACK,
-    PREFIX_UNPACK_FROM,
     FrameReader,
     RawFrame,
     brief,
     encode_frame,
     encode_frame_fast,
-    nested_too_deep,
-    pack_header,
-    unpack_header,
 )
 from shuttle.wire.limits import (
-    HEADER_DEPTH_MAX,
     NONCE_BYTES,
     OP_NAME_BYTES_MAX,
-    PREFIX_BYTES,
     PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
     SCHEME_BYTES_MAX,
@@ -156,14 +151,7 @@ class Connection:
     def pending(self) -> bool:
         """True if :meth:`next_event` may have something to say without new bytes (part
         of a frame is buffered, or the end of the stream was received)."""
-        reader = self._reader  # FrameReader.at_frame_boundary, written out
-        return (
-            self._eof
-            or reader._pos != len(reader._buf)
-            or reader._skip != 0
-            or reader._payload is not None
-            or reader._parts is not None
-        )
+        return self._eof or not self._reader.at_frame_boundary()
 
     def next_request_id(self) -> int:
         """A fresh request id (client side). Ids are positive; 0 means 'the connection'."""
@@ -249,25 +237,14 @@ class Connection:
                 f"{len(in_flight)} requests already in flight, the node's limit is "
                 f"{limits.in_flight_max}; wait for responses before sending more"
             )
-        # encode_frame_fast written out (it runs for every request a client sends):
-        head = pack_header([rid, op, args])
-        size = payload.nbytes if type(payload) is memoryview else len(payload)
-        if len(head) > limits.header_bytes_max or size > limits.payload_bytes_max:
-            encode_frame_fast(
-                _REQUEST,
-                [rid, op, args],
-                payload,
-                limits.header_bytes_max,
-                limits.payload_bytes_max,
-            )
-            raise AssertionError("unreachable: the encoder raised the limit error")
-        prefix = PREFIX_PACK(MAGIC, _REQUEST, 0, len(head), size)
-        if not size:
-            buffers: list[Payload] = [prefix + head]
-        elif size < join_below:
-            buffers = [b"".join((prefix, head, payload))]
-        else:
-            buffers = [prefix + head, payload]
+        buffers = encode_frame_fast(
+            _REQUEST,
+            [rid, op, args],
+            payload,
+            limits.header_bytes_max,
+            limits.payload_bytes_max,
+            join_below,
+        )
         if self._allowed.get(_SEND_REQUEST) is not self._state:
             self._transition(SEND, Request)  # not a READY -> READY step: raise or move
         in_flight.add(rid)
@@ -281,25 +258,14 @@ class Connection:
         if rid not in in_flight and self._is_server and self._state is _READY:
             raise LocalProtocolError(f"no request {rid} is waiting for a response")
         limits = self.peer_limits
-        # encode_frame_fast written out (it runs for every reply a node sends):
-        head = pack_header([rid, result])
-        size = payload.nbytes if type(payload) is memoryview else len(payload)
-        if len(head) > limits.header_bytes_max or size > limits.payload_bytes_max:
-            encode_frame_fast(
-                _RESPONSE,
-                [rid, result],
-                payload,
-                limits.header_bytes_max,
-                limits.payload_bytes_max,
-            )
-            raise AssertionError("unreachable: the encoder raised the limit error")
-        prefix = PREFIX_PACK(MAGIC, _RESPONSE, 0, len(head), size)
-        if not size:
-            buffers: list[Payload] = [prefix + head]
-        elif size < join_below:
-            buffers = [b"".join((prefix, head, payload))]
-        else:
-            buffers = [prefix + head, payload]
+        buffers = encode_frame_fast(
+            _RESPONSE,
+            [rid, result],
+            payload,
+            limits.header_bytes_max,
+            limits.payload_bytes_max,
+            join_below,
+        )
         if self._allowed.get(_SEND_RESPONSE) is not self._state:
             self._transition(SEND, Response)
         in_flight.discard(rid)
@@ -369,7 +335,7 @@ class Connection:
         client), the frame is decoded from ``data`` directly, never buffered."""
         if self._state is _ERROR:
             raise RemoteProtocolError("connection already failed; open a new one")
-        frame = self._reader.whole_frame(data) if type(data) is bytes else None
+        frame = self._reader.whole_frame(data)
         if frame is None:
             self._reader.feed(data)
             return self.next_event()
@@ -377,106 +343,34 @@ class Connection:
 
     # The two calls below are :meth:`receive_event` for the frames of every call, for
     # I/O layers that want no event object: they accept only a ``bytes`` chunk that
-    # is exactly one whole small frame of the expected kind, well formed and accepted
-    # by the same checks, while nothing else is pending. Anything else returns None
-    # with nothing consumed: give the chunk to :meth:`receive_event` then.
+    # is exactly one whole small frame of the expected kind (FrameReader.whole_frame),
+    # taken by the same check as on the long way (_take_request, _take_response).
+    # Anything else returns None with nothing consumed: give the chunk to
+    # :meth:`receive_event` then, which takes it or says what is wrong with it.
 
-    def receive_request(self, data: Payload) -> tuple[int, str, dict[str, Any], bytes] | None:
+    def receive_request(
+        self, data: Payload
+    ) -> tuple[int, str, dict[str, Any], bytes | bytearray] | None:
         """Node side: ``(rid, op, args, payload)`` of the request in ``data`` (its id is
         now in flight, to be answered like any), or None."""
-        # Written out in one function (the frame checks of FrameReader.whole_frame, the
-        # request checks of _take_request): it runs for every request a node serves,
-        # and each call it saves is measurable in a loopback round trip.
-        reader = self._reader
-        if (
-            type(data) is not bytes
-            or len(data) < PREFIX_BYTES
-            or reader._pos != len(reader._buf)
-            or reader._skip
-            or reader._payload is not None
-            or reader._parts is not None
-        ):
+        frame = self._reader.whole_frame(data)
+        if frame is None or frame[0] is not _REQUEST:
             return None
-        magic, kind, flags, header_len, payload_len = PREFIX_UNPACK_FROM(data, 0)
-        head_end = PREFIX_BYTES + header_len
-        if (
-            kind != _REQUEST
-            or head_end + payload_len != len(data)
-            or payload_len >= DIRECT_PAYLOAD_BYTES_MIN
-            or payload_len > reader._payload_bytes_max
-            or header_len > reader._header_bytes_max
-            or magic != MAGIC
-            or flags
-        ):
+        h = frame[1]
+        if not self._take_request(h):
             return None
-        try:
-            h = unpack_header(data[PREFIX_BYTES:head_end])
-        except Exception:  # receive_event raises the protocol error
-            return None
-        if header_len > HEADER_DEPTH_MAX and nested_too_deep(h):
-            return None  # likewise
-        if type(h) is not list or len(h) != 3:
-            return None
-        rid, op, args = h
-        in_flight = self._in_flight
-        if (
-            type(rid) is int
-            and rid > 0
-            and rid not in in_flight
-            and type(args) is dict
-            and type(op) is str
-            and 0 < len(op) <= OP_NAME_BYTES_MAX
-            and len(in_flight) < self.our_limits.in_flight_max
-            and self._allowed.get(_RECV_REQUEST) is self._state
-            and self._is_server
-        ):
-            in_flight.add(rid)
-            return rid, op, args, data[head_end:] if payload_len else b""
-        return None
+        return h[0], h[1], h[2], frame[2]
 
     def receive_response(self, data: Payload) -> Response | None:
         """Client side: the response in ``data`` (its id no longer in flight), or None."""
-        reader = self._reader  # in one function, as receive_request and for its reason
-        if (
-            type(data) is not bytes
-            or len(data) < PREFIX_BYTES
-            or reader._pos != len(reader._buf)
-            or reader._skip
-            or reader._payload is not None
-            or reader._parts is not None
-        ):
+        frame = self._reader.whole_frame(data)
+        if frame is None or frame[0] is not _RESPONSE:
             return None
-        magic, kind, flags, header_len, payload_len = PREFIX_UNPACK_FROM(data, 0)
-        head_end = PREFIX_BYTES + header_len
-        if (
-            kind != _RESPONSE
-            or head_end + payload_len != len(data)
-            or payload_len >= DIRECT_PAYLOAD_BYTES_MIN
-            or payload_len > reader._payload_bytes_max
-            or header_len > reader._header_bytes_max
-            or magic != MAGIC
-            or flags
-        ):
+        h = frame[1]
+        rid = self._take_response(h)
+        if rid is None:
             return None
-        try:
-            h = unpack_header(data[PREFIX_BYTES:head_end])
-        except Exception:  # receive_event raises the protocol error
-            return None
-        if header_len > HEADER_DEPTH_MAX and nested_too_deep(h):
-            return None  # likewise
-        if type(h) is not list or len(h) != 2:
-            return None
-        rid = h[0]
-        in_flight = self._in_flight
-        if (
-            type(rid) is int
-            and rid in in_flight
-            and self._allowed.get(_RECV_RESPONSE) is self._state
-            and not self._is_server
-        ):
-            in_flight.discard(rid)
-            return Response(rid, h[1], data[head_end:] if payload_len else b"")
-        return None
+        return Response(rid, h[1], frame[2])
 
     def receive_buffer(self) -> memoryview | None:
         """Where the rest of a large incoming payload should be received, if one is
@@ -519,13 +413,12 @@ class Connection:
         """The event a frame makes, checked against the protocol and the table, with the
         bookkeeping done (request ids in flight, the peer's limits)."""
         kind, h, payload, refused = frame
-        # The frames of every call first: they accept exactly what the full checks
-        # below accept, and build the same event; anything else takes the long way.
+        # The frames of every call, taken by the one check each (the fast lanes call
+        # the same); whatever it refuses takes the long way, which says why.
         if not refused:
             if kind is _REQUEST:
-                parts = self._take_request(h)
-                if parts is not None:
-                    return Request(parts[0], parts[1], parts[2], payload)
+                if self._take_request(h):
+                    return Request(h[0], h[1], h[2], payload)
             elif kind is _RESPONSE:
                 rid = self._take_response(h)
                 if rid is not None:
@@ -547,12 +440,13 @@ class Connection:
             self.peer_limits = Limits.from_wire(event.limits)
         return event
 
-    def _take_request(self, h: Any) -> tuple[int, str, dict[str, Any]] | None:
-        """If ``h`` is the header of a request that this node accepts now (well formed,
-        a fresh id, within the limits, allowed by the table), put it in flight and
-        return ``(rid, op, args)``; else None and nothing changed."""
+    def _take_request(self, h: Any) -> bool:
+        """The request check, for every path: if ``h`` is the header of a request that
+        this node accepts now (``[rid, op, args]``, well formed, a fresh id, within the
+        limits, allowed by the table), put it in flight and return True; else False
+        and nothing changed (:meth:`_refused_request` then says why)."""
         if type(h) is not list or len(h) != 3:
-            return None
+            return False
         rid, op, args = h
         in_flight = self._in_flight
         if (
@@ -567,12 +461,14 @@ class Connection:
             and self._is_server
         ):
             in_flight.add(rid)
-            return rid, op, args
-        return None
+            return True
+        return False
 
     def _take_response(self, h: Any) -> int | None:
-        """If ``h`` is the header of a response this client awaits (well formed, its id
-        in flight, allowed by the table), take its id out of flight and return it."""
+        """The response check, for every path: if ``h`` is the header of a response
+        this client awaits (well formed, its id in flight, allowed by the table), take
+        its id out of flight and return it; else None and nothing changed
+        (:meth:`_from_wire` then says why)."""
         if type(h) is not list or len(h) != 2:
             return None
         rid = h[0]
@@ -591,15 +487,16 @@ class Connection:
         self, kind: FrameKind, h: Any, payload: bytes | bytearray, refused: int
     ) -> Event:
         if kind is _REQUEST:
-            return self._receive_request(h, payload, refused)
+            return self._refused_request(h, payload, refused)
         if kind is FrameKind.RESPONSE or kind is FrameKind.ERROR:
             if self._is_server:
                 raise RemoteProtocolError(f"a client sent a {kind.name} frame")
             expected = 2 if kind is FrameKind.RESPONSE else 3
-            if not isinstance(h, list) or len(h) != expected or not isinstance(h[0], int):
+            if type(h) is not list or len(h) != expected or type(h[0]) is not int:
                 raise RemoteProtocolError(f"malformed {kind.name} header {brief(h)}")
             rid = h[0]
-            if rid != 0 and rid not in self._in_flight:
+            # rid 0 is the connection's: only an ERROR may carry it.
+            if rid not in self._in_flight and (rid != 0 or kind is FrameKind.RESPONSE):
                 raise RemoteProtocolError(f"response for request {rid}, which is not in flight")
             if kind is FrameKind.ERROR:
                 if not isinstance(h[1], str) or not isinstance(h[2], str):
@@ -638,10 +535,13 @@ class Connection:
         # FrameKind.GOODBYE: the only kind left.
         return Goodbye(str(h.get("reason", "")))
 
-    def _receive_request(self, h: Any, payload: bytes | bytearray, refused: int) -> Event:
+    def _refused_request(self, h: Any, payload: bytes | bytearray, refused: int) -> Event:
+        """What a REQUEST frame that :meth:`_take_request` did not take becomes: a
+        protocol error, a :class:`RequestRejected` saying why (answered like any
+        request), or a request the table refuses."""
         if not self._is_server:
             raise RemoteProtocolError("a node sent a REQUEST frame")
-        if not isinstance(h, list) or len(h) != 3 or not isinstance(h[0], int) or h[0] <= 0:
+        if type(h) is not list or len(h) != 3 or type(h[0]) is not int or h[0] <= 0:
             raise RemoteProtocolError(f"malformed REQUEST header {brief(h)}")
         rid, op, args = h
         if self._state is not _READY:
@@ -653,7 +553,7 @@ class Connection:
                 f"request id {rid} is already in flight on this connection; a client must "
                 "not reuse an id before its answer arrives. Closing the connection"
             )
-        error: ShuttleError | None = None
+        error: ShuttleError
         if len(self._in_flight) >= self.our_limits.in_flight_max:
             error = LimitExceededError(
                 f"more than {self.our_limits.in_flight_max} requests in flight on one "
@@ -664,16 +564,16 @@ class Connection:
                 f"request payload of {refused} bytes is over the node's limit of "
                 f"{self.our_limits.payload_bytes_max}; split it into smaller range writes"
             )
-        elif not isinstance(op, str) or not op or len(op) > OP_NAME_BYTES_MAX:
+        elif type(op) is not str or not op or len(op) > OP_NAME_BYTES_MAX:
             error = InvalidArgumentError(f"operation name must be a short string, got {brief(op)}")
-        elif not isinstance(args, dict):
+        elif type(args) is not dict:
             error = InvalidArgumentError(
                 f"arguments of {op!r} must be a map, got {type(args).__name__}"
             )
-        if error is not None:
-            self._in_flight.add(rid)  # answered like any request, with an ErrorResponse
-            return RequestRejected(rid, error)
-        return Request(rid, op, args, payload)
+        else:
+            raise AssertionError(f"_take_request refused the well-formed request {brief(h)}")
+        self._in_flight.add(rid)  # answered like any request, with an ErrorResponse
+        return RequestRejected(rid, error)
 
 
 def _challenge_from(h: dict[str, Any]) -> Challenge:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import reprlib
 import struct
-from typing import Any
+from typing import Any, Final
 
 import msgpack
 
@@ -29,28 +29,28 @@ from shuttle.errors import LimitExceededError, RemoteProtocolError
 from shuttle.wire.events import FrameKind, Payload
 from shuttle.wire.limits import HEADER_DEPTH_MAX, PREFIX_BYTES
 
-MAGIC = b"SH"
-_PREFIX = struct.Struct(">2sBBII")
-_KIND_OF = {int(k): k for k in FrameKind}
+MAGIC: Final = b"SH"
+_PREFIX: Final = struct.Struct(">2sBBII")
+_KIND_OF: Final = {int(k): k for k in FrameKind}
 # The codec's primitives, bound once (the connection's fast lanes use them directly).
-PREFIX_PACK = _PREFIX.pack
-PREFIX_UNPACK_FROM = _PREFIX.unpack_from
-pack_header = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+PREFIX_PACK: Final = _PREFIX.pack
+PREFIX_UNPACK_FROM: Final = _PREFIX.unpack_from
+pack_header: Final = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 #: msgpack >= 1.0 (the pinned minimum) defaults to raw=False, use_list=True and
 #: strict_map_key=True: str keys and values, lists, no non-str/bytes map keys.
-unpack_header = msgpack.unpackb
+unpack_header: Final = msgpack.unpackb
 
 assert _PREFIX.size == PREFIX_BYTES
 
 #: Payloads at least this large are received into a buffer of their own (no copy
 #: through the reader's stream buffer; with :meth:`FrameReader.payload_buffer`, no
 #: copy at all). Smaller ones are cheaper to slice out of the stream buffer.
-DIRECT_PAYLOAD_BYTES_MIN = 64 << 10
+DIRECT_PAYLOAD_BYTES_MIN: Final = 64 << 10
 
 
 #: A growing payload's small arrivals are gathered in buffers of about this size (a
 #: peer sending it in tiny segments must not cost an object per segment).
-_PART_BYTES = 1 << 20
+_PART_BYTES: Final = 1 << 20
 
 #: One frame off the wire: ``(kind, header, payload, payload_refused)``, the header
 #: decoded from msgpack. ``payload_refused`` is non-zero when the payload was longer
@@ -272,10 +272,19 @@ class FrameReader:
         assert self._payload is not None and self._filled + nbytes <= len(self._payload)
         self._filled += nbytes
 
-    def whole_frame(self, data: bytes) -> RawFrame | None:
-        """If nothing is pending and ``data`` is exactly one whole small frame, that
-        frame, decoded from ``data`` without buffering it; else None, and ``data``
-        should go through :meth:`feed` (which also reports anything wrong with it)."""
+    def whole_frame(self, data: Payload) -> RawFrame | None:
+        """The small-frame fast lane: if nothing is pending and ``data`` is a ``bytes``
+        object holding exactly one whole small frame (payload under
+        :data:`DIRECT_PAYLOAD_BYTES_MIN`, every limit kept), that frame, decoded from
+        ``data`` without buffering it. Otherwise None with nothing consumed: feed
+        ``data`` through :meth:`feed` then (which also reports anything wrong with it).
+
+        This is the only way in to the reader besides :meth:`feed`: every caller that
+        wants a whole frame from one chunk (the node's request lane, the clients'
+        response lanes) comes through here, so the frame rules live in one place.
+        """
+        if type(data) is not bytes:
+            return None
         n = len(data)
         if (
             n < PREFIX_BYTES
@@ -287,7 +296,6 @@ class FrameReader:
             return None
         magic, kind, flags, header_len, payload_len = PREFIX_UNPACK_FROM(data, 0)
         head_end = PREFIX_BYTES + header_len
-        frame_kind = _KIND_OF.get(kind)
         if (
             head_end + payload_len != n
             or payload_len >= DIRECT_PAYLOAD_BYTES_MIN
@@ -295,8 +303,10 @@ class FrameReader:
             or header_len > self._header_bytes_max
             or magic != MAGIC
             or flags
-            or frame_kind is None
         ):
+            return None
+        frame_kind = _KIND_OF.get(kind)
+        if frame_kind is None:
             return None
         try:
             header = unpack_header(data[PREFIX_BYTES:head_end])

@@ -64,7 +64,32 @@ def test_small_reads_and_cached_stats_run_inline(registry: OperationRegistry) ->
     call(registry, "put", {"key": "k"}, b"x" * 10)
     read, stat = registry.get("read"), registry.get("stat")
     assert read.mode is Mode.THREAD and stat.mode is Mode.THREAD
-    assert read.inline_when is not None and read.inline_when({"length": 4096})
-    assert not read.inline_when({"length": 1 << 20})
     assert stat.inline_when is not None and stat.inline_when({"key": "k"})
     assert not stat.inline_when({"key": "../bad"})
+    assert stat.inline is not None and stat.inline({"key": "../bad"}, b"") is None
+
+
+def test_only_a_read_the_block_cache_holds_is_answered_inline(tmp_path: Path) -> None:
+    """A miss must not read the disk on the event loop: the inline call answers None
+    (the node then sends the read to its thread pool) and reads nothing."""
+    store = ObjectStore(tmp_path / "data")
+    reg = OperationRegistry()
+    handlers.register_storage_ops(reg, store)
+    data = os.urandom(300 << 10)  # several 64 KiB blocks
+    store.put("k", data)
+    store.cache.clear()
+    inline = reg.get("read").inline
+    assert inline is not None
+    args = {"key": "k", "offset": 60 << 10, "length": 8 << 10}  # spans two blocks
+    disk_before = store.cache.stats().bytes_from_disk
+    assert inline(args, b"") is None  # cold: not answered on the loop...
+    assert store.cache.stats().bytes_from_disk == disk_before  # ...and no disk read there
+    reply = reg.get("read").handler(args, b"")  # the pool's call reads the disk
+    assert isinstance(reply, Reply) and reply.payload == data[60 << 10 : 68 << 10]
+    assert store.cache.stats().bytes_from_disk > disk_before
+    hit = inline(args, b"")  # now resident (both blocks): answered inline
+    assert isinstance(hit, Reply) and hit.payload == data[60 << 10 : 68 << 10]
+    assert store.cache.stats().bytes_from_disk == disk_before + (128 << 10)
+    assert inline({"key": "k", "offset": 0, "length": 1 << 20}, b"") is None  # too big
+    assert inline({"key": "k", "offset": -1, "length": 10}, b"") is None  # the pool says why
+    assert inline({"key": "nope", "offset": 0, "length": 10}, b"") is None

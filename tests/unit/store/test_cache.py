@@ -47,6 +47,23 @@ class CacheModel(RuleBasedStateMachine):
         got = self.cache.read(key, offset, length, len(obj), self.disk.fetcher(key))
         assert got == bytes(obj[offset : offset + length])
 
+    @rule(key=st.sampled_from(KEYS), offset=st.integers(0, 3000), length=st.integers(1, 2000))
+    def read_hit(self, key: str, offset: int, length: int) -> None:
+        """The event loop's read: the right bytes when every block is cached, else None,
+        and never a fetch."""
+        obj = self.disk.objects[key]
+        end = min(len(obj), offset + length)
+        if offset >= end:
+            return
+        fetched = self.disk.fetched
+        got = self.cache.read_hit(key, offset, end)
+        assert got is None or got == bytes(obj[offset:end])
+        assert self.disk.fetched == fetched
+        if got is None:  # the long way caches it: the same read now hits
+            self.cache.read(key, offset, end - offset, len(obj), self.disk.fetcher(key))
+            if end - offset <= 12 * 512 - 2 * 512:  # fits in the cache with room to spare
+                assert self.cache.read_hit(key, offset, end) == bytes(obj[offset:end])
+
     @rule(key=st.sampled_from(KEYS), offset=st.integers(0, 3000), data=st.binary(max_size=700))
     def write(self, key: str, offset: int, data: bytes) -> None:
         obj = self.disk.objects[key]

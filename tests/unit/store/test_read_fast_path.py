@@ -61,12 +61,18 @@ def test_the_fast_path_steps_aside_for_what_it_cannot_answer(store: ObjectStore)
     spy = long_way(store)
     assert store.read("k", BLOCK, 100) == fill(7, 10)  # clipped at the end: still fast
     assert spy.taken == 0
-    assert store.read("k", 0, 2 * BLOCK) == fill(7, BLOCK + 10)  # spans two blocks
+    assert store.read("k", 0, 2 * BLOCK) == fill(7, BLOCK + 10)  # two cached blocks: fast
+    assert spy.taken == 0
+    store.cache.clear()
+    assert store.read("k", BLOCK - 10, 20) == fill(7, 20)  # two blocks, none cached
+    assert spy.taken == 1
     assert store.read("k", 2 * BLOCK, 1) == b""  # past the end
     with pytest.raises(VersionMismatchError):
         store.read("k", 0, 1, expected_version=12345)
     with pytest.raises(NotFoundError):
         store.read("missing", 0, 1)
+    assert spy.taken == 4
+    assert store.read("k", BLOCK - 10, 20) == fill(7, 20)  # cached by the miss above
     assert spy.taken == 4
 
 

@@ -182,3 +182,96 @@ def test_requests_with_any_arguments_pass_the_fast_lane(args: dict[str, Any]) ->
     client, server = handshake()
     [ev] = receive_all(server, [b"".join(client.send_request(1, "op", args))])
     assert isinstance(ev, Request) and ev.args == args
+
+
+def norm(ev: Event) -> Any:
+    """:func:`normalise`, with a rejection compared by its error's type and message."""
+    if isinstance(ev, RequestRejected):
+        return ("RequestRejected", ev.rid, type(ev.error), str(ev.error))
+    return normalise(ev)
+
+
+def lane_or_event(conn: Connection, frame: bytes, node: bool) -> Any:
+    """What an I/O layer gets for one chunk: the lane's answer, or (when the lane
+    declines, having consumed nothing) the general path's events or protocol error."""
+    in_flight = conn.in_flight
+    got: Any = conn.receive_request(frame) if node else conn.receive_response(frame)
+    if got is not None:
+        return ("lane", normalise(Request(*got)) if node else normalise(got))
+    assert conn.in_flight == in_flight and conn.state is State.READY  # nothing consumed
+    try:
+        return ("events", [norm(e) for e in receive_all(conn, [frame])])
+    except RemoteProtocolError as exc:
+        return ("error", type(exc))
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests=request_batches())
+def test_the_request_and_response_lanes_take_what_the_general_path_takes(
+    requests: list[Request],
+) -> None:
+    """The node's request lane and the client's response lane (the calls the I/O
+    layers make first) give the same request and response as receive_event."""
+    client, server = handshake()
+    ref_client, ref_server = handshake()
+    for r in requests:
+        frame = b"".join(client.send_request(r.rid, r.op, r.args, r.payload, join_below=JOIN))
+        ref_client.send_request(r.rid, r.op, r.args, r.payload, join_below=JOIN)
+        kind, got = lane_or_event(server, frame, node=True)
+        assert kind == "lane" or len(r.payload) >= JOIN  # small: always the lane
+        [expected] = receive_all(ref_server, [frame])
+        assert (got if kind == "lane" else got[0]) == normalise(expected)
+    for i, r in enumerate(requests):
+        answer = b"".join(server.send_response(r.rid, {"n": i}, r.payload, join_below=JOIN))
+        ref_server.send_response(r.rid, {"n": i}, r.payload, join_below=JOIN)
+        kind, got = lane_or_event(client, answer, node=False)
+        [expected] = receive_all(ref_client, [answer])
+        assert (got if kind == "lane" else got[0]) == normalise(expected)
+    assert client.in_flight == server.in_flight == 0
+
+
+@settings(max_examples=300)
+@given(
+    header=st.one_of(
+        st.binary(max_size=60),
+        st.tuples(
+            st.one_of(st.integers(1, 3), st.integers(-2, 0), st.booleans(), st.none()),
+            st.one_of(st.text(min_size=1, max_size=3), st.just(""), st.integers(-9, 9)),
+            st.one_of(
+                st.dictionaries(st.text(max_size=2), st.integers(-9, 9), max_size=2),
+                st.lists(st.integers(-9, 9), max_size=2),
+                st.none(),
+            ),
+        ).map(lambda t: msgpack.packb(list(t))),
+        st.tuples(
+            st.one_of(st.integers(-1, 3), st.booleans(), st.none()),
+            st.one_of(st.none(), st.integers(-9, 9)),
+        ).map(lambda t: msgpack.packb(list(t))),
+    ),
+    kind=st.sampled_from([3, 4, 5]),
+    in_flight=st.lists(st.integers(1, 3), max_size=3),
+)
+def test_the_lanes_and_the_general_path_agree_on_any_header(
+    header: bytes, kind: int, in_flight: list[int]
+) -> None:
+    """Any frame through a lane: taken alike, or declined with nothing consumed and
+    then answered by the general path exactly as a connection that never tried it."""
+    frame = struct.pack(">2sBBII", b"SH", kind, 0, len(header), 0) + header
+    for node in (True, False):
+        pair, ref_pair = handshake(), handshake()
+        conn, ref = pair[1 if node else 0], ref_pair[1 if node else 0]
+        for peer, c in ((pair[0], conn), (ref_pair[0], ref)):
+            for rid in dict.fromkeys(in_flight):  # requests already in flight
+                if node:
+                    receive_all(c, [b"".join(peer.send_request(rid, "stat", {}))])
+                else:
+                    c.send_request(rid, "stat", {})
+        got = lane_or_event(conn, frame, node)
+        try:
+            expected: Any = ("events", [norm(e) for e in receive_all(ref, [frame])])
+        except RemoteProtocolError as exc:
+            expected = ("error", type(exc))
+        if got[0] == "lane":
+            assert expected[0] == "events" and expected[1] == [got[1]]
+        else:
+            assert got == expected
