@@ -18,7 +18,18 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
 
+from shuttle.client import calls
 from shuttle.client.cache import CLIENT_BLOCK_BYTES_DEFAULT, CLIENT_CACHE_BYTES_DEFAULT, ClientCache
+from shuttle.client.calls import (
+    PIECE_BYTES_DEFAULT as PIECE_BYTES_DEFAULT,
+)
+from shuttle.client.calls import (
+    SINGLE_PUT_BYTES_MAX as SINGLE_PUT_BYTES_MAX,
+)
+from shuttle.client.calls import (
+    WINDOW_DEFAULT as WINDOW_DEFAULT,
+)
+from shuttle.client.calls import Op, Pieces
 from shuttle.client.lookaside import LookasideReader, LookasideStore, StoreSet
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
 from shuttle.client.routing import node_for_key
@@ -36,20 +47,11 @@ from shuttle.net.shaping import Link
 from shuttle.wire import Response
 from shuttle.wire.events import Payload
 
-#: Bytes per range request when streaming: big enough that per-request overhead is
-#: small next to the transfer, small enough to keep many in flight within the
-#: node's 16 MiB frame limit.
-PIECE_BYTES_DEFAULT = 1 << 20
-#: Range requests kept in flight while streaming (8 MiB: fills a loopback or LAN
-#: pipe; raise it for long fat links).
-WINDOW_DEFAULT = 8
-#: Objects up to this size are put with one request; larger ones through an upload
-#: session (streamed in pieces, made visible atomically at commit).
-SINGLE_PUT_BYTES_MAX = 4 << 20
+# The streaming defaults and the single-put limit are shared with the asyncio client
+# (:mod:`shuttle.client.calls`); they are re-exported here, where users found them.
 
 Progress = Callable[[int], None]
 _T = TypeVar("_T")
-Pieces = bytes | bytearray | memoryview | IO[bytes] | Iterable[bytes]
 Source = Pieces | str | Path
 
 
@@ -114,8 +116,7 @@ class Client:
     ) -> None:
         if not nodes:
             raise InvalidArgumentError("a client needs at least one node address")
-        if piece_bytes <= 0 or window <= 0:
-            raise InvalidArgumentError("piece_bytes and window must be positive")
+        calls.check_tuning(piece_bytes, window)
         self.nodes = list(nodes)
         tune_allocator()  # streamed pieces land in fresh buffers: keep them off mmap
         self.cache = ClientCache(cache_bytes, cache_block_bytes)
@@ -199,18 +200,10 @@ class Client:
         """Make one request of ``node`` (the escape hatch for any registered operation)."""
         return self.connection(node).call(op, args, payload, idempotent=idempotent)
 
-    def _call_key(
-        self,
-        key: str,
-        op: str,
-        args: dict[str, Any],
-        payload: Payload = b"",
-        *,
-        idempotent: bool = True,
-    ) -> Response:
-        return self.call(
-            self.node_for(key), op, {"key": key, **args}, payload, idempotent=idempotent
-        )
+    def _send(self, op: Op, node: NodeAddress | None = None) -> Response:
+        """Make the request ``op`` of ``node`` (by default the node of its key)."""
+        node = node or self.node_for(op.key)
+        return self.connection(node).call(op.op, op.args, op.payload, idempotent=op.idempotent)
 
     def validation_mode(self, name: str | None = None) -> ValidationMode:
         """This client's validation mode ``name`` (its default if None)."""
@@ -253,7 +246,7 @@ class Client:
 
     def stat(self, key: str) -> ObjectInfo:
         """Attributes of ``key`` (size, version, mtime, content hash, chunks)."""
-        return ObjectInfo.from_wire(self._call_key(key, "stat", {}).result)
+        return calls.object_info(self._send(calls.stat(key)))
 
     def chunks(self, key: str) -> builtins.list[Chunk]:
         """The whole chunk list of ``key`` (paged from the node for very large objects).
@@ -262,9 +255,7 @@ class Client:
         info = self.stat(key)
         out = builtins.list(info.chunks)
         while len(out) < info.chunks_total:
-            args = {"start": len(out), "expected_version": info.version}
-            page = self._call_key(key, "chunks", args).result
-            out += [Chunk(o, n, h) for o, n, h in page["chunks"]]
+            out += calls.chunks(self._send(calls.chunks_page(key, len(out), info.version)))
         return out
 
     def exists(self, key: str) -> bool:
@@ -286,9 +277,9 @@ class Client:
         """Attributes of many keys (None where missing): one round trip per node."""
         out: list[ObjectInfo | None] = [None] * len(keys)
         for node_id, idxs in self.by_node(keys).items():
-            res = self.call(self.node(node_id), "stat_many", {"keys": [keys[i] for i in idxs]})
-            for i, raw in zip(idxs, res.result, strict=True):
-                out[i] = None if raw is None else ObjectInfo.from_wire(raw)
+            res = self._send(calls.stat_many([keys[i] for i in idxs]), self.node(node_id))
+            for i, info in zip(idxs, calls.infos(res), strict=True):
+                out[i] = info
         return out
 
     # --- reading -------------------------------------------------------------------------
@@ -300,8 +291,7 @@ class Client:
         with pipelined requests against one version of the object.
         """
         if length is not None and length <= self.piece_bytes:
-            args: dict[str, Any] = {"offset": offset, "length": length}
-            return bytes(self._call_key(key, "read", args).payload)
+            return bytes(self._send(calls.read(key, offset, length)).payload)
         return b"".join(self.iter_read(key, offset, length))
 
     def get(self, key: str) -> bytes:
@@ -330,24 +320,13 @@ class Client:
         if self.lookaside is not None:
             yield from self.lookaside.iter_range(info, offset, end, progress=progress)
             return
-        calls = (
-            Call(
-                "read",
-                {
-                    "key": key,
-                    "offset": start,
-                    "length": min(self.piece_bytes, end - start),
-                    "expected_version": info.version,
-                },
-            )
-            for start in range(offset, end, self.piece_bytes)
+        reads = (
+            Call(op.op, op.args)
+            for op in calls.read_pieces(key, offset, end, self.piece_bytes, info.version)
         )
         conn = self.connection(self.node_for(key))
-        for res in conn.call_many(calls, window=self.window):
-            # Large pieces arrive as a bytearray received in place: hand it on uncopied.
-            piece = (
-                res.payload if isinstance(res.payload, bytes | bytearray) else bytes(res.payload)
-            )
+        for res in conn.call_many(reads, window=self.window):
+            piece = calls.piece(res)  # large pieces are handed on uncopied
             progress(len(piece))
             yield piece
 
@@ -430,43 +409,44 @@ class Client:
         file, or an iterable of byte pieces). Atomic: readers see the old object until
         the new one is complete and durable.
         """
-        cond = {} if expected_version is None else {"expected_version": expected_version}
-        if (
-            isinstance(source, bytes | bytearray | memoryview)
-            and len(source) <= SINGLE_PUT_BYTES_MAX
-        ):
-            res = self._call_key(key, "put", cond, source, idempotent=expected_version is None)
+        if isinstance(source, bytes | bytearray | memoryview) and calls.single_put(source):
+            res = self._send(calls.put(key, source, expected_version))
             self.forget(key)
             progress(len(source))
-            return ObjectInfo.from_wire(res.result)
+            return calls.object_info(res)
         if isinstance(source, str | Path):
             with open(source, "rb") as f:
                 return self.put(key, f, expected_version=expected_version, progress=progress)
-        return self._upload(key, _pieces(source, self.piece_bytes), cond, progress)
+        return self._upload(key, calls.pieces(source, self.piece_bytes), expected_version, progress)
 
     def _upload(
-        self, key: str, pieces: Iterator[bytes], cond: dict[str, Any], progress: Progress
+        self,
+        key: str,
+        pieces: Iterator[bytes],
+        expected_version: int | None,
+        progress: Progress,
     ) -> ObjectInfo:
         node = self.node_for(key)
         conn = self.connection(node)
-        upload = conn.call("upload.begin", {"key": key, **cond}, idempotent=False).result["upload"]
+        # Every request of an upload goes over this one connection (the session's node).
+        upload = calls.upload_id(_on(conn, calls.upload_begin(key, expected_version)))
         sizes: deque[int] = deque()
 
-        def calls() -> Iterator[Call]:
+        def writes() -> Iterator[Call]:
             offset = 0
             for piece in pieces:
                 sizes.append(len(piece))
-                yield Call("upload.write", {"upload": upload, "offset": offset}, piece)
+                op = calls.upload_write(upload, offset, piece, key=key)
+                yield Call(op.op, op.args, op.payload)
                 offset += len(piece)
 
         try:
-            for _ in conn.call_many(calls(), window=self.window, idempotent=False):
+            for _ in conn.call_many(writes(), window=self.window, idempotent=False):
                 progress(sizes.popleft())
-            res = conn.call("upload.commit", {"upload": upload}, idempotent=False)
-            info = ObjectInfo.from_wire(res.result)
+            info = calls.object_info(_on(conn, calls.upload_commit(upload)))
         except BaseException:
             with contextlib.suppress(ShuttleError):  # else the node expires it itself
-                conn.call("upload.abort", {"upload": upload})
+                _on(conn, calls.upload_abort(upload))
             raise
         self.forget(key)
         return info
@@ -481,40 +461,30 @@ class Client:
         create: bool = False,
     ) -> WriteInfo:
         """Write ``data`` at ``offset`` of ``key`` (extending it); durable when it returns."""
-        args: dict[str, Any] = {"offset": offset, "create": create}
-        if expected_version is not None:
-            args["expected_version"] = expected_version
-        res = self._call_key(key, "write", args, data, idempotent=False)
+        res = self._send(calls.write(key, offset, data, expected_version, create))
         self.forget(key)
-        return WriteInfo.from_wire(res.result)
+        return calls.write_info(res)
 
     def create(self, key: str, *, exclusive: bool = True) -> ObjectInfo:
         """Create an empty object (``exclusive``: fail with AlreadyExistsError if present)."""
-        res = self._call_key(key, "create", {"exclusive": exclusive}, idempotent=False)
-        return ObjectInfo.from_wire(res.result)
+        return calls.object_info(self._send(calls.create(key, exclusive)))
 
     def truncate(self, key: str, size: int, *, expected_version: int | None = None) -> WriteInfo:
-        args: dict[str, Any] = {"size": size}
-        if expected_version is not None:
-            args["expected_version"] = expected_version
-        res = self._call_key(key, "truncate", args, idempotent=False)
+        res = self._send(calls.truncate(key, size, expected_version))
         self.forget(key)
-        return WriteInfo.from_wire(res.result)
+        return calls.write_info(res)
 
     def remove(self, key: str, *, expected_version: int | None = None) -> None:
-        args: dict[str, Any] = {}
-        if expected_version is not None:
-            args["expected_version"] = expected_version
-        self._call_key(key, "remove", args, idempotent=False)
+        self._send(calls.remove(key, expected_version))
         self.forget(key)
 
     def remove_many(self, keys: Sequence[str]) -> list[bool]:
         """Remove many keys (one round trip per node); per key, whether it existed."""
         out = [False] * len(keys)
         for node_id, idxs in self.by_node(keys).items():
-            res = self.call(self.node(node_id), "remove_many", {"keys": [keys[i] for i in idxs]})
-            for i, existed in zip(idxs, res.result, strict=True):
-                out[i] = bool(existed)
+            res = self._send(calls.remove_many([keys[i] for i in idxs]), self.node(node_id))
+            for i, existed in zip(idxs, calls.existed(res), strict=True):
+                out[i] = existed
                 self.forget(keys[i])
         return out
 
@@ -538,15 +508,10 @@ class Client:
         for node in self.nodes:
             start_after: str | None = None
             while True:
-                args: dict[str, Any] = {"prefix": prefix}
-                if delimiter is not None:
-                    args["delimiter"] = delimiter
-                if start_after is not None:
-                    args["start_after"] = start_after
-                page = self.call(node, "list", args).result
-                keys.update(page["keys"])
-                prefixes.update(page["prefixes"])
-                start_after = page["next"]
+                page = calls.page(self._send(calls.list_page(prefix, delimiter, start_after), node))
+                keys.update(page.keys)
+                prefixes.update(page.prefixes)
+                start_after = page.next
                 if start_after is None:
                     break
         return sorted(keys), sorted(prefixes)
@@ -566,7 +531,7 @@ class Client:
         and this client's cache (for cold-cache measurements)."""
         for node in self.nodes:
             mine = [k for k in keys if self.node_for(k).node_id == node.node_id]
-            self.call(node, "cache.drop", {"keys": mine})
+            self._send(calls.cache_drop(mine), node)
         self.cache.clear()
 
     def counters(self) -> dict[str, Any]:
@@ -597,23 +562,6 @@ class Client:
         }
 
 
-def _pieces(source: Pieces, piece_bytes: int) -> Iterator[bytes]:
-    """Cut any source into pieces of at most ``piece_bytes``."""
-    if isinstance(source, bytes | bytearray | memoryview):
-        view = memoryview(source)
-        for start in range(0, len(view), piece_bytes):
-            yield bytes(view[start : start + piece_bytes])
-        return
-    if hasattr(source, "read"):
-        reader: IO[bytes] = source  # type: ignore[assignment]
-        while piece := reader.read(piece_bytes):
-            yield piece
-        return
-    buf = bytearray()
-    for part in source:  # type: ignore[union-attr]
-        buf += part
-        while len(buf) >= piece_bytes:
-            yield bytes(buf[:piece_bytes])
-            del buf[:piece_bytes]
-    if buf:
-        yield bytes(buf)
+def _on(conn: NodeConnection, op: Op) -> Response:
+    """Make the request ``op`` over ``conn``."""
+    return conn.call(op.op, op.args, op.payload, idempotent=op.idempotent)

@@ -8,6 +8,7 @@ Layout:
 * ``admission`` what a client may make a node hold: connections, descriptors, time
 * ``auth``      cluster-key authentication: key files, proofs, the handshake's checks
 * ``blocking``  a blocking-socket connection to a node (the sync client's transport)
+* ``aio``       an asyncio connection to a node (the async client's and run-time's transport)
 * ``clock``     the clock protocol (real and, in ``shuttle.testing``, fake)
 * ``profiles``  link profiles (bandwidth, latency) by name
 * ``shaping``   token bucket + delay link emulation, driven by a clock
@@ -16,6 +17,4 @@ Layout:
 * ``netns``     network namespaces joined by veth pairs shaped with ``tc ... tbf``
 * ``addresses`` ``HOST:PORT`` parsing and :class:`NodeAddress`, shared by every layer above
 * ``memory``    allocator tuning for processes that move large buffers
-
-The async client's connection (asyncio streams) is ``shuttle.client.aio``.
 """

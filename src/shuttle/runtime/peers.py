@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from shuttle.client.aio import AsyncConnection
 from shuttle.errors import UnreachableError
 from shuttle.net.addresses import parse_address
+from shuttle.net.aio import AsyncConnection
 from shuttle.net.profiles import LinkProfile
 from shuttle.net.shaping import Link
 from shuttle.wire import Response

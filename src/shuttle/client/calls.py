@@ -1,0 +1,252 @@
+"""What each client call sends and how its answer reads: no sockets, no event loop.
+
+:class:`~shuttle.client.client.Client` (blocking) and
+:class:`~shuttle.client.aio.AsyncClient` (asyncio) build every request here and parse
+every answer here, so the two cannot drift apart: the same arguments, the same
+conditional writes (``expected_version``), the same retry policy (:attr:`Op.idempotent`)
+and the same limits, checked before anything is sent, with the same messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from shuttle.client.model import Chunk, ObjectInfo, WriteInfo
+from shuttle.errors import InvalidArgumentError, LimitExceededError, RemoteProtocolError
+from shuttle.wire import PAYLOAD_BYTES_MAX, Response
+from shuttle.wire.events import Payload
+
+#: Bytes per range request when streaming: big enough that per-request overhead is
+#: small next to the transfer, small enough to keep many in flight within the
+#: node's 16 MiB frame limit.
+PIECE_BYTES_DEFAULT = 1 << 20
+#: Range requests kept in flight while streaming (8 MiB: fills a loopback or LAN
+#: pipe; raise it for long fat links).
+WINDOW_DEFAULT = 8
+#: Objects up to this size are put with one request; larger ones through an upload
+#: session (streamed in pieces, made visible atomically at commit). 4 MiB: a quarter
+#: of the 16 MiB frame limit (:data:`~shuttle.wire.PAYLOAD_BYTES_MAX`), so one put
+#: never holds a connection for long, while small files still cost one round trip.
+SINGLE_PUT_BYTES_MAX = 4 << 20
+#: The most bytes one request may carry (a range write, an upload piece): the wire's
+#: frame limit, which every node announces unless configured lower.
+REQUEST_PAYLOAD_BYTES_MAX = PAYLOAD_BYTES_MAX
+
+Pieces = bytes | bytearray | memoryview | IO[bytes] | Iterable[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One request to make: operation, msgpack arguments, raw payload, and whether it
+    may be sent again on a fresh connection if the first one dropped before the answer
+    came (``idempotent``: doing it twice is the same as doing it once)."""
+
+    op: str
+    args: dict[str, Any]
+    payload: Payload = b""
+    idempotent: bool = True
+
+    @property
+    def key(self) -> str:
+        """The key that routes this request to its node."""
+        key: str = self.args["key"]
+        return key
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of a listing from one node; ``next`` is None on the last page."""
+
+    keys: list[str]
+    prefixes: list[str]
+    next: str | None
+
+
+# --- checks ---------------------------------------------------------------------------
+
+
+def check_tuning(piece_bytes: int, window: int) -> None:
+    """Reject streaming parameters no client can work with."""
+    if piece_bytes <= 0 or window <= 0:
+        raise InvalidArgumentError("piece_bytes and window must be positive")
+
+
+def _cond(expected_version: int | None) -> dict[str, Any]:
+    return {} if expected_version is None else {"expected_version": expected_version}
+
+
+def _check_payload(what: str, key: str, data: Payload) -> None:
+    n = memoryview(data).nbytes
+    if n > REQUEST_PAYLOAD_BYTES_MAX:
+        raise LimitExceededError(
+            f"{what} of {n} bytes to {key!r} is over the {REQUEST_PAYLOAD_BYTES_MAX} bytes "
+            "one request may carry; split it into several range writes, or put the whole "
+            "object (put streams any size through an upload)"
+        )
+
+
+def single_put(source: object) -> bool:
+    """Whether ``put(key, source)`` goes as one request (else through an upload)."""
+    return (
+        isinstance(source, bytes | bytearray | memoryview)
+        and memoryview(source).nbytes <= SINGLE_PUT_BYTES_MAX
+    )
+
+
+# --- requests -------------------------------------------------------------------------
+
+
+def stat(key: str) -> Op:
+    return Op("stat", {"key": key})
+
+
+def stat_many(keys: Sequence[str]) -> Op:
+    return Op("stat_many", {"keys": list(keys)})
+
+
+def chunks_page(key: str, start: int, version: int) -> Op:
+    return Op("chunks", {"key": key, "start": start, "expected_version": version})
+
+
+def read(key: str, offset: int, length: int, expected_version: int | None = None) -> Op:
+    return Op("read", {"key": key, "offset": offset, "length": length, **_cond(expected_version)})
+
+
+def read_pieces(key: str, offset: int, end: int, piece_bytes: int, version: int) -> Iterator[Op]:
+    """The range reads that stream ``[offset, end)`` of one version of ``key``."""
+    for start in range(offset, end, piece_bytes):
+        yield read(key, start, min(piece_bytes, end - start), version)
+
+
+def put(key: str, data: Payload, expected_version: int | None = None) -> Op:
+    """A put in one request (see :func:`single_put`); a conditional one is not
+    retried: the first may have taken effect, and the second would then fail."""
+    if memoryview(data).nbytes > SINGLE_PUT_BYTES_MAX:
+        raise LimitExceededError(
+            f"a single-request put carries at most {SINGLE_PUT_BYTES_MAX} bytes, "
+            f"{key!r} has {memoryview(data).nbytes}; larger objects go through an upload"
+        )
+    return Op("put", {"key": key, **_cond(expected_version)}, data, expected_version is None)
+
+
+def upload_begin(key: str, expected_version: int | None = None) -> Op:
+    return Op("upload.begin", {"key": key, **_cond(expected_version)}, idempotent=False)
+
+
+def upload_write(upload: str, offset: int, piece: Payload, *, key: str = "") -> Op:
+    _check_payload("an upload piece", key or upload, piece)
+    return Op("upload.write", {"upload": upload, "offset": offset}, piece, idempotent=False)
+
+
+def upload_commit(upload: str) -> Op:
+    return Op("upload.commit", {"upload": upload}, idempotent=False)
+
+
+def upload_abort(upload: str) -> Op:
+    return Op("upload.abort", {"upload": upload})
+
+
+def write(
+    key: str, offset: int, data: Payload, expected_version: int | None = None, create: bool = False
+) -> Op:
+    _check_payload("a write", key, data)
+    args: dict[str, Any] = {"key": key, "offset": offset, "create": create}
+    return Op("write", {**args, **_cond(expected_version)}, data, idempotent=False)
+
+
+def create(key: str, exclusive: bool = True) -> Op:
+    return Op("create", {"key": key, "exclusive": exclusive}, idempotent=False)
+
+
+def truncate(key: str, size: int, expected_version: int | None = None) -> Op:
+    return Op("truncate", {"key": key, "size": size, **_cond(expected_version)}, idempotent=False)
+
+
+def remove(key: str, expected_version: int | None = None) -> Op:
+    return Op("remove", {"key": key, **_cond(expected_version)}, idempotent=False)
+
+
+def remove_many(keys: Sequence[str]) -> Op:
+    return Op("remove_many", {"keys": list(keys)})
+
+
+def list_page(prefix: str, delimiter: str | None = None, start_after: str | None = None) -> Op:
+    args: dict[str, Any] = {"prefix": prefix}
+    if delimiter is not None:
+        args["delimiter"] = delimiter
+    if start_after is not None:
+        args["start_after"] = start_after
+    return Op("list", args)
+
+
+def cache_drop(keys: Sequence[str]) -> Op:
+    return Op("cache.drop", {"keys": list(keys)})
+
+
+# --- answers --------------------------------------------------------------------------
+
+
+def object_info(res: Response) -> ObjectInfo:
+    return ObjectInfo.from_wire(res.result)
+
+
+def write_info(res: Response) -> WriteInfo:
+    return WriteInfo.from_wire(res.result)
+
+
+def infos(res: Response) -> list[ObjectInfo | None]:
+    """A ``stat_many`` answer: attributes in the order asked, None where missing."""
+    return [None if raw is None else ObjectInfo.from_wire(raw) for raw in res.result]
+
+
+def existed(res: Response) -> list[bool]:
+    """A ``remove_many`` answer: per key, whether it existed."""
+    return [bool(e) for e in res.result]
+
+
+def chunks(res: Response) -> list[Chunk]:
+    return [Chunk(o, n, h) for o, n, h in res.result["chunks"]]
+
+
+def upload_id(res: Response) -> str:
+    upload: str = res.result["upload"]
+    return upload
+
+
+def page(res: Response) -> ListPage:
+    raw = res.result
+    try:
+        return ListPage(list(raw["keys"]), list(raw.get("prefixes", ())), raw["next"])
+    except (KeyError, TypeError) as exc:
+        raise RemoteProtocolError(f"malformed listing page from node: {raw!r:.200}") from exc
+
+
+def piece(res: Response) -> bytes | bytearray:
+    """A read's bytes: a large piece arrives as a bytearray received in place, handed
+    on uncopied; anything else becomes bytes."""
+    data = res.payload
+    return data if isinstance(data, bytes | bytearray) else bytes(data)
+
+
+def pieces(source: Pieces, piece_bytes: int) -> Iterator[bytes]:
+    """Cut any source into pieces of at most ``piece_bytes``."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        view = memoryview(source)
+        for start in range(0, len(view), piece_bytes):
+            yield bytes(view[start : start + piece_bytes])
+        return
+    if hasattr(source, "read"):
+        reader: IO[bytes] = source  # type: ignore[assignment]
+        while part := reader.read(piece_bytes):
+            yield part
+        return
+    buf = bytearray()
+    for part in source:  # type: ignore[union-attr]
+        buf += part
+        while len(buf) >= piece_bytes:
+            yield bytes(buf[:piece_bytes])
+            del buf[:piece_bytes]
+    if buf:
+        yield bytes(buf)
