@@ -18,6 +18,7 @@ Layout (see docs/architecture.md):
 * ``shuttle.blockcache``  the LRU block cache policy the store and the client share
 * ``shuttle.cdc``     content-defined chunking and blake3 hashes the store and the client share
 * ``shuttle.errors``  every error Shuttle raises, by whose fault it is, with its exit code
+* ``shuttle.compiled``  which hot modules run compiled (mypyc); their pure Python fallback
 * ``shuttle.testing`` test doubles: fake clock, in-memory streams, an in-memory node
 * ``shuttle.demo``    ``shuttle demo``: a tour on a throwaway local cluster
 * ``shuttle.cli``     the ``shuttle`` command (``python -m shuttle``: ``shuttle.__main__``)
@@ -27,7 +28,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from shuttle import compiled as _compiled
+
 __version__ = "0.1.0"
+
+# Compiled hot modules or their pure Python, decided before any of them is imported.
+_compiled.install()
 
 if TYPE_CHECKING:
     from shuttle.client import Client, ObjectInfo, connect

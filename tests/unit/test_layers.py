@@ -18,7 +18,8 @@ SRC = Path(shuttle.__file__).parent
 #: Bottom to top. A package may import packages of lower layers only: not its own
 #: layer's siblings, not anything above. Keep in step with docs/architecture.md.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors",),
+    # ``compiled`` imports nothing of Shuttle's: the package's __init__ runs it first.
+    ("errors", "compiled"),
     ("wire", "blockcache", "cdc", "traces"),
     ("net", "sim"),
     ("cluster",),

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import shuttle.compiled as compiled
 from shuttle.bench.netrand import make_file
 from shuttle.bench.nodes import bench_client
 from shuttle.errors import ConfigError
@@ -116,6 +117,7 @@ def run(config: StreamConfig, progress: Callable[[str], None] = lambda _: None) 
     mib = config.nbytes / (1 << 20)
     return {
         "config": asdict(config),
+        "compiled": compiled.active().reason,
         "raw_tcp": {"runs_s": raw_s, "median_s": raw_med, "mib_per_s": mib / raw_med},
         "shuttle": {
             "runs_s": shuttle_s,

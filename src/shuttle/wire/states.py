@@ -9,6 +9,7 @@ receiving it: ``RemoteProtocolError``).
 from __future__ import annotations
 
 from enum import Enum, auto
+from typing import Final
 
 from shuttle.wire.events import (
     Challenge,
@@ -89,10 +90,10 @@ for _role in Role:
             TRANSITIONS[(_role, _state, _direction, Goodbye)] = State.CLOSED
         TRANSITIONS[(_role, _state, RECV, ConnectionClosed)] = State.CLOSED
 
-RECV_REQUEST: tuple[str, type] = (RECV, Request)
-RECV_RESPONSE: tuple[str, type] = (RECV, Response)
-SEND_REQUEST: tuple[str, type] = (SEND, Request)
-SEND_RESPONSE: tuple[str, type] = (SEND, Response)
+RECV_REQUEST: Final[tuple[str, type]] = (RECV, Request)
+RECV_RESPONSE: Final[tuple[str, type]] = (RECV, Response)
+SEND_REQUEST: Final[tuple[str, type]] = (SEND, Request)
+SEND_RESPONSE: Final[tuple[str, type]] = (SEND, Response)
 
 # The same table split by (role, state), so that applying a transition is one lookup
 # keyed by (direction, event type). Enum members hash with a Python-level __hash__;
