@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from shuttle.cluster import ceph as local_ceph
 from shuttle.cluster import local
 from shuttle.cluster.clusterfile import CLUSTER_ENV, ClusterFile, default_cluster_path
 from shuttle.errors import AuthenticationError, ConfigError
@@ -88,6 +89,18 @@ def up(
             "the kernel (tc tbf) to --link's bandwidth (Linux, root).",
         ),
     ] = False,
+    ceph: Annotated[
+        bool,
+        typer.Option(
+            "--ceph",
+            help="Start a single-host Ceph under ROOT/ceph (one mon, --ceph-osds OSDs, pool "
+            "'shuttle') and run the nodes over it (--store rados:shuttle). Needs "
+            "scripts/setup.sh --ceph. See docs/ceph.md.",
+        ),
+    ] = False,
+    ceph_osds: Annotated[
+        int, typer.Option(help="With --ceph: OSDs of the local Ceph (pool size min(3, N)).")
+    ] = 3,
 ) -> None:
     """Start N storage-node processes on loopback and write the cluster file.
 
@@ -108,8 +121,12 @@ def up(
         ) from None
     parse_link_profile(link)  # a bad profile fails before any node starts
     path = cluster_path(cluster, root)
+    cluster_root = (root or path.parent).resolve()
+    store_args: list[str] = []
+    if ceph or local_ceph.has_cluster_ceph(cluster_root):  # a cluster's Ceph comes back too
+        store_args = _start_ceph(cluster_root, ceph_osds)
     result = local.up(
-        (root or path.parent).resolve(),
+        cluster_root,
         nodes=nodes,
         base_port=base_port,
         cpu_factors=factors,
@@ -118,14 +135,17 @@ def up(
         netns_profile=link if netns else None,
         cluster_path=path.resolve(),
         node_args=[
-            arg
-            for flag, value in (
-                ("--window", window),
-                ("--threshold", threshold),
-                ("--object-memory", object_memory),
-            )
-            if value is not None
-            for arg in (flag, str(value))
+            *store_args,
+            *(
+                arg
+                for flag, value in (
+                    ("--window", window),
+                    ("--threshold", threshold),
+                    ("--object-memory", object_memory),
+                )
+                if value is not None
+                for arg in (flag, str(value))
+            ),
         ],
         report=lambda line: console.print(escape(line), highlight=False),
     )
@@ -137,11 +157,38 @@ def up(
     console.print(f"use it:       export {CLUSTER_ENV}={path_text}")
 
 
+def _start_ceph(cluster_root: Path, osds: int) -> list[str]:
+    """Start (or restart) the cluster's Ceph; the nodes' store flags for its pool."""
+    ceph_root = local_ceph.cluster_ceph_root(cluster_root)
+    info = local_ceph.LocalCeph(
+        ceph_root, osds=osds, report=lambda line: console.print(escape(line), highlight=False)
+    ).start()
+    console.print(escape(f"ceph conf:    {info.conf_path}"), highlight=False)
+    console.print(escape(f"ceph keyring: {info.keyring_path} ({info.user})"), highlight=False)
+    console.print(escape(f"ceph pool:    {info.pool}"), highlight=False)
+    return info.store_args()
+
+
 @app.command()
 def down(cluster: ClusterOpt = None, root: RootOpt = None) -> None:
-    """Stop every node of the cluster (SIGTERM, SIGKILL after 10 s). Data stays on disk."""
-    spec = ClusterFile.load(cluster_path(cluster, root))
-    local.down(spec, report=lambda line: console.print(escape(line), highlight=False))
+    """Stop every node of the cluster (SIGTERM, SIGKILL after 10 s). Data stays on disk,
+    except a Ceph that `cluster up --ceph` started: its daemons are killed and ROOT/ceph
+    (with the objects in it) is removed."""
+    path = cluster_path(cluster, root)
+
+    def report(line: str) -> None:
+        console.print(escape(line), highlight=False)
+
+    if path.exists() or not local_ceph.has_cluster_ceph(path.parent.resolve()):
+        spec = ClusterFile.load(path)
+        local.down(spec, report=report)
+        cluster_root = spec.root
+    else:  # the Ceph started, then the nodes did not
+        cluster_root = path.parent.resolve()
+    if local_ceph.has_cluster_ceph(cluster_root):
+        ceph_root = local_ceph.cluster_ceph_root(cluster_root)
+        local_ceph.LocalCeph(ceph_root).down()
+        report(f"ceph: stopped, {ceph_root} removed")
 
 
 @app.command()
@@ -173,6 +220,10 @@ def status(cluster: ClusterOpt = None, root: RootOpt = None) -> None:
             escape(st.detail),
         )
     console.print(table)
+    if local_ceph.has_cluster_ceph(spec.root):
+        daemons = local_ceph.LocalCeph(local_ceph.cluster_ceph_root(spec.root)).running()
+        text = ", ".join(f"{name} {'running' if up else 'DOWN'}" for name, up in daemons.items())
+        console.print(escape(f"ceph: {text}"), highlight=False)
     if any(st.refused for st in states):
         raise typer.Exit(code=AuthenticationError.exit_code)
     if not all(st.reachable for st in states):

@@ -1,0 +1,33 @@
+"""The ``ceph`` fixture: one single-host Ceph (a mon, three OSDs, a size-3 pool) for
+the whole test session, torn down at its end (docs/ceph.md).
+
+Tests that need Ceph take ``ceph`` (a :class:`~shuttle.cluster.ceph.LocalCeph`):
+``ceph.info()`` for the conf, keyring and pool; ``ceph.rados()`` for a connected
+client. A test that stops an OSD starts it again before it ends, and a test that
+makes a pool deletes it: the next test gets the Ceph as it was. Ceph is not
+optional: without it the fixture fails and says how to install it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from shuttle.cluster.ceph import LocalCeph
+
+
+@pytest.fixture(scope="session")
+def ceph(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCeph]:
+    """A running local Ceph shared by the session: 3 OSDs, pool ``shuttle`` (size 3,
+    min_size 2), all its PGs active."""
+    # Its daemons die with this process: a killed test run leaves no Ceph behind.
+    local = LocalCeph(tmp_path_factory.mktemp("ceph"), osds=3, die_with_parent=True)
+    t0 = time.monotonic()
+    local.start()
+    print(f"\nlocal Ceph up in {time.monotonic() - t0:.1f} s under {local.root}")
+    try:
+        yield local
+    finally:
+        local.down()
