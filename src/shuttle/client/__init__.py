@@ -10,9 +10,12 @@ Layout:
 * ``speculation``  ``client.speculate``: work runs on the cached copy while the check is out
 * ``speculation_costs``  the paper's cost model (T_f < (1 - p)·T_c) over online estimates
 * ``branches`` the optimistic branch of a speculation: a thread or a forked child
+* ``calls``    what each call sends and how its answer reads (sans-I/O, shared by both APIs)
 * ``client``   :class:`Client`, the synchronous API (no asyncio needed)
+* ``gateways`` :class:`GatewayClient`: fails over between nodes that share one store (RADOS)
+* ``locality`` which gateway node sits beside a key's primary OSD (learned in the background)
 * ``files``    file objects over remote objects (``client.open``)
-* ``aio``      :class:`AsyncClient`, the asyncio API the run-time uses
+* ``aio``      :class:`AsyncClient`, the asyncio API (same calls, limits, retry, cache)
 * ``connect``  :func:`connect`: a client from an address, a cluster file or the environment
 * ``cli``      the client commands of ``shuttle`` (put, get, cat, ls, stat, rm, stats)
 """

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from shuttle.client.client import Client
+from shuttle.client.gateways import GatewayClient
 from shuttle.client.lookaside import stores_from_env
 from shuttle.client.model import NodeAddress
 from shuttle.client.validation import VALIDATION_ENV
@@ -46,6 +47,10 @@ def connect(
     ``$SHUTTLE_LOOKASIDE`` is ``1``, the stores the user added with ``shuttle lookaside
     add``; with neither, none. The validation mode (docs/consistency.md) comes from
     ``validation=``, else ``$SHUTTLE_VALIDATION``, else ``check``.
+
+    A cluster whose nodes all serve one shared store (``shuttle serve --store rados:...``,
+    as ``shuttle cluster up --ceph`` starts them) gets a
+    :class:`~shuttle.client.gateways.GatewayClient`, which fails over between them.
     """
     if target is not None:
         if isinstance(target, str) and _ADDRESS.match(target) and not Path(target).exists():
@@ -74,7 +79,26 @@ def connect(
         client_options["key"] = _load_key(key_file, spec)
     if profile is not None:
         addresses = [NodeAddress(a.node_id, a.host, a.port, profile) for a in addresses]
+    if _shared_store(spec) is not None:
+        # Nodes over one shared store (RADOS): any node serves any key, so fail over.
+        return GatewayClient(addresses, **client_options)
     return Client(addresses, **client_options)
+
+
+def _shared_store(spec: ClusterFile) -> str | None:
+    """The store every node of ``spec`` serves, if they share one (``--store rados:...``
+    in each node's recorded flags, the same for all); None for nodes with stores of
+    their own."""
+    stores = set()
+    for entry in spec.nodes:
+        args = list(entry.args)
+        value = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--store"), None)
+        value = value or next((a.split("=", 1)[1] for a in args if a.startswith("--store=")), None)
+        stores.add(value)
+    if len(stores) != 1:
+        return None
+    only = stores.pop()
+    return only if only is not None and only.startswith("rados:") else None
 
 
 def _load_key(key_file: str | Path | None, cluster: ClusterFile | None) -> bytes | None:

@@ -26,3 +26,13 @@ def node_for_key(nodes: Sequence[NodeAddress], key: str) -> NodeAddress:
     if len(nodes) == 1:
         return nodes[0]
     return max(nodes, key=lambda node: _weight(node.node_id, key))
+
+
+def nodes_in_order(nodes: Sequence[NodeAddress], key: str) -> list[NodeAddress]:
+    """Every node, in the order of preference for ``key``: :func:`node_for_key` first,
+    then the node that would hold it were that one gone, and so on. A gateway cluster
+    (nodes over one shared store) fails over in this order, so every client moves a
+    dead node's keys to the same next node."""
+    if not nodes:
+        raise ConfigError("no storage nodes configured; start some with `shuttle cluster up`")
+    return sorted(nodes, key=lambda node: _weight(node.node_id, key), reverse=True)

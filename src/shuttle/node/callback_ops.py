@@ -28,7 +28,7 @@ from shuttle.errors import InvalidArgumentError, ShuttleError
 from shuttle.net.registry import CONNECTION_ARG, Mode, OperationRegistry, arg, non_negative
 from shuttle.node.callbacks import CALLBACK_WAIT_S_MAX, PromiseTable
 from shuttle.node.handlers import attrs_reply
-from shuttle.store import ObjectStore
+from shuttle.store.interface import Store
 
 #: The operations that change objects, and the keys each one changes.
 KeysOf = Callable[[dict[str, Any]], list[str]]
@@ -44,9 +44,7 @@ def _keys(args: dict[str, Any]) -> list[str]:
     return [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
 
 
-def register_callback_ops(
-    registry: OperationRegistry, store: ObjectStore, table: PromiseTable
-) -> None:
+def register_callback_ops(registry: OperationRegistry, store: Store, table: PromiseTable) -> None:
     """Add the callback operations to ``registry``, make every change to ``store``
     break promises first (its change hook), and give the registry's changing
     operations their before-steps. The storage operations must be registered already."""

@@ -130,12 +130,51 @@ def serve(
             "a client that stopped without closing its connection holds up writers."
         ),
     ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="Where objects live: 'local' (files under --data; the default) or "
+            "'rados:POOL' or 'rados:POOL/NAMESPACE' (a Ceph RADOS pool that several nodes "
+            "may serve; --data then holds only this node's local state). See docs/ceph.md.",
+        ),
+    ] = None,
+    ceph_conf: Annotated[
+        Path | None,
+        typer.Option(
+            "--ceph-conf",
+            help="With --store rados: the Ceph configuration file (default: $CEPH_CONF or "
+            "/etc/ceph/ceph.conf).",
+        ),
+    ] = None,
+    ceph_keyring: Annotated[
+        Path | None,
+        typer.Option(
+            "--ceph-keyring",
+            help="With --store rados: the keyring holding the user's key (default: the one "
+            "the configuration names, /etc/ceph/$cluster.$name.keyring).",
+        ),
+    ] = None,
+    ceph_user: Annotated[
+        str | None,
+        typer.Option("--ceph-user", help="With --store rados: the cephx user (client.admin)."),
+    ] = None,
+    ceph_host: Annotated[
+        str | None,
+        typer.Option(
+            "--ceph-host",
+            help="With --store rados: this node's CRUSH host (default: the machine's short "
+            "host name, as Ceph names OSD hosts). Clients send a key to the node on the host "
+            "of its primary OSD. Set it when that name differs, or to test on one machine.",
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option(help="TOML file with a [node] table; flags given win.")
     ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
 ) -> None:
-    """Run a storage node: keep objects under --data and serve them over TCP.
+    """Run a storage node: keep objects under --data (or, with --store rados:POOL, in a
+    Ceph pool that several nodes serve) and serve them over TCP.
 
     Writes are durable before they are acknowledged; a node killed at any instant
     comes back (run it again on the same --data) with every acknowledged write and no
@@ -160,6 +199,11 @@ def serve(
         "frame_timeout_s": frame_timeout,
         "idle_timeout_s": idle_timeout,
         "callback_term_s": callback_term,
+        "store": store,
+        "ceph_conf": ceph_conf,
+        "ceph_keyring": ceph_keyring,
+        "ceph_user": ceph_user,
+        "ceph_host": ceph_host,
     }
     if config is not None:
         cfg = NodeConfig.from_toml(

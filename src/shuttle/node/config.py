@@ -35,6 +35,8 @@ from shuttle.runtime.sandbox import (
 )
 from shuttle.runtime.sandbox import SandboxLimits
 from shuttle.store.core import OBJECT_BYTES_MAX_DEFAULT, OBJECT_SIZE_BYTES_MAX
+from shuttle.store.rados_conn import CephOptions
+from shuttle.store.registry import StoreSpec, parse_store_spec
 
 #: Default server block cache: big enough for a working set of small files, small
 #: enough that the netrand benchmark's default file (larger than it) misses when cold.
@@ -92,6 +94,18 @@ class NodeConfig:
     #: How long a callback promise holds unless broken (``--callback-term``): the
     #: longest a client that stopped without closing its connection holds up writers.
     callback_term_s: float = CALLBACK_TERM_S_DEFAULT
+    # --- where the objects live (docs/ceph.md) ---
+    #: ``local`` (files under data_dir) or ``rados:POOL[/NAMESPACE]`` (a Ceph pool that
+    #: several nodes may serve; data_dir then holds only the node's local state).
+    store: str = "local"
+    #: Ceph configuration and keyring (None: Ceph's defaults, $CEPH_CONF or
+    #: /etc/ceph/ceph.conf and the keyring it names), and the cephx user.
+    ceph_conf: Path | None = None
+    ceph_keyring: Path | None = None
+    ceph_user: str = "client.admin"
+    #: This node's CRUSH host (``--ceph-host``; None: the machine's short host name, as
+    #: Ceph names OSD hosts). Clients prefer this node for keys whose primary OSD is there.
+    ceph_host: str | None = None
 
     def __post_init__(self) -> None:
         if self.cache_bytes < 0:
@@ -112,6 +126,7 @@ class NodeConfig:
                 f"{self.callback_term_s:g}"
             )
         self.admission()
+        parse_store_spec(self.store)
         if self.key_file is None and not self.insecure and not is_loopback(self.host):
             raise ConfigError(
                 f"refusing to listen on {self.host} without a cluster key: every host that "
@@ -150,6 +165,13 @@ class NodeConfig:
             idle_timeout_s=self.idle_timeout_s,
         )
 
+    def store_spec(self) -> StoreSpec:
+        return parse_store_spec(self.store)
+
+    def ceph_options(self) -> CephOptions:
+        """How a RADOS store reaches its cluster (checked when the store opens)."""
+        return CephOptions(self.ceph_conf, self.ceph_keyring, self.ceph_user)
+
     def sandbox_limits(self) -> SandboxLimits:
         return SandboxLimits(self.sandbox_memory_bytes, self.sandbox_cpu_s, self.sandbox_wall_s)
 
@@ -173,7 +195,7 @@ class NodeConfig:
         values: dict[str, Any] = dict(table)
         if "listen" in values:
             values["host"], values["port"] = parse_address(str(values.pop("listen")))
-        for key in ("data_dir", "ready_file", "key_file"):
+        for key in ("data_dir", "ready_file", "key_file", "ceph_conf", "ceph_keyring"):
             if values.get(key) is not None:
                 values[key] = Path(values[key])
         if "data_dir" not in values and "data_dir" not in overrides:

@@ -1,14 +1,13 @@
 """The storage operations a node serves, registered as handlers.
 
 Each handler checks its arguments (``InvalidArgumentError`` names the bad one), calls
-:class:`~shuttle.store.ObjectStore`, and returns plain msgpack types. Data travels
+:class:`~shuttle.store.interface.Store`, and returns plain msgpack types. Data travels
 in the frame payload, never inside the header. The operations and their arguments
 are listed in docs/protocol.md.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from shuttle.errors import InvalidArgumentError
@@ -20,15 +19,19 @@ from shuttle.net.registry import (
     arg,
     non_negative,
 )
-from shuttle.store import ObjectAttrs, ObjectStore, WriteResult
+from shuttle.store import ObjectAttrs, WriteResult
+from shuttle.store.interface import Store
+from shuttle.store.rados_locality import PrimaryLocator
 
 #: Chunks listed inline in a stat result. A chunk costs about 45 bytes of header, so
 #: 8,192 (a ~512 MiB object) stay well inside the 1 MiB header limit; larger objects
 #: say ``chunks_total`` and the client pages the list with the ``chunks`` operation.
 STAT_CHUNKS_MAX = 8192
 
-#: Reads up to this size run on the event loop: a block-cache hit is served faster
-#: than a hop to the thread pool takes. Larger reads (streaming) go to a thread.
+#: Reads up to this size are tried on the event loop: a block-cache hit is served
+#: faster than a hop to the thread pool takes. Only a hit is answered there (all the
+#: range's blocks resident): a miss would read the disk on the loop and stall every
+#: other connection, so it goes to a thread, as do larger reads (streaming).
 INLINE_READ_BYTES_MAX = 64 << 10
 
 
@@ -61,12 +64,7 @@ def _written(w: WriteResult) -> dict[str, Any]:
     return {"key": w.key, "size": w.size, "version": w.version, "mtime_ns": w.mtime_ns}
 
 
-def _small_read(args: dict[str, Any]) -> bool:
-    length = args.get("length")
-    return isinstance(length, int) and length <= INLINE_READ_BYTES_MAX
-
-
-def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> None:
+def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
     """Add the storage operations over ``store`` to ``registry``."""
 
     def stat(args: dict[str, Any], payload: bytes) -> Any:
@@ -106,6 +104,23 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
         ):
             return Reply(None, store.read(key, offset, length, expected_version=version))
         return _checked_read(args)
+
+    def read_cached(args: dict[str, Any], payload: bytes) -> Reply | None:
+        """``read`` answered from the block cache on the event loop, or None when any
+        of it is not resident (or anything is unusual): the thread pool answers then."""
+        key, offset, length = args.get("key"), args.get("offset", 0), args.get("length")
+        version = args.get("expected_version")
+        if (
+            type(key) is str
+            and type(offset) is int
+            and type(length) is int
+            and length <= INLINE_READ_BYTES_MAX
+            and (version is None or type(version) is int)
+        ):
+            data = store.read_cached(key, offset, length, version)
+            if data is not None:
+                return Reply(None, data)
+        return None
 
     def _checked_read(args: dict[str, Any]) -> Reply:
         length = args.get("length")
@@ -199,17 +214,7 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
 
     def cache_drop(args: dict[str, Any], payload: bytes) -> Any:
         """Empty the block cache and drop ``keys`` from the OS page cache (cold runs)."""
-        before = store.cache.stats().bytes_cached
-        store.cache.clear()
-        dropped = 0
-        for key in _keys(args) if "keys" in args else []:
-            fd = store.paths.open_file(key, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                dropped += 1
-            finally:
-                os.close(fd)
-        return {"block_cache_bytes_dropped": before, "files_dropped": dropped}
+        return store.drop_caches(_keys(args) if "keys" in args else [])
 
     add = registry.add
     # A stat is answered from memory unless the attributes must be read from disk or
@@ -219,7 +224,7 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
     )
     add("chunks", chunks, Mode.THREAD)
     add("stat_many", stat_many, Mode.THREAD)
-    add("read", read, Mode.THREAD, inline_when=_small_read)
+    add("read", read, Mode.THREAD, inline_try=read_cached)
     add("write", write, Mode.THREAD)
     add("put", put, Mode.THREAD)
     add("create", create, Mode.THREAD)
@@ -234,3 +239,21 @@ def register_storage_ops(registry: OperationRegistry, store: ObjectStore) -> Non
     add("upload.commit", upload_commit, Mode.THREAD)
     add("upload.abort", upload_abort, Mode.THREAD)
     add("cache.drop", cache_drop, Mode.THREAD)
+
+
+def register_locality_ops(registry: OperationRegistry, locator: PrimaryLocator) -> None:
+    """Add ``rados.locate`` (a RADOS store's nodes only): where keys' primary OSDs are."""
+
+    def locate(args: dict[str, Any], payload: bytes) -> Any:
+        """Per key, the CRUSH host of its primary OSD (None: unknown), with this node's
+        own host: ``{"host", "epoch", "hosts": [...], "osds": [...]}``. ``keys`` may be
+        empty (the node's host only)."""
+        where = locator.locate(_keys(args) if "keys" in args else [])
+        return {
+            "host": locator.host,
+            "epoch": where.epoch,
+            "hosts": where.hosts,
+            "osds": where.osds,
+        }
+
+    registry.add("rados.locate", locate, Mode.THREAD)

@@ -29,11 +29,14 @@ from shuttle.net.server import RpcServer
 from shuttle.node.callback_ops import register_callback_ops
 from shuttle.node.callbacks import PromiseTable
 from shuttle.node.config import NodeConfig
-from shuttle.node.handlers import register_storage_ops
+from shuttle.node.handlers import register_locality_ops, register_storage_ops
 from shuttle.objects.fs import node_services
 from shuttle.objects.storage import StorageObject
 from shuttle.runtime.host import NodeRuntime
-from shuttle.store import ObjectStore, StoreConfig
+from shuttle.store import StoreConfig
+from shuttle.store.interface import Store
+from shuttle.store.rados_locality import PrimaryLocator
+from shuttle.store.registry import open_store
 
 log = logging.getLogger("shuttle.node")
 
@@ -60,7 +63,8 @@ async def serve(config: NodeConfig) -> None:
     Raises :class:`ConfigError` (before anything is opened) if the key file is bad.
     """
     key = load_key_file(config.key_file) if config.key_file is not None else None
-    store = ObjectStore(
+    store = open_store(
+        config.store_spec(),
         config.data_dir,
         StoreConfig(
             cache_capacity_bytes=config.cache_bytes,
@@ -70,16 +74,30 @@ async def serve(config: NodeConfig) -> None:
             cache_read_bytes_max=CACHED_READ_BYTES_MAX,
             object_bytes_max=config.object_bytes_max,
         ),
+        config.ceph_options(),
     )
     # The file system's node services; recovery of updates cut by a crash happens
     # here, before the node listens.
     services = node_services(store, config.data_dir)
     cpu = CpuSpeed(config.cpu_factor)
     registry = OperationRegistry()
+    locator: PrimaryLocator | None = None
     register_storage_ops(registry, store)
     # Callback promises: every change to an object breaks them first (docs/consistency.md).
     promises = PromiseTable(config.callback_term_s)
     register_callback_ops(registry, store, promises)
+    if config.store_spec().kind == "rados":  # gateways: where each key's primary OSD is
+        from shuttle.store.rados import RadosStore
+
+        assert isinstance(store, RadosStore)
+        locator = PrimaryLocator(
+            store.conn.cluster,
+            store.conn.pool,
+            store.conn.namespace,
+            host=config.ceph_host,
+            timeout_s=store.conn.op_timeout_s,
+        )
+        register_locality_ops(registry, locator)
     # At factor 1 the node does no accounting at all (two clock reads per request).
     account = cpu.section if cpu.burn_ratio else contextlib.nullcontext
     server = RpcServer(
@@ -87,6 +105,8 @@ async def serve(config: NodeConfig) -> None:
     )
     server.add_stats_source("store", store.stats)
     server.add_stats_source("callbacks", promises.stats)
+    if locator is not None:
+        server.add_stats_source("locality", locator.stats)
     server.add_stats_source("cpu", lambda: {"factor": cpu.factor, **asdict(cpu.counters)})
     runtime: NodeRuntime | None = None
     stop = asyncio.Event()
@@ -122,7 +142,8 @@ async def serve(config: NodeConfig) -> None:
         else:
             log.info("cluster key from %s: clients must prove they hold it", config.key_file)
         print(
-            f"shuttle node {server.node_id} serving {config.data_dir} on {host}:{port}"
+            f"shuttle node {server.node_id} serving "
+            f"{config.data_dir if config.store == 'local' else config.store} on {host}:{port}"
             + (" (cluster key required)" if key is not None else ""),
             flush=True,
         )
@@ -138,7 +159,7 @@ async def serve(config: NodeConfig) -> None:
         store.close()
 
 
-async def _expire_uploads(store: ObjectStore) -> None:
+async def _expire_uploads(store: Store) -> None:
     """Drop upload sessions abandoned by their clients, now and then."""
     loop = asyncio.get_running_loop()
     while True:

@@ -28,7 +28,7 @@ import numpy as np
 
 from shuttle.errors import InvalidArgumentError, LimitExceededError, NotFoundError
 from shuttle.runtime.mobile import MobileObject, builtin
-from shuttle.store import ObjectStore
+from shuttle.store.interface import Store
 
 #: Most keys one ``list`` call returns (a page; ``next`` continues).
 LIST_PAGE_MAX = 1000
@@ -63,7 +63,7 @@ class StorageObject(MobileObject):
     migratable = False
     concurrent = True  # the store is thread-safe: readers must not queue behind a write
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
         self._parity = ParityBook(store)
 
@@ -335,7 +335,7 @@ class ParityBook:
     """The node-side state behind the parity primitives: locks, stripe versions, and
     the records (durable in the store, cached decoded)."""
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
         self._data_locks = [threading.Lock() for _ in range(PARITY_LOCK_STRIPES)]
         # Separate from the data locks: swap takes a data lock, then a record lock.

@@ -1,6 +1,7 @@
 """The storage node's object store: objects as real files, attributes, atomic durable
 changes, and a block cache. A library with no networking; the node's request handlers
-call :class:`ObjectStore` (from any thread).
+call :class:`ObjectStore` (from any thread), or any other :class:`~shuttle.store.interface.Store`
+(:class:`~shuttle.store.rados.RadosStore` keeps objects in Ceph).
 
 Layout:
 
@@ -20,6 +21,14 @@ Layout:
 * ``stats``      store-level counters
 * ``core``       opening, recovery, checkpoints and the guards every change goes through
 * ``objects``    :class:`ObjectStore`, the public API tying the above together
+* ``interface``  :class:`Store`, what a node needs of a store (local and RADOS keep it)
+* ``registry``   the stores by name (``local``, ``rados:POOL``) and :func:`open_store`
+* ``rados``      :class:`RadosStore`: objects in a Ceph RADOS pool, served by many nodes
+* ``rados_conn`` its librados connection: bounded waits, per-thread contexts, aio reads
+* ``rados_read`` its reads: bytes of one version, through the block cache
+* ``rados_index`` its key index (sharded omaps) and listing by prefix
+* ``rados_uploads`` its upload sessions, staged in RADOS objects
+* ``rados_locality`` where keys live: primary OSD and CRUSH host, cached per PG
 * ``bench``      ``python -m shuttle.store.bench``: chunking, writes, uploads
 
 docs/storage-format.md describes the on-disk format and the recovery procedure.

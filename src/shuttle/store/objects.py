@@ -129,6 +129,56 @@ class ObjectStore(StoreCore):
                     out.append(None if rec is None else self._complete(rec))
         return out
 
+    def read_cached(
+        self, key: str, offset: int, length: int, expected_version: int | None = None
+    ) -> bytes | None:
+        """:meth:`read` of ``[offset, offset+length)`` if the block cache holds all of
+        it, else None. Never touches the disk and never waits for the key's lock, so an
+        event loop may call it (the node answers hits there and sends the rest to its
+        thread pool); never raises: None for anything unusual too (a miss, a bad
+        argument, a read at or past the end, a change under way), which :meth:`read`
+        then answers or raises."""
+        # A small read whose blocks are all cached is answered without the key's lock.
+        # Why that is safe: every change to a key's attributes or cached blocks is made
+        # under the key's lock held exclusively (put, write, truncate, remove), and that
+        # lock's ``generation`` is odd while such a change is under way and has grown
+        # once it is done (a sequence lock). We read the generation, then the attributes
+        # and the block, then the generation again: equal and even means no change
+        # overlapped what we looked at, so attributes and block belong to one state of
+        # the object. Everything else that touches them leaves that state as it was:
+        # readers on the long way insert blocks under the shared lock (no change can
+        # run), a stat fills in a hash under it, eviction and ``clear`` only drop
+        # blocks, and a checkpoint moving a record between maps at worst makes us miss.
+        # A block is an immutable ``bytes`` object, replaced whole and never patched in
+        # place, so no read can see a torn block. Each step is atomic under the GIL (an
+        # int attribute read, dict lookups; the cache takes its own mutex), which the
+        # argument relies on: a free-threaded Python would need the generation read with
+        # acquire ordering. Keys are not validated here: only valid keys ever have
+        # attributes, so a key that finds a record is valid, and any other goes the long
+        # way and is checked. Anything unusual (a miss, an error to raise, a race) goes
+        # the long way too.
+        if (
+            0 < length <= self.config.cache_read_bytes_max
+            and offset >= 0
+            and type(key) is str
+            and not self._closed
+        ):
+            lock = self._locks.lock_for(key)
+            generation = lock.generation
+            rec = self.attrs.peek_unlocked(key)
+            if (
+                not generation & 1
+                and type(rec) is StoredAttrs
+                and (expected_version is None or expected_version == rec.version)
+            ):
+                end = min(rec.size, offset + length)
+                if offset < end:
+                    data = self.cache.read_hit(key, offset, end)
+                    if data is not None and lock.generation == generation:
+                        self.counters.read_done(len(data))
+                        return data
+        return None
+
     def read(
         self,
         key: str,
@@ -149,47 +199,10 @@ class ObjectStore(StoreCore):
             InvalidArgumentError: negative offset or length.
             LimitExceededError: more than :data:`READ_BYTES_MAX` requested at once.
         """
-        # The fast path: a small read that one cached block holds is answered without
-        # the key's lock. Why that is safe: every change to a key's attributes or
-        # cached blocks is made under the key's lock held exclusively (put, write,
-        # truncate, remove), and that lock's ``generation`` is odd while such a change
-        # is under way and has grown once it is done (a sequence lock). We read the
-        # generation, then the attributes and the block, then the generation again:
-        # equal and even means no change overlapped what we looked at, so attributes
-        # and block belong to one state of the object. Everything else that touches
-        # them leaves that state as it was: readers on the long way insert blocks under
-        # the shared lock (no change can run), a stat fills in a hash under it,
-        # eviction and ``clear`` only drop blocks, and a checkpoint moving a record
-        # between maps at worst makes us miss. A block is an immutable ``bytes``
-        # object, replaced whole and never patched in place, so no read can see a torn
-        # block. Each step is atomic under the GIL (an int attribute read, dict
-        # lookups; the cache takes its own mutex), which the argument relies on: a
-        # free-threaded Python would need the generation read with acquire ordering.
-        # Keys are not validated here: only valid keys ever have attributes, so a key
-        # that finds a record is valid, and any other goes the long way and is checked.
-        # Anything unusual (a miss, an error to raise, a race) goes the long way too.
-        if (
-            use_cache
-            and length is not None
-            and 0 < length <= self.config.cache_read_bytes_max
-            and offset >= 0
-            and type(key) is str
-            and not self._closed
-        ):
-            lock = self._locks.lock_for(key)
-            generation = lock.generation
-            rec = self.attrs.peek_unlocked(key)
-            if (
-                not generation & 1
-                and type(rec) is StoredAttrs
-                and (expected_version is None or expected_version == rec.version)
-            ):
-                end = min(rec.size, offset + length)
-                if offset < end:
-                    data = self.cache.read_hit(key, offset, end)
-                    if data is not None and lock.generation == generation:
-                        self.counters.read_done(len(data))
-                        return data
+        if use_cache and length is not None:
+            data = self.read_cached(key, offset, length, expected_version)
+            if data is not None:
+                return data
         k = validate_key(key)
         with self._op("read"), self._locks.read(k):
             rec = self._current(k)
@@ -662,6 +675,25 @@ class ObjectStore(StoreCore):
         stale = self.uploads.expire(idle_s)
         discard_all(stale)
         return len(stale)
+
+    # --- node services -------------------------------------------------------------
+
+    def drop_caches(self, keys: Sequence[str]) -> dict[str, int]:
+        """Empty the block cache and drop ``keys`` from the OS page cache (cold runs).
+        Returns ``block_cache_bytes_dropped`` and ``files_dropped``.
+
+        Raises NotFoundError (or InvalidKeyError) for a key that names no object file."""
+        before = self.cache.stats().bytes_cached
+        self.cache.clear()
+        dropped = 0
+        for key in keys:
+            fd = self.paths.open_file(validate_key(key), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                dropped += 1
+            finally:
+                os.close(fd)
+        return {"block_cache_bytes_dropped": before, "files_dropped": dropped}
 
     # --- counters --------------------------------------------------------------------
 

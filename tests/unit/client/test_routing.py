@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shuttle.client.routing import node_for_key
+from shuttle.client.routing import node_for_key, nodes_in_order
 from shuttle.errors import ConfigError
 from shuttle.net.addresses import NodeAddress
 from shuttle.testing import MemoryNode
@@ -68,3 +68,17 @@ def test_the_client_sends_each_key_to_its_node(tmp_path: Path) -> None:
     finally:
         for member in members:
             member.close()
+
+
+def test_failover_order_starts_at_the_owner_and_is_where_keys_go_without_it() -> None:
+    """A gateway cluster fails over in this order: the next node of a key is the one
+    that would own it were its owner gone, the same on every client."""
+    three = nodes("n1", "n2", "n3")
+    for key in KEYS[:300]:
+        order = nodes_in_order(three, key)
+        assert order[0] == node_for_key(three, key)
+        assert sorted(n.node_id for n in order) == ["n1", "n2", "n3"]
+        rest = [n for n in three if n.node_id != order[0].node_id]
+        assert order[1] == node_for_key(rest, key)
+    with pytest.raises(ConfigError):
+        nodes_in_order([], "k")

@@ -31,13 +31,13 @@ from shuttle.objects.fs.file import FileObject
 from shuttle.objects.fs.isolation import IsolationObject
 from shuttle.objects.fs.raid import Raid5Object
 from shuttle.runtime.mobile import MobileObject
-from shuttle.store import ObjectStore
+from shuttle.store.interface import Store
 
 #: Where a node keeps the file system's own files, under its data directory.
 FS_STATE_DIR = Path(".shuttle") / "fs"
 
 
-def node_services(store: ObjectStore, data_dir: Path) -> dict[str, MobileObject]:
+def node_services(store: Store, data_dir: Path) -> dict[str, MobileObject]:
     """The anchored objects a node hosts for the file system, by name. Recovery of
     updates a crash cut short happens here, before the node serves anything."""
     atomicity = AtomicityObject(store, data_dir / FS_STATE_DIR / "atomicity.log")

@@ -36,7 +36,7 @@ import msgpack
 
 from shuttle.errors import InvalidArgumentError, StorageIOError
 from shuttle.runtime.mobile import MobileObject, builtin
-from shuttle.store import ObjectStore
+from shuttle.store.interface import Store
 
 log = logging.getLogger("shuttle.objects.fs")
 
@@ -124,7 +124,7 @@ class AtomicityObject(MobileObject):
     migratable = False
     concurrent = True  # one lock inside orders the updates
 
-    def __init__(self, store: ObjectStore, log_path: Path) -> None:
+    def __init__(self, store: Store, log_path: Path) -> None:
         self._store = store
         self._path = log_path
         self._lock = threading.Lock()

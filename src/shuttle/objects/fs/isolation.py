@@ -37,7 +37,7 @@ from shuttle.errors import InvalidArgumentError, NotFoundError, ShuttleError
 from shuttle.objects.fs.atomicity import AtomicityObject, check_writes
 from shuttle.runtime.mobile import MobileObject, builtin
 from shuttle.runtime.refs import Ref
-from shuttle.store import ObjectStore
+from shuttle.store.interface import Store
 
 log = logging.getLogger("shuttle.objects.fs")
 
@@ -66,7 +66,7 @@ class IsolationObject(MobileObject):
     migratable = False
     concurrent = True  # one lock inside; callbacks are broken outside it
 
-    def __init__(self, store: ObjectStore, atomicity: AtomicityObject) -> None:
+    def __init__(self, store: Store, atomicity: AtomicityObject) -> None:
         self._store = store
         self._atomicity = atomicity
         self._lock = threading.Lock()
