@@ -7,6 +7,8 @@ Layout:
 * ``placement``  which CPU the client and servers of a latency benchmark run on
 * ``redis_anchor``  a Redis server and a raw RESP client: the fast-fetch anchor
 * ``netrand``  ``bench netrand``: random page-sized fetches, local against remote
+* ``netrand_clients``  ``bench netrand --clients N``: the same fetches from N clients
+  at once (throughput, p50, p99), against Redis with as many
 * ``stream``   ``bench stream``: one large object streamed, against raw TCP
 * ``hostile``  ``bench hostile``: what stalled, non-reading and idle clients cost a node
 * ``shaping``  emulated link shaping against kernel ``tc ... tbf`` shaping in namespaces
@@ -21,6 +23,11 @@ Layout:
 * ``directory``  ABACUS 6.5: adapting to contention over shared data
 * ``objectfs`` ABACUS 6.4 and 6.6 on the object-based file system
 * ``objectfs_plots``  PNG plots of the file-system experiments
+* ``ceph``     ``bench ceph netrand|stream``: a node on the RADOS store against a node on
+  files and against librados
+* ``ceph_filter``  ``bench ceph filter``: grep at the client, the node or the OSD
+  (cls_lua) on a shaped link, and where the placement model puts it
+* ``ceph_cli``  ``shuttle bench ceph ...``: the commands
 * ``lookaside``  the lookaside paper's Figure 6: a build over the FUSE mount with
   lookaside stores of older releases, at five bandwidths (table, JSON, PNG)
 """

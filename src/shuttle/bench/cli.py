@@ -15,6 +15,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
 from shuttle.bench.abacus_cli import app as abacus_app
+from shuttle.bench.ceph_cli import app as ceph_app
 from shuttle.errors import UsageError
 
 app = typer.Typer(
@@ -25,6 +26,7 @@ app = typer.Typer(
 
 
 app.add_typer(abacus_app, name="abacus")
+app.add_typer(ceph_app, name="ceph")
 
 
 @app.callback()
@@ -179,12 +181,21 @@ def netrand(
     cpu: Annotated[
         int | None, typer.Option(help="The CPU to pin to (default: the highest allowed).")
     ] = None,
+    clients: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Also read from N concurrent client processes (e.g. 1,8,64, or repeat the "
+            "option): throughput and p50/p99, cold and warm, against Redis with N clients. "
+            "Each client reads --pages pages per pass."
+        ),
+    ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
 ) -> None:
     """Random 4 KiB page fetches: local file (pread) against the same file through a
     Shuttle node, cold and warm, with Redis on loopback as the fast-fetch anchor."""
     from shuttle.bench.netrand import NetrandConfig
     from shuttle.bench.netrand import run as run_netrand
+    from shuttle.bench.netrand_clients import parse_clients
 
     config = NetrandConfig(
         pages=pages,
@@ -198,6 +209,7 @@ def netrand(
         redis=redis,
         pin=pin,
         cpu=cpu,
+        clients=tuple(parse_clients(clients or [])),
     )
     console = Console()
     with console.status("netrand") as status:
@@ -236,9 +248,36 @@ def netrand(
         )
     pinned_cpu = report["placement"]["pinned_cpu"]
     console.print("placement: " + ("scheduler's" if pinned_cpu is None else f"CPU {pinned_cpu}"))
+    if report.get("clients"):
+        console.print(_netrand_clients_table(report["clients"], pages))
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {json_path}")
+
+
+def _netrand_clients_table(by_count: dict[str, Any], pages: int) -> Table:
+    """``bench netrand --clients``: one row per client count and pass; the ratios are
+    Shuttle over Redis with as many clients; "node" is inline/pooled requests."""
+    table = Table(title=f"netrand, concurrent clients ({pages} pages each per pass)")
+    for col in ("N", "pass", "pages/s", "p50 µs", "p99 µs", "÷redis p50", "p99", "thr", "node"):
+        table.add_column(col, justify="right")
+    for count, rep in by_count.items():
+        for name in ("remote_cold", "remote_warm", "mixed_warm", "mixed_cold", "redis"):
+            s = rep.get(name)
+            if not s:
+                continue
+            ratio = rep.get(f"{name}_over_redis") or {}
+            node = rep.get("node", {}).get(name.split("_")[0] if "mixed" in name else name)
+            table.add_row(
+                count,
+                name.removeprefix("remote_"),
+                f"{s['pages_per_s']:.0f}",
+                f"{s['p50_us']:.0f}",
+                f"{s['p99_us']:.0f}",
+                *(f"{ratio[k]:.2f}" if k in ratio else "" for k in ("p50", "p99", "throughput")),
+                f"{node['inline']}/{node['pooled']}" if node else "",
+            )
+    return table
 
 
 @app.command("hostile")

@@ -13,6 +13,9 @@ Layout (one module per concept; docs/runtime.md explains the model):
 * ``monitor``    the resource monitor: CPU, bytes per edge, stall, per window H
 * ``load``       node load L from the kernel's per-thread and per-CPU accounting
 * ``placement``  the placement model of section 5.4 (pure: no I/O)
+* ``sites``      the model's three sites for data in Ceph: client, node, OSD (pure)
+* ``osd``        the OSD as a site: grep and count run in Ceph's OSDs (cls_lua), bounded
+  (``osd_lua`` holds the Lua)
 * ``digest``     what one run-time saw over a window, as the resource managers read it
 * ``planner``    the resource manager: digests → stacks → decisions, decision log
 * ``hosting``    the objects hosted on one run-time, their gates and managers
@@ -25,5 +28,5 @@ Layout (one module per concept; docs/runtime.md explains the model):
 * ``config``     :class:`RuntimeConfig` (H, B_thresh, limits)
 
 Dependencies point down: nothing in ``wire``, ``net``, ``store`` or ``client``
-imports this package; ``placement`` imports nothing that does I/O.
+imports this package; ``placement`` and ``sites`` import nothing that does I/O.
 """

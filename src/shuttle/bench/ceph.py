@@ -1,0 +1,317 @@
+"""``shuttle bench ceph netrand|stream``: a node on the RADOS store against a node on
+local files and against librados directly, in the same run (issue 12).
+
+One local Ceph (:class:`shuttle.cluster.ceph.LocalCeph`) and, beside it, two nodes on
+loopback: one storing its objects in the Ceph pool (``shuttle serve --store
+rados:POOL``) and one on local files. The same bytes go into both nodes and, as one
+RADOS object, into the pool for librados. Modes run interleaved, round by round, so
+drift on a shared machine hits them all alike.
+
+* ``netrand``: random 4 KiB reads (the paper's generator), client cache off, each mode
+  warm (the round before read the same pages): per-read latency percentiles.
+* ``stream``: the whole object in 1 MiB reads: the nodes with ``Client.iter_read``
+  (``window`` reads in flight), librados with one 1 MiB read at a time and with the
+  same window of asynchronous reads.
+
+Targets (issue 12): the RADOS-backed node within 1.5× of librados's latency (p50) and
+throughput. When this build's ``shuttle serve`` has no RADOS store yet, the report
+says so and compares the file-backed node with librados only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shuttle.bench.netrand import GENERATORS, Samples, make_file, timed_run
+from shuttle.client.client import Client
+from shuttle.client.connect import connect
+from shuttle.cluster import local
+from shuttle.cluster.ceph import LocalCeph
+from shuttle.cluster.cephclient import CephInfo
+from shuttle.cluster.cephclient import connect as rados_connect
+from shuttle.errors import ConfigError
+
+KEY = "bench/ceph.dat"
+OID = "bench-ceph-direct"
+PAGE_BYTES = 4096
+PIECE_BYTES = 1 << 20
+#: The issue's target: the RADOS-backed node within this factor of librados.
+TARGET_RATIO = 1.5
+#: RADOS write size when loading the object (the OSD's default max write is 90 MiB).
+LOAD_BYTES = 4 << 20
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Stand:
+    """The benchmark's Ceph, its nodes and clients, and librados on the same pool."""
+
+    info: CephInfo
+    ioctx: Any
+    #: Clients by mode name: ``file_node`` and, when this build has it, ``rados_node``.
+    clients: dict[str, Client] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def stand(
+    osds: int, progress: Progress, workdir: Path | None = None, **client_options: Any
+) -> Iterator[Stand]:
+    """Start Ceph and the two nodes; yield them with clients; tear it all down."""
+    scratch = Path(tempfile.mkdtemp(prefix="shuttle-bench-ceph-", dir=workdir))
+    ceph = LocalCeph(scratch / "ceph", osds=osds)
+    clusters = []
+    rados = None
+    try:
+        progress(f"starting a local Ceph ({osds} OSDs)")
+        info = ceph.start()
+        rados = rados_connect(info.conf_path, info.keyring_path, op_timeout_s=60)
+        ioctx = rados.open_ioctx(info.pool)
+        bench = Stand(info, ioctx)
+        with contextlib.ExitStack() as stack:
+            progress("starting a node on local files")
+            file_cluster = local.up(scratch / "file", nodes=1)
+            clusters.append(file_cluster)
+            assert file_cluster.path is not None
+            bench.clients["file_node"] = stack.enter_context(
+                connect(cluster=file_cluster.path, **client_options)
+            )
+            if has_rados_store():
+                progress(f"starting a node on the RADOS pool {info.pool}")
+                rados_cluster = local.up(scratch / "rados", nodes=1, node_args=info.store_args())
+                clusters.append(rados_cluster)
+                assert rados_cluster.path is not None
+                bench.clients["rados_node"] = stack.enter_context(
+                    connect(cluster=rados_cluster.path, **client_options)
+                )
+            else:
+                bench.skipped["rados_node"] = (
+                    "this build's `shuttle serve` has no --store rados:POOL yet; only the "
+                    "file-backed node and librados were measured"
+                )
+            yield bench
+            ioctx.close()
+    finally:
+        for cluster in clusters:
+            local.down(cluster)
+        if rados is not None:
+            rados.shutdown()
+        ceph.down()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def has_rados_store() -> bool:
+    """Whether this build's nodes take ``--store rados:POOL`` (``shuttle.store.rados``)."""
+    return importlib.util.find_spec("shuttle.store.rados") is not None
+
+
+def load(bench: Stand, path: Path, progress: Progress) -> int:
+    """Put the file into every node and into the pool as one RADOS object."""
+    size = path.stat().st_size
+    for mode, client in bench.clients.items():
+        progress(f"putting {size >> 20} MiB into the {mode.replace('_', ' ')}")
+        client.put(KEY, path)
+    progress(f"writing {size >> 20} MiB to RADOS object {OID}")
+    with open(path, "rb") as f:
+        offset = 0
+        while piece := f.read(LOAD_BYTES):
+            bench.ioctx.write(OID, piece, offset)
+            offset += len(piece)
+    return size
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+# --- netrand ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CephNetrandConfig:
+    pages: int = 400
+    rounds: int = 10
+    file_bytes: int = 64 << 20
+    generator: str = "lcg"
+    seed: int = 1
+    osds: int = 3
+
+    def __post_init__(self) -> None:
+        if self.generator not in GENERATORS:
+            raise ConfigError(f"--generator must be one of {', '.join(GENERATORS)}")
+        if self.pages < 1 or self.rounds < 1 or self.file_bytes < PAGE_BYTES:
+            raise ConfigError("--pages and --rounds must be ≥ 1 and --file-bytes ≥ 4096")
+
+
+def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]:
+    """Random 4 KiB reads: the nodes against librados, interleaved, warm."""
+    pages_in_file = config.file_bytes // PAGE_BYTES
+    with stand(config.osds, progress, cache_bytes=0) as bench:
+        with tempfile.TemporaryDirectory(prefix="shuttle-bench-ceph-") as tmp:
+            path = Path(tmp) / "netrand.dat"
+            make_file(path, config.file_bytes)
+            load(bench, path, progress)
+        fetchers: dict[str, Callable[[int], bytes]] = {
+            mode: _page_reader(client) for mode, client in bench.clients.items()
+        }
+        ioctx = bench.ioctx
+        fetchers["librados"] = lambda p: ioctx.read(OID, PAGE_BYTES, p * PAGE_BYTES)
+        samples = {mode: Samples() for mode in fetchers}
+        gen = GENERATORS[config.generator]
+        for rnd in range(config.rounds + 1):
+            pages = list(gen(config.seed + rnd, config.pages, pages_in_file))
+            progress(f"round {rnd}/{config.rounds}" + (" (warm-up)" if rnd == 0 else ""))
+            for mode, fetch in fetchers.items():
+                # Round 0 warms every cache; afterwards each round reads its pages twice
+                # and keeps the second pass (warm, as netrand's remote_warm).
+                timed_run(pages, fetch, PAGE_BYTES, Samples())
+                if rnd:
+                    timed_run(pages, fetch, PAGE_BYTES, samples[mode])
+        skipped = dict(bench.skipped)
+    report: dict[str, Any] = {
+        "experiment": "ceph-netrand",
+        "config": asdict(config),
+        "modes": {m: s.summary() for m, s in samples.items()},
+        "skipped": skipped,
+    }
+    lib = report["modes"]["librados"]["p50_us"]
+    report["p50_over_librados"] = {
+        m: _ratio(s["p50_us"], lib) for m, s in report["modes"].items() if m != "librados"
+    }
+    if "rados_node" in report["modes"]:
+        ratio = report["p50_over_librados"]["rados_node"]
+        report["target"] = {"rados_node_p50_over_librados_max": TARGET_RATIO, "met": ratio <= 1.5}
+    return report
+
+
+# --- stream ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CephStreamConfig:
+    nbytes: int = 256 << 20
+    repeat: int = 3
+    window: int = 8
+    osds: int = 3
+
+    def __post_init__(self) -> None:
+        if self.nbytes < PIECE_BYTES or self.repeat < 1 or self.window < 1:
+            raise ConfigError("--bytes must be ≥ 1 MiB, --repeat and --window ≥ 1")
+
+
+def _page_reader(client: Client) -> Callable[[int], bytes]:
+    def fetch(page: int) -> bytes:
+        return client.read(KEY, page * PAGE_BYTES, PAGE_BYTES)
+
+    return fetch
+
+
+def _streamer(client: Client) -> Callable[[], int]:
+    info = client.stat(KEY)
+
+    def once() -> int:
+        return sum(len(piece) for piece in client.iter_read(KEY, info=info))
+
+    return once
+
+
+def _librados_sync(ioctx: Any, nbytes: int) -> int:
+    got = 0
+    for offset in range(0, nbytes, PIECE_BYTES):
+        got += len(ioctx.read(OID, PIECE_BYTES, offset))
+    return got
+
+
+def _librados_window(ioctx: Any, nbytes: int, window: int) -> int:
+    """Asynchronous 1 MiB reads, ``window`` in flight (what the nodes' clients do)."""
+    slots = threading.Semaphore(window)
+    done = threading.Event()
+    lock = threading.Lock()
+    state = {"got": 0, "left": -(-nbytes // PIECE_BYTES), "error": 0}
+
+    def finished(_completion: Any, data: bytes) -> None:
+        with lock:
+            if data is None:
+                state["error"] += 1
+            else:
+                state["got"] += len(data)
+            state["left"] -= 1
+            if state["left"] == 0:
+                done.set()
+        slots.release()
+
+    completions = []
+    for offset in range(0, nbytes, PIECE_BYTES):
+        slots.acquire()
+        completions.append(ioctx.aio_read(OID, PIECE_BYTES, offset, finished))
+    if not done.wait(300):
+        raise TimeoutError("librados reads did not complete within 300 s")
+    if state["error"]:
+        raise OSError(f"{state['error']} librados reads failed")
+    return state["got"]
+
+
+def run_stream(config: CephStreamConfig, progress: Progress) -> dict[str, Any]:
+    """The whole object in 1 MiB reads: the nodes against librados, interleaved."""
+    times: dict[str, list[float]] = {}
+    with stand(
+        config.osds, progress, cache_bytes=0, piece_bytes=PIECE_BYTES, window=config.window
+    ) as bench:
+        with tempfile.TemporaryDirectory(prefix="shuttle-bench-ceph-") as tmp:
+            path = Path(tmp) / "stream.dat"
+            make_file(path, config.nbytes)
+            load(bench, path, progress)
+        runs: dict[str, Callable[[], int]] = {
+            mode: _streamer(client) for mode, client in bench.clients.items()
+        }
+        ioctx = bench.ioctx
+        runs["librados"] = lambda: _librados_sync(ioctx, config.nbytes)
+        runs["librados_window"] = lambda: _librados_window(ioctx, config.nbytes, config.window)
+        for i in range(config.repeat + 1):
+            progress(f"run {i}/{config.repeat}" + (" (warm-up)" if i == 0 else ""))
+            for mode, once in runs.items():
+                t0 = time.perf_counter()
+                got = once()
+                elapsed = time.perf_counter() - t0
+                if got != config.nbytes:
+                    raise AssertionError(f"{mode} read {got} of {config.nbytes} bytes")
+                if i:
+                    times.setdefault(mode, []).append(elapsed)
+        skipped = dict(bench.skipped)
+    mib = config.nbytes / (1 << 20)
+    modes: dict[str, dict[str, Any]] = {
+        m: {
+            "runs_s": [round(t, 4) for t in ts],
+            "median_s": round(statistics.median(ts), 4),
+            "mib_per_s": round(mib / statistics.median(ts), 1),
+        }
+        for m, ts in times.items()
+    }
+    report: dict[str, Any] = {
+        "experiment": "ceph-stream",
+        "config": asdict(config),
+        "modes": modes,
+        "skipped": skipped,
+    }
+    best_lib = max(modes["librados"]["mib_per_s"], modes["librados_window"]["mib_per_s"])
+    report["throughput_over_librados"] = {
+        m: _ratio(s["mib_per_s"], best_lib) for m, s in modes.items() if "librados" not in m
+    }
+    if "rados_node" in modes:
+        ratio = report["throughput_over_librados"]["rados_node"]
+        report["target"] = {
+            "rados_node_throughput_over_librados_min": round(1 / TARGET_RATIO, 3),
+            "met": ratio >= 1 / TARGET_RATIO,
+        }
+    return report

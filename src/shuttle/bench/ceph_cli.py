@@ -1,0 +1,170 @@
+"""``shuttle bench ceph netrand|stream|filter``: Shuttle on Ceph, against librados and
+with the OSD as a third placement site (issue 12; docs/ceph.md).
+
+Each starts its own local Ceph (``--osds``) and nodes, prints a table, and writes JSON
+with ``--json FILE``; whatever it could not measure (no RADOS store in this build, no
+network namespaces) is named in the output and the JSON's ``skipped`` / ``notes``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="Shuttle on Ceph: a node on the RADOS store against a node on files and against "
+    "librados (netrand, stream), and grep at the client, the node or the OSD (filter).",
+    no_args_is_help=True,
+)
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report here.")]
+OsdsOpt = Annotated[int, typer.Option(min=1, max=16, help="OSDs of the local Ceph.")]
+
+
+def _write(report: dict[str, Any], path: Path | None) -> None:
+    for mode, why in report.get("skipped", {}).items():
+        console.print(f"[yellow]skipped {mode}[/]: {why}")
+    for note in report.get("notes", []):
+        console.print(f"[yellow]note[/]: {note}")
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"report written to {path}")
+
+
+def _target(report: dict[str, Any]) -> None:
+    target = report.get("target")
+    if target is not None:
+        console.print(f"target: {'met' if target['met'] else 'NOT met'} ({target})")
+
+
+@app.command("netrand")
+def netrand(
+    pages: Annotated[int, typer.Option(min=1, help="Random 4 KiB pages per round.")] = 400,
+    rounds: Annotated[int, typer.Option(min=1, help="Measured rounds (after one warm-up).")] = 10,
+    file_bytes: Annotated[int, typer.Option(min=4096, help="Size of the object.")] = 64 << 20,
+    osds: OsdsOpt = 3,
+    json_path: JsonOpt = None,
+) -> None:
+    """Random 4 KiB reads: a node on the RADOS store, a node on local files and librados
+    directly, in the same run (target: the RADOS node's p50 within 1.5x librados's)."""
+    from shuttle.bench.ceph import CephNetrandConfig, run_netrand
+
+    config = CephNetrandConfig(pages=pages, rounds=rounds, file_bytes=file_bytes, osds=osds)
+    report = run_netrand(config, lambda msg: console.print(f"ceph netrand: {msg}"))
+    table = Table(title=f"4 KiB random reads, warm: {pages} pages × {rounds} rounds")
+    for col in ("mode", "p50 µs", "p90 µs", "p99 µs", "mean µs", "p50 / librados"):
+        table.add_column(col, justify="right")
+    for mode, s in report["modes"].items():
+        ratio = report["p50_over_librados"].get(mode)
+        table.add_row(
+            mode,
+            *(f"{s[k]:.0f}" for k in ("p50_us", "p90_us", "p99_us", "mean_us")),
+            "-" if ratio is None else f"{ratio:.2f}",
+        )
+    console.print(table)
+    _target(report)
+    _write(report, json_path)
+
+
+@app.command("stream")
+def stream(
+    nbytes: Annotated[int, typer.Option("--bytes", min=1 << 20, help="Object size.")] = 256 << 20,
+    repeat: Annotated[int, typer.Option(min=1, help="Measured runs (after one warm-up).")] = 3,
+    window: Annotated[int, typer.Option(min=1, help="1 MiB reads in flight.")] = 8,
+    osds: OsdsOpt = 3,
+    json_path: JsonOpt = None,
+) -> None:
+    """One object in 1 MiB reads: a node on the RADOS store, a node on local files, and
+    librados (one read at a time, and WINDOW in flight); target: the RADOS node at
+    least 1/1.5 of librados's throughput."""
+    from shuttle.bench.ceph import CephStreamConfig, run_stream
+
+    config = CephStreamConfig(nbytes=nbytes, repeat=repeat, window=window, osds=osds)
+    report = run_stream(config, lambda msg: console.print(f"ceph stream: {msg}"))
+    table = Table(title=f"{nbytes >> 20} MiB in 1 MiB reads (medians of {repeat})")
+    for col in ("mode", "median s", "MiB/s", "/ librados"):
+        table.add_column(col, justify="right")
+    for mode, s in report["modes"].items():
+        ratio = report["throughput_over_librados"].get(mode)
+        table.add_row(
+            mode,
+            f"{s['median_s']:.3f}",
+            f"{s['mib_per_s']:.0f}",
+            "-" if ratio is None else f"{ratio:.2f}",
+        )
+    console.print(table)
+    _target(report)
+    _write(report, json_path)
+
+
+@app.command("filter")
+def filter_(
+    size: Annotated[int, typer.Option(min=1 << 16, help="Bytes of the text.")] = 16 << 20,
+    link: Annotated[str, typer.Option(help="Client–node link profile.")] = "bw=10Mbit,lat=0.5ms",
+    pattern: Annotated[str, typer.Option(help="The fixed string searched.")] = "ERROR 4242",
+    match_fraction: Annotated[
+        float, typer.Option(help="Fraction of lines holding the pattern.")
+    ] = 0.001,
+    runs: Annotated[int, typer.Option(min=1, help="Runs per site (interleaved).")] = 2,
+    sites: Annotated[str, typer.Option(help="Static sites, comma-separated.")] = "client,node,osd",
+    shaping: Annotated[
+        str, typer.Option(help="kernel (namespaces + tc tbf), emulated, or auto.")
+    ] = "auto",
+    osd_cpu_ratio: Annotated[
+        float, typer.Option(help="The OSD's CPU for the search over Python's (Lua/re).")
+    ] = 0.8,
+    history: Annotated[
+        bool,
+        typer.Option(
+            "--history/--no-history",
+            help="Later model runs reuse the first run's measurements instead of probing.",
+        ),
+    ] = True,
+    osds: OsdsOpt = 3,
+    json_path: JsonOpt = None,
+) -> None:
+    """A selective grep over a text in Ceph at the client, the node and the OSD (cls_lua),
+    and where the placement model puts it, on a shaped link (target on 10 Mbit/s: the
+    model picks the OSD or the node and finishes within 10% of the best static site)."""
+    from shuttle.bench.ceph_filter import FilterSettings, run_filter
+
+    settings = FilterSettings(
+        size_bytes=size,
+        link=link,
+        pattern=pattern,
+        match_fraction=match_fraction,
+        runs=runs,
+        sites=tuple(s.strip() for s in sites.split(",") if s.strip()),
+        shaping=shaping,
+        osd_cpu_ratio=osd_cpu_ratio,
+        osds=osds,
+        history=history,
+    )
+    report = run_filter(settings, lambda msg: console.print(f"ceph filter: {msg}"))
+    table = Table(
+        title=f"grep {pattern!r} over {size >> 20} MiB, link {link} ({report['shaping']} "
+        f"shaping), node store {report['node_store']}"
+    )
+    for col in ("site", "mean s", "runs s"):
+        table.add_column(col, justify="right")
+    for site, s in report["sites"].items():
+        table.add_row(site, f"{s['mean_s']:.3f}", " ".join(f"{t:.3f}" for t in s["runs_s"]))
+    console.print(table)
+    plan = report["model_plan"]
+    if plan is not None:
+        predicted = ", ".join(f"{k} {v:.3f} s" for k, v in plan["response_s"].items())
+        console.print(f"model: chose {report['model_sites']}; predicted {predicted}")
+    console.print(
+        f"model / best static ({report['best_static']}): {report['model_over_best_static']:.3f} "
+        f"(first run, with its probe: {report['model_first_over_best_static']:.3f})"
+    )
+    _target(report)
+    _write(report, json_path)

@@ -1,0 +1,34 @@
+"""``shuttle bench ceph``, small: each starts its own local Ceph and nodes, measures, and
+reports every mode, or names the one it could not run. The filter experiment checks
+that every site (the OSD's ``osdgrep`` through a node included) finds the same lines."""
+
+from __future__ import annotations
+
+from shuttle.bench.ceph import CephNetrandConfig, run_netrand
+from shuttle.bench.ceph_filter import FilterSettings, run_filter
+
+
+def test_filter_runs_at_every_site_and_where_the_model_puts_it() -> None:
+    settings = FilterSettings(
+        size_bytes=512 << 10,
+        link="bw=10Mbit,lat=0.5ms",
+        runs=1,
+        shaping="emulated",
+        osds=1,
+    )
+    report = run_filter(settings, lambda _msg: None)
+    # run_filter raises if any site finds other lines than the text holds.
+    assert report["matching_lines"] > 0
+    assert set(report["sites"]) == {"client", "node", "osd", "model"}
+    # 512 KiB over 10 Mbit/s is 0.42 s at the client: the selective grep goes near the data.
+    assert report["model_sites"][0] in ("node", "osd")
+    assert report["model_plan"]["response_s"]["client"] > 0.4
+
+
+def test_netrand_compares_the_nodes_with_librados() -> None:
+    report = run_netrand(
+        CephNetrandConfig(pages=20, rounds=1, file_bytes=1 << 20, osds=1), lambda _msg: None
+    )
+    assert {"file_node", "librados"} <= set(report["modes"])
+    assert ("rados_node" in report["modes"]) != ("rados_node" in report["skipped"])
+    assert report["modes"]["librados"]["samples"] == 20
