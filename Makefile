@@ -1,13 +1,14 @@
 # The two commands (see README):
 #   make demo   set everything up, then run Shuttle's main job on a local cluster
 #   make test   set everything up with test tools, then lint, type-check and test
-.PHONY: demo test test-powerloss setup setup-dev lint lock clean
+.PHONY: demo test test-powerloss setup setup-dev lint lock clean compiled
 
 demo: setup
 	.venv/bin/shuttle demo
 
+# Two workers: the suite mostly waits on node processes (13 min on one, 7 on two).
 test: setup-dev lint
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q -n 2
 
 # Power-loss tier (needs root and FUSE): a node on LazyFS, POINTS power cuts, checks.
 # LAZYFS is a built LazyFS directory or its build script (built once into ~/.cache/shuttle).
@@ -31,8 +32,14 @@ lint:
 
 # Re-pin the dependencies after changing pyproject.toml (needs uv: pip install uv).
 lock:
-	uv pip compile pyproject.toml --generate-hashes --python-version 3.11 -q -o requirements.lock
+	uv pip compile pyproject.toml --extra build --generate-hashes --python-version 3.11 -q -o requirements.lock
 	uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 -q -o requirements-dev.lock
 
+# Rebuild the compiled hot modules (setup builds them when their sources change;
+# SHUTTLE_PURE=1 runs the pure Python ones; see docs/architecture.md).
+compiled:
+	.venv/bin/python scripts/build_compiled.py --force
+
 clean:
+	-.venv/bin/python scripts/build_compiled.py --clean
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache

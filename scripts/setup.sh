@@ -3,20 +3,30 @@
 # .venv, and the pinned Python dependencies from the lock files.
 #
 #   scripts/setup.sh          runtime only (requirements.lock)
-#   scripts/setup.sh --dev    runtime + test and lint tools (requirements-dev.lock)
+#   scripts/setup.sh --dev    runtime + test and lint tools (requirements-dev.lock),
+#                             and a local Ceph (scripts/setup-ceph.sh: the tests need it)
+#   scripts/setup.sh --ceph   runtime + a local Ceph (`shuttle cluster up --ceph`)
 #
 # Idempotent and quick on a second run: it skips what is already in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 profile=runtime
-[[ "${1:-}" == "--dev" ]] && profile=dev
+ceph=no
+for arg in "$@"; do
+    case $arg in
+        --dev) profile=dev ceph=yes ;;
+        --ceph) ceph=yes ;;
+        *) echo "setup: unknown option $arg (use --dev or --ceph)" >&2; exit 2 ;;
+    esac
+done
 
 # System packages the project uses: redis-server (the netrand benchmark's anchor),
 # tre-agrep and strace (the simulator's recorded mobile application), iproute2
 # (tc/ip for kernel-shaped links), python3-venv (Debian splits venv out); fuse3
 # (fusermount3, for `shuttle mount`) and what pip needs to build pyfuse3 from its
-# sdist: libfuse3-dev, pkg-config, gcc and python3-dev (Python's headers).
+# sdist: libfuse3-dev, pkg-config, gcc and python3-dev (Python's headers), which
+# also compile Shuttle's hot modules (scripts/build_compiled.py, below).
 apt_packages=(redis-server tre-agrep strace iproute2 python3-venv fuse3 libfuse3-dev pkg-config gcc python3-dev)
 missing=()
 for pkg in "${apt_packages[@]}"; do
@@ -54,4 +64,13 @@ if [[ ! -f $stamp ]]; then
     rm -f .venv/.shuttle-"$profile"-*
     touch "$stamp"
 fi
+# Compile the hot modules with mypyc (gcc and python3-dev above): a hash check when
+# nothing changed, a rebuild when a compiled module's source did (src/shuttle/compiled.py).
+# SHUTTLE_PURE=1 skips it: Shuttle then runs its pure Python modules, as it does
+# (slower, and the tests' build check fails) when the build fails.
+if [[ ${SHUTTLE_PURE:-0} == 0 ]] && ! .venv/bin/python scripts/build_compiled.py; then
+    echo "setup: compiling the hot modules failed (above); Shuttle will run its pure" >&2
+    echo "setup: Python modules. Fix the error and run setup again." >&2
+fi
+[[ $ceph == yes ]] && scripts/setup-ceph.sh
 echo "setup: ready ($profile); the shuttle command is .venv/bin/shuttle"

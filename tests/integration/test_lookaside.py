@@ -11,11 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 import shuttle
 from shuttle import cli
 from shuttle.client.connect import connect
 from shuttle.client.lookaside import LOOKASIDE_ENV, StoreSet
+from shuttle.client.lookaside import cli as lookaside_cli
 from shuttle.client.lookaside.index import chunk_one_file
 from shuttle.client.lookaside.stores import HOME_ENV
 from tests.integration.nodeproc import NodeProcess
@@ -60,7 +62,10 @@ def run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> Callable[..., tuple[int, str, str]]:
     monkeypatch.setenv(HOME_ENV, str(tmp_path / "home"))
-    monkeypatch.setenv("COLUMNS", "250")
+    # Wide consoles, so paths print whole (the module's consoles read COLUMNS once, at
+    # import, which may come before this fixture in a worker that ran other tests).
+    monkeypatch.setattr(lookaside_cli, "console", Console(markup=False, width=250))
+    monkeypatch.setattr(lookaside_cli, "err", Console(stderr=True, width=250))
     command = cli.build_command()
 
     def run(*args: str) -> tuple[int, str, str]:
