@@ -38,6 +38,7 @@ import contextlib
 import math
 import os
 import pickle
+import resource
 import select
 import signal
 import socket
@@ -250,6 +251,11 @@ class SandboxedObject:
         self._stopped: str | None = None  # why the worker was stopped
         self._status: int | None = None  # its wait status, once reaped
         self._peak_rss_bytes = 0
+        # A child's peak RSS (wait4's ru_maxrss) starts at the peak of the process it
+        # was forked from, which survives exec: a node bigger than a worker's memory
+        # limit would make every killed worker look over its limit. Only a peak above
+        # this one says anything about the worker.
+        self._inherited_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     @classmethod
     def start(
@@ -546,7 +552,10 @@ class SandboxedObject:
                 self._reap()
             if earlier is None:
                 status = self._status if self._status is not None else 0
-                reason, advice = diagnose_exit(status, self._peak_rss_bytes, self.limits)
+                own_peak = self._peak_rss_bytes
+                if own_peak <= self._inherited_rss_bytes:
+                    own_peak = 0  # unknown: no larger than what the worker inherited
+                reason, advice = diagnose_exit(status, own_peak, self.limits)
                 self._stopped = reason
         if earlier is not None:
             return ObjectLimitError(f"{self._who}.{what} was stopped during the call ({earlier})")

@@ -384,6 +384,21 @@ def test_a_worker_killed_from_outside_is_reported_as_such() -> None:
         sandbox.close()
 
 
+def test_a_worker_of_a_big_process_killed_from_outside_is_not_called_over_memory() -> None:
+    # The worker's ru_maxrss starts at its parent's peak (it survives fork and exec):
+    # a parent near the worker's limit must not turn every kill into "over memory".
+    limit = SandboxLimits().memory_bytes
+    ballast = b"\x01" * limit  # written, so resident: this process's peak passes the limit
+    sandbox = _start()
+    try:
+        os.kill(sandbox.pid, signal.SIGKILL)
+        with pytest.raises(ObjectLimitError, match="was killed by SIGKILL from outside"):
+            sandbox.invoke("get", [], {})
+    finally:
+        sandbox.close()
+        del ballast
+
+
 def test_exit_statuses_are_explained() -> None:
     limits = SandboxLimits(memory_bytes=256 << 20)
     near = 250 << 20
