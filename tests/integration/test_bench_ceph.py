@@ -32,3 +32,10 @@ def test_netrand_compares_the_nodes_with_librados() -> None:
     assert {"file_node", "librados"} <= set(report["modes"])
     assert ("rados_node" in report["modes"]) != ("rados_node" in report["skipped"])
     assert report["modes"]["librados"]["samples"] == 20
+
+
+def test_the_stream_default_fits_one_rados_object() -> None:
+    from shuttle.bench import ceph_cli
+    from shuttle.store.rados import RADOS_OBJECT_BYTES_MAX
+
+    assert ceph_cli.STREAM_BYTES_MAX == RADOS_OBJECT_BYTES_MAX

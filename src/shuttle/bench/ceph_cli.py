@@ -74,9 +74,22 @@ def netrand(
     _write(report, json_path)
 
 
+#: The RADOS store's object limit (``store.rados.RADOS_OBJECT_BYTES_MAX``; not imported
+#: here, so that ``--help`` does not load librados).
+STREAM_BYTES_MAX = 64 << 20
+
+
 @app.command("stream")
 def stream(
-    nbytes: Annotated[int, typer.Option("--bytes", min=1 << 20, help="Object size.")] = 256 << 20,
+    nbytes: Annotated[
+        int,
+        typer.Option(
+            "--bytes",
+            min=1 << 20,
+            max=STREAM_BYTES_MAX,
+            help="Object size (at most the RADOS store's object limit, 64 MiB).",
+        ),
+    ] = STREAM_BYTES_MAX,
     repeat: Annotated[int, typer.Option(min=1, help="Measured runs (after one warm-up).")] = 3,
     window: Annotated[int, typer.Option(min=1, help="1 MiB reads in flight.")] = 8,
     osds: OsdsOpt = 3,
