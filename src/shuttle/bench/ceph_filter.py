@@ -203,9 +203,10 @@ def setup(
             else:
                 host, listen_host, client_link = "127.0.0.1", "127.0.0.1", link
             progress(f"starting a local Ceph ({settings.osds} OSDs, {shaping} shaping)")
+            # Before the start: a start killed at its timeout leaves daemons to stop.
+            stack.callback(lambda: LocalCeph(ceph_root).down())
             _run([*prefix, sys.executable, "-m", "shuttle.cluster.ceph", "up", str(ceph_root),
                   str(settings.osds)], timeout_s=300)  # fmt: skip
-            stack.callback(lambda: LocalCeph(ceph_root).down())
             info = LocalCeph(ceph_root, osds=settings.osds).info()
             if not rados_store:
                 progress(f"writing the {settings.size_bytes >> 20} MiB text to RADOS ({OID})")

@@ -45,6 +45,8 @@ PENDING_MAX = 8 * LOCATE_BATCH
 #: Seconds a node's host is trusted before it is asked again (a node restarted on
 #: another machine behind the same address is noticed within this long).
 NODE_HOST_TTL_S = 300.0
+#: How long :meth:`Locality.close` waits for the thread (it may be in a lookup).
+CLOSE_WAIT_S = 10.0
 
 #: ``call(node, op, args) -> result`` (the client's own request path).
 Call = Callable[[NodeAddress, str, dict[str, Any]], Any]
@@ -126,10 +128,15 @@ class Locality:
             self._thread.start()
 
     def _run(self) -> None:
+        me = threading.current_thread()
         while True:
             with self._lock:
-                self._lock.wait_for(lambda: self._closed or bool(self._pending))
-                if self._closed:
+                # A thread that close() gave up waiting for is no longer self._thread: it
+                # ends when its lookup returns, though the Locality may be open again.
+                self._lock.wait_for(
+                    lambda: self._closed or self._thread is not me or bool(self._pending)
+                )
+                if self._closed or self._thread is not me:
                     return
                 batch = list(self._pending)[:LOCATE_BATCH]
                 for key in batch:
@@ -198,10 +205,10 @@ class Locality:
         """Stop the background thread (a later lookup starts it again)."""
         with self._lock:
             self._closed = True
+            thread, self._thread = self._thread, None
             self._lock.notify_all()
-        thread, self._thread = self._thread, None
         if thread is not None:
-            thread.join(10)
+            thread.join(CLOSE_WAIT_S)
         with self._lock:  # a client used again after close starts a new thread
             self._closed = False
             self._pending.clear()

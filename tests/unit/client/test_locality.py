@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from shuttle.client import locality
 from shuttle.client.locality import Locality
 from shuttle.client.model import NodeAddress
 from shuttle.errors import UnknownOperationError
@@ -120,3 +121,30 @@ def test_nodes_that_cannot_locate_are_not_asked_again() -> None:
         assert answers.calls == []
     finally:
         loc.close()
+
+
+def test_a_thread_close_gave_up_on_ends_when_its_lookup_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """close() waits CLOSE_WAIT_S for a thread stuck in a lookup (a node that does not
+    answer), then reopens the Locality for later use: the old thread must still end."""
+    monkeypatch.setattr(locality, "CLOSE_WAIT_S", 0.05)
+    entered, release = threading.Event(), threading.Event()
+    answers = Nodes({})
+
+    def stuck(node: NodeAddress, op: str, args: dict[str, Any]) -> Any:
+        entered.set()
+        assert release.wait(30), "the test never released the lookup"
+        return answers(node, op, args)
+
+    loc = Locality(NODES, stuck, lambda key: list(NODES))
+    loc.host_of("k")
+    assert entered.wait(10)
+    old = loc._thread
+    assert old is not None
+    loc.close()  # gives up on the stuck thread
+    assert old.is_alive()
+    release.set()
+    old.join(10)
+    assert not old.is_alive(), "the thread close() gave up on runs on forever"
+    loc.close()
