@@ -175,12 +175,15 @@ def test_a_daemon_that_fails_to_start_is_named_with_its_log(tmp_path: Path) -> N
     # A bluestore file far too small for bluestore: the OSD's mkfs fails.
     broken = LocalCeph(tmp_path / "b", osds=1, osd_size_bytes=1 << 20, start_timeout_s=30)
     t0 = time.monotonic()
-    with pytest.raises(ExternalToolError, match=r"osd\.0 failed .* see .*osd\.0\.mkfs\.out"):
-        broken.start()
-    assert time.monotonic() - t0 < 30
-    assert not any(broken.running().values())  # the mon it started is gone
-    with pytest.raises(ConfigError, match="not empty"):  # half made: not reused
-        LocalCeph(tmp_path / "b", osds=1).start()
+    try:
+        with pytest.raises(ExternalToolError, match=r"osd\.0 failed .* see .*osd\.0\.mkfs\.out"):
+            broken.start()
+        assert time.monotonic() - t0 < 30
+        assert not any(broken.running().values())  # the mon it started is gone
+        with pytest.raises(ConfigError, match="not empty"):  # half made: not reused
+            LocalCeph(tmp_path / "b", osds=1).start()
+    finally:
+        broken.down()  # its admin-socket folder too (under /tmp for a long root)
 
 
 def test_a_long_root_keeps_its_admin_sockets_in_a_short_folder(tmp_path: Path) -> None:
