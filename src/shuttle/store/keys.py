@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 
-from shuttle.errors import InvalidKeyError
+from shuttle.errors import InvalidKeyError, NotFoundError
 
 #: S3 allows keys of up to 1,024 bytes of UTF-8; we take the same bound. It keeps the
 #: full path well under Linux's PATH_MAX (4,096) even below a deep data directory.
@@ -35,6 +35,11 @@ INTERNAL_DIR_NAME = ".shuttle"
 _FORBIDDEN_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\\]")
 
 _ADVICE = "Use a relative path like 'logs/2026/a.txt'."
+
+
+def no_object(key: str) -> NotFoundError:
+    """The error for a key with no object, worded the same by every store."""
+    return NotFoundError(f"no object {key!r}. Check the key, or list its prefix.")
 
 
 def validate_key(key: object) -> str:

@@ -38,7 +38,7 @@ from shuttle.store.core import (
     StoreConfig,
     StoreCore,
 )
-from shuttle.store.keys import validate_key, validate_prefix
+from shuttle.store.keys import no_object, validate_key, validate_prefix
 from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX, Listing, list_page
 from shuttle.store.paths import BytesLike, pread_exact, pwrite_all
 from shuttle.store.recovery import (
@@ -98,7 +98,7 @@ class ObjectStore(StoreCore):
         with self._op("stat"), self._locks.read(k):
             rec = self._current(k)
             if rec is None:
-                raise NotFoundError(f"no object {k!r}. Check the key, or list its prefix.")
+                raise no_object(k)
             self._check_version(k, rec, expected_version)
             return self._complete(rec)
 
@@ -207,7 +207,7 @@ class ObjectStore(StoreCore):
         with self._op("read"), self._locks.read(k):
             rec = self._current(k)
             if rec is None:
-                raise NotFoundError(f"no object {k!r}. Check the key, or list its prefix.")
+                raise no_object(k)
             self._check_version(k, rec, expected_version)
             if offset < 0 or (length is not None and length < 0):
                 raise InvalidArgumentError(

@@ -16,6 +16,7 @@ import os
 import stat
 
 from shuttle.errors import InvalidKeyError, KeyConflictError, NotFoundError
+from shuttle.store.keys import no_object
 
 BytesLike = bytes | bytearray | memoryview
 
@@ -126,9 +127,7 @@ class SafeRoot:
             try:
                 fd = os.open(leaf, flags | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE, dir_fd=dir_fd)
             except FileNotFoundError:
-                raise NotFoundError(
-                    f"no object {key!r}. Check the key, or list its prefix."
-                ) from None
+                raise no_object(key) from None
             except IsADirectoryError:
                 raise NotFoundError(
                     f"{key!r} is a directory (a prefix of other keys), not an object."

@@ -46,7 +46,7 @@ from shuttle.store.attrs import ObjectAttrs, StoredAttrs, WriteResult, decode_at
 from shuttle.store.cache import BlockCache
 from shuttle.store.chunking import chunk_buffer, object_hash, rechunk
 from shuttle.store.core import WRITE_BYTES_MAX, ChangeHook, StoreConfig
-from shuttle.store.keys import validate_key, validate_prefix
+from shuttle.store.keys import no_object, validate_key, validate_prefix
 from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX, Listing
 from shuttle.store.paths import BytesLike
 from shuttle.store.rados_conn import (
@@ -219,7 +219,7 @@ class RadosStore:
         with self._op("stat", k):
             rec = self._load(k)
             if rec is None:
-                raise NotFoundError(f"no object {k!r}. Check the key, or list its prefix.")
+                raise no_object(k)
             _check_version(k, rec, expected_version)
             return _complete(rec)
 

@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 
 from shuttle.cluster.cephclient import import_rados
 from shuttle.errors import ConfigError, NotFoundError, StorageIOError
+from shuttle.store.keys import no_object
 
 #: Seconds an OSD or monitor operation may take before it fails. A healthy cluster
 #: answers in milliseconds; 30 s rides out an OSD restart and peering (which takes a
@@ -222,6 +223,6 @@ def read_pieces(io: Any, key: str, offset: int, n: int, timeout_s: float) -> byt
         wait(lambda: inflight[0] == 0)
     if errors:
         if errno.ENOENT in errors:
-            raise NotFoundError(f"no object {key!r}. Check the key, or list its prefix.")
+            raise no_object(key)
         raise StorageIOError(f"read of {key!r} failed in RADOS: {os.strerror(errors[0])}")
     return b"".join(pieces[s] for s in starts)

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from shuttle.errors import (
     InvalidArgumentError,
     LimitExceededError,
-    NotFoundError,
     VersionMismatchError,
 )
 from shuttle.store.cache import BlockCache
 from shuttle.store.core import READ_BYTES_MAX, StoreConfig
+from shuttle.store.keys import no_object
 from shuttle.store.locks import KeyLocks
 from shuttle.store.rados_conn import PIPELINE_PIECE_BYTES, RadosConnection, read_pieces
 
@@ -66,7 +66,7 @@ class VersionedReader:
         try:
             size, _mtime = io.stat(k)
         except self.rados.ObjectNotFound:
-            raise NotFoundError(f"no object {k!r}. Check the key, or list its prefix.") from None
+            raise no_object(k) from None
         return size, io.get_last_version()
 
     def read_once(
@@ -81,9 +81,7 @@ class VersionedReader:
             try:
                 data = io.read(k, length, offset) if length else None
             except self.rados.ObjectNotFound:
-                raise NotFoundError(
-                    f"no object {k!r}. Check the key, or list its prefix."
-                ) from None
+                raise no_object(k) from None
             if data is not None:
                 check_version_number(k, int(io.get_last_version()), expected)
                 return bytes(data)
@@ -119,7 +117,7 @@ class VersionedReader:
         try:
             data = bytes(io.read(k, stop - start, start))
         except self.rados.ObjectNotFound:
-            raise NotFoundError(f"no object {k!r}. Check the key, or list its prefix.") from None
+            raise no_object(k) from None
         version = int(io.get_last_version())
         check_version_number(k, version, expected)
         # A short read ends at the object's end; a full one shows whole blocks up to stop.
@@ -178,9 +176,7 @@ class VersionedReader:
             try:
                 data = io.read(k, n, offset)
             except self.rados.ObjectNotFound:
-                raise NotFoundError(
-                    f"no object {k!r}. Check the key, or list its prefix."
-                ) from None
+                raise no_object(k) from None
             if version is not None and io.get_last_version() != version:
                 raise Raced
             return bytes(data)
