@@ -4,6 +4,8 @@ their READMEs promise. Figures are measured by the benchmarks, never asserted he
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.integration.nodeproc import shuttle_cli
@@ -262,3 +264,19 @@ def test_abacus_raid_and_directory_smoke(tmp_path: Path) -> None:
     assert [c["contention"] for c in cases] == ["high", "low"]
     assert cases[0]["retries"]["server"] == 0  # the node serialises the clients
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_roundtrip_floor_smoke_measures_all_four_exchanges(tmp_path: Path) -> None:
+    out = tmp_path / "floor.json"
+    script = Path(__file__).parents[2] / "benchmarks" / "roundtrip_floor.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--requests", "200", "--rounds", "1", "--json", str(out)],
+        capture_output=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(out.read_text())
+    for name in ("floor", "raw_to_node", "client_to_node", "redis"):
+        figures = report["median"][name]
+        assert 0 < figures["p50_us"] <= figures["p90_us"]
+        assert report["p50_over_redis"][name] > 0
