@@ -209,7 +209,7 @@ class AsyncClient:
             )
         )
         for (_, idxs), res in zip(groups, answers, strict=True):
-            for i, info in zip(idxs, calls.infos(res), strict=True):
+            for i, info in zip(idxs, calls.infos(res, [keys[i] for i in idxs]), strict=True):
                 out[i] = info
         return out
 

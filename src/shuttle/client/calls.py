@@ -15,6 +15,7 @@ from typing import IO, Any
 
 from shuttle.client.model import Chunk, ObjectInfo, WriteInfo
 from shuttle.errors import InvalidArgumentError, LimitExceededError, RemoteProtocolError
+from shuttle.net.attr_rows import ROWS_FORM, decode_rows
 from shuttle.wire import PAYLOAD_BYTES_MAX, Response
 from shuttle.wire.events import Payload
 
@@ -103,7 +104,9 @@ def stat(key: str) -> Op:
 
 
 def stat_many(keys: Sequence[str]) -> Op:
-    return Op("stat_many", {"keys": list(keys)})
+    """Attributes of many keys, asked in the compact rows form (a node that lacks it
+    answers the map list, which :func:`infos` takes too)."""
+    return Op("stat_many", {"keys": list(keys), "form": ROWS_FORM})
 
 
 def chunks_page(key: str, start: int, version: int) -> Op:
@@ -196,9 +199,19 @@ def write_info(res: Response) -> WriteInfo:
     return WriteInfo.from_wire(res.result)
 
 
-def infos(res: Response) -> list[ObjectInfo | None]:
-    """A ``stat_many`` answer: attributes in the order asked, None where missing."""
-    return [None if raw is None else ObjectInfo.from_wire(raw) for raw in res.result]
+def infos(res: Response, keys: Sequence[str]) -> list[ObjectInfo | None]:
+    """A ``stat_many`` answer for ``keys``: attributes in the order asked, None where
+    missing (either form: :func:`entries`)."""
+    return [None if raw is None else ObjectInfo.from_wire(raw) for raw in entries(res, keys)]
+
+
+def entries(res: Response, keys: Sequence[str]) -> list[dict[str, Any] | None]:
+    """The per-key attribute maps of a many-key stat answer (``stat_many``,
+    ``callback.promise_many``) in the rows form or the map list."""
+    try:
+        return decode_rows(res.result, keys)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise RemoteProtocolError(f"malformed attributes from node: {exc}") from exc
 
 
 def existed(res: Response) -> list[bool]:

@@ -277,8 +277,9 @@ class Client:
         """Attributes of many keys (None where missing): one round trip per node."""
         out: list[ObjectInfo | None] = [None] * len(keys)
         for node_id, idxs in self.by_node(keys).items():
-            res = self._send(calls.stat_many([keys[i] for i in idxs]), self.node(node_id))
-            for i, info in zip(idxs, calls.infos(res), strict=True):
+            mine = [keys[i] for i in idxs]
+            res = self._send(calls.stat_many(mine), self.node(node_id))
+            for i, info in zip(idxs, calls.infos(res, mine), strict=True):
                 out[i] = info
         return out
 

@@ -45,6 +45,7 @@ import trio
 from shuttle.client.client import SINGLE_PUT_BYTES_MAX, Client
 from shuttle.client.files import RemoteReader
 from shuttle.client.model import ObjectInfo
+from shuttle.client.validation.base import DirectoryKeyError
 from shuttle.errors import NotFoundError, ShuttleError
 from shuttle.faces.handles import Handle, WriteBuffer
 from shuttle.faces.inodes import ROOT_INODE, InodeTable
@@ -192,6 +193,8 @@ class ShuttleOperations(pyfuse3.Operations):
         if it is neither."""
         try:
             return self._stat_file(key)
+        except DirectoryKeyError:
+            return None  # the key's node said so in the same round trip
         except NotFoundError:
             if self.tree.is_dir(key):
                 return None

@@ -111,12 +111,19 @@ class KeyTree:
         come with it, so opening them costs no round trip). Raises NotFoundError if it
         is not a directory."""
         prefix = prefix_of(dir_key)
-        prefixes, keys = self.client.listdir(prefix)
-        keys = [k for k in keys if not is_marker(k)]
+        listed = self.mode.listdir(prefix)
+        if listed is not None:  # the listing and the attributes in one round trip
+            prefixes, all_keys, all_infos = listed
+            shown = [(k, i) for k, i in zip(all_keys, all_infos, strict=True) if not is_marker(k)]
+            keys, infos = [k for k, _ in shown], [i for _, i in shown]
+        else:
+            prefixes, all_keys = self.client.listdir(prefix)
+            keys = [k for k in all_keys if not is_marker(k)]
         dirs = [p[len(prefix) : -1] for p in prefixes]
-        if not dirs and not keys and not self.is_dir(dir_key):
+        if not dirs and not all_keys and not self.is_dir(dir_key):
             raise NotFoundError(f"no directory {dir_key!r}: nothing is stored under it")
-        infos = self.mode.stat_many(keys) if keys else []
+        if listed is None:
+            infos = self.mode.stat_many(keys) if keys else []
         files = {
             k[len(prefix) :]: info for k, info in zip(keys, infos, strict=True) if info is not None
         }

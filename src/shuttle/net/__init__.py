@@ -15,6 +15,8 @@ Layout:
 * ``shaped_socket``  the same link emulation around a blocking socket (pipelined)
 * ``cpu``       the CPU speed factor of a node (burns CPU to emulate a slower node)
 * ``netns``     network namespaces joined by veth pairs shaped with ``tc ... tbf``
+* ``attr_rows`` the compact rows form of many objects' attributes (``stat_many``,
+  ``callback.promise_many``, ``callback.promise_list``)
 * ``addresses`` ``HOST:PORT`` parsing and :class:`NodeAddress`, shared by every layer above
 * ``memory``    allocator tuning for processes that move large buffers
 """

@@ -9,6 +9,8 @@
 * ``callback.promise_many`` the same for many keys at once (``stat_many`` with a
   promise on each object found; a directory listing costs one round trip, not one
   per file).
+* ``callback.promise_list`` a directory listing with ``callback.promise_many`` of its
+  keys in the same round trip (names relative to the prefix, attributes as rows).
 * ``callback.close``   end a session (from any connection: the client's own
   connection is blocked in its long poll).
 
@@ -24,10 +26,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from shuttle.errors import InvalidArgumentError, ShuttleError
+from shuttle.errors import InvalidArgumentError, NotFoundError, ShuttleError
+from shuttle.net.attr_rows import encode_rows
 from shuttle.net.registry import CONNECTION_ARG, Mode, OperationRegistry, arg, non_negative
 from shuttle.node.callbacks import CALLBACK_WAIT_S_MAX, PromiseTable
-from shuttle.node.handlers import attrs_reply
+from shuttle.node.handlers import attrs_reply, rows_asked
 from shuttle.store.interface import Store
 
 #: The operations that change objects, and the keys each one changes.
@@ -67,26 +70,26 @@ def register_callback_ops(registry: OperationRegistry, store: Store, table: Prom
         )
 
     def promise(args: dict[str, Any], payload: bytes) -> Any:
-        """Attributes of one object (as ``stat``) and a promise to break before it changes."""
+        """Attributes of one object (as ``stat``) and a promise to break before it changes.
+        With ``dirs: true``, a key that names a directory (a prefix of this node's keys)
+        answers ``{"dir": true}`` instead of ``not_found``: a lookup in one round trip."""
         key = arg(args, "key", str)
         session = arg(args, "session", str)
+        dirs = arg(args, "dirs", bool, False)
         grant = table.grant(session, key)  # before the stat: a later change breaks it
         try:
             out = attrs_reply(store.stat(key))
-        except ShuttleError:
+        except ShuttleError as exc:
             if grant is not None:
                 table.withdraw(session, key)
+            if dirs and isinstance(exc, NotFoundError) and store.list(key + "/", limit=1).keys:
+                return {"dir": True}
             raise
         out["promise"] = None if grant is None else {"seq": grant.seq, "term_s": grant.term_s}
         return out
 
-    def promise_many(args: dict[str, Any], payload: bytes) -> Any:
-        """``callback.promise`` of many keys: attributes (None where missing), each with
-        a promise."""
-        keys = arg(args, "keys", list)
-        if not all(isinstance(k, str) for k in keys):
-            raise InvalidArgumentError("keys must be a list of strings")
-        session = arg(args, "session", str)
+    def promised(session: str, keys: list[str]) -> list[dict[str, Any] | None]:
+        """Attributes of ``keys`` (None where missing), each with its promise."""
         grants = [table.grant(session, k) for k in keys]  # before the stats, as above
         try:
             found = store.stat_many(keys)
@@ -107,6 +110,37 @@ def register_callback_ops(registry: OperationRegistry, store: Store, table: Prom
             out.append(reply)
         return out
 
+    def promise_many(args: dict[str, Any], payload: bytes) -> Any:
+        """``callback.promise`` of many keys: attributes (None where missing), each with
+        a promise; with ``form: "rows1"`` as compact rows (docs/protocol.md)."""
+        keys = arg(args, "keys", list)
+        if not all(isinstance(k, str) for k in keys):
+            raise InvalidArgumentError("keys must be a list of strings")
+        rows = rows_asked(args)
+        out = promised(arg(args, "session", str), keys)
+        return encode_rows(out, promises=True) if rows else out
+
+    def promise_list(args: dict[str, Any], payload: bytes) -> Any:
+        """A directory in one round trip: a page of this node's keys directly under
+        ``prefix`` (names relative to it) and its sub-prefixes, with the attributes of
+        each key and a promise on it, as rows (docs/protocol.md)."""
+        prefix = arg(args, "prefix", str, "")
+        session = arg(args, "session", str)
+        kwargs: dict[str, Any] = {}
+        if "limit" in args:
+            kwargs["limit"] = arg(args, "limit", int)
+        page = store.list(
+            prefix,
+            delimiter="/",
+            start_after=arg(args, "start_after", str, None),  # type: ignore[arg-type]
+            **kwargs,
+        )
+        out = encode_rows(promised(session, page.keys), promises=True)
+        out["names"] = [k[len(prefix) :] for k in page.keys]
+        out["prefixes"] = [p[len(prefix) :] for p in page.prefixes]
+        out["next"] = page.next_start_after
+        return out
+
     def close(args: dict[str, Any], payload: bytes) -> Any:
         """End a callback session: its promises are dropped and its long poll answers."""
         return {"closed": table.close_session(arg(args, "session", str))}
@@ -121,6 +155,7 @@ def register_callback_ops(registry: OperationRegistry, store: Store, table: Prom
         inline_when=lambda a: store.stat_is_cached(str(a.get("key", ""))),
     )
     registry.add("callback.promise_many", promise_many, Mode.THREAD)
+    registry.add("callback.promise_list", promise_list, Mode.THREAD)
     registry.add("callback.close", close)
 
     def upload_key(args: dict[str, Any]) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from shuttle.errors import InvalidArgumentError
+from shuttle.net.attr_rows import encode_rows, wants_rows
 from shuttle.net.registry import (
     CONNECTION_ARG,
     Mode,
@@ -60,6 +61,15 @@ def attrs_reply(a: ObjectAttrs) -> dict[str, Any]:
     return out
 
 
+def rows_asked(args: dict[str, Any]) -> bool:
+    """Whether a many-key stat asks for the compact rows form (``form: "rows1"``,
+    :mod:`shuttle.net.attr_rows`); InvalidArgumentError for a form this node lacks."""
+    try:
+        return wants_rows(args)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"{exc} (or leave it out for the map list)") from None
+
+
 def _written(w: WriteResult) -> dict[str, Any]:
     return {"key": w.key, "size": w.size, "version": w.version, "mtime_ns": w.mtime_ns}
 
@@ -84,8 +94,11 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
         }
 
     def stat_many(args: dict[str, Any], payload: bytes) -> Any:
-        """Attributes of many objects (None for a missing one), in one round trip."""
-        return [None if a is None else attrs_reply(a) for a in store.stat_many(_keys(args))]
+        """Attributes of many objects (None for a missing one), in one round trip; with
+        ``form: "rows1"`` as compact rows (docs/protocol.md)."""
+        rows = rows_asked(args)
+        out = [None if a is None else attrs_reply(a) for a in store.stat_many(_keys(args))]
+        return encode_rows(out) if rows else out
 
     def read(args: dict[str, Any], payload: bytes) -> Reply:
         """Bytes [offset, offset+length) of an object (fewer at its end) as the payload."""

@@ -13,6 +13,8 @@ import pytest
 
 from shuttle.client import Client
 from shuttle.errors import UnreachableError
+from shuttle.faces.tree import KeyTree
+from shuttle.net.attr_rows import encode_rows
 from shuttle.net.blocking import ConnectionCounters
 from shuttle.testing import MemoryConnection, MemoryNode
 from shuttle.wire import Response
@@ -32,6 +34,21 @@ class ScriptedCallbacks:
         #: Called while a promise request is in flight, before its reply.
         self.before_grant_reply: Any = None
         self.closes = 0
+        #: False: play an older node, without ``callback.promise_list`` (and answering
+        #: ``callback.promise_many`` in the map list whatever form is asked).
+        self.lists = True
+
+    def _promised(self, conn: MemoryConnection, keys: list[str]) -> list[Any]:
+        out: list[Any] = []
+        for raw in conn.call("stat_many", {"keys": keys}).result:
+            if raw is None:
+                out.append(None)
+                continue
+            self.grants += 1
+            out.append({**raw, "promise": {"seq": self.grants, "term_s": 30.0}})
+        if self.before_grant_reply is not None:
+            self.before_grant_reply(self.grants)
+        return out
 
     def handle(self, conn: MemoryConnection, op: str, args: dict[str, Any]) -> Response | None:
         if op == "callback.open":
@@ -48,6 +65,16 @@ class ScriptedCallbacks:
             if self.before_grant_reply is not None:
                 self.before_grant_reply(self.grants)
             return Response(0, {**stat.result, "promise": {"seq": self.grants, "term_s": 30}}, b"")
+        if op == "callback.promise_list" and self.lists:
+            prefix = args["prefix"]
+            page = conn.call("list", {"prefix": prefix, "delimiter": "/"}).result
+            out = encode_rows(self._promised(conn, page["keys"]), promises=True)
+            out["names"] = [k[len(prefix) :] for k in page["keys"]]
+            out["prefixes"] = [p[len(prefix) :] for p in page["prefixes"]]
+            out["next"] = None
+            return Response(0, out, b"")
+        if op == "callback.promise_many":
+            return Response(0, self._promised(conn, args["keys"]), b"")
         if op == "callback.close":
             self.closes += 1
             self.answers.put({"breaks": [], "seq": 0, "closed": True})
@@ -146,6 +173,51 @@ def test_a_grant_that_arrives_after_its_break_is_void(
     with cb_client.open("k") as f:
         f.read()
     assert _stats(cb_client)["opens_no_round_trip"] == 0  # asked again
+
+
+def test_a_listing_whose_grant_arrives_after_its_break_keeps_no_promise_on_it(
+    cb_client: Client, script: ScriptedCallbacks
+) -> None:
+    for name in ("a", "b"):
+        cb_client.put(f"d/{name}", name.encode())
+    cb_client.put("d/e/f", b"f")
+
+    def break_first(seq: int) -> None:
+        # Before the listing's answer: a break on d/b (the keys are not yet known).
+        script.before_grant_reply = None
+        script.acks.get(timeout=5)
+        script.answers.put({"breaks": [["d/b", seq]], "seq": 1, "closed": False})
+        assert script.acks.get(timeout=5) == 1
+
+    with cb_client.open("d/a") as f:  # starts the session
+        f.read()
+    script.before_grant_reply = break_first
+    tree = KeyTree(cb_client, "callback")
+    listing = tree.listdir("d")
+    assert (listing.dirs, sorted(listing.files)) == (["e"], ["a", "b"])
+    stats = _stats(cb_client)
+    assert (stats["grants_void_on_arrival"], stats["promises_held"]) == (1, 1)  # d/a
+    before = cb_client.counters()["requests"]
+    with cb_client.open("d/a") as f:  # its promise came with the listing
+        f.read()
+    assert cb_client.counters()["requests"] == before
+    with cb_client.open("d/b") as f:  # the listing's grant was void: asked again
+        f.read()
+    assert _stats(cb_client)["promises_granted"] == 3  # d/a twice, then d/b
+
+
+def test_an_older_node_is_listed_then_stated(
+    cb_client: Client, script: ScriptedCallbacks, node: MemoryNode
+) -> None:
+    script.lists = False  # no callback.promise_list, and the map list for promise_many
+    for name in ("a", "b"):
+        cb_client.put(f"d/{name}", name.encode())
+    tree = KeyTree(cb_client, "callback")
+    for _ in range(2):
+        listing = tree.listdir("d")
+        assert {n: i.size for n, i in listing.files.items()} == {"a": 1, "b": 1}
+    assert node.served["callback.promise_list"] == 1  # asked once, then not again
+    assert _stats(cb_client)["promises_held"] == 2
 
 
 def test_a_listener_that_fails_voids_every_promise(

@@ -87,7 +87,7 @@ def test_limits_are_checked_before_anything_is_sent() -> None:
 def test_answers_parse_or_say_the_node_was_wrong() -> None:
     raw = {"key": "k", "size": 3, "version": 2, "mtime_ns": 1, "hash": b"h"}
     assert calls.object_info(Response(1, raw)).version == 2
-    assert calls.infos(Response(1, [raw, None]))[1] is None
+    assert calls.infos(Response(1, [raw, None]), ["k", "gone"])[1] is None
     assert calls.existed(Response(1, [1, 0])) == [True, False]
     page = calls.page(Response(1, {"keys": ["a"], "prefixes": ["d/"], "next": None}))
     assert (page.keys, page.prefixes, page.next) == (["a"], ["d/"], None)

@@ -18,7 +18,7 @@ import pytest
 from shuttle import cdc
 from shuttle.client import Client
 from shuttle.client.lookaside import Location, LookasideReader, LookasideStore
-from shuttle.client.lookaside.reader import PROBE_EVERY
+from shuttle.client.lookaside.reader import PROBE_EVERY, STORE_SAMPLES_MIN
 from shuttle.errors import VersionMismatchError
 from shuttle.testing import MemoryNode
 
@@ -182,7 +182,8 @@ def test_the_stores_are_skipped_while_the_link_is_measured_faster(
     info = client.put("v1", V1)
     reader = client.lookaside
     assert isinstance(reader, LookasideReader)
-    reader.store_rate.add(1_000_000, 1.0)  # 1 MB/s
+    for _ in range(STORE_SAMPLES_MIN):
+        reader.store_rate.add(1_000_000, 1.0)  # 1 MB/s
     reader.link_rate.add(1_000_000_000, 1.0)  # 1 GB/s
     for _ in range(PROBE_EVERY - 1):
         assert reader.fetch(info, 0, 100_000) == V1[:100_000]
@@ -195,6 +196,21 @@ def test_the_stores_are_skipped_while_the_link_is_measured_faster(
     reader.store_rate.add(10**12, 1.0)  # now the store is the faster one
     reader.fetch(info, 0, 100_000)
     assert lookaside(client)["reads_skipped"] == PROBE_EVERY - 1
+
+
+def test_the_stores_are_not_skipped_on_the_evidence_of_a_few_misses(
+    client: Client, node: MemoryNode
+) -> None:
+    info = client.put("v1", V1)
+    reader = client.lookaside
+    assert isinstance(reader, LookasideReader)
+    reader.link_rate.add(12_500, 1.0)  # 100 Kbit/s
+    for _ in range(STORE_SAMPLES_MIN - 1):
+        reader.store_rate.add(0, 0.001)  # misses: files changed since the store's release
+    assert reader.store_rate.bytes_per_s == 0.0
+    assert reader.fetch(info, 0, 100_000) == V1[:100_000]  # still consults the stores
+    n = lookaside(client)
+    assert n["reads_skipped"] == 0 and n["chunks_from_stores"] >= 1
 
 
 def test_time_saved_is_estimated_from_the_measured_link(client: Client) -> None:

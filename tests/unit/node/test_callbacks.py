@@ -201,3 +201,38 @@ def test_changing_operations_get_a_before_step(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="only applies to THREAD"):
         registry.add_before("callback.close", lambda args: None)
     store.close()
+
+
+def test_a_directory_listing_is_promised_page_by_page(tmp_path: Path) -> None:
+    store = ObjectStore(tmp_path / "data")
+    table = PromiseTable(60.0)
+    registry = OperationRegistry()
+    register_storage_ops(registry, store)
+    register_callback_ops(registry, store, table)
+    for name in ("a", "b", "c", "sub/x"):
+        store.put(f"d/{name}", name.encode())
+    s = table.open_session()
+    promise_list = registry.get("callback.promise_list").handler
+    names: list[str] = []
+    prefixes: list[str] = []
+    seqs: list[int] = []
+    args: dict[str, object] = {"prefix": "d/", "session": s, "limit": 2}
+    while True:
+        page = promise_list(args, b"")
+        assert isinstance(page, dict)
+        names += page["names"]
+        prefixes += page["prefixes"]
+        seqs += [row[-1] for row in page["rows"]]  # one-chunk files: the row ends in seq
+        assert all(row[0] == 1 for row in page["rows"])  # sizes
+        if page["next"] is None:
+            break
+        args = {**args, "start_after": page["next"]}
+    assert (names, prefixes) == (["a", "b", "c"], ["sub/"])
+    assert sorted(seqs) == seqs and len(set(seqs)) == 3  # a promise on each file
+    assert table.has_promises(["d/a", "d/b", "d/c"]) and not table.has_promises(["d/sub/x"])
+    promise = registry.get("callback.promise").handler
+    assert promise({"key": "d/sub", "session": s, "dirs": True}, b"") == {"dir": True}
+    assert not table.has_promises(["d/sub"])  # the directory's grant was withdrawn
+    with pytest.raises(InvalidArgumentError, match="form must be 'rows1'"):
+        registry.get("stat_many").handler({"keys": ["d/a"], "form": "rows2"}, b"")
+    store.close()

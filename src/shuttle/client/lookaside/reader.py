@@ -62,6 +62,11 @@ PROBE_EVERY = 32
 #: Each new rate sample weighs this much against the history (the history decays by
 #: 1 − RATE_DECAY per sample): about the last ten reads count.
 RATE_DECAY = 0.1
+#: The stores' rate counts as measured only after this many reads consulted them: one
+#: miss (a file changed since the store's release, often the first one read, such as a
+#: package's ``__init__.py`` with its version) is a rate of zero, and would otherwise
+#: send the next PROBE_EVERY − 1 reads to the link (a 100 Kbit/s build lost 8 s so).
+STORE_SAMPLES_MIN = 8
 
 Clock = Callable[[], float]
 Progress = Callable[[int], None]
@@ -77,11 +82,14 @@ class Rate:
     def __init__(self) -> None:
         self.bytes = 0.0
         self.seconds = 0.0
+        #: Samples added so far.
+        self.samples = 0
 
     def add(self, nbytes: int, seconds: float) -> None:
         keep = 1.0 - RATE_DECAY
         self.bytes = self.bytes * keep + nbytes
         self.seconds = self.seconds * keep + max(seconds, 0.0)
+        self.samples += 1
 
     @property
     def bytes_per_s(self) -> float | None:
@@ -212,11 +220,14 @@ class LookasideReader:
     # --- stores --------------------------------------------------------------------------
 
     def _use_stores(self) -> bool:
-        """The skip rule: stores unless both rates are known and the link is faster."""
+        """The skip rule: stores unless both rates are known (the stores' after
+        :data:`STORE_SAMPLES_MIN` reads) and the link is faster."""
         if not self.stores:
             return False
         with self._lock:
             store, link = self.store_rate.bytes_per_s, self.link_rate.bytes_per_s
+            if self.store_rate.samples < STORE_SAMPLES_MIN:
+                store = None
             if store is None or link is None or store > link:
                 self._since_probe = 0
                 return True

@@ -8,9 +8,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from shuttle.client.model import ObjectInfo
+from shuttle.errors import NotFoundError
 
 if TYPE_CHECKING:
     from shuttle.client.client import Client
+
+
+#: A directory as :meth:`ValidationMode.listdir` gives it: sub-prefixes (each ending in
+#: ``/``), keys (sorted), and the keys' attributes in the same order (None: gone).
+Listed = tuple[list[str], list[str], list[ObjectInfo | None]]
+
+
+class DirectoryKeyError(NotFoundError):
+    """``open`` of a key that names a directory (a prefix of other keys), as its node
+    said in the same round trip (``callback.promise`` with ``dirs``). A NotFoundError
+    like any other miss, so callers that only want objects need not know it; the faces
+    take it as "a directory" without asking every node. Local: never on the wire (the
+    node answers ``{"dir": true}``)."""
 
 
 class PendingCheck(Protocol):
@@ -59,6 +73,12 @@ class ValidationMode(ABC):
         may use the round trip to prepare later opens (``callback`` takes a promise on
         each object, so opening any of them costs no round trip)."""
         return self.client.stat_many(keys)
+
+    def listdir(self, prefix: str) -> Listed | None:
+        """The keys and sub-prefixes directly under ``prefix`` with the keys'
+        attributes, if the mode can have them in one round trip per node (``callback``:
+        with a promise on each); None: the caller lists, then calls :meth:`stat_many`."""
+        return None
 
     def forget(self, key: str) -> None:  # noqa: B027 (optional hook)
         """This client changed or removed ``key``: drop any state the mode keeps on it."""

@@ -33,9 +33,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from shuttle.client.calls import entries
 from shuttle.client.model import NodeAddress, ObjectInfo
-from shuttle.client.validation.base import Validated, ValidationMode
-from shuttle.errors import ShuttleError, UnknownOperationError
+from shuttle.client.validation.base import DirectoryKeyError, Listed, Validated, ValidationMode
+from shuttle.errors import RemoteProtocolError, ShuttleError, UnknownOperationError
+from shuttle.net.attr_rows import ROWS_FORM
 
 if TYPE_CHECKING:
     from shuttle.client.client import Client, NodeConnection
@@ -122,6 +124,23 @@ class CallbackMode(ValidationMode):
                 out[i] = info
         return out
 
+    def listdir(self, prefix: str) -> Listed | None:
+        """The keys and sub-prefixes directly under ``prefix`` with each key's
+        attributes and a promise on it: one round trip per node and page
+        (``callback.promise_list``). None if some node cannot (no session now, or an
+        older node): the caller lists, then calls :meth:`stat_many`."""
+        found: dict[str, ObjectInfo | None] = {}
+        prefixes: set[str] = set()
+        for node in self.client.nodes:
+            listener = self._listener(node)
+            page = listener.promise_list(prefix) if listener is not None else None
+            if page is None:
+                return None
+            found.update(page[0])
+            prefixes.update(page[1])
+        keys = sorted(found)
+        return sorted(prefixes), keys, [found[k] for k in keys]
+
     def forget(self, key: str) -> None:
         with self.lock:
             for listener in self._listeners.values():
@@ -192,6 +211,11 @@ class _Listener:
         #: can arrive after its break).
         self._inflight: dict[str, int] = {}
         self._broken: dict[str, int] = {}
+        #: Listings with promises in flight: their keys are not known until the answer,
+        #: so meanwhile every break is remembered.
+        self._lists_inflight = 0
+        #: False once the node said it has no ``callback.promise_list`` (an older node).
+        self.lists = True
         self.alive = True
         self._stopping = False
         self._thread = threading.Thread(
@@ -216,8 +240,10 @@ class _Listener:
         """Stat ``key`` with a promise request; keep the promise unless it is void."""
         with self._in_flight([key]):
             sent = time.monotonic()  # the term runs from here: it ends here first
-            args = {"key": key, "session": self.session}
+            args = {"key": key, "session": self.session, "dirs": True}
             reply = self.client.call(self.node, "callback.promise", args).result
+            if reply.get("dir") is True:
+                raise DirectoryKeyError(f"{key!r} is a directory (a prefix of other keys)")
             info = ObjectInfo.from_wire(reply)
             cache_was_valid = self.client.cache.validate(info)
             self._keep(key, info, reply.get("promise"), sent)
@@ -228,17 +254,62 @@ class _Listener:
         out: list[ObjectInfo | None] = []
         with self._in_flight(keys):
             sent = time.monotonic()
-            args = {"keys": keys, "session": self.session}
-            replies = self.client.call(self.node, "callback.promise_many", args).result
-            for key, reply in zip(keys, replies, strict=True):
-                if reply is None:
-                    out.append(None)
-                    continue
-                info = ObjectInfo.from_wire(reply)
-                self.client.cache.validate(info)  # blocks of another version go now
-                self._keep(key, info, reply.get("promise"), sent)
-                out.append(info)
+            args = {"keys": keys, "session": self.session, "form": ROWS_FORM}
+            res = self.client.call(self.node, "callback.promise_many", args)
+            for key, reply in zip(keys, entries(res, keys), strict=True):
+                out.append(None if reply is None else self._kept(key, reply, sent))
         return out
+
+    def promise_list(self, prefix: str) -> tuple[dict[str, ObjectInfo | None], list[str]] | None:
+        """This node's keys directly under ``prefix`` with their attributes and a
+        promise on each, and its sub-prefixes (all pages); None if the node lacks the
+        operation."""
+        if not self.lists:
+            return None
+        found: dict[str, ObjectInfo | None] = {}
+        prefixes: list[str] = []
+        start_after: str | None = None
+        while True:
+            args: dict[str, Any] = {"prefix": prefix, "session": self.session}
+            if start_after is not None:
+                args["start_after"] = start_after
+            with self._list_in_flight():
+                sent = time.monotonic()
+                try:
+                    res = self.client.call(self.node, "callback.promise_list", args)
+                except UnknownOperationError:
+                    self.lists = False
+                    return None
+                try:
+                    raw = res.result
+                    keys = [prefix + name for name in raw["names"]]
+                    prefixes += [prefix + name for name in raw["prefixes"]]
+                    start_after = raw["next"]
+                except (KeyError, TypeError) as exc:
+                    raise RemoteProtocolError(f"malformed listing from node: {exc!r}") from exc
+                for key, reply in zip(keys, entries(res, keys), strict=True):
+                    found[key] = None if reply is None else self._kept(key, reply, sent)
+            if start_after is None:
+                return found, prefixes
+
+    def _kept(self, key: str, reply: dict[str, Any], sent: float) -> ObjectInfo:
+        info = ObjectInfo.from_wire(reply)
+        self.client.cache.validate(info)  # blocks of another version go now
+        self._keep(key, info, reply.get("promise"), sent)
+        return info
+
+    @contextlib.contextmanager
+    def _list_in_flight(self) -> Iterator[None]:
+        with self.mode.lock:
+            self._lists_inflight += 1
+        try:
+            yield
+        finally:
+            with self.mode.lock:
+                self._lists_inflight -= 1
+                if not self._lists_inflight:
+                    for key in [k for k in self._broken if k not in self._inflight]:
+                        del self._broken[key]
 
     @contextlib.contextmanager
     def _in_flight(self, keys: list[str]) -> Iterator[None]:
@@ -257,7 +328,8 @@ class _Listener:
                         self._inflight[key] = left
                     else:
                         del self._inflight[key]
-                        self._broken.pop(key, None)
+                        if not self._lists_inflight:
+                            self._broken.pop(key, None)
 
     def _keep(self, key: str, info: ObjectInfo, grant: dict[str, Any] | None, sent: float) -> None:
         """Hold the promise ``grant`` on ``key`` unless it is void (lock not held)."""
@@ -302,7 +374,7 @@ class _Listener:
             if p is not None and p.seq <= grant:
                 del self.promises[key]
                 self.mode.counters.promises_broken += 1
-            if key in self._inflight:
+            if key in self._inflight or self._lists_inflight:
                 self._broken[key] = max(grant, self._broken.get(key, 0))
         self.client.forget(key)  # the cached blocks, and what any other mode keeps on it
 
