@@ -11,7 +11,9 @@ drift on a shared machine hits them all alike.
   warm (the round before read the same pages): per-read latency percentiles.
 * ``stream``: the whole object in 1 MiB reads: the nodes with ``Client.iter_read``
   (``window`` reads in flight), librados with one 1 MiB read at a time and with the
-  same window of asynchronous reads.
+  same window of asynchronous reads. The report also gives each node's ratio run by
+  run (against the windowed librados run beside it) and the most reads the RADOS node
+  had waiting on RADOS at once (``reads_in_flight_peak``).
 
 Targets (issue 12): the RADOS-backed node within 1.5× of librados's latency (p50) and
 throughput. When this build's ``shuttle serve`` has no RADOS store yet, the report
@@ -226,6 +228,13 @@ def _streamer(client: Client) -> Callable[[], int]:
     return once
 
 
+def _reads_in_flight_peak(client: Client) -> int | None:
+    """The most reads the node behind ``client`` has had waiting on RADOS at once."""
+    stats = client.node_stats(client.nodes[0]).get("store", {}).get("rados", {})
+    peak = stats.get("reads_in_flight_peak")
+    return peak if isinstance(peak, int) else None
+
+
 def _librados_sync(ioctx: Any, nbytes: int) -> int:
     got = 0
     for offset in range(0, nbytes, PIECE_BYTES):
@@ -289,6 +298,11 @@ def run_stream(config: CephStreamConfig, progress: Progress) -> dict[str, Any]:
                 if i:
                     times.setdefault(mode, []).append(elapsed)
         skipped = dict(bench.skipped)
+        in_flight = {
+            mode: _reads_in_flight_peak(client)
+            for mode, client in bench.clients.items()
+            if mode == "rados_node"
+        }
     mib = config.nbytes / (1 << 20)
     modes: dict[str, dict[str, Any]] = {
         m: {
@@ -308,6 +322,16 @@ def run_stream(config: CephStreamConfig, progress: Progress) -> dict[str, Any]:
     report["throughput_over_librados"] = {
         m: _ratio(s["mib_per_s"], best_lib) for m, s in modes.items() if "librados" not in m
     }
+    # The same ratio run by run (each run of a node against the windowed librados run
+    # right after it): drift on a shared machine then cancels out.
+    window = times["librados_window"]
+    report["paired_over_librados_window"] = {
+        m: round(statistics.median(w / t for w, t in zip(window, ts, strict=True)), 3)
+        for m, ts in times.items()
+        if "librados" not in m
+    }
+    # How many of the stream's reads the RADOS node had waiting on RADOS at once.
+    report["reads_in_flight_peak"] = in_flight
     if "rados_node" in modes:
         ratio = report["throughput_over_librados"]["rados_node"]
         report["target"] = {

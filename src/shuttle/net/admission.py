@@ -58,6 +58,21 @@ DESCRIPTORS_RESERVED = 512
 #: reads under ~50 MiB, and spreads the pool fairly over connections.
 EXECUTING_MAX = 2
 
+#: The same on a node whose store is RADOS (``--store rados:POOL``). Its requests wait
+#: on the network, not on a disk: a streaming client's 1 MiB read is one round trip to
+#: an OSD, and a stream runs only as fast as the reads the node keeps in flight for it.
+#: Against librados keeping 8 aio reads in flight, in the same runs: 0.62-0.82 of it
+#: with 2, 0.79-0.89 with 8 (benchmarks/README.md, "Shuttle on Ceph"). 8 is the client's
+#: default window. The price: a client that never reads can make the node hold 8
+#: finished replies instead of 2 (a stream's are 1 MiB each; 16 MiB reads, the largest,
+#: make it ~130 MiB instead of ~50).
+EXECUTING_MAX_RADOS = 8
+
+#: Threads of a RADOS node's pool (a file node has ``server.EXECUTOR_THREADS``, 4): a
+#: request holds a thread while it waits for its OSD, so 16 let two connections keep
+#: their 8 reads each in flight. Waiting threads cost no CPU (librados releases the GIL).
+EXECUTOR_THREADS_RADOS = 16
+
 #: Unsent reply bytes of one connection above which its requests stop being taken
 #: (asyncio's write buffer high mark). Low enough to bound a non-reading client,
 #: high enough that a streaming client never waits for it (replies drain at once).

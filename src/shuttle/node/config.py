@@ -12,11 +12,15 @@ from shuttle.errors import ConfigError
 from shuttle.net.addresses import parse_address
 from shuttle.net.admission import (
     CONNECTIONS_MAX,
+    EXECUTING_MAX,
+    EXECUTING_MAX_RADOS,
+    EXECUTOR_THREADS_RADOS,
     FRAME_TIMEOUT_S,
     IDLE_TIMEOUT_S,
     ServerLimits,
 )
 from shuttle.net.cpu import parse_speed_factor
+from shuttle.net.server import EXECUTOR_THREADS
 from shuttle.node.callbacks import CALLBACK_TERM_S_DEFAULT, CALLBACK_TERM_S_MAX
 from shuttle.runtime.config import (
     LEASE_S_DEFAULT,
@@ -158,12 +162,21 @@ class NodeConfig:
         )
 
     def admission(self) -> ServerLimits:
-        """What clients may make the node hold (connections, stalled frames, idling)."""
+        """What clients may make the node hold (connections, stalled frames, idling,
+        requests running per connection: more on a RADOS store, whose requests wait on
+        the network; see :data:`~shuttle.net.admission.EXECUTING_MAX_RADOS`)."""
+        rados = self.store_spec().kind == "rados"
         return ServerLimits(
             connections_max=self.connections_max,
             frame_timeout_s=self.frame_timeout_s,
             idle_timeout_s=self.idle_timeout_s,
+            executing_max=EXECUTING_MAX_RADOS if rados else EXECUTING_MAX,
         )
+
+    def executor_threads(self) -> int:
+        """Threads of the node's pool for blocking requests: the server's default, for
+        a disk; more for a RADOS store, whose requests wait on OSDs."""
+        return EXECUTOR_THREADS_RADOS if self.store_spec().kind == "rados" else EXECUTOR_THREADS
 
     def store_spec(self) -> StoreSpec:
         return parse_store_spec(self.store)

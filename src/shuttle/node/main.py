@@ -101,7 +101,12 @@ async def serve(config: NodeConfig) -> None:
     # At factor 1 the node does no accounting at all (two clock reads per request).
     account = cpu.section if cpu.burn_ratio else contextlib.nullcontext
     server = RpcServer(
-        registry, config.name, cpu_account=account, key=key, admission=config.admission()
+        registry,
+        config.name,
+        executor_threads=config.executor_threads(),
+        cpu_account=account,
+        key=key,
+        admission=config.admission(),
     )
     server.add_stats_source("store", store.stats)
     server.add_stats_source("callbacks", promises.stats)

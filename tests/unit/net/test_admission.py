@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from shuttle.errors import ConfigError
-from shuttle.net.admission import ServerLimits, effective_connections_max
+from shuttle.net.admission import (
+    EXECUTING_MAX,
+    EXECUTING_MAX_RADOS,
+    EXECUTOR_THREADS_RADOS,
+    ServerLimits,
+    effective_connections_max,
+)
+from shuttle.net.server import EXECUTOR_THREADS
 from shuttle.node.config import NodeConfig, is_loopback
 
 
@@ -48,3 +55,18 @@ def test_a_node_beyond_loopback_needs_a_key_or_insecure(tmp_path: Path) -> None:
         NodeConfig(data_dir=tmp_path, host="10.0.0.1")
     NodeConfig(data_dir=tmp_path, host="10.0.0.1", insecure=True)
     NodeConfig(data_dir=tmp_path, host="10.0.0.1", key_file=tmp_path / "key")
+
+
+def test_a_rados_node_runs_more_requests_per_connection_than_a_file_node(
+    tmp_path: Path,
+) -> None:
+    """A RADOS node's requests wait on OSDs: 8 of a connection at once in 16 threads
+    (a stream keeps its window of reads in flight); a file node keeps 2 in 4."""
+    files = NodeConfig(data_dir=tmp_path)
+    rados = NodeConfig(data_dir=tmp_path, store="rados:pool")
+    assert files.admission().executing_max == EXECUTING_MAX == 2
+    assert files.executor_threads() == EXECUTOR_THREADS == 4
+    assert rados.admission().executing_max == EXECUTING_MAX_RADOS == 8
+    assert rados.executor_threads() == EXECUTOR_THREADS_RADOS == 16
+    # Every request the connection may run has a thread, with room for a second stream.
+    assert EXECUTOR_THREADS_RADOS >= 2 * EXECUTING_MAX_RADOS
