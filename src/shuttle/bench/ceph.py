@@ -156,6 +156,31 @@ class CephNetrandConfig:
             raise ConfigError("--pages and --rounds must be ≥ 1 and --file-bytes ≥ 4096")
 
 
+#: Seconds to wait for a RADOS node's cache to be trusted (its watch registered and
+#: its probation over, docs/ceph.md "Coherence between gateways") before timing it.
+TRUST_WAIT_S = 30.0
+
+
+def _wait_for_trust(client: Client, progress: Progress) -> None:
+    """Wait until the RADOS node behind ``client`` trusts its cache, so the timed
+    rounds measure its steady state, not the first seconds after it started (when
+    every read is still confirmed with a ``stat``)."""
+    deadline = time.monotonic() + TRUST_WAIT_S
+    while True:
+        stats = client.node_stats(client.nodes[0]).get("store", {}).get("rados", {})
+        coherence = stats.get("coherence", {})
+        if coherence.get("trusted") or not coherence:  # no coherence: an older node
+            return
+        if time.monotonic() > deadline:
+            progress(
+                f"the RADOS node's cache is not trusted after {TRUST_WAIT_S:g} s; timing it anyway"
+            )
+            return
+        left = coherence.get("probation_s_left")
+        progress(f"waiting for the RADOS node's watch ({left} s of probation left)")
+        time.sleep(0.5)
+
+
 def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]:
     """Random 4 KiB reads: the nodes against librados, interleaved, warm."""
     pages_in_file = config.file_bytes // PAGE_BYTES
@@ -170,6 +195,8 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
         ioctx = bench.ioctx
         fetchers["librados"] = lambda p: ioctx.read(OID, PAGE_BYTES, p * PAGE_BYTES)
         samples = {mode: Samples() for mode in fetchers}
+        if "rados_node" in bench.clients:
+            _wait_for_trust(bench.clients["rados_node"], progress)
         gen = GENERATORS[config.generator]
         for rnd in range(config.rounds + 1):
             pages = list(gen(config.seed + rnd, config.pages, pages_in_file))

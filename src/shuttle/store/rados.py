@@ -15,10 +15,12 @@ redone from the new state (unconditional) or fails with VersionMismatchError
 (conditional). There is no journal, no recovery and no checkpoint here: RADOS is the
 durability, and a gateway keeps nothing that a restart needs.
 
-The node's block cache stays in front: a cached read first asks RADOS for the
-object's version (``stat``, a small round trip to the primary OSD) and uses cached
-blocks only of that version, so a change made through another gateway is never
-served stale. Streaming reads skip the cache and are pipelined with aio.
+The node's block cache stays in front, kept coherent between gateways by watch/notify
+(:mod:`shuttle.store.rados_watch`): a change of an existing key is announced to every
+gateway, which drops the key, before it is written, so while its watch is healthy a
+gateway serves cached blocks without asking RADOS (on the node's event loop when they
+are resident), and otherwise confirms the version with a ``stat`` first
+(:mod:`shuttle.store.rados_read`). Streaming reads skip the cache and are pipelined.
 
 Limits: an object is at most :data:`RADOS_OBJECT_BYTES_MAX` (one RADOS object; no
 striping yet). Range writes and truncates re-read the object to re-chunk it.
@@ -59,6 +61,7 @@ from shuttle.store.rados_conn import (
 from shuttle.store.rados_index import list_index, omap_fetcher, shard_of
 from shuttle.store.rados_read import Raced, VersionedReader, check_version_number
 from shuttle.store.rados_uploads import RadosUpload, RadosUploads
+from shuttle.store.rados_watch import Coherence
 from shuttle.store.stats import StoreCounters
 
 #: Largest object: one RADOS object, written whole in one operation, must stay under
@@ -98,6 +101,9 @@ class RadosStore:
         self.change_hook: ChangeHook | None = None
         self._uploads = RadosUploads()
         self.reader = VersionedReader(self.conn, self.cache, self.config)
+        self.coherence = Coherence(self.conn, self.reader)
+        self.reader.trust = self.coherence
+        self.coherence.start()
         self._fetch_keys = omap_fetcher(self.conn.ioctx, self._rados)
         self.races = 0
 
@@ -196,6 +202,8 @@ class RadosStore:
                     continue
                 if rec is None:
                     self._index(k, add=True)  # listed before it exists (rados_index)
+                else:  # every gateway drops the key first (rados_watch)
+                    announced_s = self.coherence.announce(k, rec.version + 1)
                 try:
                     version = self._commit(k, rec, build, new)
                 except Raced:
@@ -205,6 +213,8 @@ class RadosStore:
                     continue
                 if rec is None:
                     self._index(k, add=True)  # and after, should a remove have raced
+                else:
+                    self.coherence.committed(k, version, announced_s)
                 self._changed(k)
                 return StoredAttrs(k, new.size, version, new.mtime_ns, new.hash, new.chunks)
         raise StorageIOError(
@@ -238,7 +248,10 @@ class RadosStore:
     def read_cached(
         self, key: str, offset: int, length: int, expected_version: int | None = None
     ) -> bytes | None:
-        return None  # a hit still needs the version from RADOS: not on the event loop
+        data = self.reader.read_cached(key, offset, length, expected_version)
+        if data is not None:
+            self.counters.read_done(len(data))
+        return data
 
     def read(
         self,
@@ -344,6 +357,7 @@ class RadosStore:
                     self._index(k, add=False)  # a dangling entry (rados_index) goes
                     raise NotFoundError(f"no object {k!r} to remove.")
                 _check_version(k, rec, expected)
+                announced_s = self.coherence.announce(k, rec.version + 1)
                 io = self.conn.ioctx()
                 with self._rados.WriteOpCtx() as op:
                     op.assert_version(rec.version)
@@ -355,6 +369,7 @@ class RadosStore:
                             raise
                         self.races += 1
                         continue
+                self.coherence.committed(k, rec.version + 1, announced_s)
                 self._changed(k)
                 self._index(k, add=False)
                 if self._load(k) is not None:
@@ -538,12 +553,16 @@ class RadosStore:
             "namespace": self.conn.namespace,
             "races": self.races + self.reader.races,
             "object_bytes_max": self.object_bytes_max,
+            **self.conn.stats(),  # reads in flight
+            **self.reader.stats(),
+            "coherence": self.coherence.stats(),
         }
         return out
 
     def close(self) -> None:
         """Abort open upload sessions and disconnect. Idempotent."""
         self._discard(self._uploads.take(lambda u: True))
+        self.coherence.close()
         self.conn.close()
 
     def __enter__(self) -> RadosStore:

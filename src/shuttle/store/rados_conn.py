@@ -18,12 +18,13 @@ Two pitfalls shape this module:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -45,6 +46,9 @@ CONNECT_TIMEOUT_S_DEFAULT = 20.0
 PIPELINE_PIECE_BYTES = 4 << 20
 #: Pieces in flight at once: 8 x 4 MiB keeps a few OSDs busy without holding much.
 PIPELINE_DEPTH = 8
+
+#: Seconds between librados's pings of a watch (rados_watch relies on it).
+WATCH_PING_INTERVAL_S = 1.0
 
 #: The cephx user, as Ceph's own tools default to it.
 CEPH_USER_DEFAULT = "client.admin"
@@ -122,6 +126,10 @@ class RadosConnection:
         self._lock = threading.Lock()
         self._ioctxs: list[Any] = []
         self._closed = False
+        #: Reads waiting on RADOS now (:meth:`reading`), and the most there have been at
+        #: once: how many reads of a stream the node really keeps in flight.
+        self.reads_in_flight = 0
+        self.reads_in_flight_peak = 0
 
     def ioctx(self) -> Any:
         """This thread's I/O context on the pool and namespace."""
@@ -135,6 +143,26 @@ class RadosConnection:
             with self._lock:
                 self._ioctxs.append(ctx)
         return ctx
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Count one read in flight while the block runs (see :meth:`stats`)."""
+        with self._lock:
+            self.reads_in_flight += 1
+            self.reads_in_flight_peak = max(self.reads_in_flight_peak, self.reads_in_flight)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.reads_in_flight -= 1
+
+    def stats(self) -> dict[str, int]:
+        """Reads in flight now, and the most there have been at once."""
+        with self._lock:
+            return {
+                "reads_in_flight": self.reads_in_flight,
+                "reads_in_flight_peak": self.reads_in_flight_peak,
+            }
 
     def close(self) -> None:
         with self._lock:
@@ -181,6 +209,9 @@ def _bound_waits(cluster: Any, options: CephOptions) -> None:
         if options.op_timeout_s is not None or have <= 0:
             cluster.conf_set(name, f"{options.op_timeout_s or OP_TIMEOUT_S_DEFAULT:g}")
     cluster.conf_set("client_mount_timeout", f"{options.connect_timeout_s:g}")
+    # Ping watches every second (Ceph: every 5 s), so the watch timeout of the gateways'
+    # cache coherence (rados_watch.WATCH_TIMEOUT_S) can be short.
+    cluster.conf_set("objecter_tick_interval", f"{WATCH_PING_INTERVAL_S:g}")
 
 
 def read_pieces(io: Any, key: str, offset: int, n: int, timeout_s: float) -> bytes:
