@@ -12,7 +12,11 @@ Layout (one module per concept; docs/runtime.md explains the model):
 * ``gate``       admission of calls to a hosted object: quiesce, drain, redirect
 * ``monitor``    the resource monitor: CPU, bytes per edge, stall, per window H
 * ``load``       node load L from the kernel's per-thread and per-CPU accounting
-* ``placement``  the placement model of section 5.4 (pure: no I/O)
+* ``placement``  the placement model of section 5.4 (pure: no I/O), its front; by
+  concept: ``placement_views`` (its inputs), ``placement_costs`` (one stack's
+  equations 3-6, the measured per-call overhead, a move's price),
+  ``placement_load`` (equations 5-7: the server load's fixed point),
+  ``placement_choice`` (the greedy choice of 5.4.3)
 * ``sites``      the model's three sites for data in Ceph: client, node, OSD (pure)
 * ``osd``        the OSD as a site: grep and count run in Ceph's OSDs (cls_lua), bounded
   (``osd_lua`` holds the Lua)

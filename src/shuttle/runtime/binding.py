@@ -46,8 +46,9 @@ from shuttle.net.cpu import burn_cpu
 from shuttle.runtime import values
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.gate import GateState
-from shuttle.runtime.hosting import Hosted, Hosting
+from shuttle.runtime.hosting import Hosted, Hosting, admitted_while_quiescing
 from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.mobile import CallMoved
 from shuttle.runtime.monitor import ResourceMonitor
 from shuttle.runtime.peers import Peers
 from shuttle.runtime.refs import Ref
@@ -145,6 +146,18 @@ class BindingManager(Hosting):
         hosted = self.hosted.get(rid)
         return self.ref(rid, hosted.home_address if hosted is not None else None)
 
+    def is_moving(self, rid: ObjectId) -> bool:
+        """Whether hosted object ``rid`` is being drained for a migration."""
+        hosted = self.hosted.get(rid)
+        return hosted is not None and hosted.gate.state is GateState.QUIESCING
+
+    def report_wait(self, caller: ObjectId, callee: Ref, seconds: float) -> None:
+        """Object ``caller`` (hosted here) waited ``seconds`` on account of its calls
+        to ``callee`` (see :meth:`MobileObject.report_wait`): stall on that edge if
+        the callee runs elsewhere; nothing if it is here (local calls do not stall)."""
+        if callee.rid not in self.hosted:
+            self.monitor.record_wait(str(caller), str(callee.rid), seconds)
+
     def learn_home(self, ref: Ref) -> None:
         if ref.home_address and ref.rid.home != self.id:
             self.peers.learn(ref.rid.home, ref.home_address)
@@ -204,9 +217,14 @@ class BindingManager(Hosting):
         outer = getattr(self._chain, "id", None)
         if outer is None:
             self._chain.id = secrets.token_hex(6)  # a new chain of calls starts here
+        # In flight: the monitor shows the edge, and counts a remote call's stall as
+        # it accrues, before the call returns.
+        token = None if caller is None else self.monitor.begin_call(caller, str(ref.rid))
         try:
             return self._invoke(ref, method, args, kwargs, caller, asked_home, home_says)
         finally:
+            if token is not None:
+                self.monitor.end_call(token)
             if outer is None:
                 self._chain.id = None
 
@@ -284,8 +302,9 @@ class BindingManager(Hosting):
     ) -> tuple[str, Any]:
         packed = values.pack([list(args), kwargs])
         start = time.monotonic()
-        reply = self.run(self._call_remote(where, rid, method, packed, self.current_chain()))
-        status, value = reply
+        status, value, far_s = self.run(
+            self._call_remote(where, rid, method, packed, self.current_chain())
+        )
         if status == "ok" and caller is not None:
             self.monitor.record_edge(
                 caller,
@@ -294,15 +313,17 @@ class BindingManager(Hosting):
                 bytes_up=values.byte_size(value),
                 stall_s=time.monotonic() - start,
                 remote=True,
+                far_s=far_s,
             )
-        return reply
+        return status, value
 
     def current_chain(self) -> str:
         return getattr(self._chain, "id", None) or ""
 
     async def _call_remote(
         self, where: str, rid: ObjectId, method: str, packed: bytes, chain: str = ""
-    ) -> tuple[str, Any]:
+    ) -> tuple[str, Any, float]:
+        """``(status, value, the callee's own seconds in the call as it reported)``."""
         resp = await self.peers.call(
             where,
             "object.invoke",
@@ -317,11 +338,13 @@ class BindingManager(Hosting):
         )
         result = resp.result if isinstance(resp.result, dict) else {}
         if result.get("s") == "moved":
-            return "moved", result
+            return "moved", result, 0.0
+        served = result.get("t", 0.0)
+        far_s = float(served) if isinstance(served, int | float) and served > 0 else 0.0
         payload = resp.payload
         if result.get("raw"):
-            return "ok", payload if type(payload) is bytes else bytes(payload)
-        return "ok", values.unpack(payload, self)
+            return "ok", payload if type(payload) is bytes else bytes(payload), far_s
+        return "ok", values.unpack(payload, self), far_s
 
     def call_hosted(
         self,
@@ -333,13 +356,25 @@ class BindingManager(Hosting):
     ) -> Any:
         """Run ``method`` on an object hosted here, through its gate, monitored.
         ``caller``: the calling object if it runs here (its edge is recorded here)."""
-        if not hosted.gate.enter():
+        return self._call_hosted(hosted, method, args, kwargs, caller)[0]
+
+    def _call_hosted(
+        self,
+        hosted: Hosted,
+        method: str,
+        args: tuple[Any, ...] | list[Any],
+        kwargs: dict[str, Any],
+        caller: str | None,
+    ) -> tuple[Any, float]:
+        """:meth:`call_hosted`, and the call's own wall time (less its remote calls)."""
+        if not hosted.gate.enter(admit=admitted_while_quiescing(hosted, method)):
             raise _Retired
         rid = str(hosted.rid)
         monitor = self.monitor
         external: float | None = None
         result: Any = None
         frame = monitor.enter(rid)
+        own_s = 0.0
         try:
             chain = self.current_chain()
             if (
@@ -356,23 +391,28 @@ class BindingManager(Hosting):
                     "already inside this chain of calls, and shipped objects cannot be "
                     "re-entered from another node; break the cycle (A -> B -> A)"
                 )
-            if hosted.concurrent or (chain and hosted.owner == chain):
-                # Thread-safe objects take calls side by side; a call of the chain
-                # that holds the object (A -> B -> A, across threads and nodes) goes
-                # in, as a recursive call would on one thread.
-                result, external = self._call_impl(hosted, method, args, kwargs)
-            else:
-                with hosted.lock:
-                    outer = hosted.owner, hosted.owner_thread
-                    hosted.owner, hosted.owner_thread = chain or None, threading.get_ident()
-                    try:
-                        result, external = self._call_impl(hosted, method, args, kwargs)
-                    finally:
-                        hosted.owner, hosted.owner_thread = outer
+            try:
+                if hosted.concurrent or (chain and hosted.owner == chain):
+                    # Thread-safe objects take calls side by side; a call of the chain
+                    # that holds the object (A -> B -> A, across threads and nodes)
+                    # goes in, as a recursive call would on one thread.
+                    result, external = self._call_impl(hosted, method, args, kwargs)
+                else:
+                    with hosted.lock:
+                        outer = hosted.owner, hosted.owner_thread
+                        hosted.owner, hosted.owner_thread = chain or None, threading.get_ident()
+                        try:
+                            result, external = self._call_impl(hosted, method, args, kwargs)
+                        finally:
+                            hosted.owner, hosted.owner_thread = outer
+            except CallMoved as exc:
+                # It changed nothing and its object is moving: let the drain end, and
+                # call it again where the object lands.
+                raise _Retired from exc
             if self.burn_ratio and external is None:
                 burn_cpu(monitor.own_cpu_s(frame) * self.burn_ratio)
         finally:
-            monitor.exit(
+            own_s = monitor.exit(
                 frame,
                 bytes_in=values.byte_size(args) + values.byte_size(kwargs),
                 bytes_out=values.byte_size(result),
@@ -386,7 +426,7 @@ class BindingManager(Hosting):
                 bytes_down=values.byte_size(args) + values.byte_size(kwargs),
                 bytes_up=values.byte_size(result),
             )
-        return result
+        return result, own_s
 
     def _call_impl(
         self,
@@ -407,7 +447,7 @@ class BindingManager(Hosting):
         assert hosted.manager is not None
         try:
             return hosted.manager.invoke(hosted.rid, method, args, kwargs)
-        except ShuttleError:
+        except (ShuttleError, CallMoved):
             raise
         except Exception as exc:
             log.debug("object %s.%s raised", hosted.rid, method, exc_info=exc)
@@ -423,10 +463,12 @@ class BindingManager(Hosting):
         args: list[Any],
         kwargs: dict[str, Any],
         chain: str = "",
-    ) -> tuple[str, Any]:
-        """A remote caller's invocation (on an executor thread): ``("ok", result)`` or
-        ``("moved", {to, address})`` when the object is not here. ``chain``: the
-        caller's call chain, which this thread works for meanwhile."""
+    ) -> tuple[str, Any, float]:
+        """A remote caller's invocation (on an executor thread): ``("ok", result,
+        seconds)`` (the call's own wall time here, less what it blocked on remote
+        calls: the caller's monitor takes it out of its stall) or ``("moved", {to,
+        address}, 0)`` when the object is not here. ``chain``: the caller's call
+        chain, which this thread works for meanwhile."""
         self._chain.id = chain or secrets.token_hex(6)
         try:
             return self._serve_invoke(rid, method, args, kwargs)
@@ -435,13 +477,14 @@ class BindingManager(Hosting):
 
     def _serve_invoke(
         self, rid: ObjectId, method: str, args: list[Any], kwargs: dict[str, Any]
-    ) -> tuple[str, Any]:
+    ) -> tuple[str, Any, float]:
         for _ in range(2):
             hosted = self.hosted.get(rid)
             if hosted is None or hosted.gate.state is GateState.RETIRED:
                 break
             try:
-                return "ok", self.call_hosted(hosted, method, args, kwargs, None)
+                result, own_s = self._call_hosted(hosted, method, args, kwargs, None)
+                return "ok", result, own_s
             except _Retired:
                 continue
         where, _ = self.locate_here(rid)
@@ -454,4 +497,4 @@ class BindingManager(Hosting):
                 f"no object {rid}: this run-time is its home and does not know it "
                 "(destroyed, or its creation failed)"
             )
-        return "moved", moved
+        return "moved", moved, 0.0

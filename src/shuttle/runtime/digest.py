@@ -2,7 +2,8 @@
 
 :func:`build_digest` summarises a run-time's monitor window (its speed and load, the
 objects it hosts with their CPU, memory and checkpoint size, the edges its objects
-called with their bytes and calls); :func:`parse_digest` checks one from the wire
+called with their bytes, calls and stall, and of that stall the callees' own time
+as they reported it); :func:`parse_digest` checks one from the wire
 field by field before it reaches a planner (:mod:`shuttle.runtime.planner`).
 """
 
@@ -109,6 +110,7 @@ def parse_digest(raw: Any) -> dict[str, Any]:
                 "bytes": _number(e.get("bytes", 0), f"{where}.bytes"),
                 "calls": _number(e.get("calls", 0), f"{where}.calls"),
                 "stall_s": _number(e.get("stall_s", 0.0), f"{where}.stall_s"),
+                "far_s": _number(e.get("far_s", 0.0), f"{where}.far_s"),
                 "remote": bool(e.get("remote", False)),
                 "active_s": _number(e.get("active_s"), f"{where}.active_s", optional=True),
             }
@@ -175,6 +177,7 @@ def build_digest(
             "bytes": e.bytes,
             "calls": e.calls,
             "stall_s": e.stall_s,
+            "far_s": e.far_s,
             "remote": e.remote,
             "active_s": window.active_s.get((caller, callee)),
         }

@@ -11,6 +11,12 @@ object elsewhere (it left). Its lifecycle is a table, applied in one place:
     QUIESCING --reopen-> OPEN            (cancelled: drain too slow, or the move failed)
     QUIESCING --retire-> RETIRED         (the object left; held calls re-resolve)
 
+While QUIESCING drains active calls, a call that says it is *admitted* (a method the
+object lists in ``quiesce_admits``: a callback an active call may be waiting for, via
+another object) still goes in; once the drain ends, before the checkpoint, nothing
+does. Without that, two objects that call back into each other and quiesce at once
+hold each other's callbacks at their gates and neither drains.
+
 Thread-safe; waits are on a condition variable, bounded by the caller's timeout.
 """
 
@@ -50,6 +56,8 @@ class Gate:
     def __init__(self, state: GateState = GateState.OPEN) -> None:
         self._state = state
         self._active = 0
+        #: True while quiesce() waits for active calls (admitted calls may enter).
+        self._draining = False
         self._cond = threading.Condition()
 
     @property
@@ -72,12 +80,18 @@ class Gate:
         """True while calls would be held (the object is arriving or moving)."""
         return self._state in (GateState.STAGED, GateState.QUIESCING)
 
-    async def wait_open(self, hold_s: float = HOLD_S_MAX) -> None:
+    def _held(self, admit: bool) -> bool:
+        if admit and self._draining:
+            return False
+        return self._state in (GateState.STAGED, GateState.QUIESCING)
+
+    async def wait_open(self, hold_s: float = HOLD_S_MAX, *, admit: bool = False) -> None:
         """Wait on the event loop (not on a thread) while the gate is closed, so that
-        calls held during a migration do not occupy the threads the migration needs."""
+        calls held during a migration do not occupy the threads the migration needs.
+        ``admit``: the call may go in while active calls drain (see the module doc)."""
         deadline = time.monotonic() + hold_s
         delay = 0.001
-        while self.closed:
+        while self._held(admit):
             if time.monotonic() > deadline:
                 raise RequestTimeoutError(
                     f"a call waited {hold_s:g} s for an object that is moving; "
@@ -86,12 +100,13 @@ class Gate:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.02)
 
-    def enter(self, hold_s: float = HOLD_S_MAX) -> bool:
-        """Let a call in (waiting while the object is staged or quiescing). False if
-        the object is gone: the caller must find where it went."""
+    def enter(self, hold_s: float = HOLD_S_MAX, *, admit: bool = False) -> bool:
+        """Let a call in (waiting while the object is staged or quiescing; an
+        ``admit`` call goes in while active calls drain). False if the object is gone:
+        the caller must find where it went."""
         deadline = time.monotonic() + hold_s
         with self._cond:
-            while self._state in (GateState.STAGED, GateState.QUIESCING):
+            while self._held(admit):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise RequestTimeoutError(
@@ -117,12 +132,16 @@ class Gate:
         deadline = start + timeout_s
         with self._cond:
             self._apply("quiesce")
-            while self._active:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self._apply("reopen")
-                    return None
-                self._cond.wait(left)
+            self._draining = True
+            try:
+                while self._active:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self._apply("reopen")
+                        return None
+                    self._cond.wait(left)
+            finally:
+                self._draining = False
         return time.monotonic() - start
 
     def reopen(self) -> None:

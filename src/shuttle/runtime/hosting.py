@@ -102,6 +102,14 @@ class Hosted:
             return 0
 
 
+def admitted_while_quiescing(hosted: Hosted, method: str) -> bool:
+    """Whether a call of ``method`` may enter ``hosted`` while its active calls drain
+    (a concurrent built-in object's ``quiesce_admits``; see :mod:`shuttle.runtime.gate`)."""
+    if hosted.manager is None or not hosted.concurrent:
+        return False
+    return method in getattr(type(hosted.impl), "quiesce_admits", frozenset())
+
+
 @dataclass(frozen=True)
 class MigrationEvent:
     """One migration that happened (or failed), for logs, ``--watch`` and ``--json``."""

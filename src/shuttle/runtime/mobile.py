@@ -41,6 +41,12 @@ RUNTIME_METHODS = frozenset(
 )
 
 
+class CallMoved(Exception):
+    """Raised by a method that has changed nothing, while its object is moving
+    (:meth:`MobileObject.moving`): the run-time lets the move go ahead and calls the
+    method again wherever the object lands. The caller never sees it."""
+
+
 class MobileObject:
     """Base class of every mobile object (built-in or shipped)."""
 
@@ -55,6 +61,12 @@ class MobileObject:
     #: True: the object is thread-safe, and calls to it run concurrently (the storage
     #: object). False (the default): one call at a time, as an actor.
     concurrent: ClassVar[bool] = False
+    #: Methods of a concurrent object that may enter while a migration drains its
+    #: active calls: short callbacks that wait on nothing and that an active call may
+    #: be waiting for through another object (a directory's ``invalidate``, which
+    #: another client's commit waits on while this object's own commit waits on that
+    #: client's). Admitted only until the drain ends, never during the checkpoint.
+    quiesce_admits: ClassVar[frozenset[str]] = frozenset()
 
     _rid: ObjectId | None = None
     _invoker: Invoker | None = None
@@ -76,6 +88,24 @@ class MobileObject:
     @property
     def invoker(self) -> Invoker | None:
         return self._invoker
+
+    def moving(self) -> bool:
+        """True while the run-time drains this object's calls to move it. A method
+        that has changed nothing yet may then raise :class:`CallMoved` to be called
+        again wherever the object lands, instead of holding the move up (an update
+        starved of commits by clients that already sit at the node)."""
+        check = getattr(self._invoker, "is_moving", None)
+        return bool(check is not None and self._rid is not None and check(self._rid))
+
+    def report_wait(self, callee: Ref, seconds: float) -> None:
+        """Tell the monitor this object waited ``seconds`` because of its calls to
+        ``callee`` outside the calls themselves (an optimistic retry's back-off after
+        a conflict): if the callee is remote, the time counts as stall on that edge,
+        which the placement model prices (it goes when both meet). A no-op where
+        nothing monitors (a shipped object's worker)."""
+        report = getattr(self._invoker, "report_wait", None)
+        if report is not None and self._rid is not None and seconds > 0:
+            report(self._rid, callee, seconds)
 
     def self_ref(self) -> Ref:
         """A reference to this object, to hand to others (a callback holder, say).

@@ -13,8 +13,17 @@ per edge of the object graph:
   (arguments) and up (the result), measured by :func:`values.byte_size` without
   encoding anything.
 * **Stall time**: the wall time a caller waited on a remote callee (network plus
-  the callee's work): what ABACUS's ``ITIMER_BLOCKING`` measured.
+  the callee's work): what ABACUS's ``ITIMER_BLOCKING`` measured; and, per edge, the
+  part of it the callee reported as its own (``far_s``: its wall time in the call
+  less what it blocked on remote calls of its own), so the rest is the network's and
+  the contention's (:meth:`ResourceMonitor.exit` gives a call's own time).
 * Calls and inclusive wall time per object.
+* Calls **in flight** per edge: a window shows an edge with a call in progress for
+  a whole window even if none completed in it (a console blocked in one long update
+  under contention is a stack the resource manager must still see), and a remote
+  call's stall is counted as it accrues, at every tick, not all at once when it
+  returns: a window sees the time it spent blocked, not the calls that happened to
+  end in it.
 
 Counters only grow. Every tick (a few per window) the monitor keeps a snapshot, so
 the counts over the last ``H`` are one subtraction: a moving window, as the paper's
@@ -27,6 +36,7 @@ the application in the object graph.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
@@ -37,6 +47,9 @@ from typing import Any
 
 from shuttle.net.clock import REAL_CLOCK, Clock
 
+#: A window shows an edge with no completed call if a call on it has been in flight
+#: this many windows.
+IN_FLIGHT_WINDOWS = 1.0
 #: Snapshots kept: enough to cover a window at the tick rate with room to spare.
 HISTORY_MAX = 64
 
@@ -73,6 +86,8 @@ class EdgeCounters:
     #: Wall seconds the caller spent waiting on remote calls on this edge.
     stall_s: float = 0.0
     remote: bool = False
+    #: Of ``stall_s``, the seconds the callee reported as its own time in the calls.
+    far_s: float = 0.0
 
     @property
     def bytes(self) -> int:
@@ -85,6 +100,7 @@ class EdgeCounters:
             self.bytes_up - other.bytes_up,
             self.stall_s - other.stall_s,
             self.remote,
+            self.far_s - other.far_s,
         )
 
 
@@ -113,6 +129,8 @@ class Frame:
     cpu0: float
     wall0: float
     child_cpu: float = 0.0
+    #: Wall seconds this call (and its nested local calls) blocked on remote calls.
+    remote_s: float = 0.0
 
 
 class ResourceMonitor:
@@ -126,6 +144,10 @@ class ResourceMonitor:
         self._edges: dict[Edge, EdgeCounters] = {}
         #: When each object and edge was first counted (since its last forget).
         self._first_seen: dict[str | Edge, float] = {}
+        #: Calls in progress: token -> [edge, stall already counted, counted up to,
+        #: started at].
+        self._open: dict[int, list[Any]] = {}
+        self._tokens = itertools.count(1)
         self._local = threading.local()
         self._history: deque[tuple[float, dict[str, ObjectCounters], dict[Edge, EdgeCounters]]]
         self._history = deque(maxlen=HISTORY_MAX)
@@ -176,9 +198,11 @@ class ResourceMonitor:
         bytes_in: int = 0,
         bytes_out: int = 0,
         external_cpu_s: float | None = None,
-    ) -> None:
+    ) -> float:
         """The call ``frame`` returns (normally or not). ``external_cpu_s``: CPU the
-        object used elsewhere (a shipped object's worker process)."""
+        object used elsewhere (a shipped object's worker process). Returns the call's
+        own wall time: its wall time less what it blocked on remote calls (what a
+        remote caller's stall was not the network's)."""
         stack = self._stack()
         popped = stack.pop()
         assert popped is frame, "monitor frames must be exited in order"
@@ -187,6 +211,7 @@ class ResourceMonitor:
         wall = self._clock() - frame.wall0
         if stack:
             stack[-1].child_cpu += total_cpu
+            stack[-1].remote_s += frame.remote_s
         with self._lock:
             c = self._objects.get(frame.rid)
             if c is None:
@@ -197,6 +222,40 @@ class ResourceMonitor:
             c.wall_s += wall
             c.bytes_in += bytes_in
             c.bytes_out += bytes_out
+        return max(0.0, wall - frame.remote_s)
+
+    def _calls(self) -> list[int]:
+        calls: list[int] | None = getattr(self._local, "calls", None)
+        if calls is None:
+            calls = self._local.calls = []
+        return calls
+
+    def begin_call(self, caller: str, callee: str) -> int:
+        """A call on ``caller -> callee`` starts on this thread; a token for
+        :meth:`end_call`."""
+        now = self._clock()
+        token = next(self._tokens)
+        with self._lock:
+            self._open[token] = [(caller, callee), 0.0, now, now]
+            self._first_seen.setdefault((caller, callee), now)
+        self._calls().append(token)
+        return token
+
+    def end_call(self, token: int) -> None:
+        with self._lock:
+            self._open.pop(token, None)
+        calls = self._calls()
+        if token in calls:
+            calls.remove(token)
+
+    def _accrue(self, now: float) -> None:
+        """Count the stall of remote calls still in progress up to ``now`` (lock held)."""
+        for call in self._open.values():
+            e = self._edges.get(call[0])
+            if e is not None and e.remote and now > call[2]:
+                e.stall_s += now - call[2]
+                call[1] += now - call[2]
+                call[2] = now
 
     def record_edge(
         self,
@@ -207,9 +266,22 @@ class ResourceMonitor:
         bytes_up: int,
         stall_s: float = 0.0,
         remote: bool = False,
+        far_s: float = 0.0,
     ) -> None:
-        """One call on the edge ``caller -> callee`` completed."""
+        """One call on the edge ``caller -> callee`` completed; ``far_s``: of the
+        ``stall_s`` a remote call took, what the callee reported as its own time."""
+        counted = 0.0
+        if remote:
+            stack = self._stack()
+            if stack and stack[-1].rid == caller:
+                stack[-1].remote_s += stall_s
         with self._lock:
+            if remote:  # what ticks counted of this call already
+                for token in reversed(self._calls()):
+                    call = self._open.get(token)
+                    if call is not None and call[0] == (caller, callee):
+                        counted, call[1], call[2] = call[1], 0.0, self._clock()
+                        break
             e = self._edges.get((caller, callee))
             if e is None:
                 e = self._edges[(caller, callee)] = EdgeCounters(remote=remote)
@@ -217,8 +289,21 @@ class ResourceMonitor:
             e.calls += 1
             e.bytes_down += bytes_down
             e.bytes_up += bytes_up
-            e.stall_s += stall_s
+            e.stall_s += max(0.0, stall_s - counted)
+            e.far_s += min(far_s, stall_s)
             e.remote = remote
+
+    def record_wait(self, caller: str, callee: str, seconds: float) -> None:
+        """``caller`` waited ``seconds`` on account of its remote calls to ``callee``
+        between them (a retry's back-off): stall on the edge, no call. Counted only
+        on an edge that has had a call (the wait belongs to calls that were made)."""
+        stack = self._stack()
+        if stack and stack[-1].rid == caller:
+            stack[-1].remote_s += seconds
+        with self._lock:
+            e = self._edges.get((caller, callee))
+            if e is not None:
+                e.stall_s += seconds
 
     # --- windows -----------------------------------------------------------------------
 
@@ -232,12 +317,17 @@ class ResourceMonitor:
 
     def tick(self) -> None:
         """Keep a snapshot (call a few times per window)."""
+        now = self._clock()
+        with self._lock:
+            self._accrue(now)
         objects, edges = self.totals()
-        self._history.append((self._clock(), objects, edges))
+        self._history.append((now, objects, edges))
 
     def window(self) -> Window:
         """Counts over the last ``H`` (or since the monitor started, if sooner)."""
         now = self._clock()
+        with self._lock:
+            self._accrue(now)
         objects, edges = self.totals()
         base_t, base_o, base_e = self._history[0]
         for t, o, e in self._history:
@@ -253,11 +343,18 @@ class ResourceMonitor:
         win_e = {
             k: c.minus(base_e.get(k, zero_e))
             for k, c in edges.items()
-            if c.calls != base_e.get(k, zero_e).calls
+            if c.calls != base_e.get(k, zero_e).calls or c.stall_s != base_e.get(k, zero_e).stall_s
         }
         span = max(0.0, now - base_t)
         with self._lock:
             first = dict(self._first_seen)
+            # Calls in flight for a whole window: no digest would ever see them end.
+            # (A shorter one shows when it returns: a warm-up read of a table is
+            # not a stack stuck under contention.)
+            stuck = now - IN_FLIGHT_WINDOWS * self.window_s
+            busy = {c[0] for c in self._open.values() if c[3] <= stuck and c[0] not in win_e}
+        for k in busy:  # a call in progress, none completed in the window
+            win_e[k] = EdgeCounters(remote=edges[k].remote if k in edges else False)
         active: dict[str | Edge, float] = {}
         keys: list[str | Edge] = [*win_o, *win_e]
         for key in keys:
@@ -305,5 +402,6 @@ def _edge_json(e: EdgeCounters) -> dict[str, Any]:
         "bytes_down": e.bytes_down,
         "bytes_up": e.bytes_up,
         "stall_s": round(e.stall_s, 6),
+        "far_s": round(e.far_s, 6),
         "remote": e.remote,
     }

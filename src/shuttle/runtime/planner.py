@@ -46,6 +46,8 @@ from shuttle.runtime.placement import (
     Plan,
     StackView,
     choose,
+    modelled_stall_s,
+    stall_s,
 )
 
 log = logging.getLogger("shuttle.runtime")
@@ -74,6 +76,9 @@ class _Merged:
     info: dict[str, dict[str, Any]] = field(default_factory=dict)
     edge_bytes_per_s: dict[tuple[str, str], float] = field(default_factory=dict)
     edge_calls_per_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: Seconds per second callers blocked on each remote edge beyond the callee's own
+    #: time (the measured stall less what the callee reported as its own).
+    edge_wait_per_s: dict[tuple[str, str], float] = field(default_factory=dict)
     quiesce: dict[str, float | None] = field(default_factory=dict)
 
 
@@ -214,6 +219,8 @@ class ResourceManager:
                 seen = _observed(span, e.get("active_s"))
                 m.edge_bytes_per_s[key] = m.edge_bytes_per_s.get(key, 0.0) + e["bytes"] / seen
                 m.edge_calls_per_s[key] = m.edge_calls_per_s.get(key, 0.0) + e["calls"] / seen
+                wait = max(0.0, e.get("stall_s", 0.0) - e.get("far_s", 0.0)) / seen
+                m.edge_wait_per_s[key] = m.edge_wait_per_s.get(key, 0.0) + wait
         # Objects hosted here are here, whatever an older digest says.
         for rid in self.bm.hosted:
             m.host[str(rid)] = self.bm.id
@@ -294,6 +301,7 @@ class ResourceManager:
                     EdgeView(
                         m.edge_bytes_per_s.get((a, b), 0.0) * window,
                         m.edge_calls_per_s.get((a, b), 0.0) * window,
+                        m.edge_wait_per_s.get((a, b), 0.0) * window,
                     )
                     for a, b in itertools.pairwise(chain)
                 )
@@ -458,7 +466,19 @@ def _stack_json(s: StackView) -> dict[str, Any]:
             }
             for o in s.objects
         ],
-        "edges": [{"bytes": round(e.bytes), "calls": round(e.calls, 3)} for e in s.edges],
+        "edges": [
+            {
+                "bytes": round(e.bytes),
+                "calls": round(e.calls, 3),
+                "measured_s": round(e.measured_s, 6),
+            }
+            for e in s.edges
+        ],
+        # C_k at the split in force: the paper's estimate and what the model charged.
+        "stall_s": {
+            "modelled": round(modelled_stall_s(s, s.split), 6),
+            "priced": round(stall_s(s, s.split), 6),
+        },
         "peer": None
         if s.peer is None
         else {"bytes": round(s.peer.bytes), "calls": round(s.peer.calls, 3)},

@@ -32,7 +32,7 @@ from shuttle.net.addresses import parse_address
 from shuttle.net.registry import Mode, OperationRegistry, Reply, arg
 from shuttle.runtime import migration, values
 from shuttle.runtime.binding import BindingManager
-from shuttle.runtime.hosting import POLICIES, HomeEntry
+from shuttle.runtime.hosting import POLICIES, HomeEntry, admitted_while_quiescing
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.load import LoadSampler
 from shuttle.runtime.mobile import builtin_type
@@ -118,13 +118,19 @@ def register_runtime_ops(
             )
         hosted = bm.hosted.get(rid)
         if hosted is not None and hosted.gate.closed:
-            await hosted.gate.wait_open()  # held on the loop, not on a thread
-        status, value = await in_executor(bm.serve_invoke, rid, method, call[0], call[1], chain)
+            # Held on the loop, not on a thread.
+            await hosted.gate.wait_open(admit=admitted_while_quiescing(hosted, method))
+        status, value, own_s = await in_executor(
+            bm.serve_invoke, rid, method, call[0], call[1], chain
+        )
         if status == "moved":
             return value
+        # t: the call's own seconds here, which the caller's monitor tells apart from
+        # the network's in its stall.
+        served = round(own_s, 6)
         if isinstance(value, bytes | bytearray | memoryview):
-            return Reply({"s": "ok", "raw": True}, value)
-        return Reply({"s": "ok"}, values.pack(value))
+            return Reply({"s": "ok", "raw": True, "t": served}, value)
+        return Reply({"s": "ok", "t": served}, values.pack(value))
 
     async def locate(args: dict[str, Any], payload: bytes) -> Any:
         """Where an object runs, as this run-time knows it (with authority at its home)."""

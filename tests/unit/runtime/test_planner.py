@@ -214,4 +214,4 @@ def test_an_object_here_that_called_nothing_below_still_ends_a_stack_at_our_stor
     (record,) = rm.log_since(0)
     (stack,) = record["stacks"]
     assert [o["rid"] for o in stack["objects"]] == [CONSOLE, GREP, STORAGE]
-    assert stack["edges"][1] == {"bytes": 0, "calls": 0}
+    assert stack["edges"][1] == {"bytes": 0, "calls": 0, "measured_s": 0.0}

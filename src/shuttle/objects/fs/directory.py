@@ -87,7 +87,7 @@ from shuttle.objects.fs.dirblocks import (
     split_path,
     stored_body_bytes,
 )
-from shuttle.runtime.mobile import MobileObject, ObjectManager, builtin
+from shuttle.runtime.mobile import CallMoved, MobileObject, ObjectManager, builtin
 from shuttle.runtime.refs import Ref
 from shuttle.store.keys import validate_key
 
@@ -160,6 +160,10 @@ class DirectoryObject(MobileObject):
     ``listdir``, ``remove``; :meth:`invalidate` is the isolation objects' callback."""
 
     concurrent = True  # invalidate must get in while an update waits on a commit
+    # ... and while a migration drains that update: the commit may be waiting for
+    # another client's object to take its callback, while that object's own commit
+    # waits for this one's; two objects moving at once must not hold each other's.
+    quiesce_admits = frozenset({"invalidate"})
     manager_class = DirectoryManager
 
     def __init__(self, volume: str, isolations: dict[str, Ref]) -> None:
@@ -261,6 +265,7 @@ class DirectoryObject(MobileObject):
             parent_key,
             join(names[:-1]),
             lambda view: (view.reads(), plan_insert(view, names[-1], entry, path)),
+            yields=True,
         )
         self._count("inserts")
         return entry
@@ -495,9 +500,17 @@ class DirectoryObject(MobileObject):
         plan: Callable[[DirView], tuple[list[list[Any]], list[Write]]],
         *,
         removed_ok: bool = False,
+        yields: bool = False,
     ) -> None:
         """Read directory ``key``, ``plan`` the update (the read set and the writes;
-        it raises if the update is not allowed), commit; on a conflict, again."""
+        it raises if the update is not allowed), commit; on a conflict, again.
+
+        ``yields``: the whole operation is this one update (nothing committed before
+        it), so after a conflict, if the run-time is moving this object, it gives way
+        (:class:`CallMoved`) and runs again where the object lands. Left at the
+        client, an update that conflicts with clients already at the node (who take
+        turns locally, a commit every few milliseconds) can retry for seconds and hold
+        up the very move that would end its conflicts."""
         node = self._node(key)
         with self._serialised(key):
             for attempt in range(COMMIT_ATTEMPTS_MAX):
@@ -506,9 +519,15 @@ class DirectoryObject(MobileObject):
                     return
                 if attempt == COMMIT_ATTEMPTS_MAX - 1:
                     break
+                if yields and self.moving():
+                    raise CallMoved(f"{where}: moving to where the other clients commit")
                 self._count("retries")
                 ceiling = min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2**attempt))
-                time.sleep(random.uniform(0, ceiling))
+                pause = random.uniform(0, ceiling)
+                time.sleep(pause)
+                # Time lost to the conflict, outside any call: the monitor charges it
+                # to the edge to the isolation object while that is remote.
+                self.report_wait(self.isolations[node], pause)
         raise ObjectBusyError(
             f"{where}: {COMMIT_ATTEMPTS_MAX} attempts to update the directory conflicted "
             "with other clients' updates; try again (or move the directory object to "
