@@ -361,3 +361,23 @@ def test_a_gateway_without_a_watch_confirms_every_read(
     assert _counters(b)["validations"] > before["validations"]
     monkeypatch.undo()
     _wait(lambda: _trusting(b), "trusting again")
+
+
+def test_a_remove_whose_late_announcement_fails_still_unlists_the_key(
+    trio: Trio, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-announcement after a slow commit fails: the caller hears of it, but the
+    remove is made, so the key must leave the index like any removed key."""
+    a, _b, _c = trio
+    a.put("gone", b"x")
+
+    def fail(key: str, version: int, announced_s: float) -> None:
+        raise StorageIOError("injected: announcing again failed")
+
+    monkeypatch.setattr(a.coherence, "committed", fail)
+    with pytest.raises(StorageIOError, match="injected"):
+        a.remove("gone")
+    monkeypatch.undo()
+    assert "gone" not in a.list("").keys
+    with pytest.raises(NotFoundError):
+        a.stat("gone")

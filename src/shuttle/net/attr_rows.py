@@ -118,6 +118,8 @@ def decode_rows(result: Any, keys: Sequence[str]) -> list[dict[str, Any] | None]
     if isinstance(result, list):  # the original form (a node that ignored ``form``)
         if len(result) != len(keys):
             raise ValueError(f"{len(result)} entries answered for {len(keys)} keys")
+        if not all(e is None or isinstance(e, dict) for e in result):
+            raise ValueError(f"an attribute entry that is not a map: {result!r:.120}")
         return result
     if not isinstance(result, dict) or result.get("form") != ROWS_FORM:
         raise ValueError(f"not an attribute list nor the {ROWS_FORM} form: {result!r:.120}")
@@ -125,6 +127,8 @@ def decode_rows(result: Any, keys: Sequence[str]) -> list[dict[str, Any] | None]
     if not isinstance(rows, list) or len(rows) != len(keys):
         raise ValueError(f"{len(rows)} rows answered for {len(keys)} keys")
     promises = "term_s" in result
+    if promises and not _is_number(result["term_s"]):
+        raise ValueError(f"term_s must be a number, got {result['term_s']!r:.60}")
     return [
         None if row is None else _entry(row, key, promises, result.get("term_s"))
         for row, key in zip(rows, keys, strict=True)
@@ -137,12 +141,35 @@ def _entry(row: list[Any], key: str, promises: bool, term_s: Any) -> dict[str, A
     size, version, mtime_ns, lengths, hashes, whole, total, grant = row + [None] * (
         _ROW_FIELDS - len(row)
     )
+    if not (
+        _is_count(size)
+        and _is_count(version)
+        and type(mtime_ns) is int  # before 1970 in a lookaside store: negative
+        and isinstance(lengths, list)
+        and all(_is_count(n) for n in lengths)
+        and isinstance(hashes, bytes)
+        and (whole is None or (isinstance(whole, bytes) and len(whole) == HASH_BYTES))
+        and (total is None or _is_count(total))
+        and (
+            grant is None
+            or _is_count(grant)
+            or (
+                isinstance(grant, list)
+                and len(grant) == 2
+                and _is_count(grant[0])
+                and _is_number(grant[1])
+            )
+        )
+    ):
+        raise ValueError(f"malformed attribute row for {key!r}: {row!r:.120}")
     n, rest = divmod(len(hashes), HASH_BYTES)
     if rest or len(lengths) not in (n, n - 1):
         raise ValueError(f"chunk lengths and hashes of {key!r} do not agree")
     if len(lengths) == n - 1:
         if total is not None:  # a first page lists every length
             raise ValueError(f"chunk lengths of {key!r} are missing from a partial list")
+        if sum(lengths) > size:
+            raise ValueError(f"chunk lengths of {key!r} exceed its size")
         lengths = [*lengths, size - sum(lengths)]
     chunks: list[list[Any]] = []
     offset = 0
@@ -150,6 +177,8 @@ def _entry(row: list[Any], key: str, promises: bool, term_s: Any) -> dict[str, A
         chunks.append([offset, length, hashes[i * HASH_BYTES : (i + 1) * HASH_BYTES]])
         offset += length
     total = n if total is None else total
+    if total < n:
+        raise ValueError(f"{key!r} lists more chunks than its chunks_total")
     if whole is None:
         if n == 1 == total:
             whole = chunks[0][2]
@@ -174,3 +203,11 @@ def _entry(row: list[Any], key: str, promises: bool, term_s: Any) -> dict[str, A
         else:
             out["promise"] = {"seq": grant, "term_s": term_s}
     return out
+
+
+def _is_count(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _is_number(v: Any) -> bool:
+    return type(v) in (int, float)

@@ -213,9 +213,9 @@ class RadosStore:
                     continue
                 if rec is None:
                     self._index(k, add=True)  # and after, should a remove have raced
-                else:
-                    self.coherence.committed(k, version, announced_s)
                 self._changed(k)
+                if rec is not None:  # last: it may raise, and the change is made already
+                    self.coherence.committed(k, version, announced_s)
                 return StoredAttrs(k, new.size, version, new.mtime_ns, new.hash, new.chunks)
         raise StorageIOError(
             f"{k!r} changed {CAS_ATTEMPTS_MAX} times under this change (other gateways "
@@ -369,11 +369,12 @@ class RadosStore:
                             raise
                         self.races += 1
                         continue
-                self.coherence.committed(k, rec.version + 1, announced_s)
                 self._changed(k)
                 self._index(k, add=False)
                 if self._load(k) is not None:
                     self._index(k, add=True)  # re-created meanwhile: keep it listed
+                # Last: it may raise, and the key must be unlisted whatever it says.
+                self.coherence.committed(k, rec.version + 1, announced_s)
                 return
         raise StorageIOError(f"{k!r} kept changing under a remove; retry later")
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from shuttle.client import Client
-from shuttle.errors import UnreachableError
+from shuttle.errors import RemoteProtocolError, UnreachableError
 from shuttle.faces.tree import KeyTree
 from shuttle.net.attr_rows import encode_rows
 from shuttle.net.blocking import ConnectionCounters
@@ -37,6 +37,8 @@ class ScriptedCallbacks:
         #: False: play an older node, without ``callback.promise_list`` (and answering
         #: ``callback.promise_many`` in the map list whatever form is asked).
         self.lists = True
+        #: What ``callback.promise_list`` answers as ``next`` (a node that pages wrong).
+        self.next_page: str | None = None
 
     def _promised(self, conn: MemoryConnection, keys: list[str]) -> list[Any]:
         out: list[Any] = []
@@ -71,7 +73,7 @@ class ScriptedCallbacks:
             out = encode_rows(self._promised(conn, page["keys"]), promises=True)
             out["names"] = [k[len(prefix) :] for k in page["keys"]]
             out["prefixes"] = [p[len(prefix) :] for p in page["prefixes"]]
-            out["next"] = None
+            out["next"] = self.next_page
             return Response(0, out, b"")
         if op == "callback.promise_many":
             return Response(0, self._promised(conn, args["keys"]), b"")
@@ -204,6 +206,18 @@ def test_a_listing_whose_grant_arrives_after_its_break_keeps_no_promise_on_it(
     with cb_client.open("d/b") as f:  # the listing's grant was void: asked again
         f.read()
     assert _stats(cb_client)["promises_granted"] == 3  # d/a twice, then d/b
+
+
+def test_a_listing_whose_pages_do_not_move_on_is_refused(
+    cb_client: Client, script: ScriptedCallbacks
+) -> None:
+    """A node that answers the same ``next`` again would page the client forever."""
+    cb_client.put("d/a", b"a")
+    with cb_client.open("d/a") as f:  # starts the session
+        f.read()
+    script.next_page = "d/a"
+    with pytest.raises(RemoteProtocolError, match="next page after 'd/a'"):
+        cb_client.validation_mode().listdir("d/")
 
 
 def test_an_older_node_is_listed_then_stated(

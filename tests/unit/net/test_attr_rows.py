@@ -76,6 +76,8 @@ def test_the_map_list_of_an_older_node_is_read_as_it_is() -> None:
     assert decode_rows(old, ["a", "b"]) == old
     with pytest.raises(ValueError, match="2 entries answered for 3 keys"):
         decode_rows(old, ["a", "b", "c"])
+    with pytest.raises(ValueError, match="not a map"):
+        decode_rows([{"key": "a"}, 7], ["a", "b"])
 
 
 def _one_chunk(key: str, data: bytes, seq: int) -> dict[str, Any]:
@@ -140,3 +142,46 @@ def test_chunks_that_are_not_contiguous_cannot_be_encoded() -> None:
     entry["chunks"] = [[1, 3, entry["hash"]]]
     with pytest.raises(ValueError, match="not contiguous"):
         encode_rows([entry], promises=True)
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        [1, 2, 3, [], b"x" * 32, None, None, []],  # a grant with no seq
+        [1, 2, 3, [], b"x" * 32, None, None, [7]],  # nor a term
+        [1, 2, 3, [], b"x" * 32, None, None, {"seq": 7}],
+        [1, 2, 3, [], b"x" * 32, None, None, [7, "30"]],
+        [1, 2, 3, [], b"x" * 32, None, None, "7"],
+        ["1", 2, 3, [], b"x" * 32],
+        [1, None, 3, [], b"x" * 32],
+        [1, 2, 3, ["a"], b"x" * 64],
+        [1, 2, 3, {}, b"x" * 32],
+        [1, 2, 3, [], "x" * 32],
+        [1, 2, 3, [], b"x" * 32, b"short"],
+        [1, 2, 3, [], b"x" * 32, None, "1"],
+        [1, 2, 3, [-1], b"x" * 64],
+    ],
+)
+def test_rows_of_the_wrong_types_are_refused_with_a_value_error(row: Any) -> None:
+    """Whatever a (broken or hostile) node sends, the client gets a ValueError (made a
+    RemoteProtocolError by the client), never another exception, nor a promise whose
+    seq or term it cannot compare."""
+    with pytest.raises(ValueError, match="malformed attribute row"):
+        decode_rows({"form": ROWS_FORM, "rows": [row], "term_s": 30.0}, ["k"])
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ([5, 2, 3, [9], b"x" * 64], "exceed its size"),  # the implied last length < 0
+        ([5, 2, 3, [2, 3], b"x" * 64, b"h" * 32, 1], "more chunks than"),
+    ],
+)
+def test_rows_that_do_not_add_up_are_refused(row: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        decode_rows({"form": ROWS_FORM, "rows": [row]}, ["k"])
+
+
+def test_a_term_that_is_not_a_number_is_refused() -> None:
+    with pytest.raises(ValueError, match="term_s must be a number"):
+        decode_rows({"form": ROWS_FORM, "rows": [[0, 1, 2, [], b""]], "term_s": "x"}, ["k"])

@@ -284,9 +284,16 @@ class _Listener:
                     raw = res.result
                     keys = [prefix + name for name in raw["names"]]
                     prefixes += [prefix + name for name in raw["prefixes"]]
-                    start_after = raw["next"]
+                    after, start_after = start_after, raw["next"]
                 except (KeyError, TypeError) as exc:
                     raise RemoteProtocolError(f"malformed listing from node: {exc!r}") from exc
+                if start_after is not None and not (
+                    isinstance(start_after, str) and (after is None or start_after > after)
+                ):  # a page must move on, or the listing would never end
+                    raise RemoteProtocolError(
+                        f"malformed listing from node: next page after {after!r} "
+                        f"starts after {start_after!r}"
+                    )
                 for key, reply in zip(keys, entries(res, keys), strict=True):
                     found[key] = None if reply is None else self._kept(key, reply, sent)
             if start_after is None:
