@@ -528,6 +528,20 @@ def _pid_runs(pid: int | None, conf: Path) -> bool:
     return status.rsplit(")", 1)[1].split()[0] != "Z" and str(conf).encode() in cmdline
 
 
+def _exited(pid: int, conf: Path) -> bool:
+    """Whether daemon ``pid`` (of conf ``conf``) has finished exiting: gone, a zombie,
+    or the pid reused by another program. A process still tearing itself down after a
+    SIGKILL already shows an empty command line but is not gone yet."""
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    if status.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+        return True
+    return bool(cmdline) and str(conf).encode() not in cmdline.split(b"\0")
+
+
 def _wait_gone(
     pid: int, proc: subprocess.Popen[bytes] | None, timeout_s: float, conf: Path
 ) -> bool:
@@ -535,7 +549,7 @@ def _wait_gone(
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             return True
-        if not _pid_runs(pid, conf):
+        if _exited(pid, conf):
             return True
         time.sleep(0.02)
     return False
