@@ -39,6 +39,8 @@ class ScriptedCallbacks:
         self.lists = True
         #: What ``callback.promise_list`` answers as ``next`` (a node that pages wrong).
         self.next_page: str | None = None
+        #: Not None: what ``callback.promise`` answers as its grant (a broken node).
+        self.bad_grant: Any = None
 
     def _promised(self, conn: MemoryConnection, keys: list[str]) -> list[Any]:
         out: list[Any] = []
@@ -66,7 +68,8 @@ class ScriptedCallbacks:
             self.grants += 1
             if self.before_grant_reply is not None:
                 self.before_grant_reply(self.grants)
-            return Response(0, {**stat.result, "promise": {"seq": self.grants, "term_s": 30}}, b"")
+            grant = {"seq": self.grants, "term_s": 30} if self.bad_grant is None else self.bad_grant
+            return Response(0, {**stat.result, "promise": grant}, b"")
         if op == "callback.promise_list" and self.lists:
             prefix = args["prefix"]
             page = conn.call("list", {"prefix": prefix, "delimiter": "/"}).result
@@ -218,6 +221,22 @@ def test_a_listing_whose_pages_do_not_move_on_is_refused(
     script.next_page = "d/a"
     with pytest.raises(RemoteProtocolError, match="next page after 'd/a'"):
         cb_client.validation_mode().listdir("d/")
+
+
+@pytest.mark.parametrize(
+    "grant", [[], {"seq": "1", "term_s": 30}, {"seq": 1}, {"seq": 1, "term_s": -1}]
+)
+def test_a_malformed_grant_is_the_nodes_fault_named_at_once(
+    cb_client: Client, script: ScriptedCallbacks, grant: Any
+) -> None:
+    cb_client.put("k", b"v")
+    script.bad_grant = grant
+    with (
+        pytest.raises(RemoteProtocolError, match="malformed callback promise for 'k'"),
+        cb_client.open("k") as f,
+    ):
+        f.read()
+    assert _stats(cb_client)["promises_held"] == 0
 
 
 def test_an_older_node_is_listed_then_stated(

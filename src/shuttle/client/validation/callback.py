@@ -340,6 +340,7 @@ class _Listener:
 
     def _keep(self, key: str, info: ObjectInfo, grant: dict[str, Any] | None, sent: float) -> None:
         """Hold the promise ``grant`` on ``key`` unless it is void (lock not held)."""
+        _check_grant(key, grant)
         mode, counters = self.mode, self.mode.counters
         with mode.lock:
             if grant is None:
@@ -405,3 +406,22 @@ class _Listener:
             with contextlib.suppress(ShuttleError, OSError):
                 self.client.call(self.node, "callback.close", {"session": self.session})
         self._thread.join(CLOSE_JOIN_S)
+
+
+def _check_grant(key: str, grant: object) -> None:
+    """A node's grant is nil or ``{seq: int, term_s: number}``; anything else is the
+    node's fault, named as such (not a TypeError later, at the promise's first use)."""
+    if grant is None:
+        return
+    seq = grant.get("seq") if isinstance(grant, dict) else None
+    term = grant.get("term_s") if isinstance(grant, dict) else None
+    if (
+        type(seq) is not int
+        or isinstance(term, bool)
+        or not isinstance(term, int | float)
+        or not term >= 0
+    ):
+        raise RemoteProtocolError(
+            f"the node answered a malformed callback promise for {key!r}: {grant!r:.120}; "
+            "is it a Shuttle node of a compatible version?"
+        )
