@@ -17,7 +17,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from shuttle.apps.grep import PLACEMENTS, expand_keys, run_grep
+from shuttle.apps.grep import PLACEMENTS, ceph_sites, expand_keys, run_grep
 from shuttle.client.cli import ClusterOpt, KeyFileOpt, LinkOpt, NodeOpt
 from shuttle.client.client import Client
 from shuttle.client.connect import connect
@@ -45,8 +45,10 @@ def grep(
     placement: Annotated[
         str,
         typer.Option(
-            help="Where the grep objects run: client, server, or auto (start at the client; "
-            "the run-time moves them when that pays)."
+            help="Where the grep objects run: client, server, osd (in the Ceph OSD that "
+            "holds the bytes: nodes on --store rados:POOL, fixed strings), or auto (start "
+            "at the client and let the run-time move them when that pays; on RADOS nodes "
+            "a fixed string goes to the OSD when the model predicts it best)."
         ),
     ] = "auto",
     ignore_case: Annotated[bool, typer.Option("-i", "--ignore-case", help="Match either case.")] = (
@@ -92,6 +94,13 @@ def grep(
     with connect(node=node, cluster=cluster, link=link, key_file=key_file) as client:
         names = expand_keys(client, keys)
         nodes, key = client.nodes, client.key
+        ceph = ceph_sites(client, names) if placement in ("osd", "auto") else {}
+        sizes = None
+        if any(ceph.values()):
+            sizes = {
+                k: (a.size if a is not None else 0)
+                for k, a in zip(names, client.stat_many(names), strict=True)
+            }
     out = sys.stdout.buffer
 
     def show(matches: list[list[Any]]) -> None:
@@ -111,6 +120,8 @@ def grep(
             block_bytes=block_bytes,
             batch_bytes=batch_bytes,
             on_matches=show,
+            ceph=ceph,
+            sizes=sizes,
         )
     if count_only:
         print(result.matches)

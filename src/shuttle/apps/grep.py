@@ -6,13 +6,21 @@ it is done, printing matching lines as ``key:line:text``. Where the object runs 
 the placement: ``client`` and ``server`` pin it there; ``auto`` starts it at the
 client and lets the node's resource manager move it when that pays. Stacks of
 different nodes run concurrently, each in its own thread and console.
+
+A node that keeps its objects in Ceph (``shuttle serve --store rados:POOL``) offers a
+third site for a fixed-string pattern: the OSD that holds the bytes (``osdgrep``, a
+``cls_lua`` call per slice, made from the node). ``osd`` runs there; ``auto`` first
+asks the three-site model (:mod:`shuttle.runtime.site_probe`: a probe read at the
+client, then client, node and OSD predicted) and goes to the OSD when it predicts the
+OSD best, since an ``osdgrep`` cannot move later; otherwise it adapts between the
+client and the node as above.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +29,11 @@ from shuttle.errors import InvalidArgumentError, NotFoundError
 from shuttle.objects.grep import BATCH_BYTES_DEFAULT
 from shuttle.objects.lines import BLOCK_BYTES_DEFAULT
 from shuttle.runtime.client import Runtime
+from shuttle.runtime.osd import literal_of
+from shuttle.runtime.refs import Ref
+from shuttle.runtime.site_probe import choose, probe_grep
 
-PLACEMENTS = ("client", "server", "auto")
+PLACEMENTS = ("client", "server", "osd", "auto")
 
 Match = list[Any]  # [key, line number, line bytes]
 
@@ -41,6 +52,8 @@ class GrepResult:
     initial: dict[str, str] = field(default_factory=dict)
     final: dict[str, str] = field(default_factory=dict)
     migrations: list[dict[str, Any]] = field(default_factory=list)
+    #: Per RADOS-backed node under ``auto``: the three-site model's plan.
+    sites: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,7 +66,40 @@ class GrepResult:
             "initial_placement": self.initial,
             "final_placement": self.final,
             "migrations": self.migrations,
+            "site_plans": self.sites,
         }
+
+
+@dataclass(frozen=True)
+class CephSite:
+    """How a node on a RADOS store reaches its pool (from its stats): what an
+    ``osdgrep`` made on that node needs."""
+
+    conf: str
+    keyring: str | None
+    user: str
+    pool: str
+    namespace: str
+
+
+def ceph_sites(client: Client, keys: Sequence[str]) -> dict[str, CephSite | None]:
+    """The :class:`CephSite` of each node holding some of ``keys`` (one stats call
+    each), or None for a node on local files; by address (``HOST:PORT``), which names
+    a node the same before and after a run-time learns its id."""
+    out: dict[str, CephSite | None] = {}
+    for node in {client.node_for(k).address: client.node_for(k) for k in keys}.values():
+        rados = client.node_stats(node).get("store", {}).get("rados")
+        if not isinstance(rados, dict) or not rados.get("ceph_conf"):
+            out[node.address] = None
+            continue
+        out[node.address] = CephSite(
+            str(rados["ceph_conf"]),
+            rados.get("ceph_keyring"),
+            str(rados.get("ceph_user") or "client.admin"),
+            str(rados["pool"]),
+            str(rados.get("namespace") or ""),
+        )
+    return out
 
 
 def expand_keys(client: Client, keys: Sequence[str]) -> list[str]:
@@ -88,9 +134,14 @@ def run_grep(
     block_bytes: int = BLOCK_BYTES_DEFAULT,
     batch_bytes: int = BATCH_BYTES_DEFAULT,
     on_matches: Callable[[list[Match]], None] = lambda _m: None,
+    ceph: Mapping[str, CephSite | None] | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> GrepResult:
     """Search ``keys`` for ``pattern``; ``on_matches`` gets each batch of matching
-    lines (from any thread, one batch at a time)."""
+    lines (from any thread, one batch at a time). ``ceph``: :func:`ceph_sites` (by
+    node address; a node missing is taken as on local files), ``sizes``: each key's
+    size (asked of the nodes when not given); both serve the OSD site (``osd``, and
+    ``auto`` on RADOS-backed nodes)."""
     if placement not in PLACEMENTS:
         raise InvalidArgumentError(f"--placement must be one of {', '.join(PLACEMENTS)}")
     by_node: dict[str, list[str]] = {}
@@ -101,8 +152,19 @@ def run_grep(
     failures: list[BaseException] = []
     t0 = time.monotonic()
     wall0 = time.time()
-    refs = {}
+    ceph = dict(ceph or {})
+    address = {n.node_id: n.address for n in rt.nodes}
+    at_osd = {
+        node: _at_osd(rt, node, node_keys, pattern, placement, ceph.get(address[node]),
+                      sizes, result, ignore_case=ignore_case, block_bytes=block_bytes,
+                      batch_bytes=batch_bytes)
+        for node, node_keys in by_node.items()
+    }  # fmt: skip
+    refs: dict[str, Ref] = {}
     for node, node_keys in by_node.items():
+        if at_osd[node]:
+            result.initial[node] = result.final[node] = f"osd (through {node})"
+            continue
         refs[node] = rt.create(
             "grep",
             at=node if placement == "server" else None,
@@ -116,24 +178,48 @@ def run_grep(
         )
         result.initial[node] = _where(rt, node, rt.where(refs[node]))
 
+    def drain(grep: Ref) -> None:
+        done = False
+        while not done:
+            done, matches = grep.next()
+            if matches:
+                with lock:
+                    result.matches += len(matches)
+                    on_matches(matches)
+        progress = grep.progress()
+        with lock:
+            result.scanned_bytes += int(progress["scanned_bytes"])
+
     def scan(node: str) -> None:
-        grep = refs[node]
         try:
             with rt.console(f"grep-{node}"):
-                done = False
-                while not done:
-                    done, matches = grep.next()
-                    if matches:
-                        with lock:
-                            result.matches += len(matches)
-                            on_matches(matches)
-            progress = grep.progress()
-            with lock:
-                result.scanned_bytes += int(progress["scanned_bytes"])
+                site = at_osd[node]
+                if site is None:
+                    drain(refs[node])
+                    return
+                for key in by_node[node]:  # one osdgrep per object, each at its OSD
+                    ref = rt.create(
+                        "osdgrep",
+                        at=node,
+                        placement="static",
+                        pattern=pattern,
+                        conf_path=site.conf,
+                        keyring_path=site.keyring,
+                        user=site.user,
+                        pool=site.pool,
+                        namespace=site.namespace,
+                        oid=key,  # the RADOS store keeps each key as the object so named
+                        key=key,
+                        ignore_case=ignore_case,
+                    )
+                    try:
+                        drain(ref)
+                    finally:
+                        rt.destroy(ref)
         except BaseException as exc:  # reported to the caller below
             failures.append(exc)
 
-    threads = [threading.Thread(target=scan, args=(node,), name=f"grep {node}") for node in refs]
+    threads = [threading.Thread(target=scan, args=(node,), name=f"grep {node}") for node in by_node]
     for t in threads:
         t.start()
     for t in threads:
@@ -158,3 +244,57 @@ def run_grep(
                 }
             )
     return result
+
+
+def _at_osd(
+    rt: Runtime,
+    node: str,
+    keys: list[str],
+    pattern: str,
+    placement: str,
+    site: CephSite | None,
+    sizes: Mapping[str, int] | None,
+    result: GrepResult,
+    *,
+    ignore_case: bool,
+    block_bytes: int,
+    batch_bytes: int,
+) -> CephSite | None:
+    """The node's Ceph if this node's search runs at the OSD, else None: always with
+    ``osd`` (or a clear error why it cannot), and with ``auto`` when the three-site
+    model predicts the OSD best from a probe."""
+    if placement not in ("osd", "auto"):
+        return None
+    literal = literal_of(pattern) is not None
+    if placement == "osd":
+        if site is None:
+            raise InvalidArgumentError(
+                f"node {node} keeps its objects in files, not in Ceph: --placement osd "
+                "needs nodes started with --store rados:POOL (use client, server or auto)"
+            )
+        if not literal:
+            raise InvalidArgumentError(
+                f"the OSD runs fixed strings only (Lua has no regular expressions), not "
+                f"{pattern!r}; escape it to search for it literally, or use client, "
+                "server or auto"
+            )
+        return site
+    if site is None or not literal or not keys:
+        return None
+    size = sum(sizes[k] for k in keys) if sizes is not None else None
+    if size is None:
+        size = sum(int(rt.storage(node).size(k)) for k in keys)
+    view = probe_grep(
+        rt,
+        node,
+        keys[0],
+        pattern,
+        size_bytes=size,
+        block_bytes=block_bytes,
+        batch_bytes=batch_bytes,
+        ignore_case=ignore_case,
+    )
+    link = next((n.link for n in rt.nodes if n.node_id == node), None)
+    plan = choose(view, link)
+    result.sites[node] = plan.to_json()
+    return site if plan.best == "osd" else None

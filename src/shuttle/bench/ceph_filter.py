@@ -64,16 +64,13 @@ from shuttle.objects.lines import BLOCK_BYTES_DEFAULT
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.osd import literal_of
-from shuttle.runtime.placement import PlacementConfig
-from shuttle.runtime.sites import FilterView, LinkView, SiteView, choose_site
+from shuttle.runtime.site_probe import OSD_CPU_RATIO, choose, probe_grep
+from shuttle.runtime.sites import FilterView
 
 KEY = "bench/ceph-filter.txt"
 OID = "bench-ceph-filter"
 NODE_ID = "n1"
 SITES = ("client", "node", "osd")
-#: Lua's ``string.find`` over the buffer against Python's ``re`` on the same 16 MB:
-#: 19-40 ms against 26-42 ms (issue 12), so about 0.8.
-OSD_CPU_RATIO = 0.8
 #: The target: the model's run within this factor of the best static site.
 TARGET_RATIO = 1.10
 SHAPINGS = ("auto", "kernel", "emulated")
@@ -295,28 +292,16 @@ def run_site(rt: Runtime, s: Setup, settings: FilterSettings, site: str) -> dict
 
 def probe(rt: Runtime, settings: FilterSettings) -> FilterView:
     """The model's measurements, as the run-time takes them with the filter at the
-    client: read a probe over the link (through the node's storage object, on the
-    run-time's connection), time ``re`` on it, count what matches."""
-    regex = re.compile(re.escape(settings.pattern).encode(), re.MULTILINE)
-    with rt.console("probe"):
-        data = bytes(rt.storage(NODE_ID).read(KEY, 0, settings.probe_bytes))
-    cpu0 = time.thread_time()
-    matched = 0
-    for line in data.split(b"\n"):
-        if regex.search(line):
-            matched += len(line) + 30  # the line and its framing ([key, number, line])
-    cpu_s = time.thread_time() - cpu0
-    scale = settings.size_bytes / max(1, len(data))
-    size = settings.size_bytes
-    return FilterView(
-        "grep",
-        cpu_s=cpu_s * scale,
-        input_bytes=size,
-        output_bytes=matched * scale,
-        input_calls=size / BLOCK_BYTES_DEFAULT,
-        output_calls=size / BATCH_BYTES_DEFAULT,
-        site=None,
-        osd_capable=literal_of(settings.pattern) is not None,
+    client (:func:`shuttle.runtime.site_probe.probe_grep`)."""
+    return probe_grep(
+        rt,
+        NODE_ID,
+        KEY,
+        re.escape(settings.pattern),
+        size_bytes=settings.size_bytes,
+        block_bytes=BLOCK_BYTES_DEFAULT,
+        batch_bytes=BATCH_BYTES_DEFAULT,
+        probe_bytes=settings.probe_bytes,
         osd_cpu_ratio=settings.osd_cpu_ratio,
     )
 
@@ -327,11 +312,7 @@ def run_model(
     """Measure (a probe, or ``history``: what an earlier run measured), decide, run."""
     t0 = time.monotonic()
     f = probe(rt, settings) if history is None else history
-    link = parse_link_profile(settings.link)
-    bandwidth = None if link.bandwidth_bits_per_s is None else link.bandwidth_bits_per_s / 8
-    sites = [SiteView("client"), SiteView("node"), SiteView("osd")]
-    links = [LinkView(bandwidth, link.latency_s), LinkView(None, 0.0)]
-    plan = choose_site(f, sites, links, PlacementConfig())
+    plan = choose(f, parse_link_profile(settings.link))
     decided_s = time.monotonic() - t0
     run = run_site(rt, s, settings, plan.best)
     run["elapsed_s"] += decided_s

@@ -40,22 +40,38 @@ class OsdManager(ObjectManager):
     def __init__(self, cls: type[MobileObject], node_id: str) -> None:
         super().__init__(cls, node_id)
         self._lock = threading.Lock()
-        self._pools: dict[tuple[str, str | None, str, float], Any] = {}
+        self._pools: dict[tuple[str, str | None, str, str, str, float], Any] = {}
         self._exits = contextlib.ExitStack()
 
     def share(self, obj: MobileObject) -> None:
         obj._manager = self  # type: ignore[attr-defined]
 
-    def ioctx(self, conf_path: str, keyring_path: str | None, pool: str, timeout_s: float) -> Any:
-        """The shared ``Ioctx`` on ``pool`` (connected on first use)."""
+    def ioctx(
+        self,
+        conf_path: str,
+        keyring_path: str | None,
+        pool: str,
+        timeout_s: float,
+        *,
+        namespace: str = "",
+        user: str = "client.admin",
+    ) -> Any:
+        """The shared ``Ioctx`` on ``pool`` and ``namespace`` (connected on first use)."""
         from shuttle.runtime.osd import open_pool
 
-        key = (conf_path, keyring_path, pool, timeout_s)
+        key = (conf_path, keyring_path, pool, namespace, user, timeout_s)
         with self._lock:
             if key not in self._pools:
                 keyring = Path(keyring_path) if keyring_path else None
                 self._pools[key] = self._exits.enter_context(
-                    open_pool(Path(conf_path), pool, keyring_path=keyring, op_timeout_s=timeout_s)
+                    open_pool(
+                        Path(conf_path),
+                        pool,
+                        keyring_path=keyring,
+                        user=user,
+                        op_timeout_s=timeout_s,
+                        namespace=namespace,
+                    )
                 )
             return self._pools[key]
 
@@ -78,6 +94,8 @@ class OsdGrepObject(MobileObject):
         *,
         key: str = "",
         keyring_path: str | None = None,
+        namespace: str = "",
+        user: str = "client.admin",
         ignore_case: bool = False,
         slice_bytes: int = SLICE_BYTES_DEFAULT,
         op_timeout_s: float = OP_TIMEOUT_S_DEFAULT,
@@ -92,6 +110,8 @@ class OsdGrepObject(MobileObject):
         self.conf_path = conf_path
         self.keyring_path = keyring_path
         self.pool = pool
+        self.namespace = namespace
+        self.user = user
         self.oid = oid
         self.key = key or oid
         self.ignore_case = ignore_case
@@ -111,7 +131,12 @@ class OsdGrepObject(MobileObject):
             if self._manager is None:
                 raise InvalidArgumentError("osdgrep objects are made by a run-time's manager")
             ioctx = self._manager.ioctx(
-                self.conf_path, self.keyring_path, self.pool, self.op_timeout_s
+                self.conf_path,
+                self.keyring_path,
+                self.pool,
+                self.op_timeout_s,
+                namespace=self.namespace,
+                user=self.user,
             )
             self._site = OsdSite(ioctx, slice_bytes=self.slice_bytes)
         return self._site

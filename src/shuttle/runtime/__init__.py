@@ -18,6 +18,7 @@ Layout (one module per concept; docs/runtime.md explains the model):
   ``placement_load`` (equations 5-7: the server load's fixed point),
   ``placement_choice`` (the greedy choice of 5.4.3)
 * ``sites``      the model's three sites for data in Ceph: client, node, OSD (pure)
+* ``site_probe`` a grep's costs from a probe, and the site the three-site model picks
 * ``osd``        the OSD as a site: grep and count run in Ceph's OSDs (cls_lua), bounded
   (``osd_lua`` holds the Lua)
 * ``digest``     what one run-time saw over a window, as the resource managers read it

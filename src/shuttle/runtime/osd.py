@@ -354,15 +354,18 @@ def open_pool(
     keyring_path: Path | None = None,
     user: str = "client.admin",
     op_timeout_s: float = OP_TIMEOUT_S_DEFAULT,
+    namespace: str = "",
 ) -> Iterator[Any]:
-    """A ``rados.Ioctx`` on ``pool`` whose operations time out after ``op_timeout_s``
-    (whole seconds, at least 1), so a Lua call that runs too long raises instead of
-    hanging."""
+    """A ``rados.Ioctx`` on ``pool`` (and ``namespace``) whose operations time out after
+    ``op_timeout_s`` (whole seconds, at least 1), so a Lua call that runs too long
+    raises instead of hanging."""
     # Ceph takes these timeouts in whole seconds ("30.0" is refused with EINVAL).
     whole_s = max(1, round(op_timeout_s))
     cluster = connect(conf_path, keyring_path, user=user, op_timeout_s=whole_s)
     try:
         ioctx = cluster.open_ioctx(pool)
+        if namespace:
+            ioctx.set_namespace(namespace)
         try:
             yield ioctx
         finally:

@@ -552,6 +552,7 @@ class RadosStore:
         out["rados"] = {
             "pool": self.conn.pool,
             "namespace": self.conn.namespace,
+            **self.conn.where(),  # conf, keyring, user: what an OSD site needs here
             "races": self.races + self.reader.races,
             "object_bytes_max": self.object_bytes_max,
             **self.conn.stats(),  # reads in flight

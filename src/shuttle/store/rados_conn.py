@@ -50,6 +50,9 @@ PIPELINE_DEPTH = 8
 #: Seconds between librados's pings of a watch (rados_watch relies on it).
 WATCH_PING_INTERVAL_S = 1.0
 
+#: Where librados looks for its configuration when neither a path nor $CEPH_CONF names one.
+DEFAULT_CONF_PATH = "/etc/ceph/ceph.conf"
+
 #: The cephx user, as Ceph's own tools default to it.
 CEPH_USER_DEFAULT = "client.admin"
 
@@ -155,6 +158,19 @@ class RadosConnection:
         finally:
             with self._lock:
                 self.reads_in_flight -= 1
+
+    def where(self) -> dict[str, str | None]:
+        """How this node reaches its cluster, for code that runs on the node and calls
+        the OSDs itself (``osdgrep``): the configuration file (the one librados read:
+        ``--ceph-conf``, else ``$CEPH_CONF``, else ``/etc/ceph/ceph.conf``), the keyring
+        named (None: the configuration's) and the cephx user."""
+        options = self.options
+        conf = options.conf_path or os.environ.get("CEPH_CONF") or DEFAULT_CONF_PATH
+        return {
+            "ceph_conf": str(conf),
+            "ceph_keyring": str(options.keyring_path) if options.keyring_path else None,
+            "ceph_user": options.user,
+        }
 
     def stats(self) -> dict[str, int]:
         """Reads in flight now, and the most there have been at once."""
