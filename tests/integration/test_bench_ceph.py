@@ -23,6 +23,7 @@ def test_filter_runs_at_every_site_and_where_the_model_puts_it() -> None:
     # 512 KiB over 10 Mbit/s is 0.42 s at the client: the selective grep goes near the data.
     assert report["model_sites"][0] in ("node", "osd")
     assert report["model_plan"]["response_s"]["client"] > 0.4
+    assert "osd" in report["model_plan"]["response_s"]  # a fixed string: the OSD is a site
 
 
 def test_netrand_compares_the_nodes_with_librados() -> None:

@@ -297,7 +297,7 @@ def probe(rt: Runtime, settings: FilterSettings) -> FilterView:
         rt,
         NODE_ID,
         KEY,
-        re.escape(settings.pattern),
+        settings.pattern,  # a fixed string (checked above): as a regex it means itself
         size_bytes=settings.size_bytes,
         block_bytes=BLOCK_BYTES_DEFAULT,
         batch_bytes=BATCH_BYTES_DEFAULT,
