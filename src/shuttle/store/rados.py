@@ -564,8 +564,8 @@ class RadosStore:
     def close(self) -> None:
         """Abort open upload sessions and disconnect. Idempotent."""
         self._discard(self._uploads.take(lambda u: True))
-        self.coherence.close()
-        self.conn.close()
+        # librados aborts the process if shut down with a watch still registered.
+        self.conn.close(shutdown=self.coherence.close())
 
     def __enter__(self) -> RadosStore:
         return self

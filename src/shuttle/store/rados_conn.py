@@ -180,7 +180,10 @@ class RadosConnection:
                 "reads_in_flight_peak": self.reads_in_flight_peak,
             }
 
-    def close(self) -> None:
+    def close(self, *, shutdown: bool = True) -> None:
+        """Close the I/O contexts and disconnect. ``shutdown=False`` leaves librados
+        connected (its threads end with the process): for a client whose watch could
+        not be unregistered, which librados's shutdown would abort on."""
         with self._lock:
             if self._closed:
                 return
@@ -188,7 +191,8 @@ class RadosConnection:
             ctxs, self._ioctxs = self._ioctxs, []
         for ctx in ctxs:
             ctx.close()
-        self.cluster.shutdown()
+        if shutdown:
+            self.cluster.shutdown()
 
 
 #: librados errors meaning "the object's version is not the one asserted" (ERANGE: it

@@ -146,8 +146,7 @@ class Coherence:
             self._trusted_until = 0.0
             old, self._watch = self._watch, None
         if old is not None:
-            with contextlib.suppress(self.rados.Error):
-                old.close()
+            self._close_watch(old)
         if self._io is None:
             io = self.conn.cluster.open_ioctx(self.conn.pool)
             io.set_namespace(self.conn.namespace)
@@ -166,10 +165,10 @@ class Coherence:
     def break_watch(self) -> None:
         """Unregister the watch as a failure would (tests; the watcher thread repairs)."""
         with self._lock:
-            watch = self._watch
+            watch, self._watch = self._watch, None
+            self._trusted_until = 0.0
         if watch is not None:
-            with contextlib.suppress(self.rados.Error):
-                watch.close()
+            self._close_watch(watch)
 
     def _look(self) -> None:
         """Trust the cache while the OSD confirmed the watch recently; repair it if not."""
@@ -304,21 +303,45 @@ class Coherence:
         out["probation_s_left"] = None if left == float("inf") else round(max(0.0, left), 3)
         return out
 
-    def close(self) -> None:
-        """Stop the watcher thread and unregister the watch. Idempotent."""
+    def _close_watch(self, watch: Any) -> None:
+        """Unregister ``watch``. librados cancels a watch even when unregistering it
+        fails (its OSD did not answer), but the binding then keeps the watch's id and
+        unregisters it again when the object is freed: a use after free that crashes
+        the process. So a watch whose close failed is kept alive for good
+        (:data:`_CANCELLED`); once its client is shut down, freeing it does nothing."""
+        try:
+            watch.close()
+        except self.rados.Error as exc:
+            log.info("RADOS watch on %s unregistered with an error: %s", CHANNEL_OBJECT, exc)
+            with _CANCELLED_LOCK:
+                _CANCELLED.append(watch)
+
+    def close(self) -> bool:
+        """Stop the watcher thread and unregister the watch. Idempotent. False when the
+        thread did not stop (it may be registering a watch): librados must then not be
+        shut down, which would abort the process under it."""
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self.conn.op_timeout_s + 5)
+        if self._thread.is_alive():
+            log.warning("RADOS watcher thread did not stop; leaving the Ceph connection open")
+            return False
         with self._lock:
             self._trusted_until = 0.0
             watch, self._watch = self._watch, None
             io, self._io = self._io, None
         if watch is not None:
-            with contextlib.suppress(self.rados.Error):
-                watch.close()
+            self._close_watch(watch)
         if io is not None:
             io.close()
+        return True
+
+
+#: Watches whose unregistering failed: never to be touched or freed (see
+#: :meth:`Coherence._close_watch`).
+_CANCELLED: list[Any] = []
+_CANCELLED_LOCK = threading.Lock()
 
 
 def ensure_channel(rados: Any, io: Any) -> None:
