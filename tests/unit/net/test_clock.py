@@ -47,7 +47,9 @@ async def test_concurrent_sleepers_wake_in_order_and_the_timer_fd_goes_away() ->
         await REAL_CLOCK.sleep_until(deadline)
         order.append(i)
 
-    base = time.monotonic()
+    # Every deadline lies 0.2 s ahead, so the cancel below comes before the earliest
+    # one (the cancelled sleeper's) even on a loaded machine that pauses this test.
+    base = time.monotonic() + 0.2
     tasks = [asyncio.create_task(sleeper(i, base + 0.002 * (5 - i))) for i in range(5)]
     cancelled = asyncio.create_task(sleeper(99, base + 0.001))
     await asyncio.sleep(0)
