@@ -19,9 +19,7 @@ from tests.integration.nodeproc import NodeProcess
 
 @pytest.fixture(scope="module")
 def nodes(ceph: LocalCeph, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]]:
-    info = ceph.info()
-    spec = ["--store", f"rados:{info.pool}/co{secrets.token_hex(4)}"]
-    extra = [*spec, "--ceph-conf", str(info.conf_path), "--ceph-keyring", str(info.keyring_path)]
+    extra = ceph.info().store_args(f"co{secrets.token_hex(4)}")
     root = tmp_path_factory.mktemp("coherence")
     procs = [NodeProcess(root / f"gw{i}", extra=extra).start() for i in range(2)]
     try:

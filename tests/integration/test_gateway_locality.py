@@ -70,14 +70,7 @@ def nodes(
 ) -> Iterator[list[NodeProcess]]:
     """Two nodes over one fresh namespace, on CRUSH hosts loc-a and loc-b."""
     info = ceph.info()
-    extra = [
-        "--store",
-        f"rados:{info.pool}/loc{secrets.token_hex(4)}",
-        "--ceph-conf",
-        str(info.conf_path),
-        "--ceph-keyring",
-        str(info.keyring_path),
-    ]
+    extra = info.store_args(f"loc{secrets.token_hex(4)}")
     root = tmp_path_factory.mktemp("locality")
     procs = [
         NodeProcess(root / f"gw-{h}", extra=[*extra, "--ceph-host", h]).start() for h in HOSTS[:2]

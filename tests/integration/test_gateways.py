@@ -24,9 +24,7 @@ PIECE_BYTES = 256 << 10
 @pytest.fixture(scope="module")
 def nodes(ceph: LocalCeph, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProcess]]:
     """Two nodes over one fresh namespace of the session's pool."""
-    info = ceph.info()
-    spec = ["--store", f"rados:{info.pool}/gw{secrets.token_hex(4)}"]
-    extra = [*spec, "--ceph-conf", str(info.conf_path), "--ceph-keyring", str(info.keyring_path)]
+    extra = ceph.info().store_args(f"gw{secrets.token_hex(4)}")
     root = tmp_path_factory.mktemp("gateways")
     procs = [NodeProcess(root / f"gw{i}", extra=extra).start() for i in range(2)]
     try:

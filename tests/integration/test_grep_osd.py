@@ -32,15 +32,7 @@ def _text() -> bytes:
 @pytest.fixture(scope="module")
 def rados_node(ceph: LocalCeph, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     """A node over a fresh namespace of the session's pool, holding KEY."""
-    info = ceph.info()
-    extra = [
-        "--store",
-        f"rados:{info.pool}/grep{secrets.token_hex(4)}",
-        "--ceph-conf",
-        str(info.conf_path),
-        "--ceph-keyring",
-        str(info.keyring_path),
-    ]
+    extra = ceph.info().store_args(f"grep{secrets.token_hex(4)}")
     proc = NodeProcess(tmp_path_factory.mktemp("grep-osd") / "g1", extra=extra).start()
     try:
         with Client([NodeAddress("g1", "127.0.0.1", proc.port)]) as client:

@@ -36,11 +36,12 @@ class CephInfo:
     mon_address: str = ""
     osds: int = 0
 
-    def store_args(self) -> list[str]:
-        """The ``shuttle serve`` flags that put a node's objects in this pool."""
+    def store_args(self, namespace: str = "") -> list[str]:
+        """The ``shuttle serve`` flags that put a node's objects in this pool (and
+        ``namespace`` of it, if given)."""
         return [
             "--store",
-            f"rados:{self.pool}",
+            f"rados:{self.pool}/{namespace}" if namespace else f"rados:{self.pool}",
             "--ceph-conf",
             str(self.conf_path),
             "--ceph-keyring",

@@ -5,7 +5,7 @@ is in :mod:`shuttle.runtime.placement`."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from shuttle.runtime.placement_costs import load_change, response_time_s
@@ -84,7 +84,15 @@ def _solve_load(
         return max(0.0, total)
 
     low = implied(math.inf)  # arrivals add nothing at infinite load: only removals count
-    high = implied(low)
+    return bisect_load(implied, low, implied(low))
+
+
+def bisect_load(
+    implied: Callable[[float], float], low: float, high: float
+) -> tuple[float, int, bool]:
+    """The fixed point ``L = implied(L)`` between ``low`` and ``high`` (``implied``
+    falls as ``L`` grows, so the root is unique): the load, the bisection steps it
+    took, and whether it converged within :data:`ITERATIONS_MAX`."""
     if high - low <= TOLERANCE_S:
         return high, 1, True
     for step in range(1, ITERATIONS_MAX + 1):

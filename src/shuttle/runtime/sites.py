@@ -43,13 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shuttle.errors import ConfigError
-from shuttle.runtime.placement import (
-    ITERATIONS_MAX,
-    QUIESCE_S_DEFAULT,
-    TOLERANCE_S,
-    PlacementConfig,
-    effective_load,
-)
+from shuttle.runtime.placement import QUIESCE_S_DEFAULT, PlacementConfig, effective_load
+from shuttle.runtime.placement_load import bisect_load
 
 #: The sites, in path order (index = position on the path).
 SITES = ("client", "node", "osd")
@@ -165,18 +160,8 @@ def site_load(
         t = effective_load(load) * work + net
         return base + (work / t if t > 0 else 0.0)
 
-    low, high = base, implied(base)
-    if high - low <= TOLERANCE_S:
-        return high, True
-    for _ in range(ITERATIONS_MAX):
-        mid = (low + high) / 2
-        if implied(mid) > mid:
-            low = mid
-        else:
-            high = mid
-        if high - low <= TOLERANCE_S * max(1.0, high):
-            return (low + high) / 2, True
-    return (low + high) / 2, False
+    load, _steps, converged = bisect_load(implied, base, implied(base))
+    return load, converged
 
 
 def feasible_sites(f: FilterView) -> tuple[int, ...]:
