@@ -82,6 +82,18 @@ def nodes(
             p.terminate()
 
 
+@pytest.fixture(scope="module")
+def stored(nodes: list[NodeProcess]) -> list[str]:
+    """KEYS written (each key's value is its name) in the module's namespace. A test that
+    reads KEYS takes this fixture rather than count on an earlier test's writes: under
+    ``pytest -n`` the tests of one module may run on different workers, each with its own
+    Ceph and namespace."""
+    with _client(nodes, locality=False) as c:
+        for key in KEYS:
+            c.put(key, key.encode())
+    return KEYS
+
+
 def _client(nodes: list[NodeProcess], **kwargs: Any) -> GatewayClient:
     addrs = [NodeAddress(p.data_dir.name, "127.0.0.1", p.port) for p in nodes]
     return GatewayClient(addrs, request_timeout_s=30, cache_bytes=0, **kwargs)
@@ -124,13 +136,11 @@ def test_the_nodes_locate_keys_as_ceph_maps_them(nodes: list[NodeProcess], ceph:
 
 
 def test_a_key_is_served_by_the_node_beside_its_primary_osd(
-    nodes: list[NodeProcess], ceph: LocalCeph
+    nodes: list[NodeProcess], ceph: LocalCeph, stored: list[str]
 ) -> None:
     primaries = _primaries(ceph, _namespace(nodes))
     with _client(nodes) as c:
         node_of = {HOSTS[i]: n for i, n in enumerate(c.nodes)}
-        for key in KEYS:
-            c.put(key, key.encode())
         for key in KEYS:
             c.stat(key)  # learn locations (in the background)
         assert c.locality is not None and c.locality.wait_idle(30)
@@ -180,7 +190,7 @@ def _nodes_agree(nodes: list[NodeProcess], want: dict[str, int]) -> list[list[in
 
 
 def test_when_the_node_beside_the_data_dies_its_keys_go_to_the_other(
-    nodes: list[NodeProcess], ceph: LocalCeph
+    nodes: list[NodeProcess], ceph: LocalCeph, stored: list[str]
 ) -> None:
     primaries = _primaries(ceph, _namespace(nodes))
     on_a = [k for k in KEYS if HOSTS[primaries[k]] == "loc-a"]

@@ -63,36 +63,42 @@ def test_a_node_killed_mid_stream_and_the_client_finishes_on_another(
     with _client(nodes) as c:
         c.put("stream/big", data)
         serving = _by_id(nodes, c.node_for("stream/big").node_id)
-        got = bytearray()
-        for piece in c.iter_read("stream/big"):
-            got += piece
-            if serving.alive() and len(got) >= 2 * PIECE_BYTES:
-                serving.kill()  # SIGKILL in the middle of the stream
-        assert bytes(got) == data
-        assert c.failovers >= 1
-        assert c.node_for("stream/big").node_id != serving.data_dir.name
-        assert c.get("stream/big") == data  # later requests go to the live node
-    serving.start()
+        try:
+            got = bytearray()
+            for piece in c.iter_read("stream/big"):
+                got += piece
+                if serving.alive() and len(got) >= 2 * PIECE_BYTES:
+                    serving.kill()  # SIGKILL in the middle of the stream
+            assert bytes(got) == data
+            assert c.failovers >= 1
+            assert c.node_for("stream/big").node_id != serving.data_dir.name
+            assert c.get("stream/big") == data  # later requests go to the live node
+        finally:
+            if not serving.alive():  # the module's next tests get both nodes
+                serving.start()
 
 
 def test_killing_a_node_during_writes_loses_no_acknowledged_write(
     nodes: list[NodeProcess],
 ) -> None:
     acked: dict[str, bytes] = {}
-    with _client(nodes) as c:
-        victim = nodes[0]
-        for i in range(60):
-            key = f"writes/{i:03d}"
-            value = f"value {i} ".encode() * 50
-            if i == 20:
-                victim.kill()
-            try:
-                c.put(key, value)
-            except ShuttleError:
-                continue  # not acknowledged: may or may not be there
-            acked[key] = value
-        assert len(acked) >= 55
-    victim.start()
+    victim = nodes[0]
+    try:
+        with _client(nodes) as c:
+            for i in range(60):
+                key = f"writes/{i:03d}"
+                value = f"value {i} ".encode() * 50
+                if i == 20:
+                    victim.kill()
+                try:
+                    c.put(key, value)
+                except ShuttleError:
+                    continue  # not acknowledged: may or may not be there
+                acked[key] = value
+            assert len(acked) >= 55
+    finally:
+        if not victim.alive():  # the module's next tests get both nodes
+            victim.start()
     with _client(nodes) as c:
         for key, value in acked.items():
             assert c.get(key) == value, key
