@@ -229,6 +229,32 @@ def test_callbacks_follow_a_directory_object_that_moved_with_its_cache(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("a_at", ["client", "node"])
+def test_a_directory_object_that_ends_gives_back_its_callback_promises(
+    nodes: Nodes, volume: str, a_at: str
+) -> None:
+    # Left behind, they made the next writer call back an object that was gone (a
+    # few tries each): in ABACUS 6.5 the last client stalled half a second on them.
+    with nodes.runtime() as rb:
+        b = open_directory(rb, volume, placement="static")
+        b.mkdir("/d")
+        node = dir_node(rb, b, volume, "/d")
+        isolation = rb.service(node, "isolation")
+        held = isolation.stats()["callbacks_held"]
+        ra = nodes.runtime()
+        a = open_directory(ra, volume, at=node if a_at == "node" else None, placement="static")
+        assert [n for n, _ in a.listdir("/d")] == []
+        assert isolation.stats()["callbacks_held"] > held
+        if a_at == "node":
+            ra.destroy(a)  # destroyed by its application
+            assert isolation.stats()["callbacks_held"] == held
+        ra.close()  # at the client: it ends with its application
+        assert isolation.stats()["callbacks_held"] == held
+        b.create("/d/f", {"type": "file"})
+        assert [n for n, _ in b.listdir("/d")] == ["f"]
+
+
+@pytest.mark.timeout(60)
 def test_errors_reach_the_caller_with_their_class_and_what_was_wrong(
     nodes: Nodes, volume: str
 ) -> None:

@@ -107,3 +107,18 @@ def test_bad_arguments_get_clear_errors(nodes: Nodes) -> None:
             rt.create("cache", isolation=rt.service("n1", "isolation"), key="k", block_bytes=1000)
         with pytest.raises(InvalidArgumentError, match="no anchored node object"):
             rt.service("n1", "nothing")
+
+
+@pytest.mark.parametrize("at", ["client", "node"])
+def test_a_cache_that_ends_gives_back_its_callback_promises(nodes: Nodes, at: str) -> None:
+    # Left behind, each would make the next writer of its blocks call back an object
+    # that is gone (three tries before the isolation object drops it).
+    with nodes.runtime() as rt:
+        isolation = rt.service(rt.node_for(KEY), "isolation")
+        file, cache = stack(rt, at)
+        file.write(0, b"x" * (2 * BLOCK))
+        assert file.read(0, 2 * BLOCK) == b"x" * (2 * BLOCK)
+        assert isolation.stats()["callbacks_held"] == 2
+        rt.destroy(file)
+        rt.destroy(cache)
+        assert isolation.stats()["callbacks_held"] == 0

@@ -482,7 +482,7 @@ class Runtime:
                 self.bm.run(self.peers.call(node, "runtime.bye", {"runtime": self.id}), 2.0)
         for rid in list(self.bm.hosted):
             with contextlib.suppress(ShuttleError):
-                self.bm.release(rid)
+                self.bm.release(rid, destroyed=not rid.is_anchored)
         loop = self._loop
         if loop is not None and not loop.is_closed() and self._stop is not None:
             loop.call_soon_threadsafe(self._stop.set)

@@ -390,12 +390,28 @@ class Hosting(abc.ABC):
             values.bind_refs(kwargs, self),
         )
 
-    def release(self, rid: ObjectId) -> Hosted | None:
-        """Stop hosting ``rid`` (it left, or was destroyed); its process, if any, ends."""
+    def release(self, rid: ObjectId, *, destroyed: bool = False) -> Hosted | None:
+        """Stop hosting ``rid`` (it left, or, with ``destroyed``, it ends for good and
+        is told first: :meth:`MobileObject.destroying`); its process, if any, ends."""
+        if destroyed:
+            hosted = self.hosted.get(rid)
+            if hosted is not None:
+                self.tell_destroyed(hosted)
         hosted = self.unhost(rid)
         if hosted is not None:
             self.close_impl(hosted)
         return hosted
+
+    @staticmethod
+    def tell_destroyed(hosted: Hosted) -> None:
+        """Let a built-in object give back what others hold for it before it ends
+        (its callback promises); a failure there must not keep it alive."""
+        if hosted.manager is None:
+            return  # a shipped object's worker: it has no run-time to call out through
+        try:
+            hosted.impl.destroying()
+        except Exception as exc:
+            log.warning("object %s, ending, could not tidy up: %s", hosted.rid, exc)
 
     def unhost(self, rid: ObjectId) -> Hosted | None:
         """Take ``rid`` out of the tables at once (calls stop finding it here)."""
@@ -432,6 +448,7 @@ class Hosting(abc.ABC):
                     f"object {rid} is busy: its calls did not finish within "
                     f"{self.config.drain_timeout_s:g} s; try again"
                 )
+            self.tell_destroyed(hosted)
             self.unhost(rid)
             hosted.gate.retire()
             self.close_impl(hosted)

@@ -37,7 +37,16 @@ from shuttle.runtime.refs import Invoker, Ref
 
 #: Methods that belong to the run-time, never invocable by other objects.
 RUNTIME_METHODS = frozenset(
-    {"checkpoint", "restore", "state", "set_state", "memory_bytes", "attach", "methods"}
+    {
+        "checkpoint",
+        "restore",
+        "state",
+        "set_state",
+        "memory_bytes",
+        "attach",
+        "methods",
+        "destroying",
+    }
 )
 
 
@@ -142,6 +151,15 @@ class MobileObject:
         """Memory the object holds (buffers, caches), for the placement model's memory
         limits. Override to report it; the default is 0."""
         return 0
+
+    def destroying(self) -> None:
+        """Called once when the object ends for good (its application destroyed it or
+        closed, or its lease ran out), with no call active, before it goes; never
+        when it moves. Give back here what others hold on this object's behalf (a
+        directory's callback promises at the isolation objects, which would
+        otherwise make the next writer wait on callbacks to an object that is gone).
+        It may call other objects; an error is logged and the object ends anyway.
+        The default does nothing."""
 
     @classmethod
     def methods(cls) -> list[str]:

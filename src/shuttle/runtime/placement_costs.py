@@ -23,13 +23,15 @@ def _link_s(edge: EdgeView, bandwidth: float | None, latency_s: float) -> float:
     return transfer + 2.0 * latency_s * edge.calls
 
 
-def _peer_s(stack: StackView, k: int) -> float:
+def _peer_s(stack: StackView, k: int, overhead_s: float = 0.0) -> float:
     """A fan-out object's traffic to other nodes: over the client's links when it runs
-    at the client, over the nodes' network when it runs at the server."""
+    at the client (each call paying ``overhead_s`` besides, as every call across
+    them does), over the nodes' network when it runs at the server."""
     if stack.peer is None:
         return 0.0
     if k == stack.n - 1:
-        return _link_s(stack.peer, stack.bandwidth_bytes_per_s, stack.latency_s)
+        link = _link_s(stack.peer, stack.bandwidth_bytes_per_s, stack.latency_s)
+        return link + stack.peer.calls * overhead_s
     return _link_s(stack.peer, stack.peer_bandwidth_bytes_per_s, stack.peer_latency_s)
 
 
@@ -62,7 +64,9 @@ def call_overhead_s(stack: StackView) -> float:
 def stall_s(stack: StackView, k: int) -> float:
     """``C_k`` as the model uses it: the paper's estimate for the edge ``O_k ->
     O_k+1`` plus, per call on it, the overhead measured on the edge that crosses the
-    link now (:func:`call_overhead_s`), plus the fan-out traffic (estimated only).
+    link now (:func:`call_overhead_s`), plus the fan-out traffic, whose calls pay the
+    same overhead while they cross the client's links (a RAID object at the client
+    calls four other nodes over them as it calls the stack's own).
 
     At the split in force this prices the edge at its measured stall when that is
     more than the estimate (and at the estimate otherwise); every other split gets
@@ -70,9 +74,10 @@ def stall_s(stack: StackView, k: int) -> float:
     measurement above the estimate, this is the paper's ``C_k``."""
     edge = stack.edges[k]
     link = _link_s(edge, stack.bandwidth_bytes_per_s, stack.latency_s)
+    overhead = call_overhead_s(stack)
     if k == stack.split:
-        return max(link, edge.measured_s) + _peer_s(stack, k)
-    return link + edge.calls * call_overhead_s(stack) + _peer_s(stack, k)
+        return max(link, edge.measured_s) + _peer_s(stack, k, overhead)
+    return link + edge.calls * overhead + _peer_s(stack, k, overhead)
 
 
 def client_work_s(stack: StackView, k: int) -> float:

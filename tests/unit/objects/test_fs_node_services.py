@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shuttle.errors import NotFoundError, ShuttleError, StorageIOError
+from shuttle.errors import NotFoundError, ObjectNotFoundError, ShuttleError, StorageIOError
 from shuttle.objects.fs.atomicity import AtomicityObject
 from shuttle.objects.fs.isolation import IsolationObject
 from shuttle.runtime.ids import ObjectId
@@ -91,4 +91,32 @@ def test_a_holder_that_cannot_be_told_loses_its_promises(
     dead = Holder("dead", fail=True)
     iso.read("k", 0, 10, dead)  # type: ignore[arg-type]
     iso.write("k", 0, b"new")
+    assert iso.stats()["callbacks_held"] == 0
+
+
+class GoneHolder(Holder):
+    """A holder the run-time no longer knows (destroyed): every call says so."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.calls = 0
+
+    def invalidate(self, key: str, offsets: list[int]) -> None:
+        self.calls += 1
+        raise ObjectNotFoundError(f"no object {self.rid}: its home c1 does not know it")
+
+
+def test_a_holder_that_no_longer_exists_loses_its_promises_without_being_asked_again(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    # Retrying a definite "no such object" only made the writer wait: in ABACUS 6.5
+    # the last client's commits stalled on the objects of the clients that were done.
+    iso = IsolationObject(store, AtomicityObject(store, tmp_path / "log"))
+    gone, live = GoneHolder("gone"), Holder("live")
+    for key in ("k", "j"):
+        iso.read(key, 0, 10, gone)  # type: ignore[arg-type]
+        iso.read(key, 0, 10, live)  # type: ignore[arg-type]
+    iso.commit([], [["k", 0, b"x"], ["j", 0, b"y"]])
+    assert gone.calls == 1  # not retried, and not asked again about its other key
+    assert sorted(live.told) == [("j", [0]), ("k", [0])]
     assert iso.stats()["callbacks_held"] == 0

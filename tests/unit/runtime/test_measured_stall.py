@@ -122,6 +122,55 @@ def test_only_the_edge_of_the_split_in_force_is_read() -> None:
     assert stall_s(stack, 1) == pytest.approx(modelled_stall_s(stack, 1))
 
 
+SAN = 12.5e6  # 100 Mbit/s in bytes per second
+SAN_LATENCY_S = 0.0001
+
+
+def raid_stack(measured_s: float) -> StackView:
+    """ABACUS 6.2's write as one column's node saw it on the SAN (round numbers from
+    its decision log): console -> file -> raid5 at the client -> this node's storage,
+    and the RAID object's calls to the four other columns as the fan-out."""
+    return StackView(
+        "s",
+        "c",
+        "n1",
+        (
+            ObjectView("c/console-raid", 0.0, migratable=False),
+            ObjectView("c/file-2", 0.001),
+            ObjectView("c/raid-1", 0.006),
+            ObjectView("n1/storage", 0.034, migratable=False),
+        ),
+        (
+            EdgeView(80_000, 10),
+            EdgeView(80_000, 10),
+            EdgeView(80_000, 18, measured_s),
+        ),
+        2,
+        SAN,
+        SAN_LATENCY_S,
+        peer=EdgeView(160_000, 10),
+    )
+
+
+def test_the_fan_out_calls_across_the_client_link_pay_the_measured_overhead() -> None:
+    # The edge to this node: 80,000 / 12.5e6 + 2 × 0.1 ms × 18 = 0.010 s estimated,
+    # 0.094 s measured: (0.094 - 0.010) / 18 = 4.67 ms over per call. The four other
+    # columns' 10 calls cross the same link: 0.0128 + 0.002 + 10 × 4.67 ms = 0.06147 s,
+    # so C_2 = 0.094 + 0.06147. At the node (split 1) the fan-out goes over the nodes'
+    # network and the file's 10 calls pay the overhead: C_1 = 0.0064 + 0.002 + 0.04667.
+    # Saving 0.1004 s less the move (0.01 quiesce + 0.2 ms) = 0.0902 > 0.075: it moves.
+    # (With the fan-out at its estimate alone the saving was 0.0537 s and it stayed.)
+    stack = raid_stack(measured_s=0.094)
+    per_call = (0.094 - 0.010) / 18
+    assert call_overhead_s(stack) == pytest.approx(per_call)
+    assert stall_s(stack, 2) == pytest.approx(0.094 + 0.0148 + 10 * per_call)
+    assert stall_s(stack, 1) == pytest.approx(0.0084 + 10 * per_call)
+    assert modelled_stall_s(stack, 2) == pytest.approx(0.010 + 0.0148)  # the paper's C_k
+    (move,) = choose([stack], NODES, CONFIG).executed
+    assert move.to_server and move.rids == ("c/raid-1",)
+    assert move.net_s == pytest.approx(0.094 + 0.0148 - 0.0084 - 0.0102, abs=1e-6)
+
+
 def test_a_negative_or_infinite_measurement_is_refused() -> None:
     with pytest.raises(ConfigError, match="measured stall"):
         EdgeView(1.0, 1.0, -0.1)

@@ -24,11 +24,17 @@ zeros) when anyone writes past it, which no callback on that block would announc
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from typing import Any
 
-from shuttle.errors import InvalidArgumentError
+from shuttle.errors import (
+    InvalidArgumentError,
+    RemoteProtocolError,
+    RequestTimeoutError,
+    UnreachableError,
+)
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import MobileObject, ObjectManager, builtin
 from shuttle.runtime.refs import Ref
@@ -222,6 +228,16 @@ class CacheObject(MobileObject):
                 if self.index.pop(o, None) is not None:
                     self.invalidations += 1
                 self._shared.drop(str(self.rid), o)
+
+    def destroying(self) -> None:
+        """The object ends: give back the callback promises of the blocks it caches
+        (a later writer would otherwise wait on callbacks to an object that is gone)."""
+        with self._lock:
+            held = [[self.key, offset] for offset in self.index]
+            self.index.clear()
+        if held:
+            with contextlib.suppress(UnreachableError, RequestTimeoutError, RemoteProtocolError):
+                self.isolation.release(held, self._holder())
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -340,6 +340,20 @@ class DirectoryObject(MobileObject):
                 if self._cache.pop((key, offset), None) is not None:
                     self.counters["invalidations"] += 1
 
+    def destroying(self) -> None:
+        """The object ends: give back its promises, or the next update of each block
+        waits on callbacks to an object that is gone (docs/objectfs.md)."""
+        with self._lock:
+            blocks = list(self._cache)
+            self._cache.clear()
+        by_node: dict[str, list[list[Any]]] = {}
+        for key, offset in blocks:
+            by_node.setdefault(self._node(key), []).append([key, offset])
+        me = self.self_ref()
+        for node, held in sorted(by_node.items()):
+            with contextlib.suppress(UnreachableError, RequestTimeoutError, RemoteProtocolError):
+                self.isolations[node].release(held, me)
+
     def stats(self) -> dict[str, Any]:
         """Counters (see :data:`COUNTERS`), cached blocks, and the timeline."""
         with self._lock:

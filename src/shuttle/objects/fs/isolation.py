@@ -33,7 +33,12 @@ import threading
 import time
 from typing import Any
 
-from shuttle.errors import InvalidArgumentError, NotFoundError, ShuttleError
+from shuttle.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    ObjectNotFoundError,
+    ShuttleError,
+)
 from shuttle.objects.fs.atomicity import AtomicityObject, check_writes
 from shuttle.runtime.mobile import MobileObject, builtin
 from shuttle.runtime.refs import Ref
@@ -193,31 +198,38 @@ class IsolationObject(MobileObject):
 
     def _break(self, to_break: dict[str, tuple[Ref, list[Block]]]) -> None:
         """Tell each holder which of its blocks changed (AFS: before the update returns).
-        A holder that cannot be told after a few tries (its application died, or lost
-        this node) has its promises dropped: the application's lease on its objects
-        ends them, as the node would drop a dead client's."""
+        A holder that no longer exists (the run-time says so: destroyed, or lost with
+        its node) has its promises dropped at once. One that cannot be told after a
+        few tries (its application died, or lost this node) has them dropped too:
+        the application's lease on its objects ends them, as the node would drop a
+        dead client's."""
         for hid, (ref, blocks) in to_break.items():
             by_key: dict[str, list[int]] = {}
             for key, offset in blocks:
                 by_key.setdefault(key, []).append(offset)
             for key, offsets in by_key.items():
-                for attempt in range(CALLBACK_ATTEMPTS):
-                    try:
-                        ref.invalidate(key, offsets)
-                        self.broken += len(offsets)
-                        break
-                    except ShuttleError as exc:
-                        if attempt + 1 < CALLBACK_ATTEMPTS:
-                            time.sleep(CALLBACK_RETRY_S * 2**attempt)
-                            continue
-                        log.warning(
-                            "callback to %s not delivered (%s); its promises are dropped",
-                            hid,
-                            exc,
-                        )
-                        with self._lock:
-                            for held in self._holders.values():
-                                held.pop(hid, None)
+                if not self._tell(hid, ref, key, offsets):
+                    break  # its promises are gone, the other keys' with them
+
+    def _tell(self, hid: str, ref: Ref, key: str, offsets: list[int]) -> bool:
+        """One callback, retried; False if the holder's promises were dropped."""
+        for attempt in range(CALLBACK_ATTEMPTS):
+            try:
+                ref.invalidate(key, offsets)
+                self.broken += len(offsets)
+                return True
+            except ObjectNotFoundError as exc:
+                log.info("callback holder %s is gone (%s); its promises are dropped", hid, exc)
+            except ShuttleError as exc:
+                if attempt + 1 < CALLBACK_ATTEMPTS:
+                    time.sleep(CALLBACK_RETRY_S * 2**attempt)
+                    continue
+                log.warning("callback to %s not delivered (%s); its promises are dropped", hid, exc)
+            break
+        with self._lock:
+            for held in self._holders.values():
+                held.pop(hid, None)
+        return False
 
     def stats(self) -> dict[str, int]:
         with self._lock:
