@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Compile Shuttle's hot modules with mypyc (the list: ``shuttle.compiled.MODULES``).
+"""Compile Shuttle's hot modules with mypyc (the list: ``shuttle.compiled.MODULES``)
+and build its C extensions (``shuttle.compiled.C_EXTENSIONS``) with them.
 
     .venv/bin/python scripts/build_compiled.py           build if a source changed
     .venv/bin/python scripts/build_compiled.py --force   build anyway
@@ -48,7 +49,7 @@ compiled = _load_compiled()
 def _artefacts() -> list[Path]:
     """Every file a build leaves in the source tree."""
     found: list[Path] = [compiled.MANIFEST] if compiled.MANIFEST.exists() else []
-    for module in (*compiled.MODULES, compiled.GROUP + "__mypyc"):
+    for module in (*compiled.BUILT, compiled.GROUP + "__mypyc"):
         found += compiled.extension_paths(module)
     # Modules dropped from MODULES since the last build leave extensions behind too.
     old = json.loads(compiled.MANIFEST.read_text()).get("modules", {}) if found else {}
@@ -66,7 +67,7 @@ def clean() -> None:
 def build() -> None:
     """Compile :data:`MODULES` into the source tree, then write the manifest."""
     from mypyc.build import mypycify  # imported here: --check and --clean need no mypy
-    from setuptools import setup  # type: ignore[import-untyped]
+    from setuptools import Extension, setup  # type: ignore[import-untyped]
 
     clean()
     src = compiled.SRC
@@ -92,9 +93,17 @@ def build() -> None:
                 group_name=compiled.GROUP,
                 target_dir=str(Path(tmp) / "c"),
             )
+            handwritten = [
+                Extension(
+                    module,
+                    [str(compiled.source_path(module).relative_to(src))],
+                    extra_compile_args=["-O2", "-Wall", "-Werror"],
+                )
+                for module in compiled.C_EXTENSIONS
+            ]
             setup(
                 name="shuttle-compiled",
-                ext_modules=extensions,
+                ext_modules=extensions + handwritten,
                 script_args=[
                     "-q",
                     "build_ext",
@@ -115,7 +124,7 @@ def build() -> None:
         json.dumps({"tag": compiled.build_tag(), "modules": digests}, indent=2) + "\n"
     )
     took = time.monotonic() - started
-    print(f"build_compiled: compiled {', '.join(compiled.MODULES)} in {took:.1f} s")
+    print(f"build_compiled: compiled {', '.join(compiled.BUILT)} in {took:.1f} s")
 
 
 def main() -> int:

@@ -50,6 +50,13 @@ MODULES: tuple[str, ...] = (
     "shuttle.net.blocking",
 )
 
+#: Extension modules written in C, built with the mypyc group and used with it, all or
+#: none: ``shuttle.wire._readlane`` (the read lane, ``shuttle/wire/readlane.py``).
+C_EXTENSIONS: tuple[str, ...] = ("shuttle.wire._readlane",)
+
+#: Everything the build makes and the manifest records.
+BUILT: tuple[str, ...] = MODULES + C_EXTENSIONS
+
 #: The shared library's module (mypyc's group name plus ``__mypyc``).
 GROUP = "shuttle.native"
 
@@ -62,8 +69,8 @@ MANIFEST = SRC / "shuttle" / "compiled.json"
 
 
 def source_path(module: str) -> Path:
-    """The ``.py`` file of a module in :data:`MODULES`."""
-    return SRC.joinpath(*module.split(".")).with_suffix(".py")
+    """The source of a module in :data:`BUILT`: its ``.py`` file, or ``.c`` for a C one."""
+    return SRC.joinpath(*module.split(".")).with_suffix(".c" if module in C_EXTENSIONS else ".py")
 
 
 def extension_paths(module: str) -> list[Path]:
@@ -76,7 +83,7 @@ def extension_paths(module: str) -> list[Path]:
     )
 
 
-def source_digests(modules: Sequence[str] = MODULES) -> dict[str, str]:
+def source_digests(modules: Sequence[str] = BUILT) -> dict[str, str]:
     """sha256 of each module's source, as the build records them."""
     return {m: hashlib.sha256(source_path(m).read_bytes()).hexdigest() for m in modules}
 
@@ -108,11 +115,11 @@ def check() -> Status:
         return Status(False, f"unreadable build manifest {MANIFEST} ({exc}); rebuild")
     if tag != build_tag():
         return Status(False, f"built for {tag}, this interpreter is {build_tag()}; rebuild")
-    missing = [m for m in (*MODULES, GROUP + "__mypyc") if not extension_paths(m)]
-    if set(built) != set(MODULES) or missing:
+    missing = [m for m in (*BUILT, GROUP + "__mypyc") if not extension_paths(m)]
+    if set(built) != set(BUILT) or missing:
         return Status(False, f"the build does not hold every module ({missing or 'list'}); rebuild")
     now = source_digests()
-    stale = tuple(m for m in MODULES if now[m] != built[m])
+    stale = tuple(m for m in BUILT if now[m] != built[m])
     if stale:
         return Status(
             False,

@@ -292,8 +292,19 @@ class Client:
         with pipelined requests against one version of the object.
         """
         if length is not None and length <= self.piece_bytes:
-            return bytes(self._send(calls.read(key, offset, length)).payload)
+            return self._read_piece(key, offset, length)
         return b"".join(self.iter_read(key, offset, length))
+
+    def _read_piece(
+        self, key: str, offset: int, length: int, node: NodeAddress | None = None
+    ) -> bytes:
+        """One range read of at most a piece from ``node`` (by default the key's): a
+        socket connection takes it by its read lane (``BlockingConnection.read``)."""
+        conn = self.connection(node or self.node_for(key))
+        if type(conn) is BlockingConnection:
+            return conn.read(key, offset, length)
+        op = calls.read(key, offset, length)
+        return bytes(conn.call(op.op, op.args, op.payload, idempotent=op.idempotent).payload)
 
     def get(self, key: str) -> bytes:
         """The whole object ``key`` as bytes."""

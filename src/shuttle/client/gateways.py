@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from shuttle.client import calls
 from shuttle.client.calls import Op
@@ -38,6 +38,8 @@ from shuttle.client.model import NodeAddress, ObjectInfo
 from shuttle.client.routing import nodes_in_order
 from shuttle.errors import UnreachableError
 from shuttle.wire import Response
+
+T = TypeVar("T")
 
 #: How long a node that could not be reached is skipped before it is tried again (a
 #: restarted node is back in use after this long; 5 s is a few request timeouts of a
@@ -103,12 +105,28 @@ class GatewayClient(Client):
     def _send(self, op: Op, node: NodeAddress | None = None) -> Response:
         key = op.args.get("key")
         order = self._order(key) if isinstance(key, str) else self._order(op.op, keyed=False)
+        return self._failover(order, node, lambda target: Client._send(self, op, target))
+
+    def _read_piece(
+        self, key: str, offset: int, length: int, node: NodeAddress | None = None
+    ) -> bytes:
+        return self._failover(
+            self._order(key),
+            node,
+            lambda target: Client._read_piece(self, key, offset, length, target),
+        )
+
+    def _failover(
+        self, order: list[NodeAddress], node: NodeAddress | None, call: Callable[[NodeAddress], T]
+    ) -> T:
+        """``call(target)`` on each node of ``order`` (``node`` first, if alive) until
+        one answers; an unreachable node is marked dead."""
         if node is not None and self._alive(node):
             order = [node, *(n for n in order if n.node_id != node.node_id)]
         last: UnreachableError | None = None
         for target in order:
             try:
-                return super()._send(op, target)
+                return call(target)
             except UnreachableError as exc:
                 self.mark_dead(target)
                 self.failovers += 1

@@ -77,6 +77,8 @@ class ConnectionCounters:
     bytes_received: int = 0
     connects: int = 0
     errors: int = 0
+    #: Reads whose reply came back by the read lane (``wire/readlane.py``).
+    read_lane: int = 0
     by_op: dict[str, int] = field(default_factory=dict)
 
 
@@ -87,6 +89,19 @@ class Call:
     op: str
     args: dict[str, Any] = field(default_factory=dict)
     payload: Payload = b""
+
+
+#: A read for the read lane: ``(key, offset, length, expected_version or None)``.
+ReadArgs = tuple[str, int, int, int | None]
+
+
+def _read_args(read: ReadArgs) -> dict[str, Any]:
+    """The ``read`` request's arguments, as the general path sends them."""
+    key, offset, length, version = read
+    args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
+    if version is not None:
+        args["expected_version"] = version
+    return args
 
 
 class _NotRun(UnreachableError):
@@ -229,6 +244,31 @@ class BlockingConnection:
         connection first; a non-idempotent one may or may not have taken effect,
         which the message says), or :class:`RequestTimeoutError`.
         """
+        out = self._call(op, args or {}, payload, idempotent, None)
+        assert type(out) is Response
+        return out
+
+    def read(
+        self, key: str, offset: int, length: int, expected_version: int | None = None
+    ) -> bytes:
+        """The bytes of ``call("read", {"key": key, "offset": offset, "length": length})``
+        (``expected_version`` too unless None), with the same errors and retries. On an
+        open, unshaped connection its request and reply go by the read lane
+        (:mod:`shuttle.wire.readlane`): made and taken as bytes, no header objects."""
+        out = self._call("read", {}, b"", True, (key, offset, length, expected_version))
+        return out if type(out) is bytes else bytes(out.payload)  # type: ignore[union-attr]
+
+    def _call(
+        self,
+        op: str,
+        args: dict[str, Any],
+        payload: Payload,
+        idempotent: bool,
+        read: ReadArgs | None,
+    ) -> Response | bytes:
+        """:meth:`call`, or with ``read`` the read ``(key, offset, length, version)``
+        (``op``, ``args`` and ``payload`` then unused): its payload comes back as bytes
+        when it came by the read lane, else its Response."""
         now = time.monotonic()
         if now - self._used > IDLE_PROBE_S:
             self._drop_if_closed_by_node()
@@ -236,9 +276,11 @@ class BlockingConnection:
             fresh = self._sock is None
             try:
                 if self._conn is not None and self._shaped is None and not self._early:
-                    ev = self._exchange(op, args or {}, payload)
+                    ev = self._exchange(op, args, payload, read)
                 else:
-                    ev = self._wait_for(self._send_request(op, args or {}, payload))
+                    if read is not None:
+                        op, args = "read", _read_args(read)
+                    ev = self._wait_for(self._send_request(op, args, payload))
             except UnreachableError as exc:
                 self.close()
                 if attempt or fresh or not (idempotent or isinstance(exc, _NotRun)):
@@ -282,16 +324,26 @@ class BlockingConnection:
         return rid
 
     def _exchange(
-        self, op: str, args: dict[str, Any], payload: Payload
-    ) -> Response | ErrorResponse:
+        self, op: str, args: dict[str, Any], payload: Payload, read: ReadArgs | None
+    ) -> Response | ErrorResponse | bytes:
         """:meth:`_send_request` then :meth:`_wait_for` on an open, unshaped connection,
         with the usual case in line: one send, one receive holding the whole response,
-        one event. Anything else (a partial frame, other events, failures) is handed
-        to the general loop, so the outcome is the same either way."""
+        one event (for a ``read`` by the read lane: a request and a reply as bytes,
+        the payload returned). Anything else (a partial frame, other events, failures)
+        is handed to the general loop, so the outcome is the same either way."""
         conn, sock = self._conn, self._sock
         assert conn is not None and sock is not None
         rid = conn.next_request_id()
-        buffers = conn.send_request(rid, op, args, payload, join_below=SMALL_PAYLOAD_BYTES)
+        request = None
+        if read is not None:
+            request = conn.send_read_request(rid, read[0], read[1], read[2], read[3])
+            op = "read"
+            if request is None:
+                args = _read_args(read)
+        if request is not None:
+            buffers: list[Payload] = [request]
+        else:
+            buffers = conn.send_request(rid, op, args, payload, join_below=SMALL_PAYLOAD_BYTES)
         if len(buffers) == 1:
             try:
                 sock.sendall(buffers[0])
@@ -320,6 +372,11 @@ class BlockingConnection:
             conn.receive_data(b"")  # end of stream: the loop reports how it ended
             return self._wait_for(rid)
         counters.bytes_received += len(data)
+        if request is not None:
+            got = conn.receive_read_reply(data, rid)
+            if got is not None:
+                counters.read_lane += 1
+                return got
         res = conn.receive_response(data)  # the whole response in one chunk, usually
         if res is not None and res.rid == rid:
             return res

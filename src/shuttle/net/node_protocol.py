@@ -26,7 +26,7 @@ from shuttle.errors import (
 )
 from shuttle.net import auth
 from shuttle.net.admission import ServerLimits
-from shuttle.net.registry import CONNECTION_ARG, Mode, Operation, Reply
+from shuttle.net.registry import CONNECTION_ARG, Mode, Operation, ReadLane, Reply
 from shuttle.wire import (
     NONCE_BYTES,
     Challenge,
@@ -90,6 +90,9 @@ class NodeProtocol(asyncio.Protocol):
         self.lost = False
         #: Bytes received on it (the sweep watches a partial frame for progress).
         self.bytes_in = 0
+        #: ``read``'s call for the read lane (None: reads go the general way).
+        read_op = server.registry.find("read")
+        self.read_lane: ReadLane | None = None if read_op is None else read_op.read_lane
         # What the housekeeping sweep last saw: since when a partial frame has not
         # grown, since when nothing has happened.
         now = time.monotonic()
@@ -254,15 +257,57 @@ class NodeProtocol(asyncio.Protocol):
     def _receive(self, data: bytes) -> None:
         """Act on a chunk of bytes from the client.
 
-        The usual chunk is one whole request: the codec's request lane takes it
-        without an event object, and :meth:`_dispatch` answers it (inline when it can).
-        Anything else goes through :meth:`_process`."""
-        parts = None if self.held else self.conn.receive_request(data)
+        The usual chunk is one whole request: a small ``read`` is taken by the read
+        lane and answered by :meth:`_read`; any other by the codec's request lane
+        without an event object, and :meth:`_dispatch` answers it (inline when it
+        can). Anything else goes through :meth:`_process`."""
+        if self.held:
+            self._process(data)
+            return
+        conn = self.conn
+        if self.read_lane is not None:
+            read = conn.receive_read_request(data)
+            if read is not None:
+                self.requests += 1
+                self._read(read[0], read[1], read[2], read[3], read[4])
+                return
+        parts = conn.receive_request(data)
         if parts is None:
             self._process(data)
             return
         self.requests += 1
         self._dispatch(parts[0], parts[1], parts[2], parts[3])
+
+    def _read(self, rid: int, key: str, offset: int, length: int, version: int | None) -> None:
+        """Answer a ``read`` the read lane took: from the block cache, the reply made as
+        bytes (what :meth:`_dispatch` would do, without its objects), or else the
+        usual way through :meth:`_dispatch`."""
+        lane = self.read_lane
+        assert lane is not None
+        try:
+            data = lane(key, offset, length, version)
+        except Exception:  # it should not raise; the usual way answers what went wrong
+            data = None
+        if data is None or self.closed:
+            args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
+            if version is not None:
+                args["expected_version"] = version
+            self._dispatch(rid, "read", args, b"")
+            return
+        counters = self.server.counters
+        counters.requests += 1
+        counters.by_op["read"] += 1
+        counters.inline += 1
+        counters.read_lane += 1
+        try:
+            reply = self.conn.send_read_reply(rid, data)
+        except ShuttleError as exc:  # e.g. a reply over the client's payload limit
+            self._send_error(rid, exc)
+            return
+        counters.bytes_out += len(reply)
+        transport = self.transport
+        assert transport is not None
+        transport.write(reply)
 
     def eof_received(self) -> bool | None:
         self.conn.receive_data(b"")

@@ -71,6 +71,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 InlineWhen = Callable[[dict[str, Any]], bool]
 #: Answers a request from memory on the event loop, or returns None: it would block.
 InlineTry = Callable[[dict[str, Any], bytes], Reply | None]
+#: ``read``'s call for the read lane: (key, offset, length, expected_version) → bytes.
+ReadLane = Callable[[str, int, int, int | None], bytes | None]
 #: A step before a THREAD operation's thread hop: None, or something to wait for first.
 Before = Callable[[dict[str, Any]], Awaitable[None] | None]
 
@@ -90,6 +92,10 @@ class Operation:
     #: The server's one inline call (see the module docstring): a Reply, or None to
     #: run the operation its usual way. None for operations never run inline.
     inline: InlineTry | None = None
+    #: ``read`` only: its inline call for the read lane (:mod:`shuttle.wire.readlane`),
+    #: ``(key, offset, length, expected_version)`` → the bytes, or None to run it the
+    #: usual way. Never raises; called on the event loop.
+    read_lane: ReadLane | None = None
 
 
 def _inline_call(
@@ -140,6 +146,7 @@ class OperationRegistry:
         inline_when: InlineWhen | None = None,
         inline_try: InlineTry | None = None,
         per_connection: bool = False,
+        read_lane: ReadLane | None = None,
     ) -> None:
         """Register ``handler`` as operation ``name``; a name can be taken only once."""
         if name in self._ops:
@@ -154,8 +161,17 @@ class OperationRegistry:
             raise ConfigError(f"operation {name!r}: a per-connection operation runs in a thread")
         doc = doc or (handler.__doc__ or "").strip()
         inline = _inline_call(handler, mode, inline_when, inline_try)
+        if read_lane is not None and (name != "read" or inline_try is None):
+            raise ConfigError(f"operation {name!r}: only read, with inline_try, has a read lane")
         self._ops[name] = Operation(
-            name, handler, mode, doc, inline_when, per_connection, inline=inline
+            name,
+            handler,
+            mode,
+            doc,
+            inline_when,
+            per_connection,
+            inline=inline,
+            read_lane=read_lane,
         )
 
     def add_before(self, name: str, before: Before) -> None:

@@ -89,6 +89,8 @@ class ServerCounters:
     send_timeouts: int = 0
     #: Requests answered on the event loop (cache hits, stats, pings).
     inline: int = 0
+    #: Of those, reads taken and answered by the read lane (``wire/readlane.py``).
+    read_lane: int = 0
     #: Requests of operations that can run inline that went to the thread pool instead
     #: (a read not all in the block cache or over the inline size, a stat whose
     #: attributes are not in memory), by operation.
@@ -113,6 +115,7 @@ class ServerCounters:
             "holds": self.holds,
             "send_timeouts": self.send_timeouts,
             "inline": self.inline,
+            "read_lane": self.read_lane,
             "inline_declined": dict(self.inline_declined),
             "by_op": dict(self.by_op),
             "errors_by_code": dict(self.errors_by_code),

@@ -118,19 +118,25 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
             return Reply(None, store.read(key, offset, length, expected_version=version))
         return _checked_read(args)
 
-    def read_cached(args: dict[str, Any], payload: bytes) -> Reply | None:
+    def read_lane(key: str, offset: int, length: int, version: int | None) -> bytes | None:
         """``read`` answered from the block cache on the event loop, or None when any
-        of it is not resident (or anything is unusual): the thread pool answers then."""
+        of it is not resident (or anything is unusual): the thread pool answers then.
+        The read lane calls it with the request's arguments, checked."""
+        if length <= INLINE_READ_BYTES_MAX:
+            return store.read_cached(key, offset, length, version)
+        return None
+
+    def read_cached(args: dict[str, Any], payload: bytes) -> Reply | None:
+        """:func:`read_lane` for a request that came the general way."""
         key, offset, length = args.get("key"), args.get("offset", 0), args.get("length")
         version = args.get("expected_version")
         if (
             type(key) is str
             and type(offset) is int
             and type(length) is int
-            and length <= INLINE_READ_BYTES_MAX
             and (version is None or type(version) is int)
         ):
-            data = store.read_cached(key, offset, length, version)
+            data = read_lane(key, offset, length, version)
             if data is not None:
                 return Reply(None, data)
         return None
@@ -237,7 +243,7 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
     )
     add("chunks", chunks, Mode.THREAD)
     add("stat_many", stat_many, Mode.THREAD)
-    add("read", read, Mode.THREAD, inline_try=read_cached)
+    add("read", read, Mode.THREAD, inline_try=read_cached, read_lane=read_lane)
     add("write", write, Mode.THREAD)
     add("put", put, Mode.THREAD)
     add("create", create, Mode.THREAD)

@@ -7,6 +7,7 @@ Layout:
 * ``frames``      the frame layout: encoder and a bounded-memory reader
 * ``states``      roles, states and the table of allowed transitions
 * ``connection``  the state machine of one end (handshake, request ids, limits)
+* ``readlane``    a small read's request and reply as bytes (C in ``_readlane.c``)
 
 There are no sockets in this package; ``shuttle.net`` moves the bytes.
 """

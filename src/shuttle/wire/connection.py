@@ -47,6 +47,7 @@ from shuttle.wire.events import (
     Welcome,
 )
 from shuttle.wire.frames import (
+    DIRECT_PAYLOAD_BYTES_MIN,
     FrameReader,
     RawFrame,
     brief,
@@ -56,10 +57,18 @@ from shuttle.wire.frames import (
 from shuttle.wire.limits import (
     NONCE_BYTES,
     OP_NAME_BYTES_MAX,
+    PREFIX_BYTES,
     PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
     SCHEME_BYTES_MAX,
     Limits,
+)
+from shuttle.wire.readlane import (
+    ReadRequest,
+    pack_read_reply,
+    pack_read_request,
+    parse_read_reply,
+    parse_read_request,
 )
 from shuttle.wire.states import ALLOWED as _ALLOWED
 from shuttle.wire.states import CLOSED as _CLOSED
@@ -72,6 +81,10 @@ from shuttle.wire.states import REQUEST as _REQUEST
 from shuttle.wire.states import RESPONSE as _RESPONSE
 from shuttle.wire.states import SEND_REQUEST as _SEND_REQUEST
 from shuttle.wire.states import SEND_RESPONSE as _SEND_RESPONSE
+
+#: The args the read lane's request is checked with (:meth:`Connection._take_request`
+#: needs a dict; the lane's own parse checked the arguments).
+_NO_ARGS: dict[str, Any] = {}
 
 
 def choose_version(hello: Hello) -> int:
@@ -228,6 +241,21 @@ class Connection:
         join_below: int = 0,
     ) -> list[Payload]:
         """``send(Request(rid, op, args, payload))`` (client side)."""
+        self._check_request(rid)
+        limits = self.peer_limits
+        buffers = encode_frame_fast(
+            _REQUEST,
+            [rid, op, args],
+            payload,
+            limits.header_bytes_max,
+            limits.payload_bytes_max,
+            join_below,
+        )
+        self._requested(rid)
+        return buffers
+
+    def _check_request(self, rid: int) -> None:
+        """Raise unless request ``rid`` may be sent now (every request path calls it)."""
         in_flight = self._in_flight
         limits = self.peer_limits
         if rid in in_flight:
@@ -237,26 +265,18 @@ class Connection:
                 f"{len(in_flight)} requests already in flight, the node's limit is "
                 f"{limits.in_flight_max}; wait for responses before sending more"
             )
-        buffers = encode_frame_fast(
-            _REQUEST,
-            [rid, op, args],
-            payload,
-            limits.header_bytes_max,
-            limits.payload_bytes_max,
-            join_below,
-        )
+
+    def _requested(self, rid: int) -> None:
+        """Request ``rid`` was encoded: apply the table and put it in flight."""
         if self._allowed.get(_SEND_REQUEST) is not self._state:
             self._transition(SEND, Request)  # not a READY -> READY step: raise or move
-        in_flight.add(rid)
-        return buffers
+        self._in_flight.add(rid)
 
     def send_response(
         self, rid: int, result: Any, payload: Payload = b"", *, join_below: int = 0
     ) -> list[Payload]:
         """``send(Response(rid, result, payload))`` (node side)."""
-        in_flight = self._in_flight
-        if rid not in in_flight and self._is_server and self._state is _READY:
-            raise LocalProtocolError(f"no request {rid} is waiting for a response")
+        self._check_response(rid)
         limits = self.peer_limits
         buffers = encode_frame_fast(
             _RESPONSE,
@@ -266,10 +286,45 @@ class Connection:
             limits.payload_bytes_max,
             join_below,
         )
+        self._responded(rid)
+        return buffers
+
+    def _check_response(self, rid: int) -> None:
+        """Raise unless request ``rid`` awaits its response (every response path)."""
+        if rid not in self._in_flight and self._is_server and self._state is _READY:
+            raise LocalProtocolError(f"no request {rid} is waiting for a response")
+
+    def _responded(self, rid: int) -> None:
+        """The response to ``rid`` was encoded: apply the table, take it out of flight."""
         if self._allowed.get(_SEND_RESPONSE) is not self._state:
             self._transition(SEND, Response)
-        in_flight.discard(rid)
-        return buffers
+        self._in_flight.discard(rid)
+
+    # The read lane (shuttle.wire.readlane): a small read's request and reply as bytes,
+    # with no header objects, for the commonest request of all. Each is the call above
+    # (or below) it stands for, with the same checks; where the lane does not take
+    # something, it returns None and the caller uses that call, which decides.
+
+    def send_read_request(
+        self, rid: int, key: str, offset: int, length: int, version: int | None
+    ) -> bytes | None:
+        """``send_request(rid, "read", {...})`` as one bytes object, or None (then use
+        :meth:`send_request`, which encodes or refuses it)."""
+        data = pack_read_request(rid, key, offset, length, version)
+        if data is None or len(data) - PREFIX_BYTES > self.peer_limits.header_bytes_max:
+            return None
+        self._check_request(rid)
+        self._requested(rid)
+        return data
+
+    def send_read_reply(self, rid: int, data: bytes) -> bytes:
+        """``send_response(rid, None, data)`` joined into one bytes object."""
+        if len(data) > self.peer_limits.payload_bytes_max:
+            return b"".join(self.send_response(rid, None, data))  # raises the limit's error
+        self._check_response(rid)
+        reply = pack_read_reply(rid, data)
+        self._responded(rid)
+        return reply
 
     def send_bytes(self, event: Event) -> bytes:
         """:meth:`send`, joined into one bytes object (convenient for small frames)."""
@@ -360,6 +415,27 @@ class Connection:
         if not self._take_request(h):
             return None
         return h[0], h[1], h[2], frame[2]
+
+    def receive_read_request(self, data: bytes) -> ReadRequest | None:
+        """Node side: ``(rid, key, offset, length, version)`` of the ``read`` request
+        that is exactly ``data`` (its id is now in flight), or None."""
+        if not self._reader.at_frame_boundary():
+            return None
+        read = parse_read_request(data, self.our_limits.header_bytes_max)
+        if read is None or not self._take_request([read[0], "read", _NO_ARGS]):
+            return None
+        return read
+
+    def receive_read_reply(self, data: bytes, rid: int) -> bytes | None:
+        """Client side: the payload of the answer to read ``rid`` that is exactly
+        ``data`` (no longer in flight), or None."""
+        if not self._reader.at_frame_boundary():
+            return None
+        limit = min(self.our_limits.payload_bytes_max, DIRECT_PAYLOAD_BYTES_MIN - 1)
+        payload = parse_read_reply(data, rid, limit)
+        if payload is None or self._take_response([rid, None]) is None:
+            return None
+        return payload
 
     def receive_response(self, data: Payload) -> Response | None:
         """Client side: the response in ``data`` (its id no longer in flight), or None."""

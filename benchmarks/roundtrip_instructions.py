@@ -1,0 +1,155 @@
+"""Instructions per warm 4 KiB read, client and node, counted by valgrind's callgrind.
+
+    .venv/bin/python benchmarks/roundtrip_instructions.py \
+        --json benchmarks/results/roundtrip-instructions.json
+
+Wall-clock round trips on a shared 2-core machine swing by more than a change to the
+read path is worth; instruction counts do not. This runs one ``shuttle serve`` under
+callgrind and a client (``Client.read`` of one warm page, the netrand's read) under
+callgrind too, warms both up with instrumentation off, then counts user-space
+instructions over ``--requests`` reads on each side, and reports them per read,
+for the compiled build and for the pure Python modules (``SHUTTLE_PURE=1``) in turn.
+The kernel's part (system calls, context switches) is not counted; the floor a
+minimal uvloop server and raw client need is, for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PAGE = 4096
+HERE = Path(__file__).resolve()
+
+
+def _total_ir(out_file: Path) -> int:
+    """The instructions a callgrind output file counted (its ``totals``)."""
+    text = out_file.read_text()
+    found = re.search(r"^totals: (\d+)", text, re.MULTILINE)
+    if not found:
+        raise RuntimeError(f"no instruction total in {out_file}")
+    return int(found.group(1))
+
+
+def _toggle(pid: int, on: bool) -> None:
+    subprocess.run(
+        ["callgrind_control", "-i", "on" if on else "off", str(pid)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _client(port: int, requests: int) -> None:
+    """The client process (run under callgrind): warm up, then count ``requests`` reads."""
+    from shuttle.client import connect
+
+    with connect(node=f"127.0.0.1:{port}", cache_bytes=0) as client:
+        client.put("ic/page", os.urandom(64 * PAGE))
+        for _ in range(300):
+            client.read("ic/page", PAGE, PAGE)
+        _toggle(os.getpid(), True)
+        for _ in range(requests):
+            client.read("ic/page", PAGE, PAGE)
+        _toggle(os.getpid(), False)
+
+
+def measure(requests: int, pure: bool, workdir: Path) -> dict[str, Any]:
+    env = {**os.environ, "SHUTTLE_PURE": "1" if pure else "0", "PYTHONMALLOC": "malloc"}
+    node_out, client_out = workdir / "node.cg", workdir / "client.cg"
+    ready = workdir / "ready.json"
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "-q"]
+    node = subprocess.Popen(
+        [
+            *valgrind,
+            f"--callgrind-out-file={node_out}",
+            sys.executable,
+            "-m",
+            "shuttle",
+            "serve",
+            "--data",
+            str(workdir / "data"),
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-file",
+            str(ready),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not ready.exists() or not ready.read_text().strip().endswith("}"):
+            if node.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the node did not start under valgrind")
+            time.sleep(0.2)
+        port = int(json.loads(ready.read_text())["port"])
+        client = subprocess.Popen(
+            [
+                *valgrind,
+                f"--callgrind-out-file={client_out}",
+                sys.executable,
+                str(HERE),
+                "--client",
+                str(port),
+                str(requests),
+            ],
+            env=env,
+        )
+        # The node counts the client's connection and warm-up too; main() subtracts
+        # them (two runs that differ only in the counted reads).
+        _toggle(node.pid, True)
+        if client.wait(timeout=1800) != 0:
+            raise RuntimeError("the client failed")
+        _toggle(node.pid, False)
+    finally:
+        node.terminate()
+        node.wait(timeout=120)
+    return {"client_ir": _total_ir(client_out), "node_ir": _total_ir(node_out)}
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--client":
+        _client(int(sys.argv[2]), int(sys.argv[3]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000, help="counted reads per run")
+    parser.add_argument("--json", type=Path, help="write the report here")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("roundtrip_instructions: needs valgrind (apt-get install valgrind)")
+    report: dict[str, Any] = {"requests": args.requests}
+    for pure in (False, True):
+        name = "pure" if pure else "compiled"
+        runs = {}
+        # Two runs differing only in the counted reads: their difference is the reads'
+        # alone (start-up, warm-up and shutdown cancel out).
+        for n in (args.requests, 2 * args.requests):
+            with tempfile.TemporaryDirectory(prefix="shuttle-ic-") as tmp:
+                runs[n] = measure(n, pure, Path(tmp))
+        per = {
+            side: (runs[2 * args.requests][side] - runs[args.requests][side]) / args.requests
+            for side in ("client_ir", "node_ir")
+        }
+        report[name] = per
+        print(
+            f"{name:9s} client {per['client_ir'] / 1000:7.1f} k instructions per read, "
+            f"node {per['node_ir'] / 1000:7.1f} k",
+            flush=True,
+        )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

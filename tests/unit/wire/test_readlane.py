@@ -1,0 +1,301 @@
+"""The read lane (``shuttle.wire.readlane``): its C functions give the same bytes, the
+same answers and the same errors as the pure reference, and both take only what the
+general codec takes the same way."""
+
+from __future__ import annotations
+
+import importlib
+import struct
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
+
+from shuttle.wire import readlane
+from shuttle.wire.events import FrameKind
+from shuttle.wire.frames import FrameReader, encode_frame_fast
+
+INT64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
+NATURAL = st.integers(min_value=0, max_value=(1 << 63) - 1)
+RID = st.integers(min_value=1, max_value=(1 << 63) - 1)
+BIG = 1 << 30
+# Keys with characters of every UTF-8 length, of every str size class.
+KEYS = st.text(
+    st.characters(blacklist_categories=("Cs",)), min_size=0, max_size=300
+) | st.sampled_from(["a" * 31, "a" * 32, "b" * 255, "c" * 256, "d" * 70000])
+
+
+def _native() -> ModuleType:
+    try:
+        return importlib.import_module("shuttle.wire._readlane")
+    except ImportError:
+        pytest.skip("the C read lane is not built (scripts/build_compiled.py)")
+
+
+PURE = {
+    "parse_read_request": readlane.pure_parse_read_request,
+    "pack_read_reply": readlane.pure_pack_read_reply,
+    "pack_read_request": readlane.pure_pack_read_request,
+    "parse_read_reply": readlane.pure_parse_read_reply,
+}
+
+
+def both(name: str, *args: Any) -> Any:
+    """``name(*args)`` from C and from the reference: equal results or equal errors."""
+    c_fn: Callable[..., Any] = getattr(_native(), name)
+    outcomes = []
+    for fn in (c_fn, PURE[name]):
+        try:
+            outcomes.append(("ok", fn(*args)))
+        except Exception as exc:  # compared: the same type and message
+            outcomes.append(("error", type(exc), str(exc)))
+    assert outcomes[0] == outcomes[1], f"C and pure differ on {name}{args!r:.300}"
+    return outcomes[0][1] if outcomes[0][0] == "ok" else None
+
+
+def general_request(rid: int, key: str, offset: int, length: int, version: int | None) -> bytes:
+    args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
+    if version is not None:
+        args["expected_version"] = version
+    return encode_frame_fast(FrameKind.REQUEST, [rid, "read", args], b"", BIG, BIG)[0]
+
+
+def general_decode(data: bytes) -> tuple[FrameKind, Any, bytes] | None:
+    """The general reader's frame from ``data`` (None if it needs more or refuses)."""
+    reader = FrameReader(header_bytes_max=BIG, payload_bytes_max=BIG)
+    try:
+        reader.feed(data)
+        frame = reader.next_frame()
+    except Exception:
+        return None
+    if frame is None or reader.buffered_bytes:
+        return None
+    return frame[0], frame[1], bytes(frame[2])
+
+
+@settings(max_examples=300, deadline=None)
+@given(RID, KEYS, INT64, INT64, st.none() | INT64)
+def test_a_request_is_packed_byte_for_byte_as_the_codec_does(
+    rid: int, key: str, offset: int, length: int, version: int | None
+) -> None:
+    packed = both("pack_read_request", rid, key, offset, length, version)
+    assert packed == general_request(rid, key, offset, length, version)
+
+
+# Where msgpack's integer forms change, on both sides of each boundary.
+BOUNDARIES = sorted(
+    {b + d for b in (0, 127, 255, 65535, (1 << 32) - 1) for d in (0, 1)}
+    | {b - d for b in (-32, -128, -32768, -(1 << 31)) for d in (0, 1)}
+    | {(1 << 63) - 1, -(1 << 63)}
+)
+
+
+@pytest.mark.parametrize("value", BOUNDARIES)
+def test_integers_at_every_form_boundary_are_packed_as_the_codec_does(value: int) -> None:
+    rid = max(value, 1)
+    packed = both("pack_read_request", rid, "k", value, value, value)
+    assert packed == general_request(rid, "k", value, value, value)
+    assert both("pack_read_reply", rid, b"x") == b"".join(
+        encode_frame_fast(FrameKind.RESPONSE, [rid, None], b"x", BIG, BIG, BIG)
+    )
+    if value >= 0:
+        assert both("parse_read_request", packed, BIG) == (rid, "k", value, value, value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(RID, KEYS, NATURAL, NATURAL, st.none() | INT64)
+def test_a_packed_request_parses_back(
+    rid: int, key: str, offset: int, length: int, version: int | None
+) -> None:
+    data = general_request(rid, key, offset, length, version)
+    assert both("parse_read_request", data, BIG) == (rid, key, offset, length, version)
+    # Over the header limit it is not taken (the general path answers the limit).
+    assert both("parse_read_request", data, len(data) - 13) is None
+
+
+def _int(value: int, width: int) -> bytes:
+    """``value`` in msgpack's ``width``-byte form (0: the fixint, if it fits)."""
+    if width == 0:
+        return msgpack.packb(value)
+    if value >= 0:
+        code = {1: 0xCC, 2: 0xCD, 4: 0xCE, 8: 0xCF}[width]
+        return bytes([code]) + value.to_bytes(width, "big")
+    code = {1: 0xD0, 2: 0xD1, 4: 0xD2, 8: 0xD3}[width]
+    return bytes([code]) + value.to_bytes(width, "big", signed=True)
+
+
+def _fits(value: int, width: int) -> bool:
+    if width == 0:
+        return True
+    if value >= 0:
+        return value < 1 << (8 * width)
+    return value >= -(1 << (8 * width - 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    RID,
+    NATURAL,
+    st.lists(st.sampled_from([0, 1, 2, 4, 8]), min_size=2, max_size=2),
+    st.sampled_from([b"\x93", b"\xdc\x00\x03", b"\xdd\x00\x00\x00\x03"]),
+    st.sampled_from([b"\xa4read", b"\xd9\x04read", b"\xda\x00\x04read"]),
+)
+def test_any_valid_encoding_of_a_read_is_taken_as_the_codec_decodes_it(
+    rid: int, offset: int, widths: list[int], array: bytes, op: bytes
+) -> None:
+    assume(_fits(rid, widths[0]) and _fits(offset, widths[1]))
+    head = (
+        array
+        + _int(rid, widths[0])
+        + op
+        + b"\x83\xa3key\xa1k\xa6offset"
+        + _int(offset, widths[1])
+        + b"\xa6length\xcd\x10\x00"
+    )
+    data = struct.pack(">2sBBII", b"SH", 3, 0, len(head), 0) + head
+    got = both("parse_read_request", data, BIG)
+    assert got == (rid, "k", offset, 4096, None)
+    frame = general_decode(data)
+    assert frame is not None and frame[1] == [
+        rid,
+        "read",
+        {"key": "k", "offset": offset, "length": 4096},
+    ]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        [1, "write", {"key": "k", "offset": 0, "length": 1}],
+        [1, "read", {"key": "k", "offset": -1, "length": 1}],
+        [1, "read", {"key": "k", "offset": 0, "length": -1}],
+        [0, "read", {"key": "k", "offset": 0, "length": 1}],
+        [1, "read", {"key": "k", "offset": 0}],
+        [1, "read", {"key": b"k", "offset": 0, "length": 1}],
+        [1, "read", {"key": "k", "offset": 0, "length": 1, "expected_version": None}],
+        [1, "read", {"key": "k", "offset": 0, "length": 1, "other": 1}],
+        [1, "read", {"key": "k", "offset": 0.0, "length": 1}],
+        [1, "read", {"key": "k", "offset": True, "length": 1}],
+        [1, "read", {"key": "k", "offset": 1 << 63, "length": 1}],
+        [1 << 63, "read", {"key": "k", "offset": 0, "length": 1}],
+        [1, "read", {"key": "k", "offset": 0, "length": 1}, None],
+        [1, "read", [["key", "k"]]],
+        {"rid": 1},
+    ],
+)
+def test_what_the_lane_does_not_take_goes_the_general_path(header: Any) -> None:
+    head = msgpack.packb(header, use_bin_type=True)
+    data = struct.pack(">2sBBII", b"SH", 3, 0, len(head), 0) + head
+    assert both("parse_read_request", data, BIG) is None
+
+
+def test_unusual_frames_go_the_general_path() -> None:
+    good = general_request(7, "k", 0, 4096, None)
+    head = good[12:]
+    duplicated = b"\x93\x07\xa4read\x84\xa3key\xa1k\xa6offset\x00\xa6length\x01\xa3key\xa1j"
+    bad_utf8 = b"\x93\x07\xa4read\x83\xa3key\xa2\xed\xa0\xa6offset\x00\xa6length\x01"
+    for data in (
+        good + b"\x00",  # a stray byte after the frame
+        good[:-1],  # a short frame
+        b"SX" + good[2:],  # bad magic
+        good[:3] + b"\x01" + good[4:],  # flags set
+        good[:2] + b"\x04" + good[3:],  # a response, not a request
+        struct.pack(">2sBBII", b"SH", 3, 0, len(head) + 1, 0) + head + b"\xc0",  # extra data
+        struct.pack(">2sBBII", b"SH", 3, 0, len(head), 1) + head + b"x",  # a payload
+        struct.pack(">2sBBII", b"SH", 3, 0, len(duplicated), 0) + duplicated,
+        struct.pack(">2sBBII", b"SH", 3, 0, len(bad_utf8), 0) + bad_utf8,
+        bytearray(good),  # not bytes
+    ):
+        assert both("parse_read_request", data, BIG) is None, data
+
+
+@settings(max_examples=500, deadline=None)
+@given(RID, KEYS, NATURAL, NATURAL, st.data())
+@example(1, "k", 0, 1, None)
+def test_a_mutated_request_is_declined_or_read_as_the_codec_reads_it(
+    rid: int, key: str, offset: int, length: int, data: Any
+) -> None:
+    frame = bytearray(general_request(rid, key[:40], offset, length, None))
+    if data is not None:
+        for _ in range(data.draw(st.integers(1, 3))):
+            at = data.draw(st.integers(0, len(frame) - 1))
+            frame[at] = data.draw(st.integers(0, 255))
+    raw = bytes(frame)
+    got = both("parse_read_request", raw, BIG)
+    if got is not None:
+        decoded = general_decode(raw)
+        assert decoded is not None
+        kind, header, payload = decoded
+        rid2, key2, offset2, length2, version2 = got
+        args = {"key": key2, "offset": offset2, "length": length2}
+        if version2 is not None:
+            args["expected_version"] = version2
+        assert (kind, header, payload) == (FrameKind.REQUEST, [rid2, "read", args], b"")
+
+
+@settings(max_examples=300, deadline=None)
+@given(RID, st.binary(max_size=70000))
+def test_a_reply_is_packed_as_the_codec_does_and_parses_back(rid: int, payload: bytes) -> None:
+    reply = both("pack_read_reply", rid, payload)
+    general = encode_frame_fast(FrameKind.RESPONSE, [rid, None], payload, BIG, BIG, BIG)
+    assert reply == b"".join(general)
+    assert both("parse_read_reply", reply, rid, len(payload)) == payload
+    assert both("parse_read_reply", reply, rid + 1, len(payload)) is None  # another id
+    if payload:
+        assert both("parse_read_reply", reply, rid, len(payload) - 1) is None  # over the limit
+
+
+@settings(max_examples=500, deadline=None)
+@given(RID, st.binary(max_size=64), st.data())
+def test_a_mutated_reply_is_declined_or_read_as_the_codec_reads_it(
+    rid: int, payload: bytes, data: Any
+) -> None:
+    frame = bytearray(readlane.pure_pack_read_reply(rid, payload))
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(frame) - 1))
+        frame[at] = data.draw(st.integers(0, 255))
+    raw = bytes(frame)
+    got = both("parse_read_reply", raw, rid, BIG)
+    if got is not None:
+        assert general_decode(raw) == (FrameKind.RESPONSE, [rid, None], got)
+
+
+def test_replies_that_are_not_a_plain_read_answer_go_the_general_path() -> None:
+    for header in ([5, {"x": 1}], [5, None, None], [5], [5, False], {"rid": 5}):
+        head = msgpack.packb(header)
+        data = struct.pack(">2sBBII", b"SH", 4, 0, len(head), 2) + head + b"ab"
+        assert both("parse_read_reply", data, 5, BIG) is None
+    head = msgpack.packb([5, None]) + b"\xc0"  # a stray byte inside the header
+    data = struct.pack(">2sBBII", b"SH", 4, 0, len(head), 2) + head + b"ab"
+    assert both("parse_read_reply", data, 5, BIG) is None
+    error = encode_frame_fast(FrameKind.ERROR, [5, "not_found", "no"], b"", BIG, BIG)[0]
+    assert both("parse_read_reply", error, 5, BIG) is None
+
+
+def test_bad_arguments_raise_the_same_errors() -> None:
+    both("pack_read_reply", 1 << 63, b"")
+    both("pack_read_reply", 1, bytearray(b"x"))
+    with pytest.raises(OverflowError):
+        readlane.pure_pack_read_reply(1 << 63, b"")
+    with pytest.raises(TypeError):
+        readlane.pure_pack_read_reply(1, bytearray(b"x"))
+    # Arguments the lane does not encode: the general path encodes them or raises.
+    for args in ((1, 5, 0, 1, None), (1, "k", 1 << 64, 1, None), (1, "k", 0, 1, "v")):
+        assert both("pack_read_request", *args) is None
+    assert both("pack_read_request", 1, "\udc80", 0, 1, None) is None  # not UTF-8
+
+
+def test_the_public_names_are_the_c_functions_when_compiled() -> None:
+    from shuttle import compiled
+
+    if not compiled.active().compiled:
+        assert readlane.parse_read_request is readlane.pure_parse_read_request
+        return
+    native = _native()
+    assert readlane.NATIVE
+    assert readlane.parse_read_request is native.parse_read_request
+    assert readlane.pack_read_reply is native.pack_read_reply
