@@ -48,6 +48,9 @@ MODULES: tuple[str, ...] = (
     "shuttle.wire.limits",
     "shuttle.net.node_protocol",
     "shuttle.net.blocking",
+    # The node's warm read below the protocol: the block cache and the store counters.
+    "shuttle.blockcache",
+    "shuttle.store.stats",
 )
 
 #: Extension modules written in C, built with the mypyc group and used with it, all or

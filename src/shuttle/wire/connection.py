@@ -82,10 +82,6 @@ from shuttle.wire.states import RESPONSE as _RESPONSE
 from shuttle.wire.states import SEND_REQUEST as _SEND_REQUEST
 from shuttle.wire.states import SEND_RESPONSE as _SEND_RESPONSE
 
-#: The args the read lane's request is checked with (:meth:`Connection._take_request`
-#: needs a dict; the lane's own parse checked the arguments).
-_NO_ARGS: dict[str, Any] = {}
-
 
 def choose_version(hello: Hello) -> int:
     """The highest protocol version both sides speak (server side of the handshake).
@@ -139,7 +135,14 @@ class Connection:
     def state(self, state: State) -> None:
         self._state = state
         #: The transitions allowed from here: (direction, event type) -> next state.
-        self._allowed = _ALLOWED[(self.role, state)]
+        allowed = _ALLOWED[(self.role, state)]
+        self._allowed = allowed
+        # Whether each step of a call keeps this state (READY -> READY), asked of the
+        # table once per state, not once per call: a tuple key is hashed per lookup.
+        self._steady_send_request = allowed.get(_SEND_REQUEST) is state
+        self._steady_send_response = allowed.get(_SEND_RESPONSE) is state
+        self._steady_recv_request = allowed.get(_RECV_REQUEST) is state
+        self._steady_recv_response = allowed.get(_RECV_RESPONSE) is state
 
     @property
     def in_flight(self) -> int:
@@ -268,7 +271,7 @@ class Connection:
 
     def _requested(self, rid: int) -> None:
         """Request ``rid`` was encoded: apply the table and put it in flight."""
-        if self._allowed.get(_SEND_REQUEST) is not self._state:
+        if not self._steady_send_request:
             self._transition(SEND, Request)  # not a READY -> READY step: raise or move
         self._in_flight.add(rid)
 
@@ -296,7 +299,7 @@ class Connection:
 
     def _responded(self, rid: int) -> None:
         """The response to ``rid`` was encoded: apply the table, take it out of flight."""
-        if self._allowed.get(_SEND_RESPONSE) is not self._state:
+        if not self._steady_send_response:
             self._transition(SEND, Response)
         self._in_flight.discard(rid)
 
@@ -422,7 +425,7 @@ class Connection:
         if not self._reader.at_frame_boundary():
             return None
         read = parse_read_request(data, self.our_limits.header_bytes_max)
-        if read is None or not self._take_request([read[0], "read", _NO_ARGS]):
+        if read is None or not self._take_request_id(read[0]):
             return None
         return read
 
@@ -433,7 +436,7 @@ class Connection:
             return None
         limit = min(self.our_limits.payload_bytes_max, DIRECT_PAYLOAD_BYTES_MIN - 1)
         payload = parse_read_reply(data, rid, limit)
-        if payload is None or self._take_response([rid, None]) is None:
+        if payload is None or not self._take_response_id(rid):
             return None
         return payload
 
@@ -524,16 +527,22 @@ class Connection:
         if type(h) is not list or len(h) != 3:
             return False
         rid, op, args = h
-        in_flight = self._in_flight
-        if (
+        return (
             type(rid) is int
-            and rid > 0
-            and rid not in in_flight
             and type(args) is dict
             and type(op) is str
             and 0 < len(op) <= OP_NAME_BYTES_MAX
+            and self._take_request_id(rid)
+        )
+
+    def _take_request_id(self, rid: int) -> bool:
+        """:meth:`_take_request` once the header is known to be a well-formed request."""
+        in_flight = self._in_flight
+        if (
+            rid > 0
+            and rid not in in_flight
             and len(in_flight) < self.our_limits.in_flight_max
-            and self._allowed.get(_RECV_REQUEST) is self._state
+            and self._steady_recv_request
             and self._is_server
         ):
             in_flight.add(rid)
@@ -548,16 +557,17 @@ class Connection:
         if type(h) is not list or len(h) != 2:
             return None
         rid = h[0]
-        in_flight = self._in_flight
-        if (
-            type(rid) is int
-            and rid in in_flight
-            and self._allowed.get(_RECV_RESPONSE) is self._state
-            and not self._is_server
-        ):
-            in_flight.discard(rid)
+        if type(rid) is int and self._take_response_id(rid):
             return rid
         return None
+
+    def _take_response_id(self, rid: int) -> bool:
+        """:meth:`_take_response` once the header is known to be ``[rid, ...]``."""
+        in_flight = self._in_flight
+        if rid in in_flight and self._steady_recv_response and not self._is_server:
+            in_flight.discard(rid)
+            return True
+        return False
 
     def _from_wire(
         self, kind: FrameKind, h: Any, payload: bytes | bytearray, refused: int
