@@ -212,13 +212,18 @@ def raise_storage_error(what: str, exc: BaseException, timeout_s: float) -> NoRe
     if code == errno.ENOENT:
         raise NotFoundError(f"{what}: no such object. Check the key, or list its prefix.") from exc
     if code == errno.ETIMEDOUT:
-        raise StorageIOError(
-            f"{what}: RADOS did not answer within {timeout_s:g} s. Its placement groups may "
-            "not be active (an OSD down, the pool below min_size): check `ceph -s` and "
-            "`ceph health detail`. A change that timed out may or may not have been applied: stat "
-            "the object before retrying it"
-        ) from exc
+        raise StorageIOError(timed_out_message(what, timeout_s)) from exc
     raise StorageIOError(f"{what} failed in RADOS: {exc}") from exc
+
+
+def timed_out_message(what: str, timeout_s: float) -> str:
+    """What a RADOS operation that timed out tells the user."""
+    return (
+        f"{what}: RADOS did not answer within {timeout_s:g} s. Its placement groups may "
+        "not be active (an OSD down, the pool below min_size): check `ceph -s` and "
+        "`ceph health detail`. A change that timed out may or may not have been applied: stat "
+        "the object before retrying it"
+    )
 
 
 def _bound_waits(cluster: Any, options: CephOptions) -> None:

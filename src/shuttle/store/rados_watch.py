@@ -22,10 +22,11 @@ as before. The argument, step by step (docs/ceph.md, "Coherence between gateways
    ``WATCH_TIMEOUT_S - PING_AGE_MAX_S`` (2 s of margin for clocks and scheduling), so
    any announcement the OSD processes meanwhile reaches it.
 2. *A writer commits only after a complete announcement.* An announcement that times
-   out (a watcher is slow, dead but not yet dropped, or the channel's placement group
-   is not active) is sent again until one completes, for at most
-   :data:`ANNOUNCE_DEADLINE_S` (a dead gateway's watch is dropped within
-   ``WATCH_TIMEOUT_S``); past it the change fails with nothing changed. A timed-out
+   out (a watcher is slow, or dead but not yet dropped) is sent again until one
+   completes, for at most :data:`ANNOUNCE_DEADLINE_S` (a dead gateway's watch is
+   dropped within ``WATCH_TIMEOUT_S``); past it the change fails with nothing changed.
+   If the channel's placement group is not active (a stat of it times out too), the
+   change fails at once, with nothing changed. A timed-out
    announcement is never taken as done: the laggard may still trust its cache.
 3. *A watcher that heard it cannot cache the old version again.* Its callback drops the
    key and raises the key's floor before acknowledging; a read that fetched the old
@@ -60,13 +61,14 @@ complete in ``ANNOUNCE_DEADLINE_S`` fails with StorageIOError and changes nothin
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import threading
 import time
 from typing import Any, Protocol
 
 from shuttle.errors import StorageIOError
-from shuttle.store.rados_conn import RadosConnection
+from shuttle.store.rados_conn import RadosConnection, error_errno, timed_out_message
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +234,8 @@ class Coherence:
         msg = f"k:{floor}:{key}"
         while True:
             code = self._notify(msg)
+            if code == -110:
+                self._check_channel_answers(key)
             if code == 0:
                 with self._lock:
                     self.announces += 1
@@ -261,6 +265,20 @@ class Coherence:
                     "announcing it again failed: a gateway that began watching in the last "
                     "few seconds may serve the previous contents (for at most "
                     "rados_read.ENTRY_TRUST_S). Check `ceph -s` and the other gateways"
+                ) from exc
+
+    def _check_channel_answers(self, key: str) -> None:
+        """After a timed-out announcement: a late watcher is worth waiting for, a
+        placement group that is not active is not (no other operation on the pool would
+        get through either). A stat of the channel tells which; fail like any operation
+        that RADOS did not answer."""
+        try:
+            self.conn.ioctx().stat(CHANNEL_OBJECT)
+        except self.rados.Error as exc:
+            if error_errno(exc) == errno.ETIMEDOUT:
+                raise StorageIOError(
+                    timed_out_message(f"announcing a change of {key!r}", self.conn.op_timeout_s)
+                    + " (nothing was changed)"
                 ) from exc
 
     def _notify(self, msg: str) -> int:
