@@ -64,7 +64,7 @@ def _client(port: int, requests: int) -> None:
 
 
 def measure(requests: int, pure: bool, workdir: Path) -> dict[str, Any]:
-    env = {**os.environ, "SHUTTLE_PURE": "1" if pure else "0", "PYTHONMALLOC": "malloc"}
+    env = {**os.environ, "SHUTTLE_PURE": "1" if pure else "0"}
     node_out, client_out = workdir / "node.cg", workdir / "client.cg"
     ready = workdir / "ready.json"
     valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "-q"]

@@ -48,9 +48,11 @@ MODULES: tuple[str, ...] = (
     "shuttle.wire.limits",
     "shuttle.net.node_protocol",
     "shuttle.net.blocking",
-    # The node's warm read below the protocol: the block cache and the store counters.
+    # The node's warm read below the protocol: the block cache, the store's counters
+    # and its key locks (whose generation the read checks).
     "shuttle.blockcache",
     "shuttle.store.stats",
+    "shuttle.store.locks",
 )
 
 #: Extension modules written in C, built with the mypyc group and used with it, all or

@@ -8,6 +8,7 @@ blocks back. Waiting writers block new readers, so a busy object cannot starve a
 from __future__ import annotations
 
 import threading
+from typing import Final
 
 
 class RWLock:
@@ -109,6 +110,11 @@ class _WriteGuard:
         self._lock.release_write()
 
 
+#: 1,024 stripes: with the node's thread pool (tens of threads) two busy keys share a
+#: stripe rarely, and the table costs about 200 KiB.
+STRIPES: Final = 1024
+
+
 class KeyLocks:
     """A :class:`RWLock` per key, striped: key ``k`` uses lock ``hash(k) % stripes``.
 
@@ -116,10 +122,6 @@ class KeyLocks:
     holds two keys' locks at once, so sharing cannot deadlock. Striping saves making
     and dropping a lock object on every call (a few microseconds of a 4 KiB cached read).
     """
-
-    #: 1,024 stripes: with the node's thread pool (tens of threads) two busy keys share
-    #: a stripe rarely, and the table costs about 200 KiB.
-    STRIPES = 1024
 
     def __init__(self, stripes: int = STRIPES) -> None:
         self._stripes = [RWLock() for _ in range(stripes)]
