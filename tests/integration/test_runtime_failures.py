@@ -116,6 +116,29 @@ def test_a_migration_whose_caller_hangs_up_still_ends_cleanly(nodes: Nodes) -> N
         assert rt.where(obj) == "n2"
 
 
+def test_destroying_an_object_while_it_moves_waits_for_it_to_settle(nodes: Nodes) -> None:
+    """The run-time may move an object at any moment: destroying it mid-move waits
+    for the move to end, then ends the object where it landed (no ObjectBusyError for
+    the application to retry)."""
+    with nodes.runtime() as rt:
+        obj = rt.create(Slow, at="n1")
+        busy = threading.Thread(target=obj.busy, args=(1.0,))
+        busy.start()
+        wait_until(lambda: node_objects(nodes, 0)[str(obj.rid)]["since_s"] >= 0)
+        moved: list[object] = []
+        mover = threading.Thread(target=lambda: moved.append(rt.migrate(obj, "n2")))
+        mover.start()
+        wait_until(lambda: node_objects(nodes, 0)[str(obj.rid)]["state"] == "quiescing")
+        rt.destroy(obj)  # while n1 drains the busy call before shipping the object
+        mover.join(30)
+        busy.join(30)
+        assert moved and moved[0]["moved"]
+        assert str(obj.rid) not in node_objects(nodes, 0)
+        assert str(obj.rid) not in node_objects(nodes, 1)
+        with pytest.raises(ObjectNotFoundError):
+            obj.add()
+
+
 def test_a_lost_activate_answer_completes_the_move_instead_of_two_copies() -> None:
     """The target activated the object but its answer never arrived: the source asks
     (abort says "active") and completes the switch; one live copy, at the target."""

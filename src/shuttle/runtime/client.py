@@ -65,6 +65,9 @@ START_TIMEOUT_S = 10.0
 CLOSE_SETTLE_S = 30.0
 #: Attempts to destroy each of the application's objects on its node when closing.
 CLOSE_DESTROY_ATTEMPTS = 3
+#: Beyond two drain timeouts, how long ``destroy`` waits for a moving object to settle
+#: (its checkpoint shipped and installed).
+DESTROY_SETTLE_S = 10.0
 
 
 class Runtime:
@@ -326,19 +329,37 @@ class Runtime:
         return dict(reply.result)
 
     def destroy(self, ref: Ref) -> None:
-        """End ``ref``'s object wherever it runs."""
-        for _ in range(3):  # it may move while we look
-            where = self.where(ref)
-            if where == self.id:
-                if self.bm.destroy_hosted(ref.rid):
+        """End ``ref``'s object wherever it runs. An object that is moving (or whose
+        calls are draining) is waited for, for up to two drain timeouts and
+        :data:`DESTROY_SETTLE_S`: the run-time may move it at any moment, and its
+        application should not have to retry."""
+        deadline = time.monotonic() + 2 * self.bm.config.drain_timeout_s + DESTROY_SETTLE_S
+        pause = 0.01
+        while True:
+            try:
+                if self._destroy_once(ref):
                     return
-                continue
-            reply = self.bm.run(self.peers.call(where, "object.destroy", {"rid": str(ref.rid)}))
-            if (reply.result or {}).get("destroyed"):
-                self.bm.homed.pop(ref.rid, None)
-                return
-            self.bm.hints.pop(ref.rid, None)
-        raise ObjectBusyError(f"object {ref.rid} kept moving while being destroyed; try again")
+                busy: ObjectBusyError | None = None
+            except ObjectBusyError as exc:
+                busy = exc
+            if time.monotonic() >= deadline:
+                raise busy or ObjectBusyError(
+                    f"object {ref.rid} kept moving while being destroyed; try again"
+                )
+            time.sleep(pause)  # a migration settles in milliseconds to a drain timeout
+            pause = min(2 * pause, 0.2)
+
+    def _destroy_once(self, ref: Ref) -> bool:
+        """One attempt: False if the object was not where we looked (it moved)."""
+        where = self.where(ref)
+        if where == self.id:
+            return self.bm.destroy_hosted(ref.rid)
+        reply = self.bm.run(self.peers.call(where, "object.destroy", {"rid": str(ref.rid)}))
+        if (reply.result or {}).get("destroyed"):
+            self.bm.homed.pop(ref.rid, None)
+            return True
+        self.bm.hints.pop(ref.rid, None)
+        return False
 
     @property
     def events(self) -> list[MigrationEvent]:
