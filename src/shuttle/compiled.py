@@ -48,11 +48,13 @@ MODULES: tuple[str, ...] = (
     "shuttle.wire.limits",
     "shuttle.net.node_protocol",
     "shuttle.net.blocking",
-    # The node's warm read below the protocol: the block cache, the store's counters
-    # and its key locks (whose generation the read checks).
+    # The node's warm read below the protocol: the lock-free cache-hit read itself,
+    # the block cache, the store's counters and its key locks (whose generation the
+    # read checks).
     "shuttle.blockcache",
     "shuttle.store.stats",
     "shuttle.store.locks",
+    "shuttle.store.fastread",
 )
 
 #: Extension modules written in C, built with the mypyc group and used with it, all or

@@ -16,11 +16,13 @@ from shuttle.net.registry import (
     CONNECTION_ARG,
     Mode,
     OperationRegistry,
+    ReadLane,
     Reply,
     arg,
     non_negative,
 )
 from shuttle.store import ObjectAttrs, WriteResult
+from shuttle.store.fastread import CachedReads
 from shuttle.store.interface import Store
 from shuttle.store.rados_locality import PrimaryLocator
 
@@ -125,6 +127,15 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
         if length <= INLINE_READ_BYTES_MAX:
             return store.read_cached(key, offset, length, version)
         return None
+
+    # A local store's compiled cache-hit read takes the lane's calls itself: no
+    # interpreted frame between the node's protocol and the block cache.
+    cached_reads = getattr(store, "cached_reads", None)
+    lane: ReadLane = (
+        cached_reads.limited(INLINE_READ_BYTES_MAX).read
+        if isinstance(cached_reads, CachedReads)
+        else read_lane
+    )
 
     def read_cached(args: dict[str, Any], payload: bytes) -> Reply | None:
         """:func:`read_lane` for a request that came the general way."""
@@ -243,7 +254,7 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
     )
     add("chunks", chunks, Mode.THREAD)
     add("stat_many", stat_many, Mode.THREAD)
-    add("read", read, Mode.THREAD, inline_try=read_cached, read_lane=read_lane)
+    add("read", read, Mode.THREAD, inline_try=read_cached, read_lane=lane)
     add("write", write, Mode.THREAD)
     add("put", put, Mode.THREAD)
     add("create", create, Mode.THREAD)

@@ -199,15 +199,10 @@ class AttrTable:
             rec = self._dirty.get(key)
             return rec if rec is not None else self._clean.get(key)
 
-    def peek_unlocked(self, key: str) -> StoredAttrs | _Absent | None:
-        """:meth:`peek` without the table's lock, for a reader that validates what it
-        saw by other means (the key lock's generation: ``ObjectStore._read_hit``).
-
-        Each dict lookup is atomic under the GIL; a record moving between the dirty
-        and clean maps meanwhile may be missed (None), never half-read.
-        """
-        rec = self._dirty.get(key)
-        return rec if rec is not None else self._clean.get(key)
+    def maps(self) -> tuple[dict[str, StoredAttrs | _Absent], dict[str, StoredAttrs]]:
+        """The dirty and clean maps themselves, for a reader that looks without the
+        table's lock (:mod:`shuttle.store.fastread`): the table never rebinds them."""
+        return self._dirty, self._clean
 
     def _load(self, key: str) -> StoredAttrs | None:
         try:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar, cast
 
 from shuttle.errors import (
     DiskFullError,
@@ -57,6 +57,7 @@ from shuttle.store.chunking import (
     hash_file_only,
 )
 from shuttle.store.durability import CheckpointSync, SyncMode
+from shuttle.store.fastread import CachedReads
 from shuttle.store.journal import Journal
 from shuttle.store.keys import parent_keys
 from shuttle.store.layout import Layout
@@ -178,6 +179,17 @@ class StoreCore:
         try:
             self.paths = SafeRoot(self.layout.root)
             self.attrs = AttrTable(self.layout.attrs_dir, self.layout.staging_dir)
+            dirty, clean = self.attrs.maps()
+            #: The lock-free cache-hit read (ObjectStore.read_cached, a node's read lane).
+            self.cached_reads = CachedReads(
+                self,
+                self._locks,
+                cast(dict[str, Any], dirty),
+                cast(dict[str, Any], clean),
+                self.cache,
+                self.counters,
+                self.config.cache_read_bytes_max,
+            )
             self.durability = CheckpointSync(self.paths, self.attrs.path_of, self.config.sync_mode)
             log.info("store %s: checkpoints sync by %s", self.layout.root, self.durability.mode)
             self.uploads = UploadTable(self.layout.uploads_dir)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -78,29 +77,30 @@ def test_the_fast_path_steps_aside_for_what_it_cannot_answer(store: ObjectStore)
 
 
 def test_a_change_during_the_lookup_sends_the_read_the_long_way(store: ObjectStore) -> None:
-    """A writer that slips in between the reader's look at the attributes and at the
-    block moves the lock's generation on: the reader must not return the old block."""
+    """A writer that slips in between the reader's look at the attributes and block
+    and its second look at the generation moves the generation on: the reader must
+    not return the old block."""
     store.put("k", fill(1, 2 * BLOCK))
     store.read("k", 0, BLOCK)
-    real = store.cache
+    reads = store.cached_reads
     raced = []
 
-    class RacingCache:
-        """The store's cache, with a change landing right after a read's hit (a
-        wrapper: the compiled BlockCache's methods cannot be replaced)."""
+    class RacingStore:
+        """The store as the reader asks it "closed?", after finding the old block
+        (a stand-in: the compiled reader's other parts cannot be replaced)."""
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
-
-        def read_hit(self, key: str, offset: int, end: int) -> bytes | None:
-            block = real.read_hit(key, offset, end)  # the old block, found
+        @property
+        def _closed(self) -> bool:
             if not raced:
                 raced.append(True)
-                store.write("k", 0, fill(2))  # ... and a change lands right after
-            return block
+                store.write("k", 0, fill(2))  # a change lands right after the look
+            return False
 
-    store.cache = RacingCache()  # type: ignore[assignment]
-    assert store.read("k", 0, BLOCK) == fill(2)
+    reads.store = RacingStore()
+    try:
+        assert store.read("k", 0, BLOCK) == fill(2)
+    finally:
+        reads.store = store
     assert raced
 
 
