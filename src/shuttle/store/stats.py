@@ -27,6 +27,10 @@ class StoreCounters:
     checkpoints: int = 0
     recovered_records: int = 0
     adopted_objects: int = 0
+    #: ``read`` calls answered by :meth:`read_done` (the cache-hit path): a plain int,
+    #: which the compiled build adds to natively, where a ``Counter`` item costs about
+    #: 1,500 instructions per read; :meth:`snapshot` reports them under ``ops``.
+    reads_done: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def op(self, name: str) -> None:
@@ -42,7 +46,7 @@ class StoreCounters:
         (the store's cache-hit path calls it for every page it serves)."""
         lock = self._lock
         lock.acquire()
-        self.ops["read"] += 1
+        self.reads_done += 1
         self.bytes_read += nbytes
         lock.release()
 
@@ -53,8 +57,11 @@ class StoreCounters:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
+            ops = dict(self.ops)
+            if self.reads_done:
+                ops["read"] = ops.get("read", 0) + self.reads_done
             return {
-                "ops": dict(self.ops),
+                "ops": ops,
                 "errors": dict(self.errors),
                 "bytes_read": self.bytes_read,
                 "bytes_written": self.bytes_written,
