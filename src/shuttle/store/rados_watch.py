@@ -61,6 +61,7 @@ complete in ``ANNOUNCE_DEADLINE_S`` fails with StorageIOError and changes nothin
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import logging
 import threading
@@ -333,6 +334,10 @@ class Coherence:
             log.info("RADOS watch on %s unregistered with an error: %s", CHANNEL_OBJECT, exc)
             with _CANCELLED_LOCK:
                 _CANCELLED.append(watch)
+            # The list is emptied when the interpreter exits, which would free the watch
+            # after the binding's module is gone (an ignored TypeError printed at exit):
+            # one reference never given back keeps it from being freed at all.
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(watch))
 
     def close(self) -> bool:
         """Stop the watcher thread and unregister the watch. Idempotent. False when the
