@@ -18,6 +18,7 @@ from shuttle.errors import InvalidArgumentError, LimitExceededError, RemoteProto
 from shuttle.net.attr_rows import ROWS_FORM, decode_rows
 from shuttle.wire import PAYLOAD_BYTES_MAX, Response
 from shuttle.wire.events import Payload
+from shuttle.wire.readlane import read_args
 
 #: Bytes per range request when streaming: big enough that per-request overhead is
 #: small next to the transfer, small enough to keep many in flight within the
@@ -114,7 +115,7 @@ def chunks_page(key: str, start: int, version: int) -> Op:
 
 
 def read(key: str, offset: int, length: int, expected_version: int | None = None) -> Op:
-    return Op("read", {"key": key, "offset": offset, "length": length, **_cond(expected_version)})
+    return Op("read", read_args(key, offset, length, expected_version))
 
 
 def read_pieces(key: str, offset: int, end: int, piece_bytes: int, version: int) -> Iterator[Op]:

@@ -45,6 +45,7 @@ from shuttle.wire import (
     Welcome,
 )
 from shuttle.wire.events import Event, Payload
+from shuttle.wire.readlane import read_args
 
 #: Seconds to wait for a TCP connection and handshake before calling a node unreachable.
 CONNECT_TIMEOUT_S = 5.0
@@ -93,15 +94,6 @@ class Call:
 
 #: A read for the read lane: ``(key, offset, length, expected_version or None)``.
 ReadArgs = tuple[str, int, int, int | None]
-
-
-def _read_args(read: ReadArgs) -> dict[str, Any]:
-    """The ``read`` request's arguments, as the general path sends them."""
-    key, offset, length, version = read
-    args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
-    if version is not None:
-        args["expected_version"] = version
-    return args
 
 
 class _NotRun(UnreachableError):
@@ -279,7 +271,7 @@ class BlockingConnection:
                     ev = self._exchange(op, args, payload, read)
                 else:
                     if read is not None:
-                        op, args = "read", _read_args(read)
+                        op, args = "read", read_args(*read)
                     ev = self._wait_for(self._send_request(op, args, payload))
             except UnreachableError as exc:
                 self.close()
@@ -339,7 +331,7 @@ class BlockingConnection:
             request = conn.send_read_request(rid, read[0], read[1], read[2], read[3])
             op = "read"
             if request is None:
-                args = _read_args(read)
+                args = read_args(*read)
         if request is not None:
             buffers: list[Payload] = [request]
         else:

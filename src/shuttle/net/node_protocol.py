@@ -43,6 +43,7 @@ from shuttle.wire import (
 from shuttle.wire.connection import Connection
 from shuttle.wire.events import NEED_DATA, FrameKind, Payload
 from shuttle.wire.frames import encode_frame
+from shuttle.wire.readlane import read_args
 
 if TYPE_CHECKING:
     from shuttle.net.server import RpcServer
@@ -289,10 +290,7 @@ class NodeProtocol(asyncio.Protocol):
         except Exception:  # it should not raise; the usual way answers what went wrong
             data = None
         if data is None or self.closed:
-            args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
-            if version is not None:
-                args["expected_version"] = version
-            self._dispatch(rid, "read", args, b"")
+            self._dispatch(rid, "read", read_args(key, offset, length, version), b"")
             return
         counters = self.server.counters
         counters.requests += 1

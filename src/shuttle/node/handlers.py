@@ -138,7 +138,7 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
     )
 
     def read_cached(args: dict[str, Any], payload: bytes) -> Reply | None:
-        """:func:`read_lane` for a request that came the general way."""
+        """The read lane's call for a request that came the general way."""
         key, offset, length = args.get("key"), args.get("offset", 0), args.get("length")
         version = args.get("expected_version")
         if (
@@ -147,7 +147,7 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
             and type(length) is int
             and (version is None or type(version) is int)
         ):
-            data = read_lane(key, offset, length, version)
+            data = lane(key, offset, length, version)
             if data is not None:
                 return Reply(None, data)
         return None

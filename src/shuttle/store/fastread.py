@@ -1,9 +1,9 @@
 """A small read answered from the block cache without the key's lock, compiled.
 
-:meth:`ObjectStore.read_cached <shuttle.store.objects.ObjectStore.read_cached>` says
-why reading without the lock is safe (the key lock's generation as a sequence lock);
-this module is that code alone, so that it can be compiled with the mypyc group
-(:mod:`shuttle.compiled`) while the store around it stays interpreted. A node's read
+:meth:`ObjectStore.read_cached <shuttle.store.objects.ObjectStore.read_cached>`'s
+lookup, alone in a module so that it can be compiled with the mypyc group
+(:mod:`shuttle.compiled`) while the store around it stays interpreted; why reading
+without the lock is safe is argued in :meth:`CachedReads.read`. A node's read
 lane calls :meth:`CachedReads.read` directly: a warm read then runs no interpreted
 frame on the node. It reads the attribute table's two maps by reference (the table
 never rebinds them, only changes their contents) and the store's ``_closed`` flag.
@@ -45,6 +45,25 @@ class CachedReads:
     ) -> bytes | None:
         """Bytes ``[offset, offset+length)`` of ``key`` if every block is cached and no
         change overlapped the look, else None (the caller goes the long way)."""
+        # A small read whose blocks are all cached is answered without the key's lock.
+        # Why that is safe: every change to a key's attributes or cached blocks is made
+        # under the key's lock held exclusively (put, write, truncate, remove), and that
+        # lock's ``generation`` is odd while such a change is under way and has grown
+        # once it is done (a sequence lock). We read the generation, then the attributes
+        # and the block, then the generation again: equal and even means no change
+        # overlapped what we looked at, so attributes and block belong to one state of
+        # the object. Everything else that touches them leaves that state as it was:
+        # readers on the long way insert blocks under the shared lock (no change can
+        # run), a stat fills in a hash under it, eviction and ``clear`` only drop
+        # blocks, and a checkpoint moving a record between maps at worst makes us miss.
+        # A block is an immutable ``bytes`` object, replaced whole and never patched in
+        # place, so no read can see a torn block. Each step is atomic under the GIL (an
+        # int attribute read, dict lookups; the cache takes its own mutex), which the
+        # argument relies on: a free-threaded Python would need the generation read with
+        # acquire ordering. Keys are not validated here: only valid keys ever have
+        # attributes, so a key that finds a record is valid, and any other goes the long
+        # way and is checked. Anything unusual (a miss, an error to raise, a race) goes
+        # the long way too.
         if not (0 < length <= self.max_bytes and offset >= 0):
             return None
         lock = self.locks.lock_for(key)

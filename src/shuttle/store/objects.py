@@ -138,28 +138,10 @@ class ObjectStore(StoreCore):
         thread pool); never raises: None for anything unusual too (a miss, a bad
         argument, a read at or past the end, a change under way), which :meth:`read`
         then answers or raises."""
-        # A small read whose blocks are all cached is answered without the key's lock.
-        # Why that is safe: every change to a key's attributes or cached blocks is made
-        # under the key's lock held exclusively (put, write, truncate, remove), and that
-        # lock's ``generation`` is odd while such a change is under way and has grown
-        # once it is done (a sequence lock). We read the generation, then the attributes
-        # and the block, then the generation again: equal and even means no change
-        # overlapped what we looked at, so attributes and block belong to one state of
-        # the object. Everything else that touches them leaves that state as it was:
-        # readers on the long way insert blocks under the shared lock (no change can
-        # run), a stat fills in a hash under it, eviction and ``clear`` only drop
-        # blocks, and a checkpoint moving a record between maps at worst makes us miss.
-        # A block is an immutable ``bytes`` object, replaced whole and never patched in
-        # place, so no read can see a torn block. Each step is atomic under the GIL (an
-        # int attribute read, dict lookups; the cache takes its own mutex), which the
-        # argument relies on: a free-threaded Python would need the generation read with
-        # acquire ordering. Keys are not validated here: only valid keys ever have
-        # attributes, so a key that finds a record is valid, and any other goes the long
-        # way and is checked. Anything unusual (a miss, an error to raise, a race) goes
-        # the long way too.
-        # The steps are CachedReads.read (shuttle.store.fastread, compiled), which a
-        # node's read lane calls directly; the checks here make "never raises" hold for
-        # any argument (the compiled method would refuse a non-int with TypeError).
+        # The lookup is CachedReads.read (shuttle.store.fastread, compiled, where the
+        # argument for reading without the key's lock is), which a node's read lane
+        # calls directly; the checks here make "never raises" hold for any argument
+        # (the compiled method would refuse a non-int with TypeError).
         if (
             type(key) is str
             and type(offset) is int

@@ -49,6 +49,15 @@ _RESPONSE: Final = int(FrameKind.RESPONSE)
 _READ_ARGS: Final = frozenset(("key", "offset", "length", "expected_version"))
 
 
+def read_args(key: str, offset: int, length: int, version: int | None) -> dict[str, Any]:
+    """The arguments of the same ``read`` as the general path sends them (a client
+    whose request the lane cannot make, a node whose lane declines the read)."""
+    args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
+    if version is not None:
+        args["expected_version"] = version
+    return args
+
+
 class _Pairs(list[tuple[Any, Any]]):
     """A msgpack map as its pairs, in order (so a repeated key is seen)."""
 
