@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from shuttle.errors import NotFoundError, ObjectNotFoundError, ShuttleError, StorageIOError
+from shuttle.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    ObjectNotFoundError,
+    ShuttleError,
+    StorageIOError,
+)
 from shuttle.objects.fs.atomicity import AtomicityObject
 from shuttle.objects.fs.isolation import IsolationObject
 from shuttle.runtime.ids import ObjectId
@@ -120,3 +126,33 @@ def test_a_holder_that_no_longer_exists_loses_its_promises_without_being_asked_a
     assert gone.calls == 1  # not retried, and not asked again about its other key
     assert sorted(live.told) == [("j", [0]), ("k", [0])]
     assert iso.stats()["callbacks_held"] == 0
+
+
+def test_promises_on_data_stored_elsewhere_and_the_changes_that_break_them(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    # A RAID 5 file's blocks: the isolation object keeps promises and timestamps for
+    # them under the file's key, and learns of changes from the RAID object.
+    iso = IsolationObject(store, AtomicityObject(store, tmp_path / "log"))
+    a, b = Holder("a"), Holder("b")
+    ts0 = iso.promise("f", 0, 1024, a)  # type: ignore[arg-type]
+    iso.promise("f", 1024, 1024, b)  # type: ignore[arg-type]
+    # b's write of its block 1024 breaks nobody else's and keeps its own promise.
+    ts1 = iso.changed("f", 1024, 1024, b)  # type: ignore[arg-type]
+    assert a.told == b.told == [] and ts1 > ts0
+    # A long write with no writer (a bare RAID object) breaks both, b's too.
+    ts2 = iso.changed("f", 0, 64 << 10)
+    assert a.told == [("f", [0])] and b.told == [("f", [1024])] and ts2 > ts1
+    assert iso.timestamps([["f", 0], ["f", 1024]]) == [ts2, ts2]
+    assert iso.stats()["callbacks_held"] == 0
+    # ... and it named no block of its own: a later write elsewhere in its range
+    # breaks only the promises that overlap it.
+    iso.promise("f", 0, 1024, a)  # type: ignore[arg-type]
+    iso.changed("f", 4096, 1024)
+    assert a.told == [("f", [0])]
+    with pytest.raises(NotFoundError):
+        store.stat("f")  # nothing is stored under the file's key here
+    with pytest.raises(InvalidArgumentError, match="changed: length must be in 1"):
+        iso.changed("f", 0, 0)
+    with pytest.raises(InvalidArgumentError, match="promise: offset must be an integer"):
+        iso.promise("f", -1, 10, a)  # type: ignore[arg-type]

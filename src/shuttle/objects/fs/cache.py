@@ -15,6 +15,15 @@ whole block, and a miss reads one first; at the node, every call crosses the net
 but carries only the record. The run-time sees the bytes on the two edges and moves
 the object to the cheaper side.
 
+**Over RAID 5** (``data``, a ``raid5`` object): the file's bytes are striped over
+several nodes, so the blocks are read and written through the RAID object, while the
+promises stay with the isolation object of the file's home node, under the file's
+own key. A block's promise is taken *before* its data is read (``promise``), and
+the RAID object reports each write there (``changed``) once its stripes are written,
+which breaks every other cache's promise before the write returns. A change that
+lands after the promise is therefore called back, so a copy read after it is either
+current or dropped: the same guarantee as a plain file's.
+
 A promise can be broken while a read of the same block is on its way back; the
 object counts invalidations per block and caches a fetched block only if none came
 in between (the data is still returned: it was current when it was read). Only whole
@@ -136,10 +145,25 @@ class CacheObject(MobileObject):
 
     _shared: SharedBlockCache
 
-    def __init__(self, isolation: Ref, key: str, *, block_bytes: int = BLOCK_BYTES_DEFAULT) -> None:
+    def __init__(
+        self,
+        isolation: Ref,
+        key: str,
+        *,
+        block_bytes: int = BLOCK_BYTES_DEFAULT,
+        data: Ref | None = None,
+    ) -> None:
         if not isinstance(key, str) or not key:
             raise InvalidArgumentError(f"a cache needs the file's key, got {key!r:.60}")
+        if data is not None and not isinstance(data, Ref):
+            raise InvalidArgumentError(
+                "data must be the file's raid5 object (a reference) or None, "
+                f"got {type(data).__name__}"
+            )
         self.isolation = isolation
+        #: The raid5 object the blocks go through (None: the isolation object's node
+        #: stores the file, and reads and writes go there).
+        self.data = data
         self.key = key
         self.block_bytes = check_block_bytes(block_bytes)
         #: block offset -> timestamp of the cached copy (the promise holds for it).
@@ -196,12 +220,20 @@ class CacheObject(MobileObject):
 
     def write(self, offset: int, data: bytes) -> dict[str, int]:
         """Write ``data`` at ``offset``: each block touched is read if only part of it
-        changes (an installation read, unless cached) and written through whole."""
+        changes (an installation read, unless cached) and written through whole. A
+        run of several whole blocks goes below in one call and is not cached (a
+        file written whole is seldom read back by its writer; over RAID 5 the run is
+        written as whole stripes, not one read-modify-write per block)."""
         check_range(offset, len(data), "write")
         b = self.block_bytes
         pos, end = offset, offset + len(data)
         view = memoryview(bytes(data))
         while pos < end:
+            if pos % b == 0 and end - pos >= 2 * b:
+                run = (end - pos) // b * b
+                self._write_run(pos, bytes(view[pos - offset : pos - offset + run]))
+                pos += run
+                continue
             start = pos - pos % b
             stop = min(end, start + b)
             piece = view[pos - offset : stop - offset]
@@ -217,7 +249,9 @@ class CacheObject(MobileObject):
         return {"written": len(data), "end": end}
 
     def size(self) -> int:
-        """The file's size at its node."""
+        """The file's size (at its node, or across its RAID columns)."""
+        if self.data is not None:
+            return int(self.data.size())
         return int(self.isolation.size(self.key))
 
     def invalidate(self, key: str, offsets: list[int]) -> None:
@@ -266,7 +300,11 @@ class CacheObject(MobileObject):
                     return data
                 del self.index[start]  # evicted by another file's blocks
             epoch = self._epoch.get(start, 0)
-        data, ts = self.isolation.read(self.key, start, self.block_bytes, self._holder())
+        if self.data is None:
+            data, ts = self.isolation.read(self.key, start, self.block_bytes, self._holder())
+        else:  # the promise first: a write that lands after it calls back
+            ts = self.isolation.promise(self.key, start, self.block_bytes, self._holder())
+            data = self.data.read(start, self.block_bytes)
         data = bytes(data)
         with self._lock:
             self.installation_reads += 1
@@ -275,10 +313,36 @@ class CacheObject(MobileObject):
                 self._shared.put(owner, start, data)
         return data
 
+    def _write_run(self, start: int, run: bytes) -> None:
+        """Whole blocks written through with no promise kept: the write breaks every
+        holder's, this object's too, so a read of ours racing it cannot cache the
+        old bytes (its callback comes before the write returns)."""
+        owner = str(self.rid)
+        with self._lock:
+            for o in range(start, start + len(run), self.block_bytes):
+                self.index.pop(o, None)
+                self._shared.drop(owner, o)
+        if self.data is None:
+            self.isolation.write(self.key, start, run)
+        else:
+            self.data.write(start, run)
+        with self._lock:
+            self.writes += 1
+
     def _write_block(self, start: int, block: bytes) -> None:
         with self._lock:
             epoch = self._epoch.get(start, 0)
-        ts = self.isolation.write(self.key, start, block, self._holder())
+        if self.data is None:
+            ts = self.isolation.write(self.key, start, block, self._holder())
+        else:
+            done = self.data.write(start, block, self._holder())
+            if "timestamp" not in done:
+                raise InvalidArgumentError(
+                    f"the raid5 object under the cache of {self.key!r} tells no isolation "
+                    "object of its writes, so other caches would keep stale blocks; make "
+                    "it with callbacks=Runtime.service(home node, 'isolation')"
+                )
+            ts = done["timestamp"]
         with self._lock:
             self.writes += 1
             if self._epoch.get(start, 0) == epoch and len(block) == self.block_bytes:

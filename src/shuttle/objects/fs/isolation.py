@@ -51,6 +51,8 @@ CALLBACK_ATTEMPTS = 3
 CALLBACK_RETRY_S = 0.05
 #: Largest block one read may return.
 READ_BYTES_MAX = 4 << 20
+#: Largest range one ``changed`` names (a RAID 5 write takes up to 16 MiB).
+CHANGE_BYTES_MAX = 64 << 20
 
 Block = tuple[str, int]
 
@@ -61,6 +63,13 @@ def _check_block(key: Any, offset: Any, where: str) -> Block:
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise InvalidArgumentError(f"{where}: offset must be an integer ≥ 0, got {offset!r:.40}")
     return key, offset
+
+
+def _check_length(length: Any, where: str, limit: int = READ_BYTES_MAX) -> None:
+    if isinstance(length, bool) or not isinstance(length, int):
+        raise InvalidArgumentError(f"{where}: length must be an integer, got {length!r:.40}")
+    if not 0 < length <= limit:
+        raise InvalidArgumentError(f"{where}: length must be in 1..{limit}, got {length}")
 
 
 @builtin("isolation")
@@ -93,10 +102,7 @@ class IsolationObject(MobileObject):
         """``[bytes, timestamp]`` of block ``(key, offset)`` (up to ``length`` bytes; b""
         past the end or for a missing object). With ``holder``: a callback promise."""
         block = _check_block(key, offset, "read")
-        if isinstance(length, bool) or not isinstance(length, int):
-            raise InvalidArgumentError(f"read: length must be an integer, got {length!r:.40}")
-        if not 0 < length <= READ_BYTES_MAX:
-            raise InvalidArgumentError(f"read: length must be in 1..{READ_BYTES_MAX}, got {length}")
+        _check_length(length, "read")
         with self._lock:
             data = self._read_store(key, offset, length)
             extents = self._extents.setdefault(key, {})
@@ -104,6 +110,40 @@ class IsolationObject(MobileObject):
             if holder is not None:
                 self._holders.setdefault(block, {})[str(holder.rid)] = holder
             return [data, self._ts.get(block, self._start)]
+
+    def promise(self, key: str, offset: int, length: int, holder: Ref) -> int:
+        """A callback promise on block ``(key, offset)`` of ``length`` bytes whose data
+        lives elsewhere (a RAID 5 file's blocks are striped over the columns' nodes;
+        the file's cache reads them through its ``raid5`` object), and the block's
+        timestamp now. Ask before reading the data: a change that lands after this
+        breaks the promise, so a copy read after it is current or called back."""
+        block = _check_block(key, offset, "promise")
+        _check_length(length, "promise")
+        with self._lock:
+            extents = self._extents.setdefault(key, {})
+            extents[offset] = max(extents.get(offset, 0), length)
+            self._holders.setdefault(block, {})[str(holder.rid)] = holder
+            return self._ts.get(block, self._start)
+
+    def changed(self, key: str, offset: int, length: int, writer: Ref | None = None) -> int:
+        """Bytes ``[offset, offset + length)`` of ``key`` changed elsewhere (a RAID 5
+        write, after its stripes are written): the blocks they overlap get a new
+        timestamp (returned) and every other holder's promise is broken before this
+        returns, as :meth:`write` does for data stored here. The ``writer`` holds
+        the block at ``offset``."""
+        _check_block(key, offset, "changed")
+        _check_length(length, "changed", CHANGE_BYTES_MAX)
+        me = None if writer is None else str(writer.rid)
+        to_break: dict[str, tuple[Ref, list[Block]]] = {}
+        with self._lock:
+            self._clock = max(self._clock + 1, time.time_ns())
+            # Only a writer's block is remembered as a block: a long write through a
+            # RAID object with no cache above it names no block anyone reads.
+            self._stamp(key, offset, length, writer, me, to_break, record=writer is not None)
+            self.commits += 1
+            stamp = self._clock
+        self._break(to_break)
+        return stamp
 
     def size(self, key: str) -> int:
         """Bytes in object ``key`` (0 if there is none yet)."""
@@ -177,24 +217,41 @@ class IsolationObject(MobileObject):
             for key, offset, data in blocks:
                 self._clock = max(self._clock + 1, time.time_ns())
                 stamps.append(self._clock)
-                extents = self._extents.setdefault(key, {})
-                extents[offset] = max(extents.get(offset, 0), len(data))
-                end = offset + len(data)
-                for o in [o for o, n in extents.items() if o < end and offset < o + n]:
-                    self._ts[(key, o)] = self._clock
-                    held = self._holders.get((key, o))
-                    if not held:
-                        continue
-                    for hid, ref in held.items():
-                        if hid != me or o != offset:
-                            to_break.setdefault(hid, (ref, []))[1].append((key, o))
-                    held.clear()
-                if writer is not None and me is not None:
-                    # The writer's copy of the block it wrote is the new one: it holds it.
-                    self._holders.setdefault((key, offset), {})[me] = writer
+                self._stamp(key, offset, len(data), writer, me, to_break)
             self.commits += 1
         self._break(to_break)
         return {"ok": True, "timestamps": stamps}
+
+    def _stamp(
+        self,
+        key: str,
+        offset: int,
+        length: int,
+        writer: Ref | None,
+        me: str | None,
+        to_break: dict[str, tuple[Ref, list[Block]]],
+        *,
+        record: bool = True,
+    ) -> None:
+        """Bytes ``[offset, offset + length)`` of ``key`` changed (lock held): every
+        block they overlap takes the clock's timestamp and its holders' promises go to
+        ``to_break``, but the writer's own on the block it wrote (its copy is the new
+        one: it holds it). ``record``: remember the range as a block."""
+        extents = self._extents.setdefault(key, {})
+        if record:
+            extents[offset] = max(extents.get(offset, 0), length)
+        end = offset + length
+        for o in [o for o, n in extents.items() if o < end and offset < o + n]:
+            self._ts[(key, o)] = self._clock
+            held = self._holders.get((key, o))
+            if not held:
+                continue
+            for hid, ref in held.items():
+                if hid != me or o != offset:
+                    to_break.setdefault(hid, (ref, []))[1].append((key, o))
+            held.clear()
+        if writer is not None and me is not None:
+            self._holders.setdefault((key, offset), {})[me] = writer
 
     def _break(self, to_break: dict[str, tuple[Ref, list[Block]]]) -> None:
         """Tell each holder which of its blocks changed (AFS: before the update returns).

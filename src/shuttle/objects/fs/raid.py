@@ -17,6 +17,11 @@
   and after); a write to it changes only the parity (a reconstruct-write, exclusive
   on its stripe and conditional on the version); a stripe whose parity column failed
   is just written.
+* **Callbacks** (with ``callbacks``, the isolation object of the file's home node):
+  a write, once its stripes are written (or cut short), tells it which bytes changed
+  (``changed``), which breaks the promises of every cache holding them before the
+  write returns. A cache stacked on this object reads through it and takes its
+  promises there (``promise``), so clients caching one RAID file stay coherent.
 * **Crashes.** An intent is durable before the data changes and closed only with the
   parity, so a write cut short leaves its stripe *dirty*: ``verify`` reports it, a
   degraded read of it refuses, ``repair`` recomputes its parity (detect and repair).
@@ -134,6 +139,7 @@ class Raid5Object(MobileObject):
         unit_bytes: int = UNIT_BYTES_DEFAULT,
         *,
         stale_intent_s: float = STALE_INTENT_S,
+        callbacks: Ref | None = None,
     ) -> None:
         if not isinstance(storages, list | tuple) or not all(isinstance(r, Ref) for r in storages):
             raise InvalidArgumentError(
@@ -153,7 +159,14 @@ class Raid5Object(MobileObject):
         validate_key(record_key(key, len(storages) - 1))  # the longest name we make
         if not stale_intent_s > 0:
             raise InvalidArgumentError(f"stale_intent_s must be > 0, got {stale_intent_s!r}")
+        if callbacks is not None and not isinstance(callbacks, Ref):
+            raise InvalidArgumentError(
+                "callbacks must be an isolation object's reference "
+                "(Runtime.service(node, 'isolation')) or None"
+            )
         self.storages = list(storages)
+        #: The isolation object told of every write (None: no cache above this one).
+        self.callbacks = callbacks
         self.key = key
         self.unit_bytes = unit_bytes
         self.stale_intent_s = float(stale_intent_s)
@@ -202,13 +215,16 @@ class Raid5Object(MobileObject):
         self.counters["bytes_read"] += len(out)
         return bytes(out)
 
-    def write(self, offset: int, data: bytes) -> dict[str, Any]:
+    def write(self, offset: int, data: bytes, holder: Ref | None = None) -> dict[str, Any]:
         """Write ``data`` at ``offset`` (extending the file; a gap reads as zeros).
-        Returns ``{size, bytes, stripes}``.
+        Returns ``{size, bytes, stripes}``, and with ``callbacks`` the ``timestamp``
+        the change got there (``holder``, the writing cache, keeps its promise on
+        the block at ``offset``; every other cache's is broken).
 
         On an error the stripes before the failing one are written, the failing one
         may be partly written and is left marked dirty (``verify`` lists it,
-        ``repair`` fixes its parity), and the rest are untouched."""
+        ``repair`` fixes its parity), and the rest are untouched; the caches are
+        told of the whole range all the same."""
         if not isinstance(data, bytes | bytearray | memoryview):
             raise InvalidArgumentError(f"write: data must be bytes, got {type(data).__name__}")
         _check_io(offset, len(data), "write")
@@ -221,17 +237,26 @@ class Raid5Object(MobileObject):
         if not data:
             return {"size": self.size(), "bytes": 0, "stripes": 0}
         stripes = 0
-        for stripe, group in itertools.groupby(
-            self._layout.pieces(offset, len(data)), key=lambda p: p.stripe
-        ):
-            pieces = list(group)
-            size = offset + pieces[-1].at + pieces[-1].length
-            self._write_stripe(stripe, pieces, data, size)
-            self._known_size = max(self._known_size, size)
-            stripes += 1
+        try:
+            for stripe, group in itertools.groupby(
+                self._layout.pieces(offset, len(data)), key=lambda p: p.stripe
+            ):
+                pieces = list(group)
+                size = offset + pieces[-1].at + pieces[-1].length
+                self._write_stripe(stripe, pieces, data, size)
+                self._known_size = max(self._known_size, size)
+                stripes += 1
+        except ShuttleError:
+            if self.callbacks is not None:  # some bytes may have changed: say so
+                with contextlib.suppress(ShuttleError):
+                    self.callbacks.changed(self.key, offset, len(data))
+            raise
         self.counters["writes"] += 1
         self.counters["bytes_written"] += len(data)
-        return {"size": self._known_size, "bytes": len(data), "stripes": stripes}
+        done: dict[str, Any] = {"size": self._known_size, "bytes": len(data), "stripes": stripes}
+        if self.callbacks is not None:
+            done["timestamp"] = int(self.callbacks.changed(self.key, offset, len(data), holder))
+        return done
 
     def size(self) -> int:
         """The file's size: the largest any live column's record holds."""

@@ -13,8 +13,10 @@ Names live in directory objects (one per volume per application, over the nodes'
 isolation objects); a file's entry names its data: one object on the node that
 rendezvous hashing picks for its key (``plain``), or a RAID 5 set of columns over
 several nodes (``raid5``). A file opened is a ``file`` object over a ``cache``
-object (plain files) or a ``raid5`` object; all of them start at the client and,
-with ``placement="auto"``, the run-time may move them.
+object, over a ``raid5`` object for a striped file (the cache then keeps its
+callback promises at the file's home node, which the RAID object tells of every
+write); all of them start at the client and, with ``placement="auto"``, the run-time
+may move them.
 
 Order of updates, so that a crash never leaves a name without its data: ``put``
 writes the data first and then inserts the name; ``rm`` removes the name first and
@@ -74,7 +76,7 @@ class OpenFile:
         self.volume = volume
         self.path = path
         self.entry = entry
-        #: The stack, top first: the file object, then the cache or RAID object.
+        #: The stack, top first: the file object, the cache, and a RAID object if any.
         self.refs = refs
 
     @property
@@ -181,31 +183,41 @@ class Volume:
         return self._stack(path, entry)
 
     def _stack(self, path: str, entry: dict[str, Any]) -> OpenFile:
+        """``file -> cache -> storage`` for a plain file, ``file -> cache -> raid5 ->
+        storage`` for a striped one; the isolation object of the key's node keeps
+        the cache's callback promises in both."""
         rt, key = self.rt, str(entry["key"])
-        if entry.get("layout") == "raid5":
-            below = rt.create(
-                "raid5",
-                placement=self.placement,
-                storages=[rt.storage(n) for n in entry["columns"]],
-                key=key,
-                unit_bytes=int(entry.get("unit_bytes", RAID_UNIT_BYTES)),
-            )
-            layer = "raid5"
-        else:
-            below = rt.create(
+        home = rt.service(rt.node_for(key), "isolation")
+        made: list[Ref] = []  # bottom first
+        try:
+            raid: Ref | None = None
+            if entry.get("layout") == "raid5":
+                raid = rt.create(
+                    "raid5",
+                    placement=self.placement,
+                    storages=[rt.storage(n) for n in entry["columns"]],
+                    key=key,
+                    unit_bytes=int(entry.get("unit_bytes", RAID_UNIT_BYTES)),
+                    callbacks=home,
+                )
+                made.append(raid)
+            cache = rt.create(
                 "cache",
                 placement=self.placement,
-                isolation=rt.service(rt.node_for(key), "isolation"),
+                isolation=home,
                 key=key,
                 block_bytes=int(entry.get("block_bytes", self.block_bytes)),
+                data=raid,
             )
-            layer = "cache"
-        try:
-            file = rt.create("file", placement=self.placement, backing=below, key=key, layer=layer)
+            made.append(cache)
+            made.append(
+                rt.create("file", placement=self.placement, backing=cache, key=key, layer="cache")
+            )
         except BaseException:
-            rt.destroy(below)
+            for ref in reversed(made):
+                rt.destroy(ref)
             raise
-        return OpenFile(self, path, entry, [file, below])
+        return OpenFile(self, path, entry, made[::-1])
 
     def _file_entry(self, path: str) -> dict[str, Any]:
         entry = self.directory.lookup(path)
