@@ -47,6 +47,7 @@ MODULES: tuple[str, ...] = (
     "shuttle.wire.states",
     "shuttle.wire.limits",
     "shuttle.net.node_protocol",
+    "shuttle.net.server_stats",
     "shuttle.net.blocking",
     # The node's warm read below the protocol: the lock-free cache-hit read itself,
     # the block cache, the store's counters and its key locks (whose generation the

@@ -58,6 +58,8 @@ def test_a_warm_read_goes_by_the_lane_on_both_ends(client: Client) -> None:
     assert after["read_lane"] - before["read_lane"] >= 1  # the first one at least
     assert after["inline"] - before["inline"] >= after["read_lane"] - before["read_lane"]
     assert conn.counters.read_lane - taken == 3
+    # Each read is in by_op once, whichever way the node answered it.
+    assert after["by_op"]["read"] - before["by_op"]["read"] == 3
 
 
 def test_a_cold_read_is_answered_by_the_pool_with_the_same_bytes(client: Client) -> None:
@@ -87,6 +89,13 @@ def test_what_the_lane_does_not_answer_gets_the_general_answer(client: Client) -
         conn.read(KEY, 0, -5)
     assert client.read(KEY, len(DATA) - 10, 4096) == DATA[-10:]
     assert client.read(KEY, len(DATA) + 10, 4096) == b""
+    # An answer longer than the reply a read expects (an error to a 1-byte read): the
+    # first receive takes only part of it, and the general loop the rest.
+    with pytest.raises(NotFoundError, match="lane/missing"):
+        client.read("lane/missing", 0, 1)
+    with pytest.raises(VersionMismatchError):
+        conn.read(KEY, 0, 1, version + 1)
+    assert client.read(KEY, 5, 1) == DATA[5:6]
     # The connection is still in step after every refusal.
     assert client.read(KEY, 4096, 4096) == DATA[4096:8192]
 

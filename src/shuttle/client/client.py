@@ -85,6 +85,15 @@ class NodeConnection(Protocol):
 Dial = Callable[[NodeAddress], NodeConnection]
 
 
+class _ThreadConnections(threading.local):
+    """One thread's connections to the nodes, by node id (built empty in each thread
+    on first use, so the hot path reads a plain attribute, not ``getattr`` with a
+    default)."""
+
+    def __init__(self) -> None:
+        self.conns: dict[str, NodeConnection] = {}
+
+
 class Client:
     """A client of the nodes ``nodes`` (see :func:`shuttle.connect` to build one).
 
@@ -134,7 +143,7 @@ class Client:
             if n.link is not None and not n.link.is_unshaped
         }
         self._dial: Dial = dial or self._dial_socket
-        self._local = threading.local()
+        self._local = _ThreadConnections()
         self._connections: list[NodeConnection] = []
         self._lock = threading.Lock()
         #: Validation modes by name, built on first use; ``validation`` is the default.
@@ -149,7 +158,8 @@ class Client:
 
     def node_for(self, key: str) -> NodeAddress:
         """The node that holds ``key``."""
-        return node_for_key(self.nodes, key)
+        nodes = self.nodes
+        return nodes[0] if len(nodes) == 1 else node_for_key(nodes, key)
 
     def node(self, node_id: str) -> NodeAddress:
         """The node called ``node_id`` (or addressed ``host:port``)."""
@@ -161,9 +171,7 @@ class Client:
 
     def connection(self, node: NodeAddress) -> NodeConnection:
         """This thread's connection to ``node`` (opened on first use)."""
-        conns: dict[str, NodeConnection] | None = getattr(self._local, "conns", None)
-        if conns is None:
-            conns = self._local.conns = {}
+        conns = self._local.conns
         conn = conns.get(node.node_id)
         if conn is None:
             conn = self._dial(node)
@@ -234,7 +242,7 @@ class Client:
             conns, self._connections = self._connections, []
         for conn in conns:
             conn.close()
-        self._local = threading.local()
+        self._local = _ThreadConnections()
 
     def __enter__(self) -> Client:
         return self
@@ -300,7 +308,11 @@ class Client:
     ) -> bytes:
         """One range read of at most a piece from ``node`` (by default the key's): a
         socket connection takes it by its read lane (``BlockingConnection.read``)."""
-        conn = self.connection(node or self.node_for(key))
+        if node is None:
+            node = self.node_for(key)
+        conn = self._local.conns.get(node.node_id)
+        if conn is None:
+            conn = self.connection(node)
         if type(conn) is BlockingConnection:
             return conn.read(key, offset, length)
         op = calls.read(key, offset, length)
@@ -398,7 +410,7 @@ class Client:
         every connection, lock and cached block, so the child dials its own and never
         waits on a lock another thread of the parent held at the fork."""
         self._lock = threading.Lock()
-        self._local = threading.local()
+        self._local = _ThreadConnections()
         self._connections = []
         self._modes = {}
         blocks = self.cache.blocks

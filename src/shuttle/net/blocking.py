@@ -21,6 +21,9 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from os import read as os_read
+from os import write as os_write
+from time import monotonic
 from typing import Any
 
 from shuttle.errors import (
@@ -55,6 +58,9 @@ REQUEST_TIMEOUT_S = 60.0
 #: Bytes asked of the kernel per recv between large payloads (those are received in
 #: place, as much as the kernel has): a small response and the start of a large one.
 RECV_BYTES = 64 << 10
+#: A read reply's bytes beyond its payload: the frame's prefix and its header
+#: ``[rid, nil]`` (at most 7 bytes), with room to spare.
+READ_REPLY_OVERHEAD = 32
 #: Bytes taken per receive from an emulated link's queue (it hands over what the
 #: link has released, already in memory).
 SHAPED_RECV_BYTES = 1 << 20
@@ -131,6 +137,8 @@ class BlockingConnection:
         self.counters = ConnectionCounters()
         self.node_id: str | None = None
         self._sock: socket.socket | None = None
+        #: The open socket's descriptor (-1: none), for the read lane's os.read/os.write.
+        self._fd = -1
         self._shaped: ShapedSocket | None = None
         self._conn: Connection | None = None
         #: Responses that arrived while waiting for another request id.
@@ -173,6 +181,7 @@ class BlockingConnection:
         _set_kernel_timeout(sock, socket.SO_SNDTIMEO, self.request_timeout_s)
         _set_kernel_timeout(sock, socket.SO_RCVTIMEO, self.connect_timeout_s)
         self._sock = sock
+        self._fd = sock.fileno()
         self._shaped = ShapedSocket(sock, self.link) if self.link is not None else None
         self._conn = Connection(Role.CLIENT)
         self._early.clear()
@@ -207,6 +216,7 @@ class BlockingConnection:
         """Close the socket; the next call reconnects."""
         sock, shaped = self._sock, self._shaped
         self._sock, self._shaped, self._conn = None, None, None
+        self._fd = -1
         with contextlib.suppress(OSError):
             if shaped is not None:
                 shaped.close()
@@ -261,7 +271,7 @@ class BlockingConnection:
         """:meth:`call`, or with ``read`` the read ``(key, offset, length, version)``
         (``op``, ``args`` and ``payload`` then unused): its payload comes back as bytes
         when it came by the read lane, else its Response."""
-        now = time.monotonic()
+        now = monotonic()  # the name, not time.monotonic: one lookup fewer a call
         if now - self._used > IDLE_PROBE_S:
             self._drop_if_closed_by_node()
         for attempt in range(2):
@@ -327,25 +337,37 @@ class BlockingConnection:
         assert conn is not None and sock is not None
         rid = conn.next_request_id()
         request = None
+        reply_bytes = RECV_BYTES
         if read is not None:
             request = conn.send_read_request(rid, read[0], read[1], read[2], read[3])
+            reply_bytes = min(RECV_BYTES, READ_REPLY_OVERHEAD + read[2])
             op = "read"
             if request is None:
                 args = read_args(*read)
         if request is not None:
-            buffers: list[Payload] = [request]
-        else:
-            buffers = conn.send_request(rid, op, args, payload, join_below=SMALL_PAYLOAD_BYTES)
-        if len(buffers) == 1:
+            # os.write and os.read on the descriptor take their arguments faster than
+            # socket.sendall and recv (the socket is in blocking mode with kernel
+            # timeouts, so they behave the same).
             try:
-                sock.sendall(buffers[0])
+                sent = os_write(self._fd, request)
+                if sent < len(request):  # a signal cut it short: send the rest
+                    sock.sendall(request[sent:])
+                    sent = len(request)
             except OSError as exc:
                 self._send_failed(exc)
                 raise
-            sent = len(buffers[0])
         else:
-            self._sendall(buffers)
-            sent = 0  # counted there
+            buffers = conn.send_request(rid, op, args, payload, join_below=SMALL_PAYLOAD_BYTES)
+            if len(buffers) == 1:
+                try:
+                    sock.sendall(buffers[0])
+                except OSError as exc:
+                    self._send_failed(exc)
+                    raise
+                sent = len(buffers[0])
+            else:
+                self._sendall(buffers)
+                sent = 0  # counted there
         counters = self.counters
         counters.requests += 1
         counters.bytes_sent += sent
@@ -354,7 +376,10 @@ class BlockingConnection:
         if conn.pending():
             return self._wait_for(rid)
         try:
-            data = sock.recv(RECV_BYTES)
+            # For a read, just the reply it expects (a bigger one, such as an error,
+            # leaves its rest in the kernel for the general loop): the bytes object is
+            # allocated at its size, not at RECV_BYTES and then shrunk.
+            data = os_read(self._fd, reply_bytes)
         except OSError as exc:
             # It blocked for the whole request timeout (SO_RCVTIMEO), or failed: with no
             # time left, _recv_failed raises the typed error.

@@ -24,11 +24,9 @@ import contextlib
 import errno
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
 from typing import Any
 
 from shuttle.errors import (
@@ -46,6 +44,7 @@ from shuttle.net.admission import (
 )
 from shuttle.net.node_protocol import NodeProtocol
 from shuttle.net.registry import Operation, OperationRegistry, Reply
+from shuttle.net.server_stats import ServerCounters
 from shuttle.wire import (
     Limits,
     Request,
@@ -62,64 +61,6 @@ SHUTDOWN_GRACE_S = 10.0
 
 #: Errors of a process out of descriptors: a transient shortage, not a disk fault.
 _OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
-
-
-@dataclass
-class ServerCounters:
-    """What the server has done since it started (the ``node.stats`` operation)."""
-
-    started_at: float = field(default_factory=time.time)
-    connections_total: int = 0
-    connections_open: int = 0
-    requests: int = 0
-    errors: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    protocol_errors: int = 0
-    #: Handshakes refused for missing or wrong credentials (or a replayed HELLO).
-    auth_failures: int = 0
-    #: Connections refused because the node served its maximum (``busy``).
-    connections_refused: int = 0
-    #: Connections closed because a frame stalled, or because they idled.
-    frame_timeouts: int = 0
-    idle_closed: int = 0
-    #: Times a connection's requests were held back until its client read replies.
-    holds: int = 0
-    #: Connections dropped because their client took none of their replies for long.
-    send_timeouts: int = 0
-    #: Requests answered on the event loop (cache hits, stats, pings).
-    inline: int = 0
-    #: Of those, reads taken and answered by the read lane (``wire/readlane.py``).
-    read_lane: int = 0
-    #: Requests of operations that can run inline that went to the thread pool instead
-    #: (a read not all in the block cache or over the inline size, a stat whose
-    #: attributes are not in memory), by operation.
-    inline_declined: Counter[str] = field(default_factory=Counter)
-    by_op: Counter[str] = field(default_factory=Counter)
-    errors_by_code: Counter[str] = field(default_factory=Counter)
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "uptime_s": round(time.time() - self.started_at, 3),
-            "connections_total": self.connections_total,
-            "connections_open": self.connections_open,
-            "requests": self.requests,
-            "errors": self.errors,
-            "bytes_in": self.bytes_in,
-            "bytes_out": self.bytes_out,
-            "protocol_errors": self.protocol_errors,
-            "auth_failures": self.auth_failures,
-            "connections_refused": self.connections_refused,
-            "frame_timeouts": self.frame_timeouts,
-            "idle_closed": self.idle_closed,
-            "holds": self.holds,
-            "send_timeouts": self.send_timeouts,
-            "inline": self.inline,
-            "read_lane": self.read_lane,
-            "inline_declined": dict(self.inline_declined),
-            "by_op": dict(self.by_op),
-            "errors_by_code": dict(self.errors_by_code),
-        }
 
 
 CpuAccount = Callable[[], AbstractContextManager[Any]]
