@@ -5,6 +5,7 @@ Layout:
 * ``registry``  operations a node serves, as a registry of named handlers
 * ``server``    the asyncio (uvloop) server that runs a registry over the wire codec
 * ``node_protocol``  one client connection of a node: requests answered once, backpressure
+* ``server_stats``  the server's counters (``node.stats``), compiled with the hot path
 * ``admission`` what a client may make a node hold: connections, descriptors, time
 * ``auth``      cluster-key authentication: key files, proofs, the handshake's checks
 * ``blocking``  a blocking-socket connection to a node (the sync client's transport)
