@@ -142,6 +142,9 @@ def test_a_raid_object_that_tells_no_isolation_object_is_refused_under_a_cache(
         )
         with pytest.raises(InvalidArgumentError, match=r"callbacks=Runtime\.service"):
             cache.write(0, b"z" * 10)
+        with pytest.raises(InvalidArgumentError, match="tells no isolation object"):
+            cache.read(0, 10)
+        assert below.size() == 0  # refused before anything was written
         with pytest.raises(InvalidArgumentError, match="callbacks must be an isolation"):
             raid(rt, key, callbacks="n1/isolation")
         with pytest.raises(InvalidArgumentError, match="data must be the file's raid5"):

@@ -179,6 +179,9 @@ class CacheObject(MobileObject):
         #: Invalidations per block since the object started here (see the module doc).
         self._epoch: dict[int, int] = {}
         self._me: Ref | None = None
+        #: Whether the raid5 object below tells the isolation object of its writes
+        #: (None: not asked yet in this incarnation).
+        self._data_told: bool | None = None
 
     # --- state that travels ------------------------------------------------------------
 
@@ -225,6 +228,7 @@ class CacheObject(MobileObject):
         file written whole is seldom read back by its writer; over RAID 5 the run is
         written as whole stripes, not one read-modify-write per block)."""
         check_range(offset, len(data), "write")
+        self._check_data()
         b = self.block_bytes
         pos, end = offset, offset + len(data)
         view = memoryview(bytes(data))
@@ -300,6 +304,7 @@ class CacheObject(MobileObject):
                     return data
                 del self.index[start]  # evicted by another file's blocks
             epoch = self._epoch.get(start, 0)
+        self._check_data()
         if self.data is None:
             data, ts = self.isolation.read(self.key, start, self.block_bytes, self._holder())
         else:  # the promise first: a write that lands after it calls back
@@ -312,6 +317,20 @@ class CacheObject(MobileObject):
                 self.index[start] = int(ts)
                 self._shared.put(owner, start, data)
         return data
+
+    def _check_data(self) -> None:
+        """Refuse, before anything is read or written, a raid5 object below that tells
+        no isolation object of its writes: other caches would keep stale blocks."""
+        if self.data is None:
+            return
+        if self._data_told is None:
+            self._data_told = bool(self.data.stats().get("callbacks"))
+        if not self._data_told:
+            raise InvalidArgumentError(
+                f"the raid5 object under the cache of {self.key!r} tells no isolation "
+                "object of its writes, so caches would keep stale blocks; make it with "
+                "callbacks=Runtime.service(home node, 'isolation')"
+            )
 
     def _write_run(self, start: int, run: bytes) -> None:
         """Whole blocks written through with no promise kept: the write breaks every
@@ -335,14 +354,7 @@ class CacheObject(MobileObject):
         if self.data is None:
             ts = self.isolation.write(self.key, start, block, self._holder())
         else:
-            done = self.data.write(start, block, self._holder())
-            if "timestamp" not in done:
-                raise InvalidArgumentError(
-                    f"the raid5 object under the cache of {self.key!r} tells no isolation "
-                    "object of its writes, so other caches would keep stale blocks; make "
-                    "it with callbacks=Runtime.service(home node, 'isolation')"
-                )
-            ts = done["timestamp"]
+            ts = self.data.write(start, block, self._holder())["timestamp"]
         with self._lock:
             self.writes += 1
             if self._epoch.get(start, 0) == epoch and len(block) == self.block_bytes:

@@ -375,6 +375,7 @@ class Raid5Object(MobileObject):
             "layout": "left-symmetric",
             "failed": self.failed,
             "size_known": self._known_size,
+            "callbacks": self.callbacks is not None,
             **self.counters,
         }
 
