@@ -108,7 +108,11 @@ def put(
     local: Annotated[Path, typer.Argument(help="A local file, or - for standard input.")],
     path: PathArg,
     raid: Annotated[
-        bool, typer.Option(help="Stripe the file with parity over 5 nodes (RAID 5).")
+        bool,
+        typer.Option(
+            help="Stripe the file with parity over up to 5 nodes (RAID 5; needs 3 or "
+            "more); it is cached like any file, coherently across clients."
+        ),
     ] = False,
     volume: VolumeOpt = "default",
     placement: PlacementOpt = "auto",
