@@ -161,6 +161,8 @@ def test_a_volume_s_striped_file_is_a_cached_stack_that_two_clients_share(
         Volume(cluster.runtime(), "cachedraid", owns_runtime=True) as two,
     ):
         one.put("/striped", data, raid=True)
+        entry = one.directory.lookup("/striped")
+        assert entry["home"] == one.rt.node_for(entry["key"])  # named, as the columns are
         with one.open("/striped") as f1, two.open("/striped") as f2:
             _file, cache, below = f1.refs  # file -> cache -> raid5
             assert "cached_blocks" in cache.stats() and "small_writes" in below.stats()

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 from shuttle.errors import (
@@ -56,6 +57,11 @@ BLOCK_BYTES_MAX = 1 << 20
 SHARED_CACHE_BYTES_DEFAULT = 64 << 20
 #: Largest read or write one call takes.
 IO_BYTES_MAX = 4 << 20
+#: Locks that order one cache object's writes of a block over RAID 5 (blocks hash
+#: onto them): there a write's bytes land, and its timestamp is given, in two steps.
+WRITE_LOCK_STRIPES = 16
+#: Errors of a call whose node may be gone or restarted (and its promises with it).
+_NODE_FAILURES = (UnreachableError, RequestTimeoutError, RemoteProtocolError)
 
 
 class SharedBlockCache:
@@ -182,6 +188,10 @@ class CacheObject(MobileObject):
         #: Whether the raid5 object below tells the isolation object of its writes
         #: (None: not asked yet in this incarnation).
         self._data_told: bool | None = None
+        #: Bumped when every cached block is dropped (a node lost): a fetch or write
+        #: under way then caches nothing.
+        self._generation = 0
+        self._write_locks = [threading.Lock() for _ in range(WRITE_LOCK_STRIPES)]
 
     # --- state that travels ------------------------------------------------------------
 
@@ -303,20 +313,60 @@ class CacheObject(MobileObject):
                     self.hits += 1
                     return data
                 del self.index[start]  # evicted by another file's blocks
-            epoch = self._epoch.get(start, 0)
+            epoch = self._epoch_of(start)
         self._check_data()
-        if self.data is None:
-            data, ts = self.isolation.read(self.key, start, self.block_bytes, self._holder())
-        else:  # the promise first: a write that lands after it calls back
-            ts = self.isolation.promise(self.key, start, self.block_bytes, self._holder())
-            data = self.data.read(start, self.block_bytes)
+        with self._home_failures():
+            if self.data is None:
+                data, ts = self.isolation.read(self.key, start, self.block_bytes, self._holder())
+            else:  # the promise first: a write that lands after it calls back
+                try:
+                    ts = self.isolation.promise(self.key, start, self.block_bytes, self._holder())
+                except _NODE_FAILURES:
+                    # No one can keep a promise: read through the RAID object (it
+                    # survives a lost node), cache nothing.
+                    self._forget_all()
+                    return bytes(self.data.read(start, self.block_bytes))
+                data = self.data.read(start, self.block_bytes)
         data = bytes(data)
         with self._lock:
             self.installation_reads += 1
-            if self._epoch.get(start, 0) == epoch and len(data) == self.block_bytes:
-                self.index[start] = int(ts)
-                self._shared.put(owner, start, data)
+            self._install(start, data, int(ts), epoch)
         return data
+
+    def _epoch_of(self, start: int) -> tuple[int, int]:
+        """What a fetch or write of block ``start`` remembers before its call (lock
+        held): a callback for the block, or a lost node, changes it meanwhile."""
+        return self._epoch.get(start, 0), self._generation
+
+    def _install(self, start: int, block: bytes, ts: int, epoch: tuple[int, int]) -> None:
+        """Cache ``block`` at timestamp ``ts`` if no callback for it came since
+        ``epoch`` and no newer copy is held (lock held); else drop what is held."""
+        owner = str(self.rid)
+        if self._epoch_of(start) == epoch and len(block) == self.block_bytes:
+            if self.index.get(start, -1) < ts:  # two writes of ours: keep the later
+                self.index[start] = ts
+                self._shared.put(owner, start, block)
+        else:
+            self.index.pop(start, None)
+            self._shared.drop(owner, start)
+
+    def _forget_all(self) -> None:
+        """Drop every cached block: their promises may be gone with their node."""
+        with self._lock:
+            self._generation += 1
+            self.index.clear()
+            self._shared.drop_owner(str(self.rid))
+
+    @contextlib.contextmanager
+    def _home_failures(self) -> Iterator[None]:
+        """A call failed as if its node were lost: the home node may have restarted,
+        and lost every promise this cache holds there. Drop them all (AFS's client
+        revalidates after losing its server the same way), then raise."""
+        try:
+            yield
+        except _NODE_FAILURES:
+            self._forget_all()
+            raise
 
     def _check_data(self) -> None:
         """Refuse, before anything is read or written, a raid5 object below that tells
@@ -341,25 +391,36 @@ class CacheObject(MobileObject):
             for o in range(start, start + len(run), self.block_bytes):
                 self.index.pop(o, None)
                 self._shared.drop(owner, o)
-        if self.data is None:
-            self.isolation.write(self.key, start, run)
-        else:
-            self.data.write(start, run)
+        with self._home_failures():
+            if self.data is None:
+                self.isolation.write(self.key, start, run)
+            else:
+                self.data.write(start, run)
         with self._lock:
             self.writes += 1
 
     def _write_block(self, start: int, block: bytes) -> None:
         with self._lock:
-            epoch = self._epoch.get(start, 0)
-        if self.data is None:
-            ts = self.isolation.write(self.key, start, block, self._holder())
-        else:
-            ts = self.data.write(start, block, self._holder())["timestamp"]
-        with self._lock:
-            self.writes += 1
-            if self._epoch.get(start, 0) == epoch and len(block) == self.block_bytes:
-                self.index[start] = int(ts)
-                self._shared.put(str(self.rid), start, block)
-            else:
+            epoch = self._epoch_of(start)
+        try:
+            with self._home_failures():
+                if self.data is None:
+                    ts = self.isolation.write(self.key, start, block, self._holder())
+                else:
+                    # A promise first, as a read takes: another writer whose change
+                    # is reported after ours but whose stripes landed before ours
+                    # calls us back, so we never cache our bytes over theirs. Our own
+                    # writes of the block go one at a time (the isolation object does
+                    # not call a writer back about itself).
+                    lock = self._write_locks[(start // self.block_bytes) % WRITE_LOCK_STRIPES]
+                    with lock:
+                        self.isolation.promise(self.key, start, self.block_bytes, self._holder())
+                        ts = self.data.write(start, block, self._holder())["timestamp"]
+        except BaseException:
+            with self._lock:  # whatever the block holds now, it is not our old copy
                 self.index.pop(start, None)
                 self._shared.drop(str(self.rid), start)
+            raise
+        with self._lock:
+            self.writes += 1
+            self._install(start, block, int(ts), epoch)

@@ -127,10 +127,11 @@ class IsolationObject(MobileObject):
 
     def changed(self, key: str, offset: int, length: int, writer: Ref | None = None) -> int:
         """Bytes ``[offset, offset + length)`` of ``key`` changed elsewhere (a RAID 5
-        write, after its stripes are written): the blocks they overlap get a new
-        timestamp (returned) and every other holder's promise is broken before this
-        returns, as :meth:`write` does for data stored here. The ``writer`` holds
-        the block at ``offset``."""
+        write, after its stripes are written): every block someone read, promised or
+        wrote here that they overlap gets a new timestamp (returned), and every other
+        holder's promise is broken before this returns, as :meth:`write` does for
+        data stored here. The ``writer`` holds the block at ``offset``; without one
+        the range is not remembered as a block (blocks never read need no stamp)."""
         _check_block(key, offset, "changed")
         _check_length(length, "changed", CHANGE_BYTES_MAX)
         me = None if writer is None else str(writer.rid)

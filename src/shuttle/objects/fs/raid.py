@@ -255,7 +255,16 @@ class Raid5Object(MobileObject):
         self.counters["bytes_written"] += len(data)
         done: dict[str, Any] = {"size": self._known_size, "bytes": len(data), "stripes": stripes}
         if self.callbacks is not None:
-            done["timestamp"] = int(self.callbacks.changed(self.key, offset, len(data), holder))
+            try:
+                done["timestamp"] = int(self.callbacks.changed(self.key, offset, len(data), holder))
+            except ShuttleError as exc:
+                _reraise(
+                    exc,
+                    f"bytes {offset}..{offset + len(data) - 1} of {self.key!r} were written, "
+                    f"but {self.callbacks.rid}, which keeps its caches' promises, was not "
+                    "told: other caches may serve the old bytes until they miss; write "
+                    "them again once its node answers",
+                )
         return done
 
     def size(self) -> int:

@@ -187,7 +187,9 @@ class Volume:
         storage`` for a striped one; the isolation object of the key's node keeps
         the cache's callback promises in both."""
         rt, key = self.rt, str(entry["key"])
-        home = rt.service(rt.node_for(key), "isolation")
+        # A striped file's entry names its home, as it names its columns: a cluster
+        # that grows or shrinks must not give its caches two homes.
+        home = rt.service(str(entry.get("home") or rt.node_for(key)), "isolation")
         made: list[Ref] = []  # bottom first
         try:
             raid: Ref | None = None
@@ -261,6 +263,7 @@ class Volume:
                 "layout": "raid5",
                 "columns": _columns(nodes, key, RAID_COLUMNS),
                 "unit_bytes": RAID_UNIT_BYTES,
+                "home": self.rt.node_for(key),
             }
         else:
             entry |= {"layout": "plain", "block_bytes": self.block_bytes}

@@ -1,0 +1,131 @@
+"""The cache object over a RAID stand-in, in one process: a write's bytes land and its
+change is reported to the isolation object in two steps, and another write can come
+between them. Whatever the order, no cache keeps bytes the file no longer holds."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from shuttle.errors import UnreachableError
+from shuttle.objects.fs.cache import CacheObject, SharedBlockCache
+from shuttle.objects.fs.isolation import IsolationObject
+from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.refs import Ref
+from tests.unit.objects.test_fs_directory_format import (
+    LocalRuntime,
+    MemoryAtomicity,
+    MemoryStore,
+)
+
+KEY = "vol/.files/striped"
+BLOCK = 512
+
+
+class RaidStandIn:
+    """What a cache uses of a raid5 object: the file's bytes (shared by every
+    client's stand-in, as the columns are), each write reported to the isolation
+    object with ``changed``, and ``between``: run once after a write's bytes land and
+    before its report (where another write can overtake it)."""
+
+    def __init__(self, disk: bytearray, isolation: Ref) -> None:
+        self.disk = disk
+        self.isolation = isolation
+        self.between: Callable[[], None] | None = None
+
+    def attach(self, rid: ObjectId, invoker: Any) -> None:
+        pass
+
+    def read(self, offset: int, length: int) -> bytes:
+        return bytes(self.disk[offset : offset + length])
+
+    def write(self, offset: int, data: bytes, holder: Ref | None = None) -> dict[str, Any]:
+        if len(self.disk) < offset:
+            self.disk.extend(bytes(offset - len(self.disk)))
+        self.disk[offset : offset + len(data)] = data
+        hook, self.between = self.between, None
+        if hook is not None:
+            hook()
+        ts = self.isolation.changed(KEY, offset, len(data), holder)
+        return {"size": len(self.disk), "bytes": len(data), "stripes": 1, "timestamp": ts}
+
+    def size(self) -> int:
+        return len(self.disk)
+
+    def stats(self) -> dict[str, Any]:
+        return {"callbacks": True}
+
+
+class DownIsolation:
+    """An isolation object whose node does not answer."""
+
+    def attach(self, rid: ObjectId, invoker: Any) -> None:
+        pass
+
+    def promise(self, *args: Any) -> int:
+        raise UnreachableError("node n1 is down")
+
+    def release(self, *args: Any) -> None:
+        raise UnreachableError("node n1 is down")
+
+
+def setup(clients: int) -> tuple[LocalRuntime, list[CacheObject], list[RaidStandIn], bytearray]:
+    rt = LocalRuntime()
+    store = MemoryStore()
+    iso = rt.add(
+        ObjectId("n1", "isolation"),
+        IsolationObject(store, MemoryAtomicity(store)),  # type: ignore[arg-type]
+    )
+    disk = bytearray()
+    caches, raids = [], []
+    for c in range(clients):
+        raid = RaidStandIn(disk, iso)
+        raid_ref = rt.add(ObjectId(f"c{c}", "raid"), raid)
+        cache = CacheObject.__new__(CacheObject)
+        cache.attach(ObjectId(f"c{c}", "cache"), rt)
+        cache.__init__(iso, KEY, block_bytes=BLOCK, data=raid_ref)  # type: ignore[misc]
+        cache._shared = SharedBlockCache()
+        rt.add(ObjectId(f"c{c}", "cache"), cache)
+        caches.append(cache)
+        raids.append(raid)
+    return rt, caches, raids, disk
+
+
+def test_a_write_whose_report_is_overtaken_does_not_cache_its_bytes_over_the_newer() -> None:
+    _, (a, b), (raid_a, _), disk = setup(2)
+    # A's bytes land, then B writes the whole block (bytes and report), then A's
+    # report comes: the file holds B's bytes, and so must both caches.
+    raid_a.between = lambda: b.write(0, b"B" * BLOCK)
+    a.write(0, b"A" * BLOCK)
+    assert bytes(disk) == b"B" * BLOCK
+    assert a.read(0, BLOCK) == b"B" * BLOCK
+    assert b.read(0, BLOCK) == b"B" * BLOCK
+
+
+def test_one_cache_s_own_two_writes_of_a_block_leave_the_later_cached() -> None:
+    _, (a,), (raid,), disk = setup(1)
+    landed = threading.Event()
+    second = threading.Thread(target=lambda: (a.write(0, b"2" * BLOCK), landed.set()))
+
+    def overtake() -> None:  # the second write starts after the first's bytes land
+        second.start()
+        landed.wait(timeout=0.5)  # it cannot finish before us if writes are ordered
+
+    raid.between = overtake
+    a.write(0, b"1" * BLOCK)
+    second.join(timeout=10)
+    assert bytes(disk) == b"2" * BLOCK
+    assert a.read(0, BLOCK) == b"2" * BLOCK
+
+
+def test_a_read_with_its_home_node_down_goes_through_uncached_and_drops_the_rest() -> None:
+    rt, (a,), _, disk = setup(1)
+    a.write(0, b"x" * (2 * BLOCK))  # a run: not cached
+    assert a.read(0, 10) == b"x" * 10  # a miss, then cached under a promise
+    assert a.stats()["cached_blocks"] == 1
+    down = rt.add(ObjectId("n1", "down"), DownIsolation())
+    a.isolation = down
+    disk[BLOCK : BLOCK + 3] = b"new"  # another client's write (the home cannot tell us)
+    assert a.read(BLOCK, 3) == b"new"  # read through the RAID object, not cached
+    assert a.stats()["cached_blocks"] == 0  # and the promises held there are gone
