@@ -8,6 +8,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from shuttle.errors import UnreachableError
 from shuttle.objects.fs.cache import CacheObject, SharedBlockCache
 from shuttle.objects.fs.isolation import IsolationObject
@@ -119,6 +122,39 @@ def test_one_cache_s_own_two_writes_of_a_block_leave_the_later_cached() -> None:
     assert a.read(0, BLOCK) == b"2" * BLOCK
 
 
+class LateReplyIsolation:
+    """A plain file's isolation object whose write, once applied, runs ``after_write``
+    before it answers (as if its reply were slow)."""
+
+    def __init__(self, iso: Ref) -> None:
+        self.iso = iso
+        self.after_write: Callable[[], None] | None = None
+
+    def attach(self, rid: ObjectId, invoker: Any) -> None:
+        pass
+
+    def read(self, key: str, offset: int, length: int, holder: Ref | None = None) -> Any:
+        return self.iso.read(key, offset, length, holder)
+
+    def write(self, key: str, offset: int, data: bytes, writer: Ref | None = None) -> int:
+        ts = int(self.iso.write(key, offset, data, writer))
+        hook, self.after_write = self.after_write, None
+        if hook is not None:
+            hook()
+        return ts
+
+
+def test_a_plain_file_s_older_write_answered_late_does_not_replace_the_newer_copy() -> None:
+    rt, (a,), _, _ = setup(1)
+    late = LateReplyIsolation(a.isolation)
+    a.isolation = rt.add(ObjectId("n1", "late"), late)
+    a.data = None  # a plain file: the isolation object stores it
+    late.after_write = lambda: a.write(0, b"2" * BLOCK)  # applied and answered first
+    a.write(0, b"1" * BLOCK)
+    assert a.read(0, BLOCK) == b"2" * BLOCK
+    assert late.iso.read(KEY, 0, BLOCK)[0] == b"2" * BLOCK
+
+
 def test_a_read_with_its_home_node_down_goes_through_uncached_and_drops_the_rest() -> None:
     rt, (a,), _, disk = setup(1)
     a.write(0, b"x" * (2 * BLOCK))  # a run: not cached
@@ -129,3 +165,51 @@ def test_a_read_with_its_home_node_down_goes_through_uncached_and_drops_the_rest
     disk[BLOCK : BLOCK + 3] = b"new"  # another client's write (the home cannot tell us)
     assert a.read(BLOCK, 3) == b"new"  # read through the RAID object, not cached
     assert a.stats()["cached_blocks"] == 0  # and the promises held there are gone
+
+
+# --- any interleaving ---------------------------------------------------------------
+
+BLOCKS = 4
+ops = st.lists(
+    st.tuples(
+        st.integers(0, 2),  # the client
+        st.sampled_from(["read", "write", "run", "overtaken"]),
+        st.integers(0, BLOCKS - 1),  # the block (where a write starts)
+        st.integers(0, 2),  # the overtaking client
+        st.integers(0, BLOCKS - 1),  # the block it writes
+        # A write's length: a whole block, or part of one (read first, which takes a
+        # promise: the overtaken write of a whole block is the case that needs one).
+        st.sampled_from([BLOCK, BLOCK, BLOCK // 3, 7]),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops)
+def test_every_cached_block_equals_the_file_after_any_interleaving(
+    steps: list[tuple[int, str, int, int, int, int]],
+) -> None:
+    _, caches, raids, disk = setup(3)
+    for n, (c, kind, block, other, other_block, length) in enumerate(steps):
+        data = bytes([n % 251 + 1]) * length
+        offset = block * BLOCK
+        if kind == "read":
+            got = caches[c].read(offset, BLOCK)
+            assert got == bytes(disk[offset : offset + BLOCK])
+        elif kind == "run":  # whole blocks, written below in one call
+            caches[c].write(offset, bytes([n % 251 + 1]) * (2 * BLOCK))
+        else:
+            if kind == "overtaken":  # by another client (one cache's writes are ordered)
+                other = other if other != c else (c + 1) % len(caches)
+                theirs = bytes([(n + 128) % 251 + 1]) * BLOCK
+                raids[c].between = lambda o=other, b=other_block, d=theirs: caches[o].write(
+                    b * BLOCK, d
+                )
+            caches[c].write(offset, data)
+        for cache in caches:  # no write in flight: every cached block is the file's
+            for start in list(cache.index):
+                held = cache._shared.get(str(cache.rid), start)
+                assert held is None or held == bytes(disk[start : start + BLOCK]), (
+                    f"step {n}: {cache.rid} holds a stale block {start}"
+                )
