@@ -213,3 +213,23 @@ def test_every_cached_block_equals_the_file_after_any_interleaving(
                 assert held is None or held == bytes(disk[start : start + BLOCK]), (
                     f"step {n}: {cache.rid} holds a stale block {start}"
                 )
+
+
+def test_a_lapsed_promise_is_renewed_and_a_node_restart_is_found_out() -> None:
+    rt, (a, b), _, disk = setup(2)
+    a.write(0, b"x" * BLOCK)  # cached by a, under a promise
+    later = [0.0]
+    a._now = lambda: later[0]
+    later[0] = 1e9  # long past the promise's lifetime: still the same block
+    assert a.read(0, 4) == b"xxxx"
+    assert a.stats()["revalidations"] == 1 and a.stats()["installation_reads"] == 0
+    # The node restarts: a new isolation object under the same id, which knows no
+    # promises; b's write then calls no one back.
+    store = MemoryStore()
+    rt.objects[ObjectId("n1", "isolation")] = IsolationObject(store, MemoryAtomicity(store))  # type: ignore[arg-type]
+    b.write(0, b"y" * BLOCK)
+    assert bytes(disk[:4]) == b"yyyy"
+    assert a.read(0, 4) == b"xxxx"  # within the renewed lifetime a cannot know
+    later[0] = 2e9
+    assert a.read(0, 4) == b"yyyy"  # lapsed: the timestamp is the new node's
+    assert a.stats()["installation_reads"] == 1

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from shuttle.errors import (
@@ -60,6 +61,11 @@ IO_BYTES_MAX = 4 << 20
 #: Locks that order one cache object's writes of a block over RAID 5 (blocks hash
 #: onto them): there a write's bytes land, and its timestamp is given, in two steps.
 WRITE_LOCK_STRIPES = 16
+#: How long a promise is trusted without a word from its node, as AFS's callbacks
+#: expire: a copy older than this is revalidated (one small call) before it is used,
+#: which bounds how long a cache can miss a restart of its node (the node forgets its
+#: promises; it cannot call back what it forgot).
+PROMISE_LIFETIME_S = 30.0
 #: Errors of a call whose node may be gone or restarted (and its promises with it).
 _NODE_FAILURES = (UnreachableError, RequestTimeoutError, RemoteProtocolError)
 
@@ -178,6 +184,7 @@ class CacheObject(MobileObject):
         self.installation_reads = 0
         self.writes = 0
         self.invalidations = 0
+        self.revalidations = 0
         self._setup()
 
     def _setup(self) -> None:
@@ -192,6 +199,9 @@ class CacheObject(MobileObject):
         #: under way then caches nothing.
         self._generation = 0
         self._write_locks = [threading.Lock() for _ in range(WRITE_LOCK_STRIPES)]
+        #: When each cached block's promise lapses (``_now``'s clock; tests set it).
+        self._expires: dict[int, float] = {}
+        self._now: Callable[[], float] = time.monotonic
 
     # --- state that travels ------------------------------------------------------------
 
@@ -295,6 +305,7 @@ class CacheObject(MobileObject):
             "installation_reads": self.installation_reads,
             "writes": self.writes,
             "invalidations": self.invalidations,
+            "revalidations": self.revalidations,
         }
 
     # --- blocks ------------------------------------------------------------------------
@@ -306,15 +317,21 @@ class CacheObject(MobileObject):
 
     def _block(self, start: int) -> bytes:
         owner = str(self.rid)
+        lapsed: tuple[bytes, int] | None = None
         with self._lock:
             if start in self.index:
                 data = self._shared.get(owner, start)
-                if data is not None:
+                if data is None:
+                    del self.index[start]  # evicted by another file's blocks
+                elif self._now() < self._expires.get(start, 0.0):
                     self.hits += 1
                     return data
-                del self.index[start]  # evicted by another file's blocks
+                else:
+                    lapsed = (data, self.index[start])
             epoch = self._epoch_of(start)
         self._check_data()
+        if lapsed is not None and self._revalidate(start, lapsed[1], epoch):
+            return lapsed[0]
         with self._home_failures():
             if self.data is None:
                 data, ts = self.isolation.read(self.key, start, self.block_bytes, self._holder())
@@ -333,6 +350,25 @@ class CacheObject(MobileObject):
             self._install(start, data, int(ts), epoch)
         return data
 
+    def _revalidate(self, start: int, ts: int, epoch: tuple[int, int]) -> bool:
+        """A cached block whose promise lapsed: renew the promise (one small call) and
+        keep the copy if the block's timestamp is still the one it was cached at.
+        After a restart of its node it never is (timestamps start at the boot)."""
+        try:
+            now_ts = int(self.isolation.promise(self.key, start, self.block_bytes, self._holder()))
+        except _NODE_FAILURES:
+            self._forget_all()
+            return False  # the fetch decides: a RAID file reads through, a plain one fails
+        with self._lock:
+            self.revalidations += 1
+            if now_ts == ts and self._epoch_of(start) == epoch and self.index.get(start) == ts:
+                self._expires[start] = self._now() + PROMISE_LIFETIME_S
+                self.hits += 1
+                return True
+            self.index.pop(start, None)
+            self._shared.drop(str(self.rid), start)
+            return False
+
     def _epoch_of(self, start: int) -> tuple[int, int]:
         """What a fetch or write of block ``start`` remembers before its call (lock
         held): a callback for the block, or a lost node, changes it meanwhile."""
@@ -345,6 +381,7 @@ class CacheObject(MobileObject):
         if self._epoch_of(start) == epoch and len(block) == self.block_bytes:
             if self.index.get(start, -1) < ts:  # two writes of ours: keep the later
                 self.index[start] = ts
+                self._expires[start] = self._now() + PROMISE_LIFETIME_S
                 self._shared.put(owner, start, block)
         else:
             self.index.pop(start, None)
