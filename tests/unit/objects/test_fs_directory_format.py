@@ -487,3 +487,21 @@ def test_rmdir_across_nodes_against_an_insert_into_the_child(
         a.remove("/early")
     assert [n for n, _ in a.listdir("/early")] == ["f"]
     assert a.stats()["conflicts"] == 1
+
+
+def test_a_lapsed_promise_is_renewed_and_a_node_restart_is_found_out() -> None:
+    rt, (a, b), stores = cluster(2)
+    later = [0.0]
+    a._now = lambda: later[0]
+    a.create("/f", {"type": "file"})
+    later[0] = 1e9  # past the promise's lifetime: the same blocks, renewed
+    reads = a.stats()["installation_reads"]
+    assert [n for n, _ in a.listdir("/")] == ["f"]
+    assert a.stats()["revalidations"] >= 1 and a.stats()["installation_reads"] == reads
+    for node in ("n1", "n2"):  # both nodes restart: isolation objects that know no one
+        fresh = IsolationObject(stores[node], MemoryAtomicity(stores[node]))  # type: ignore[arg-type]
+        rt.objects[ObjectId(node, "isolation")] = fresh
+    b.create("/g", {"type": "file"})  # calls no one back
+    assert [n for n, _ in a.listdir("/")] == ["f"]  # within the lifetime a cannot know
+    later[0] = 2e9
+    assert [n for n, _ in a.listdir("/")] == ["f", "g"]

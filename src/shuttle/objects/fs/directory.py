@@ -69,6 +69,7 @@ from shuttle.errors import (
     UnreachableError,
     UsageError,
 )
+from shuttle.objects.fs.cache import PROMISE_LIFETIME_S
 from shuttle.objects.fs.dirblocks import (
     BLOCK_BYTES,
     ROOT_ID,
@@ -137,6 +138,8 @@ class _Cached:
     raw: bytes
     ts: int
     value: Header | Entries | None
+    #: When its promise lapses (``_now``'s clock): then it is revalidated before use.
+    expires: float = 0.0
 
 
 #: Counters :meth:`DirectoryObject.stats` reports (all start at 0).
@@ -150,6 +153,7 @@ COUNTERS = (
     "cache_hits",
     "installation_reads",  # blocks read from an isolation object (cache misses)
     "invalidations",  # blocks dropped by callbacks
+    "revalidations",  # lapsed promises renewed or found stale (PROMISE_LIFETIME_S)
     "serialised_waits",  # updates that waited for another on this run-time
 )
 
@@ -196,6 +200,7 @@ class DirectoryObject(MobileObject):
         if not hasattr(self, "_stripes"):
             self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._nodes = [NodeAddress(n, "", 0) for n in sorted(self.isolations)]
+        self._now: Callable[[], float] = time.monotonic
 
     # --- migration ----------------------------------------------------------------------
 
@@ -210,7 +215,9 @@ class DirectoryObject(MobileObject):
         super().set_state(state)
         self._setup()
         for key, offset, raw, ts in cache:
-            self._cache[(key, offset)] = _Cached(raw, ts, self._decode(key, offset, raw))
+            self._cache[(key, offset)] = _Cached(
+                raw, ts, self._decode(key, offset, raw), self._now() + PROMISE_LIFETIME_S
+            )
 
     def memory_bytes(self) -> int:
         with self._lock:
@@ -383,10 +390,12 @@ class DirectoryObject(MobileObject):
         block = (key, offset)
         with self._lock:
             hit = self._cache.get(block)
-            if hit is not None:
+            if hit is not None and self._now() < hit.expires:
                 self.counters["cache_hits"] += 1
                 self._cache[block] = self._cache.pop(block)  # most recently used last
                 return hit
+        if hit is not None and self._revalidate(block, hit):
+            return hit
         with self._watch() as seq, self._node_failures(key):
             raw, ts = self._isolation(key).read(key, offset, BLOCK_BYTES, self.self_ref())
             value = self._decode(key, offset, raw)
@@ -394,6 +403,23 @@ class DirectoryObject(MobileObject):
                 self.counters["installation_reads"] += 1
                 self._install(block, raw, int(ts), value, seq)
         return _Cached(raw, int(ts), value)
+
+    def _revalidate(self, block: tuple[str, int], hit: _Cached) -> bool:
+        """A cached block whose promise lapsed (``PROMISE_LIFETIME_S``, as the cache
+        object's): renew the promise and keep the copy if the block's timestamp is
+        still the one it was cached at (after a restart of its node it never is)."""
+        key, offset = block
+        with self._watch() as seq, self._node_failures(key):
+            ts = int(self._isolation(key).promise(key, offset, BLOCK_BYTES, self.self_ref()))
+            with self._lock:
+                self.counters["revalidations"] += 1
+                current = self._inval_at.get(block, 0) <= seq and self._cache.get(block) is hit
+                if ts == hit.ts and current:
+                    hit.expires = self._now() + PROMISE_LIFETIME_S
+                    self.counters["cache_hits"] += 1
+                    return True
+                self._cache.pop(block, None)
+                return False
 
     @contextlib.contextmanager
     def _node_failures(self, key: str) -> Iterator[None]:
@@ -433,7 +459,7 @@ class DirectoryObject(MobileObject):
         old = self._cache.get(block)
         if old is not None and old.ts >= ts:
             return
-        self._cache[block] = _Cached(raw, ts, value)
+        self._cache[block] = _Cached(raw, ts, value, self._now() + PROMISE_LIFETIME_S)
         while len(self._cache) > CACHE_BLOCKS_MAX:
             del self._cache[next(iter(self._cache))]  # its promise lapses harmlessly
 
