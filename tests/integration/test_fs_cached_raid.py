@@ -17,6 +17,7 @@ from shuttle.errors import InvalidArgumentError
 from shuttle.objects.fs.volume import Volume
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.refs import Ref
+from tests.integration.test_fs_files import write_and_read_back
 from tests.integration.test_fs_raid import NODES, STRIPE, UNIT, Cluster
 
 BLOCK = 1024
@@ -108,12 +109,7 @@ def test_a_cached_raid_file_reads_what_was_written_healthy_and_degraded(
         for _ in range(40):
             off = rng.randrange(0, 6 * STRIPE)
             data = rng.randbytes(rng.randrange(1, 3 * BLOCK) if rng.random() < 0.7 else STRIPE)
-            assert file.write(off, data) == len(data)
-            if len(model) < off:
-                model += bytes(off - len(model))
-            model[off : off + len(data)] = data
-            start = rng.randrange(0, len(model))
-            assert file.read(start, 2 * BLOCK) == bytes(model[start : start + 2 * BLOCK])
+            write_and_read_back(file, rng, model, off, data, 2 * BLOCK)
         assert file.size() == len(model)
         assert file.read(0, len(model)) == bytes(model)
         assert cache.stats()["hits"] > 0

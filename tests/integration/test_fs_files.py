@@ -43,6 +43,19 @@ def stack(rt: Runtime, at: str | None = None) -> tuple[Ref, Ref]:
     return file, cache
 
 
+def write_and_read_back(
+    file: Ref, rng: random.Random, model: bytearray, off: int, data: bytes, read_bytes: int
+) -> None:
+    """``data`` written at ``off`` through ``file`` and into ``model``; then a read of
+    ``read_bytes`` at a random offset gives what the model holds."""
+    assert file.write(off, data) == len(data)
+    if len(model) < off:
+        model += bytes(off - len(model))
+    model[off : off + len(data)] = data
+    start = rng.randrange(0, len(model))
+    assert file.read(start, read_bytes) == bytes(model[start : start + read_bytes])
+
+
 @pytest.mark.parametrize("at", ["client", "node"])
 def test_reads_give_what_was_written_at_any_offset(nodes: Nodes, at: str) -> None:
     rng = random.Random(7)
@@ -52,12 +65,7 @@ def test_reads_give_what_was_written_at_any_offset(nodes: Nodes, at: str) -> Non
         for _ in range(60):
             off = rng.randrange(0, 6 * BLOCK)
             data = rng.randbytes(rng.randrange(1, 3 * BLOCK))
-            assert file.write(off, data) == len(data)
-            if len(model) < off:
-                model += bytes(off - len(model))
-            model[off : off + len(data)] = data
-            start = rng.randrange(0, len(model))
-            assert file.read(start, 2 * BLOCK) == bytes(model[start : start + 2 * BLOCK])
+            write_and_read_back(file, rng, model, off, data, 2 * BLOCK)
         assert file.size() == len(model)
         assert file.read(0, len(model)) == bytes(model)
 

@@ -160,9 +160,9 @@ def plot_directory(report: dict[str, Any], path: Path) -> Path:
     ax.set_ylabel("elapsed time (s)")
     ax.legend(fontsize=8)
     ax.set_title("Figure 10: inserts by four clients")
-    high = next((c for c in cases if c["contention"] == "high"), cases[0] if cases else None)
-    if high is not None:
-        for n, timeline in enumerate(high["adaptive_timeline"]):
+    shown = next((c for c in cases if c["contention"] == "high"), cases[0] if cases else None)
+    if shown is not None:
+        for n, timeline in enumerate(shown["adaptive_timeline"]):
             if not timeline:
                 continue
             t0 = timeline[0][0]
@@ -184,7 +184,7 @@ def plot_directory(report: dict[str, Any], path: Path) -> Path:
             )
         tl.set_xlabel("seconds")
         tl.set_ylabel("cumulative count")
-        tl.set_title(f"Figure 11: adaptive, {high['contention']} contention, {high['link']}")
+        tl.set_title(f"Figure 11: adaptive, {shown['contention']} contention, {shown['link']}")
         tl.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -310,7 +310,7 @@ class Client:
         socket connection takes it by its read lane (``BlockingConnection.read``)."""
         if node is None:
             node = self.node_for(key)
-        conn = self._local.conns.get(node.node_id)
+        conn = self._local.conns.get(node.node_id)  # connection()'s lookup, one call fewer
         if conn is None:
             conn = self.connection(node)
         if type(conn) is BlockingConnection:

@@ -283,9 +283,8 @@ class CacheObject(MobileObject):
         with self._lock:
             for o in offsets:
                 self._epoch[o] = self._epoch.get(o, 0) + 1
-                if self.index.pop(o, None) is not None:
+                if self._drop(o):
                     self.invalidations += 1
-                self._shared.drop(str(self.rid), o)
 
     def destroying(self) -> None:
         """The object ends: give back the callback promises of the blocks it caches
@@ -322,7 +321,7 @@ class CacheObject(MobileObject):
             if start in self.index:
                 data = self._shared.get(owner, start)
                 if data is None:
-                    del self.index[start]  # evicted by another file's blocks
+                    self._drop(start)  # evicted by another file's blocks
                 elif self._now() < self._expires.get(start, 0.0):
                     self.hits += 1
                     return data
@@ -365,8 +364,7 @@ class CacheObject(MobileObject):
                 self._expires[start] = self._now() + PROMISE_LIFETIME_S
                 self.hits += 1
                 return True
-            self.index.pop(start, None)
-            self._shared.drop(str(self.rid), start)
+            self._drop(start)
             return False
 
     def _epoch_of(self, start: int) -> tuple[int, int]:
@@ -377,21 +375,26 @@ class CacheObject(MobileObject):
     def _install(self, start: int, block: bytes, ts: int, epoch: tuple[int, int]) -> None:
         """Cache ``block`` at timestamp ``ts`` if no callback for it came since
         ``epoch`` and no newer copy is held (lock held); else drop what is held."""
-        owner = str(self.rid)
         if self._epoch_of(start) == epoch and len(block) == self.block_bytes:
             if self.index.get(start, -1) < ts:  # two writes of ours: keep the later
                 self.index[start] = ts
                 self._expires[start] = self._now() + PROMISE_LIFETIME_S
-                self._shared.put(owner, start, block)
+                self._shared.put(str(self.rid), start, block)
         else:
-            self.index.pop(start, None)
-            self._shared.drop(owner, start)
+            self._drop(start)
+
+    def _drop(self, start: int) -> bool:
+        """Forget block ``start`` (lock held); True if it was cached."""
+        self._expires.pop(start, None)
+        self._shared.drop(str(self.rid), start)
+        return self.index.pop(start, None) is not None
 
     def _forget_all(self) -> None:
         """Drop every cached block: their promises may be gone with their node."""
         with self._lock:
             self._generation += 1
             self.index.clear()
+            self._expires.clear()
             self._shared.drop_owner(str(self.rid))
 
     @contextlib.contextmanager
@@ -423,11 +426,9 @@ class CacheObject(MobileObject):
         """Whole blocks written through with no promise kept: the write breaks every
         holder's, this object's too, so a read of ours racing it cannot cache the
         old bytes (its callback comes before the write returns)."""
-        owner = str(self.rid)
         with self._lock:
             for o in range(start, start + len(run), self.block_bytes):
-                self.index.pop(o, None)
-                self._shared.drop(owner, o)
+                self._drop(o)
         with self._home_failures():
             if self.data is None:
                 self.isolation.write(self.key, start, run)
@@ -455,8 +456,7 @@ class CacheObject(MobileObject):
                         ts = self.data.write(start, block, self._holder())["timestamp"]
         except BaseException:
             with self._lock:  # whatever the block holds now, it is not our old copy
-                self.index.pop(start, None)
-                self._shared.drop(str(self.rid), start)
+                self._drop(start)
             raise
         with self._lock:
             self.writes += 1
