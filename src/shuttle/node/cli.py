@@ -93,6 +93,16 @@ def serve(
         float | None,
         typer.Option(help="Shipped objects: seconds one call may take (300)."),
     ] = None,
+    unsafe_code: Annotated[
+        bool,
+        typer.Option(
+            "--unsafe-code",
+            help="Run shipped code WITHOUT the jail: as this node's user, able to read its "
+            "data directory and cluster key, reach the network, and signal or trace the "
+            "node. Only for a machine whose kernel cannot build the jail (without this "
+            "flag such a node refuses shipped code) and whose key holders are all trusted.",
+        ),
+    ] = False,
     insecure: Annotated[
         bool,
         typer.Option(
@@ -195,6 +205,7 @@ def serve(
         "sandbox_wall_s": sandbox_wall,
         "object_bytes_max": object_bytes_max,
         "insecure": insecure or None,
+        "unsafe_code": unsafe_code or None,
         "connections_max": connections_max,
         "frame_timeout_s": frame_timeout,
         "idle_timeout_s": idle_timeout,

@@ -93,6 +93,9 @@ class NodeConfig:
     sandbox_memory_bytes: int = SANDBOX_MEMORY_BYTES_DEFAULT
     sandbox_cpu_s: float = SANDBOX_CPU_S_DEFAULT
     sandbox_wall_s: float = SANDBOX_WALL_S_DEFAULT
+    #: Run shipped code without the jail (``--unsafe-code``): as the node's user, with
+    #: its files, key and network. Without it a node that cannot jail refuses code.
+    unsafe_code: bool = False
     #: Largest object the node stores (``--object-bytes-max``); see docs/operations.md.
     object_bytes_max: int = OBJECT_BYTES_MAX_DEFAULT
     #: How long a callback promise holds unless broken (``--callback-term``): the
@@ -186,7 +189,12 @@ class NodeConfig:
         return CephOptions(self.ceph_conf, self.ceph_keyring, self.ceph_user)
 
     def sandbox_limits(self) -> SandboxLimits:
-        return SandboxLimits(self.sandbox_memory_bytes, self.sandbox_cpu_s, self.sandbox_wall_s)
+        return SandboxLimits(
+            self.sandbox_memory_bytes,
+            self.sandbox_cpu_s,
+            self.sandbox_wall_s,
+            unsafe_code=self.unsafe_code,
+        )
 
     @classmethod
     def from_toml(cls, path: Path, **overrides: Any) -> NodeConfig:

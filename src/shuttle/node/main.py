@@ -146,6 +146,7 @@ async def serve(config: NodeConfig) -> None:
             log.info("no cluster key: any client may read and write data; shipped code is refused")
         else:
             log.info("cluster key from %s: clients must prove they hold it", config.key_file)
+            _log_jail(config)
         print(
             f"shuttle node {server.node_id} serving "
             f"{config.data_dir if config.store == 'local' else config.store} on {host}:{port}"
@@ -183,3 +184,20 @@ def run(config: NodeConfig) -> None:
         stream=sys.stderr,
     )
     uvloop.run(serve(config))
+
+
+def _log_jail(config: NodeConfig) -> None:
+    """Say how this node runs shipped code (docs/security.md, *The jail*)."""
+    from shuttle.runtime import jail
+
+    if config.unsafe_code:
+        log.warning(
+            "--unsafe-code: shipped code runs WITHOUT the jail, as this node's user, with "
+            "its files, key and network"
+        )
+        return
+    missing = jail.unavailable()
+    if missing is None:
+        log.info("shipped code runs in a jail (namespaces, its own uid, seccomp)")
+    else:
+        log.warning("this node cannot jail shipped code and refuses it: %s", missing)

@@ -35,6 +35,7 @@ the node, re-entrant calls included.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import pickle
@@ -58,13 +59,14 @@ from shuttle.errors import (
     ConfigError,
     InvalidArgumentError,
     LimitExceededError,
+    NotPermittedError,
     ObjectLimitError,
     ServerError,
     ShuttleError,
     error_from_code,
 )
 from shuttle.net.cpu import parse_speed_factor
-from shuttle.runtime import values
+from shuttle.runtime import jail, values
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import MobileObject
 from shuttle.runtime.refs import Ref
@@ -75,6 +77,7 @@ from shuttle.runtime.sandbox_worker import (
     CALLOUT_RESULT,
     CHECKPOINT,
     ERROR,
+    JAIL_FAILED,
     LOAD,
     MESSAGE_BYTES_MAX,
     READY,
@@ -134,6 +137,8 @@ CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal
 #: :class:`ShuttleError` (same class), is what the object's call returns or raises.
 Callout = Callable[[Ref, str, tuple[Any, ...], dict[str, Any]], Any]
 
+log = logging.getLogger(__name__)
+
 _ship_lock = threading.Lock()
 _spawner_lock = threading.Lock()
 _spawner: ThreadPoolExecutor | None = None
@@ -190,11 +195,17 @@ class SandboxLimits:
       constructor or a checkpoint may use; the kernel counts whole seconds, so the
       budget is rounded up to the next whole second of the worker's total.
     * ``wall_s_per_call``: seconds the node waits for one call, not counting the time
-      its callouts take."""
+      its callouts take.
+    * ``processes_max``: processes (threads count) the object's jail may hold at once.
+    * ``unsafe_code``: run the worker without the jail (``shuttle serve
+      --unsafe-code``): as the node's user, seeing its files, its key and its network.
+      Without it a node that cannot build the jail refuses shipped code."""
 
     memory_bytes: int = MEMORY_BYTES_DEFAULT
     cpu_s_per_call: float = CPU_S_PER_CALL_DEFAULT
     wall_s_per_call: float = WALL_S_PER_CALL_DEFAULT
+    processes_max: int = jail.PROCESSES_MAX_DEFAULT
+    unsafe_code: bool = False
 
     def __post_init__(self) -> None:
         memory = self.memory_bytes
@@ -215,6 +226,12 @@ class SandboxLimits:
                     f"sandbox limits: {name} must be a number of seconds above 0 and at most "
                     f"{SECONDS_PER_CALL_MAX:g} (a week), got {value!r}"
                 )
+        processes = self.processes_max
+        if isinstance(processes, bool) or not isinstance(processes, int) or processes < 2:
+            raise ConfigError(
+                f"sandbox limits: processes_max must be a whole number of at least 2 (the "
+                f"jail's init and its worker), got {processes!r}"
+            )
 
 
 # --- the node's side -------------------------------------------------------------------
@@ -231,6 +248,7 @@ class SandboxedObject:
         rid: ObjectId,
         limits: SandboxLimits,
         callout: Callout,
+        jail_spec: jail.JailSpec | None = None,
     ) -> None:
         self.rid = rid
         self.limits = limits
@@ -241,6 +259,10 @@ class SandboxedObject:
         self._methods: list[str] = []
         self._proc = proc
         self._pidfd = os.pidfd_open(proc.pid)
+        #: The jail this worker runs in (None: unjailed, --unsafe-code).
+        self.jail_spec = jail_spec
+        #: The worker's own pid: in a jail, the launcher's grandchild (found at start).
+        self._worker_pid = proc.pid
         self._sock = sock
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
@@ -292,25 +314,37 @@ class SandboxedObject:
                 f"object {rid}: its class and {'checkpoint' if checkpoint else 'params'} "
                 f"take {len(payload)} bytes, over the sandbox's limit of {MESSAGE_BYTES_MAX}"
             )
+        spec: jail.JailSpec | None = None
+        if not limits.unsafe_code:
+            missing = jail.unavailable()
+            if missing is not None:
+                raise NotPermittedError(cannot_jail(missing))
+            spec = jail.new_spec(limits.memory_bytes, processes_max=limits.processes_max)
         sock, worker_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             fd = worker_sock.fileno()
             # -P: the node's working directory is not on the worker's path (the shipped
             # class must not find its module there); -u: prints reach the log at once.
-            argv = [sys.executable, "-P", "-u", "-m", WORKER_MODULE]
+            # In a jail: -I (also no user site, no PYTHON* variables), and nothing of
+            # the node's environment, terminal, log or working directory.
+            argv = [sys.executable, "-P" if spec is None else "-I", "-u", "-m", WORKER_MODULE]
             argv += [str(fd), str(limits.memory_bytes), str(os.getpid())]
-            proc = _spawn(argv, fd)
+            if spec is not None:
+                argv += ["--jail", spec.to_json()]
+            proc = _spawn(argv, fd, jailed=spec is not None)
         except OSError as exc:
             sock.close()
             raise ServerError(f"could not start a sandbox worker for object {rid}: {exc}") from exc
         finally:
             worker_sock.close()
         try:
-            sandbox = cls(proc, sock, rid, limits, callout)
+            sandbox = cls(proc, sock, rid, limits, callout, spec)
         except OSError as exc:  # pidfd_open: out of file descriptors
             proc.kill()
             proc.wait()
             sock.close()
+            if spec is not None:
+                jail.release(spec)
             raise ServerError(f"could not watch the sandbox worker of object {rid}: {exc}") from exc
         # Bounds every read and write of a frame already begun, so even a worker that
         # stalls inside a frame cannot hold a node thread past the wall limit.
@@ -373,14 +407,15 @@ class SandboxedObject:
         if not self.alive:
             return 0
         try:
-            with open(f"/proc/{self._proc.pid}/statm", "rb") as statm:
+            with open(f"/proc/{self._worker_pid}/statm", "rb") as statm:
                 return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, ValueError, IndexError):
             return 0
 
     @property
     def pid(self) -> int:
-        return self._proc.pid
+        """The worker's pid (in a jail: its process inside, not the launcher)."""
+        return self._worker_pid
 
     @property
     def alive(self) -> bool:
@@ -422,9 +457,15 @@ class SandboxedObject:
                 f"the sandbox worker of object {self.rid} did not start within "
                 f"{WORKER_START_WAIT_S:g} s; the node is overloaded"
             )
-        kind, _, _ = self._receive(0, "start")
+        kind, _, body = self._receive(0, "start")
+        if kind == JAIL_FAILED:
+            reason = body.decode(errors="replace")
+            self._stop(f"its jail could not be built ({reason})")
+            raise NotPermittedError(cannot_jail(reason))
         if kind != STARTED:
             raise self._violation("start", f"a frame of kind {kind} before STARTED")
+        if self.jail_spec is not None:
+            self._worker_pid = jail.worker_pid(self._proc.pid) or self._proc.pid
 
     @property
     def _who(self) -> str:
@@ -590,6 +631,10 @@ class SandboxedObject:
         self._peak_rss_bytes = usage.ru_maxrss * 1024
         self._proc.returncode = os.waitstatus_to_exitcode(status)
         os.close(self._pidfd)
+        if self.jail_spec is not None:
+            left = jail.release(self.jail_spec)
+            if left:
+                log.warning("the cgroups %s of ended object %s are not empty yet", left, self.rid)
 
 
 def diagnose_exit(status: int, peak_rss_bytes: int, limits: SandboxLimits) -> tuple[str, str]:
@@ -633,17 +678,42 @@ def diagnose_exit(status: int, peak_rss_bytes: int, limits: SandboxLimits) -> tu
     )
 
 
-def _spawn(argv: list[str], fd: int) -> subprocess.Popen[bytes]:
+def cannot_jail(missing: str) -> str:
+    """The refusal of shipped code by a node that cannot build the jail."""
+    return (
+        f"this node cannot jail shipped code, so it refuses it: {missing}. Use a built-in "
+        "object type, or start the node with --unsafe-code to run shipped code without "
+        "a jail (as the node's user, with its files, key and network)"
+    )
+
+
+def _spawn(argv: list[str], fd: int, *, jailed: bool) -> subprocess.Popen[bytes]:
     """Start a worker process from one long-lived thread.
 
     The kernel sends ``PR_SET_PDEATHSIG`` when the *thread* that forked the worker
     exits, not the process: a worker forked from a pool thread would die when the
-    pool retires that thread. The spawner thread lives as long as the node."""
+    pool retires that thread. The spawner thread lives as long as the node.
+
+    A jailed worker starts in a session of its own (a signal to its process group
+    cannot reach the node's), in ``/``, with none of the node's environment, and with
+    its output thrown away: what it prints is not the node's log to fill."""
     global _spawner
     with _spawner_lock:
         if _spawner is None:
             _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
         spawner = _spawner
+    if jailed:
+        return spawner.submit(
+            subprocess.Popen,
+            argv,
+            pass_fds=(fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=jail.environment(),
+            cwd="/",
+            start_new_session=True,
+        ).result()
     return spawner.submit(
         subprocess.Popen,
         argv,

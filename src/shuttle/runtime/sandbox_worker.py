@@ -27,6 +27,9 @@ CHECKPOINT                node → worker   empty
 CALLOUT_RESULT            node → worker   values ``result``
 CALLOUT_ERROR             node → worker   values ``[code, message]``
 STARTED                   worker → node   empty (limits set, ready for LOAD)
+JAIL_FAILED               worker → node   UTF-8 text: the jail could not be built (the
+                                          step and the kernel's answer); instead of
+                                          STARTED, and the worker exits
 READY                     worker → node   values ``[type_label, methods, migratable]``
 RESULT                    worker → node   values ``result``
 RESULT_BYTES              worker → node   the raw bytes
@@ -42,6 +45,7 @@ the object's buffer, ``recv(MSG_WAITALL)`` into the node's result). An ERROR wit
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import os
@@ -93,6 +97,7 @@ RESULT = 11
 RESULT_BYTES = 12
 ERROR = 13
 CALLOUT = 14
+JAIL_FAILED = 16
 
 #: CPU seconds between the kernel's SIGXCPU (soft limit) and its SIGKILL (hard limit),
 #: for an object that catches or ignores SIGXCPU. Applied only where the worker may
@@ -536,22 +541,50 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    """``FD MEMORY_BYTES PARENT_PID``: limit this process, then serve the object."""
+    """``FD MEMORY_BYTES PARENT_PID [--jail SPEC]``: jail this process (given a spec:
+    :mod:`shuttle.runtime.jail_enter`), limit it, then serve the object."""
     args = sys.argv[1:] if argv is None else argv
+    jail_spec = None
+    if len(args) == 5 and args[3] == "--jail":
+        from shuttle.runtime.jail_enter import JailSpec
+
+        jail_spec = JailSpec.from_json(args[4])
+        args = args[:3]
     try:
         fd, memory_bytes, parent_pid = (int(arg) for arg in args)
     except ValueError:
-        print("usage: python -m shuttle.runtime.sandbox_worker FD MEMORY_BYTES PARENT_PID")
+        print(
+            "usage: python -m shuttle.runtime.sandbox_worker FD MEMORY_BYTES PARENT_PID [--jail J]"
+        )
         sys.exit(EXIT_USAGE)
-    hard_cpu_limit = limit_self(memory_bytes)
     die_with_parent(parent_pid)
+    sock = socket.socket(fileno=fd)
+    if jail_spec is not None:
+        _enter_jail(jail_spec, sock)
+    hard_cpu_limit = limit_self(memory_bytes)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # An ignored or blocked SIGXCPU is inherited across exec; the CPU limit needs it.
     signal.signal(signal.SIGXCPU, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGXCPU})
-    worker = Worker(socket.socket(fileno=fd), memory_bytes, hard_cpu_limit)
+    worker = Worker(sock, memory_bytes, hard_cpu_limit)
     worker.started()
     worker.serve()
+
+
+def _enter_jail(spec: Any, sock: socket.socket) -> None:
+    """Build the jail and continue inside it; a jail that cannot be built is reported
+    to the node as a JAIL_FAILED frame naming the step, and this process exits."""
+    from shuttle.runtime.jail_enter import EXIT_JAIL_FAILED, JailError, enter
+
+    def fail(reason: str) -> None:
+        with contextlib.suppress(OSError):
+            send_frame(sock, JAIL_FAILED, reason.encode()[: ERROR_TEXT_CHARS_MAX * 8])
+
+    try:
+        enter(spec, sock.fileno(), fail)
+    except (JailError, OSError) as exc:
+        fail(str(exc))
+        os._exit(EXIT_JAIL_FAILED)
 
 
 if __name__ == "__main__":

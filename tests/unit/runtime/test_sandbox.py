@@ -436,7 +436,7 @@ def test_a_busy_worker_dies_with_its_node(subreaper: None, tmp_path: Any) -> Non
         "from shuttle.runtime.sandbox import SandboxedObject, SandboxLimits\n"
         "code = sys.stdin.buffer.read()\n"
         "sandbox = SandboxedObject.start(\n"
-        "    code, ObjectId('n1', '1'), limits=SandboxLimits(), callout=print)\n"
+        "    code, ObjectId('n1', '1'), limits=SandboxLimits(unsafe_code=True), callout=print)\n"
         "print(sandbox.pid, flush=True)\n"
         f"sandbox.invoke('hang_after_saying_so', [{fifo!r}], {{}})\n"
     )
