@@ -3,8 +3,9 @@
 The console calls :meth:`GrepObject.next` until it says it is done; each call reads
 about ``batch_bytes`` through the storage reference and returns the lines that match,
 as ``[key, line number, line]`` (the line without its newline). Matches are the
-lines in which the pattern matches (Python ``re`` syntax, compiled with MULTILINE so
-``^`` and ``$`` anchor at lines); a match found across a line break is re-checked
+lines in which the pattern matches (Python ``re`` syntax run by the linear-time RE2
+engine, :mod:`shuttle.runtime.patterns`, so no pattern can freeze a node; multiline,
+so ``^`` and ``$`` anchor at lines); a match found across a line break is re-checked
 within its line, as grep sees lines one at a time.
 
 A selective pattern returns far fewer bytes than it reads, so it pays to run next to
@@ -13,11 +14,11 @@ the data; a pattern that matches most lines does not. The run-time learns which.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from shuttle.errors import InvalidArgumentError
 from shuttle.objects.lines import BLOCK_BYTES_DEFAULT, LineCursor, Piece
+from shuttle.runtime import patterns
 from shuttle.runtime.mobile import MobileObject, builtin
 from shuttle.runtime.refs import Ref
 
@@ -25,14 +26,12 @@ from shuttle.runtime.refs import Ref
 BATCH_BYTES_DEFAULT = 256 << 10
 
 
-def compile_pattern(pattern: str, ignore_case: bool) -> re.Pattern[bytes]:
-    try:
-        return re.compile(pattern.encode(), re.MULTILINE | (re.IGNORECASE if ignore_case else 0))
-    except re.error as exc:
-        raise InvalidArgumentError(f"bad regular expression {pattern!r}: {exc}") from None
+def compile_pattern(pattern: str, ignore_case: bool) -> Any:
+    """``pattern`` for RE2 (:func:`shuttle.runtime.patterns.compile_pattern`)."""
+    return patterns.compile_pattern(pattern, ignore_case=ignore_case)
 
 
-def matching_lines(regex: re.Pattern[bytes], piece: Piece) -> list[list[Any]]:
+def matching_lines(regex: Any, piece: Piece) -> list[list[Any]]:
     """``[key, line number, line]`` for each line of ``piece`` the pattern matches."""
     data = piece.data
     out: list[list[Any]] = []

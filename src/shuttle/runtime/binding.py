@@ -43,7 +43,7 @@ from shuttle.errors import (
     UnreachableError,
 )
 from shuttle.net.cpu import burn_cpu
-from shuttle.runtime import values
+from shuttle.runtime import budget, values
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.gate import GateState
 from shuttle.runtime.hosting import Hosted, Hosting, admitted_while_quiescing
@@ -54,6 +54,8 @@ from shuttle.runtime.peers import Peers
 from shuttle.runtime.refs import Ref
 
 log = logging.getLogger("shuttle.runtime")
+#: What one call of a built-in object at a node may use (checked at its calls out).
+BUILTIN_BUDGET = budget.Budget()
 
 #: Redirects one invocation follows (moved → ask home → retry) before giving up: an
 #: object can be moving while we chase it, but not that many times in one call.
@@ -209,6 +211,7 @@ class BindingManager(Hosting):
         Raises the callee's typed error (:class:`ObjectFailedError` if its code
         raised), :class:`ObjectNotFoundError` if no such object exists, or
         :class:`UnreachableError` if the node it runs on cannot be reached."""
+        budget.check()  # a call out of a budgeted built-in call is one of its checkpoints
         self.learn_home(ref)
         caller = self.monitor.current()
         asked_home = False
@@ -438,6 +441,10 @@ class BindingManager(Hosting):
         if hosted.manager is None:
             result, cpu = hosted.impl.invoke(method, args, kwargs)
             return result, cpu
+        if self.is_node:  # a built-in object at a node: bounded (runtime/budget.py)
+            who = lambda: f"object {hosted.rid} ({hosted.type_label}).{method}"  # noqa: E731
+            with budget.running(BUILTIN_BUDGET, who):
+                return self._call_in_process(hosted, method, args, kwargs), None
         return self._call_in_process(hosted, method, args, kwargs), None
 
     @staticmethod

@@ -126,6 +126,11 @@ EXIT_WAIT_S = 5.0
 #: reported as over that limit (the system's OOM killer, or a C allocator that
 #: aborts instead of failing).
 MEMORY_NEAR_LIMIT_FRACTION = 0.9
+#: What a value from a worker (a result, a callout's arguments, an error) may hold,
+#: checked before the node decodes it: the frame's bytes, and items and nesting
+#: (:data:`~shuttle.runtime.values.ITEMS_MAX`), so no result costs the node more than
+#: some 100 MB of objects however it is built.
+WORKER_VALUE_LIMITS = values.DecodeLimits(MESSAGE_BYTES_MAX)
 #: The worker's main module.
 WORKER_MODULE = "shuttle.runtime.sandbox_worker"
 #: Signals that mean the worker crashed (a C extension), rather than was stopped.
@@ -357,7 +362,7 @@ class SandboxedObject:
             _, _, body = sandbox._request(
                 LOAD, payload, "__init__" if checkpoint is None else "restore", (READY,)
             )
-            label, methods, migratable = values.unpack(body)
+            label, methods, migratable = values.unpack(body, None, WORKER_VALUE_LIMITS)
             sandbox.type_label = str(label)
             sandbox._methods = [str(m) for m in methods]
             sandbox.migratable = bool(migratable)
@@ -392,7 +397,12 @@ class SandboxedObject:
         kind, cpu_s, body = self._request(CALL, payload, method, (RESULT, RESULT_BYTES))
         if kind == RESULT_BYTES:
             return body, cpu_s
-        return values.unpack(body), cpu_s
+        try:
+            return values.unpack(body, None, WORKER_VALUE_LIMITS), cpu_s
+        except LimitExceededError as exc:
+            raise LimitExceededError(
+                f"{self._who}.{method} returned a result that is not decoded: {exc}"
+            ) from None
 
     def checkpoint(self) -> bytes:
         """The object's :meth:`~MobileObject.checkpoint` bytes. Errors as :meth:`invoke`."""
@@ -523,7 +533,12 @@ class SandboxedObject:
 
     def _serve_callout(self, body: bytes, what: str) -> None:
         try:
-            ref, method, args, kwargs = values.unpack(body)
+            ref, method, args, kwargs = values.unpack(body, None, WORKER_VALUE_LIMITS)
+        except LimitExceededError as exc:
+            # The object's own doing: it learns why, and its call goes on.
+            reply = values.pack([LimitExceededError.code, f"a call out of {self._who}: {exc}"])
+            self._send(CALLOUT_ERROR, reply, what)
+            return
         except (InvalidArgumentError, ValueError):
             raise self._violation(what, "an undecodable callout") from None
         if not (
@@ -554,8 +569,8 @@ class SandboxedObject:
 
     def _error(self, body: bytes, what: str) -> ShuttleError:
         try:
-            code, message, stop_reason = values.unpack(body)
-        except (InvalidArgumentError, ValueError, TypeError):
+            code, message, stop_reason = values.unpack(body, None, WORKER_VALUE_LIMITS)
+        except (InvalidArgumentError, LimitExceededError, ValueError, TypeError):
             return self._violation(what, "an undecodable error")
         if stop_reason is not None:  # the worker is exiting (it ran out of memory)
             self._stop(str(stop_reason))

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shuttle.errors import InvalidArgumentError, ShuttleError
+from shuttle.errors import InvalidArgumentError, LimitExceededError, ShuttleError
 from shuttle.net.addresses import parse_address
 from shuttle.net.registry import Mode, OperationRegistry, Reply, arg
 from shuttle.runtime import migration, values
@@ -38,6 +38,14 @@ from shuttle.runtime.load import LoadSampler
 from shuttle.runtime.mobile import builtin_type
 from shuttle.runtime.monitor import ResourceMonitor
 from shuttle.runtime.planner import ResourceManager
+from shuttle.wire.limits import PAYLOAD_BYTES_MAX
+
+#: What a client's arguments to an object may hold (checked before they are decoded):
+#: a whole frame's payload, and the items and nesting any untrusting peer is allowed.
+CLIENT_VALUE_LIMITS = values.DecodeLimits(PAYLOAD_BYTES_MAX)
+#: Arguments up to this size are decoded on the event loop (microseconds); larger ones
+#: on a thread, as walking a million items takes a fifth of a second.
+DECODE_ON_LOOP_BYTES_MAX = 64 << 10
 
 log = logging.getLogger("shuttle.runtime")
 
@@ -85,7 +93,7 @@ def register_runtime_ops(
         if policy not in POLICIES:
             raise InvalidArgumentError(f"policy must be one of {POLICIES}, not {policy!r}")
         raw_params = args.get("params", b"")
-        params = values.unpack(raw_params) if raw_params else {}
+        params = values.unpack(raw_params, None, CLIENT_VALUE_LIMITS) if raw_params else {}
         if not isinstance(params, dict):
             raise InvalidArgumentError("params must be a map of constructor arguments")
         if type_name:
@@ -105,7 +113,12 @@ def register_runtime_ops(
         method = arg(args, "method", str)
         chain = arg(args, "chain", str, "")
         learn_caller(args)
-        call = values.unpack(payload, bm) if payload else [[], {}]
+        if not payload:
+            call: Any = [[], {}]
+        elif len(payload) <= DECODE_ON_LOOP_BYTES_MAX:
+            call = values.unpack(payload, bm, CLIENT_VALUE_LIMITS)
+        else:  # walking and decoding a large value is not the event loop's to do
+            call = await in_executor(values.unpack, payload, bm, CLIENT_VALUE_LIMITS)
         if not (
             isinstance(call, list)
             and len(call) == 2
@@ -130,7 +143,14 @@ def register_runtime_ops(
         served = round(own_s, 6)
         if isinstance(value, bytes | bytearray | memoryview):
             return Reply({"s": "ok", "raw": True, "t": served}, value)
-        return Reply({"s": "ok", "t": served}, values.pack(value))
+        packed = values.pack(value)
+        if len(packed) > PAYLOAD_BYTES_MAX:
+            raise LimitExceededError(
+                f"object {rid}.{method} returned {len(packed)} bytes, over the {PAYLOAD_BYTES_MAX}"
+                " bytes one answer carries; have it return its result in pieces (an offset "
+                "and a length per call)"
+            )
+        return Reply({"s": "ok", "t": served}, packed)
 
     async def locate(args: dict[str, Any], payload: bytes) -> Any:
         """Where an object runs, as this run-time knows it (with authority at its home)."""

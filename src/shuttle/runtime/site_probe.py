@@ -3,10 +3,11 @@
 :mod:`shuttle.runtime.sites` predicts a filter's time at the client, the node and the
 OSD from what the filter costs; this module measures that the way ABACUS starts, at
 the client: it reads a probe (the first ``probe_bytes`` of the object) through the
-node's storage object, times Python's ``re`` on it and counts the matching bytes, which
-gives the filter's CPU per byte and its selectivity. Scaled to the bytes to search and
-put beside the link's profile (the node–OSD link taken as free, as on one host), it
-is a :class:`~shuttle.runtime.sites.FilterView` for :func:`choose`.
+node's storage object, times the pattern on it (RE2, as the grep object runs it) and
+counts the matching bytes, which gives the filter's CPU per byte and its
+selectivity. Scaled to the bytes to search and put beside the link's profile (the
+node–OSD link taken as free, as on one host), it is a
+:class:`~shuttle.runtime.sites.FilterView` for :func:`choose`.
 
 The OSD's ``osdgrep`` is anchored at the node (it calls the OSDs from there), so the
 OSD site is chosen once, before the search, from the probe; between the client and the
@@ -16,12 +17,12 @@ node the run-time goes on adapting as it does for any stack. ``shuttle grep
 
 from __future__ import annotations
 
-import re
 import time
 
 from shuttle.net.profiles import LinkProfile
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.osd import literal_of
+from shuttle.runtime.patterns import compile_pattern
 from shuttle.runtime.placement import PlacementConfig
 from shuttle.runtime.sites import FilterView, LinkView, SitePlan, SiteView, choose_site
 
@@ -49,7 +50,7 @@ def probe_grep(
 ) -> FilterView:
     """What a grep for ``pattern`` over ``size_bytes`` of data costs, from a probe of
     ``key``'s first ``probe_bytes`` read through ``node_id``'s storage object."""
-    regex = re.compile(pattern.encode(), re.MULTILINE | (re.IGNORECASE if ignore_case else 0))
+    regex = compile_pattern(pattern, ignore_case=ignore_case)
     with rt.console("probe"):
         data = bytes(rt.storage(node_id).read(key, 0, probe_bytes))
     cpu0 = time.thread_time()

@@ -94,8 +94,8 @@ def encode_frame_fast(
     payload_len = payload.nbytes if type(payload) is memoryview else len(payload)
     if payload_len > payload_bytes_max:
         raise LimitExceededError(
-            f"frame payload is {payload_len} bytes, over the limit of {payload_bytes_max}; "
-            "split the data into several range requests"
+            f"frame payload is {payload_len} bytes, over the limit of {payload_bytes_max} "
+            "one request or answer carries; send less in one call"
         )
     if not payload_len:
         return [PREFIX_PACK(MAGIC, kind, 0, len(head), 0) + head]
