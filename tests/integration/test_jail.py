@@ -22,7 +22,7 @@ import pytest
 
 from shuttle.client.client import Client
 from shuttle.client.model import NodeAddress
-from shuttle.errors import LimitExceededError, ObjectLimitError
+from shuttle.errors import InvalidArgumentError, LimitExceededError, ObjectLimitError
 from shuttle.net.auth import write_key_file
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.mobile import MobileObject
@@ -441,3 +441,35 @@ def test_the_limits_that_held_still_hold_in_the_jail(cluster: Cluster, served: S
         spinner.spin()
     for obj in (hog, spinner):
         cluster.runtime.destroy(obj)
+
+
+# --- built-in objects cannot freeze a node -----------------------------------------------
+
+
+def test_a_catastrophic_pattern_in_grep_does_not_freeze_a_keyless_node(tmp_path: Path) -> None:
+    node = NodeProcess(tmp_path / "open").start()
+    try:
+        address = NodeAddress("open", "127.0.0.1", node.port)
+        with Client([address]) as client, Runtime([address]) as rt:
+            client.put("victim", b"a" * 28 + b"!")  # Python's re: 12 s; each byte doubles it
+            grep = rt.create(
+                "grep",
+                at="open",
+                placement="static",
+                pattern="(a+)+$",
+                storage=rt.storage("open"),
+                keys=["victim"],
+            )
+            done: list[Any] = []
+            searching = threading.Thread(target=lambda: done.append(grep.next()))
+            searching.start()
+            start = time.monotonic()
+            client.put("other", b"x" * 1024)
+            assert client.get("other") == b"x" * 1024
+            assert time.monotonic() - start < SERVE_S_MAX
+            searching.join(SERVE_S_MAX)
+            assert done == [[True, []]]
+            with pytest.raises(InvalidArgumentError, match="backreference"):
+                rt.create("grep", at="open", pattern=r"(a+)\1", storage=rt.storage("open"), keys=[])
+    finally:
+        node.terminate()
