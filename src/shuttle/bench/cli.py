@@ -325,6 +325,85 @@ def hostile(
         console.print(f"report written to {json_path}")
 
 
+@app.command("jail")
+def jail(
+    starts: Annotated[int, typer.Option(min=1, help="Start-ups timed on each side.")] = 20,
+    filter_runs: Annotated[int, typer.Option(min=1, help="Filter runs on each side.")] = 3,
+    filter_bytes: Annotated[int, typer.Option(min=1 << 16, help="Bytes the filter reads.")] = 16
+    << 20,
+    link: Annotated[str, typer.Option(help="Link profile of the filter's client.")] = "lan",
+    grep_bytes: Annotated[int, typer.Option(min=1 << 16, help="Bytes each pattern scans.")] = 16
+    << 20,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+) -> None:
+    """What the jail of shipped code costs (start-up; ABACUS filter config 1 shipped,
+    jailed against --unsafe-code, target within 5 %), and another client's 1 KiB
+    put+get while grep runs the worst patterns (target: within 50 ms)."""
+    from rich.markup import escape
+
+    from shuttle.bench.jail import JailBenchSettings
+    from shuttle.bench.jail import run as run_jail
+
+    console = Console()
+    settings = JailBenchSettings(
+        starts=starts,
+        filter_runs=filter_runs,
+        filter_bytes=filter_bytes,
+        link=link,
+        grep_bytes=grep_bytes,
+    )
+    with console.status("jail") as status:
+        report = run_jail(settings, progress=lambda msg: status.update(f"jail: {msg}"))
+    table = Table(title="the jail of shipped code")
+    table.add_column("measure")
+    table.add_column("jail", justify="right")
+    table.add_column("unjailed", justify="right")
+    table.add_column("ratio", justify="right")
+    up = report["startup"]
+    table.add_row(
+        "create -> first call (median)",
+        f"{up['jail']['median_s'] * 1e3:.0f} ms",
+        f"{up['unjailed']['median_s'] * 1e3:.0f} ms",
+        f"{up['ratio_median']:.2f}",
+    )
+    fil = report["filter_config_1"]
+    table.add_row(
+        f"filter config 1, shipped, {fil['link']} (mean)",
+        f"{fil['jail']['mean_s']:.3f} s",
+        f"{fil['unjailed']['mean_s']:.3f} s",
+        f"{fil['ratio_mean']:.3f}",
+    )
+    console.print(table)
+    pat = report["worst_patterns"]
+    grid = Table(title="1 KiB put+get while grep runs a pattern (same node)")
+    grid.add_column("pattern")
+    grid.add_column("grep MB/s", justify="right")
+    grid.add_column("put+get median", justify="right")
+    grid.add_column("max", justify="right")
+    grid.add_row(
+        "(quiet node)",
+        "",
+        f"{pat['quiet']['median_s'] * 1e3:.2f} ms",
+        f"{pat['quiet']['max_s'] * 1e3:.2f} ms",
+    )
+    for name, row in pat.items():
+        if isinstance(row, dict) and "grep_s" in row:
+            grid.add_row(
+                escape(name),
+                f"{row['grep_mb_per_s']:.0f}",
+                f"{row.get('median_s', 0) * 1e3:.2f} ms",
+                f"{row.get('max_s', 0) * 1e3:.2f} ms",
+            )
+    console.print(grid)
+    console.print(
+        f"worst put+get {pat['worst_put_get_s'] * 1e3:.1f} ms "
+        f"({'within' if pat['within_target'] else 'OVER'} the 50 ms target)"
+    )
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"report written to {json_path}")
+
+
 @app.command("stream")
 def stream(
     nbytes: Annotated[int, typer.Option("--bytes", min=1, help="Object size (default 1 GiB).")] = 1
