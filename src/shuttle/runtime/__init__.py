@@ -9,6 +9,11 @@ Layout (one module per concept; docs/runtime.md explains the model):
   object managers, built-in types by name
 * ``sandbox``    shipped classes in worker processes with memory/CPU/time limits
   (``sandbox_worker`` is the worker's side)
+* ``jail``       the jail of a shipped object, as the node sees it: can it be built,
+  its uid and cgroups (``jail_enter``: building it, in the worker; ``jail_seccomp``:
+  its system-call filter)
+* ``patterns``   user patterns compiled for RE2 (linear time), as built-ins take them
+* ``budget``     CPU and wall budgets of a built-in object's call at a node
 * ``gate``       admission of calls to a hosted object: quiesce, drain, redirect
 * ``monitor``    the resource monitor: CPU, bytes per edge, stall, per window H
 * ``load``       node load L from the kernel's per-thread and per-CPU accounting
