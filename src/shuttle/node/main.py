@@ -199,5 +199,7 @@ def _log_jail(config: NodeConfig) -> None:
     missing = jail.unavailable()
     if missing is None:
         log.info("shipped code runs in a jail (namespaces, its own uid, seccomp)")
+        for path in jail.sweep_stale_cgroups():
+            log.info("removed the cgroup of a jail whose node is gone: %s", path)
     else:
         log.warning("this node cannot jail shipped code and refuses it: %s", missing)

@@ -23,7 +23,15 @@ from pathlib import Path
 
 from shuttle.runtime.jail_enter import JailSpec
 
-__all__ = ["JailSpec", "environment", "new_spec", "release", "unavailable", "worker_pid"]
+__all__ = [
+    "JailSpec",
+    "environment",
+    "new_spec",
+    "release",
+    "sweep_stale_cgroups",
+    "unavailable",
+    "worker_pid",
+]
 
 #: Dedicated uids (and gids) of jails started by a node that runs as root: one drawn at
 #: random per jail from this range, so no two live jails share one (a jail's processes
@@ -151,6 +159,29 @@ def release(spec: JailSpec, *, wait_s: float = CGROUP_REMOVE_WAIT_S) -> list[str
         time.sleep(pause_s)  # the kernel is still tearing the namespace down
         pause_s = min(pause_s * 2, 0.05)
     return left
+
+
+def sweep_stale_cgroups(root: Path = CGROUP_ROOT, proc: Path = Path("/proc")) -> list[str]:
+    """Remove the cgroups of jails whose node is gone: a node killed with SIGKILL never
+    ran :func:`release`, and its jails' cgroups (named ``<node pid>-<uid>``) stay behind,
+    empty once their processes died with it. A node calls this as it starts; a cgroup
+    whose node still runs, or that still holds processes, is left alone. Returns the
+    cgroups removed."""
+    removed = []
+    for controller in ("pids", "memory"):
+        parent = root / controller / CGROUP_PARENT
+        try:
+            names = [entry.name for entry in os.scandir(parent) if entry.is_dir()]
+        except OSError:
+            continue
+        for name in names:
+            node_pid, _, _ = name.partition("-")
+            if not node_pid.isdigit() or (proc / node_pid).exists():
+                continue
+            with contextlib.suppress(OSError):  # still busy: a later start tries again
+                os.rmdir(parent / name)
+                removed.append(str(parent / name))
+    return removed
 
 
 def worker_pid(launcher_pid: int) -> int | None:

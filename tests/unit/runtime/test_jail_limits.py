@@ -197,3 +197,21 @@ def test_the_seccomp_filter_refuses_the_calls_that_leave_the_jail() -> None:
     for call in ("ptrace", "unshare", "mount", "keyctl", "bpf", "perf_event_open"):
         assert words[call] == "-1/1", (call, words[call])  # EPERM
     assert words["inet"] == "refused"
+
+
+def test_the_cgroups_of_a_killed_nodes_jails_are_swept_and_a_live_nodes_kept(
+    tmp_path: Path,
+) -> None:
+    proc = tmp_path / "proc"
+    (proc / "4242").mkdir(parents=True)  # a node that still runs
+    for controller in ("pids", "memory"):
+        parent = tmp_path / controller / jail.CGROUP_PARENT
+        for name in ("4242-1a", "999999-2b", "not-a-jail"):
+            (parent / name).mkdir(parents=True)
+    removed = jail.sweep_stale_cgroups(tmp_path, proc)
+    assert sorted(removed) == sorted(
+        str(tmp_path / c / jail.CGROUP_PARENT / "999999-2b") for c in ("pids", "memory")
+    )
+    for controller in ("pids", "memory"):
+        left = sorted(p.name for p in (tmp_path / controller / jail.CGROUP_PARENT).iterdir())
+        assert left == ["4242-1a", "not-a-jail"]
