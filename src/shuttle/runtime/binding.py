@@ -275,6 +275,12 @@ class BindingManager(Hosting):
                 if value.get("address"):
                     self.peers.learn(moved_to, value["address"])
                 self.hints[rid] = moved_to
+                home_entry = self.homed.get(rid)
+                if home_entry is not None and home_entry.location == where:
+                    # We are the home and ``where`` is the copy we recorded: it says it
+                    # handed the object on (it forwards only after the target took it),
+                    # ahead of its object.moved to us, which is still on its way.
+                    home_entry.location = moved_to
             elif home_says == where or (
                 rid.home == self.id
                 and self.homed.get(rid) is not None
