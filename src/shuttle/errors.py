@@ -184,11 +184,13 @@ class AuthenticationError(RemoteError):
 
 
 class NotPermittedError(RemoteError):
-    """The node refuses this request to everyone in its configuration (e.g. shipped
-    code on a node started without a cluster key)."""
+    """The node refuses this request: the principal the connection authenticated as
+    lacks the capability it needs (the message names the capability, the key and the
+    principal), or the node refuses it to everyone in its configuration (shipped code on
+    a node started without a cluster key). Nothing was changed."""
 
     code = "not_permitted"
-    exit_code = 7
+    exit_code = 10
 
 
 class ObjectNotFoundError(NotFoundError):

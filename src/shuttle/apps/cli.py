@@ -93,7 +93,7 @@ def grep(
         )
     with connect(node=node, cluster=cluster, link=link, key_file=key_file) as client:
         names = expand_keys(client, keys)
-        nodes, key = client.nodes, client.key
+        nodes, key, principal = client.nodes, client.key, client.principal
         ceph = ceph_sites(client, names) if placement in ("osd", "auto") else {}
         sizes = None
         if any(ceph.values()):
@@ -110,7 +110,7 @@ def grep(
             out.write(b"%s:%d:%s\n" % (k.encode(), lineno, line))
         out.flush()
 
-    with Runtime(nodes, key=key, config=RuntimeConfig(window_s=window)) as rt:
+    with Runtime(nodes, key=key, principal=principal, config=RuntimeConfig(window_s=window)) as rt:
         result = run_grep(
             rt,
             pattern,

@@ -85,9 +85,14 @@ class CephSite:
 def ceph_sites(client: Client, keys: Sequence[str]) -> dict[str, CephSite | None]:
     """The :class:`CephSite` of each node holding some of ``keys`` (one stats call
     each), or None for a node on local files; by address (``HOST:PORT``), which names
-    a node the same before and after a run-time learns its id."""
+    a node the same before and after a run-time learns its id. A principal (not the
+    cluster key's holder) gets no OSD site: it may neither read a node's counters nor
+    make an ``osdgrep``, which reads RADOS past the node's checks."""
     out: dict[str, CephSite | None] = {}
     for node in {client.node_for(k).address: client.node_for(k) for k in keys}.values():
+        if client.principal is not None:
+            out[node.address] = None
+            continue
         rados = client.node_stats(node).get("store", {}).get("rados")
         if not isinstance(rados, dict) or not rados.get("ceph_conf"):
             out[node.address] = None

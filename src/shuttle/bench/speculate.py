@@ -139,7 +139,7 @@ def run_point(
     mechanism = METHODS[method]
     version = first
     times: list[float] = []
-    with Client(nodes, key=writer.key, request_timeout_s=120) as reader:
+    with Client(nodes, key=writer.key, principal=writer.principal, request_timeout_s=120) as reader:
         if reader.speculate(KEY, work, mechanism="none") != version:  # the first read
             raise AssertionError("the warm-up read returned the wrong version")
         for i, write in enumerate(writes):

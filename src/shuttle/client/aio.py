@@ -74,6 +74,7 @@ class AsyncClient:
         piece_bytes: int = PIECE_BYTES_DEFAULT,
         window: int = WINDOW_DEFAULT,
         key: bytes | None = None,
+        principal: str | None = None,
         validation: str = VALIDATION_DEFAULT,
     ) -> None:
         if not nodes:
@@ -83,8 +84,10 @@ class AsyncClient:
         self.cache = ClientCache(cache_bytes, cache_block_bytes)
         self.piece_bytes, self.window = piece_bytes, window
         self.request_timeout_s = request_timeout_s
-        #: The cluster key this client proves it holds (None: it has none).
+        #: The key this client proves it holds (None: it has none): the cluster key,
+        #: or principal ``principal``'s.
         self.key = key
+        self.principal = principal
         self.validation = _check_mode(validation)
         self._validations: dict[str, dict[str, int]] = {}
         #: The attributes each key was last validated at (the ``speculative`` copy).
@@ -98,6 +101,7 @@ class AsyncClient:
                 connect_timeout_s=connect_timeout_s,
                 request_timeout_s=request_timeout_s,
                 key=key,
+                principal=principal,
             )
             for n in self.nodes
         }

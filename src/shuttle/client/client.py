@@ -97,8 +97,11 @@ class _ThreadConnections(threading.local):
 class Client:
     """A client of the nodes ``nodes`` (see :func:`shuttle.connect` to build one).
 
-    ``key`` is the cluster key (:func:`shuttle.net.auth.load_key_file`): nodes
-    started with one refuse a client without it (:class:`AuthenticationError`).
+    ``key`` is the cluster key (:func:`shuttle.net.auth.load_key_file`), or with
+    ``principal`` that principal's key (:func:`shuttle.net.auth.load_credentials`):
+    nodes started with a cluster key refuse a client without either
+    (:class:`AuthenticationError`), and check each request of a principal against its
+    capabilities (:class:`NotPermittedError`).
     ``dial`` opens a connection to a node; by default a socket
     (:class:`BlockingConnection` with this client's timeouts, link and key), and
     :class:`shuttle.testing.MemoryNode` offers one without a socket.
@@ -119,6 +122,7 @@ class Client:
         piece_bytes: int = PIECE_BYTES_DEFAULT,
         window: int = WINDOW_DEFAULT,
         key: bytes | None = None,
+        principal: str | None = None,
         dial: Dial | None = None,
         validation: str = VALIDATION_DEFAULT,
         lookaside: StoreSet | Sequence[LookasideStore] | None = None,
@@ -134,8 +138,10 @@ class Client:
         self.client_name = client_name
         self.piece_bytes = piece_bytes
         self.window = window
-        #: The cluster key this client proves it holds (None: it has none).
+        #: The key this client proves it holds (None: it has none): the cluster key,
+        #: or principal ``principal``'s.
         self.key = key
+        self.principal = principal
         #: One emulated link per node, shared by all threads (they share its bandwidth).
         self._links = {
             n.node_id: Link(n.link)
@@ -194,6 +200,7 @@ class Client:
             request_timeout_s=self.request_timeout_s,
             link=self._links.get(node.node_id),
             key=self.key,
+            principal=self.principal,
         )
 
     def call(

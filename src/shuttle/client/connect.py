@@ -15,7 +15,7 @@ from shuttle.client.validation import VALIDATION_ENV
 from shuttle.cluster.clusterfile import CLUSTER_ENV, ClusterFile, default_cluster_path
 from shuttle.errors import ConfigError
 from shuttle.net.addresses import parse_address
-from shuttle.net.auth import KEY_FILE_ENV, load_key_file
+from shuttle.net.auth import KEY_FILE_ENV, Credentials, load_credentials
 from shuttle.net.profiles import parse_link_profile
 
 _ADDRESS = re.compile(r"^[\w.\-\[\]:]+:\d+$")
@@ -38,10 +38,12 @@ def connect(
     every node (``"lan"``, ``"bw=5Mbit,lat=2ms"``...). Other options go to
     :class:`Client` (``cache_bytes``, ``request_timeout_s``, ``piece_bytes``...).
 
-    The cluster key (nodes started with one refuse clients without it) comes from
-    ``key_file``, else the cluster file's ``key_file``, else the file named by
-    ``$SHUTTLE_KEY_FILE``; with none, the client has no key (keyless nodes serve it).
-    A bad key file raises :class:`ConfigError` saying what to do.
+    The key (nodes started with a cluster key refuse clients without one) comes from
+    ``key_file``, else the file named by ``$SHUTTLE_KEY_FILE``, else the cluster file's
+    ``key_file``; with none, the client has no key (keyless nodes serve it). A key file
+    holds the cluster key or a principal's key (``shuttle cluster user add``; the
+    client then acts as that principal, within its capabilities). A bad key file
+    raises :class:`ConfigError` saying what to do.
 
     Lookaside stores (docs/lookaside.md) come from ``lookaside=``, else, if
     ``$SHUTTLE_LOOKASIDE`` is ``1``, the stores the user added with ``shuttle lookaside
@@ -65,7 +67,7 @@ def connect(
     if node is not None:
         host, port = parse_address(node, "node address")
         if "key" not in client_options:
-            client_options["key"] = _load_key(key_file, None)
+            _set_credentials(client_options, _load_key(key_file, None))
         return Client([NodeAddress(node, host, port, profile)], **client_options)
     path = Path(cluster) if cluster is not None else default_cluster_path()
     if path is None:
@@ -76,7 +78,7 @@ def connect(
     spec = ClusterFile.load(path)
     addresses = spec.addresses()
     if "key" not in client_options:
-        client_options["key"] = _load_key(key_file, spec)
+        _set_credentials(client_options, _load_key(key_file, spec))
     if profile is not None:
         addresses = [NodeAddress(a.node_id, a.host, a.port, profile) for a in addresses]
     if _shared_store(spec) is not None:
@@ -101,11 +103,21 @@ def _shared_store(spec: ClusterFile) -> str | None:
     return only if only is not None and only.startswith("rados:") else None
 
 
-def _load_key(key_file: str | Path | None, cluster: ClusterFile | None) -> bytes | None:
-    """The cluster key: from ``key_file``, else the cluster file, else the environment."""
+def _load_key(key_file: str | Path | None, cluster: ClusterFile | None) -> Credentials | None:
+    """The client's key: from ``key_file``, else the environment, else the cluster file.
+
+    The environment comes before the cluster file so that a principal can use the
+    cluster's shared file with its own key (``export SHUTTLE_KEY_FILE=alice.key``)."""
     if key_file is not None:
-        return load_key_file(Path(key_file))
-    if cluster is not None and cluster.key_file is not None:
-        return cluster.key()
+        return load_credentials(Path(key_file))
     from_env = os.environ.get(KEY_FILE_ENV)
-    return load_key_file(Path(from_env)) if from_env else None
+    if from_env:
+        return load_credentials(Path(from_env))
+    if cluster is not None and cluster.key_file is not None:
+        return load_credentials(cluster.key_file)
+    return None
+
+
+def _set_credentials(options: dict[str, Any], credentials: Credentials | None) -> None:
+    options["key"] = None if credentials is None else credentials.key
+    options["principal"] = None if credentials is None else credentials.principal

@@ -12,17 +12,25 @@ from rich.table import Table
 
 from shuttle.cluster import ceph as local_ceph
 from shuttle.cluster import local
-from shuttle.cluster.clusterfile import CLUSTER_ENV, ClusterFile, default_cluster_path
-from shuttle.errors import AuthenticationError, ConfigError
+from shuttle.cluster import principals as cluster_principals
+from shuttle.cluster.clusterfile import (
+    CLUSTER_ENV,
+    CLUSTER_FILE_NAME,
+    DEFAULT_ROOT,
+    ClusterFile,
+    cluster_path,
+)
+from shuttle.cluster.user_cli import app as user_app
+from shuttle.errors import AuthenticationError, ConfigError, ShuttleError
+from shuttle.net.auth import Credentials
 from shuttle.net.profiles import parse_link_profile
 
 app = typer.Typer(
     help="Start, stop and inspect a local cluster of storage nodes.", no_args_is_help=True
 )
 console = Console()
+app.add_typer(user_app, name="user")
 
-DEFAULT_ROOT = Path(".shuttle")
-CLUSTER_FILE_NAME = "cluster.toml"
 
 # Every cluster command names its cluster the same two ways: by its file or by the
 # folder that holds it (``cluster up`` writes ROOT/cluster.toml).
@@ -41,16 +49,6 @@ RootOpt = Annotated[
         help=f"Folder of the cluster: its file ({CLUSTER_FILE_NAME}), data directories and logs.",
     ),
 ]
-
-
-def cluster_path(cluster: Path | None, root: Path | None) -> Path:
-    """The cluster file that ``--cluster`` / ``--root`` name: the file if given, else
-    ROOT/cluster.toml, else ``$SHUTTLE_CLUSTER``, else .shuttle/cluster.toml."""
-    if cluster is not None:
-        return cluster
-    if root is not None:
-        return root / CLUSTER_FILE_NAME
-    return default_cluster_path() or DEFAULT_ROOT / CLUSTER_FILE_NAME
 
 
 @app.command()
@@ -149,12 +147,31 @@ def up(
         ],
         report=lambda line: console.print(escape(line), highlight=False),
     )
+    _sync_principals(result)
     path_text = escape(str(result.path))  # paths are text, not markup
     console.print(f"cluster file: {path_text}")
     if result.key_file is not None:
         key_text = escape(str(result.key_file))
         console.print(f"cluster key:  {key_text} (clients of the cluster file use it)")
     console.print(f"use it:       export {CLUSTER_ENV}={path_text}")
+
+
+def _sync_principals(cluster: ClusterFile) -> None:
+    """Nodes that were down while principals changed get the newest table (a node's
+    own table survives its restart; this brings a stale one up to date)."""
+    key = cluster.key()
+    if key is None:
+        return
+    try:
+        outcome = cluster_principals.sync(cluster, Credentials(key))
+    except ShuttleError as exc:  # the nodes run; their principals are for `user sync`
+        console.print(escape(f"principals: not synced ({exc})"), highlight=False)
+        return
+    if outcome.changed:
+        console.print(
+            escape(f"principals: brought every node to epoch {outcome.table.epoch}"),
+            highlight=False,
+        )
 
 
 def _start_ceph(cluster_root: Path, osds: int) -> list[str]:

@@ -242,3 +242,19 @@ def _args(raw: Any, where: str) -> tuple[str, ...]:
 def default_cluster_path() -> Path | None:
     value = os.environ.get(CLUSTER_ENV)
     return Path(value) if value else None
+
+
+#: Where cluster commands look for a cluster given neither by file nor by folder.
+DEFAULT_ROOT = Path(".shuttle")
+#: The cluster file's name in its folder (``cluster up`` writes ROOT/cluster.toml).
+CLUSTER_FILE_NAME = "cluster.toml"
+
+
+def cluster_path(cluster: Path | None, root: Path | None) -> Path:
+    """The cluster file that ``--cluster`` / ``--root`` name: the file if given, else
+    ROOT/cluster.toml, else ``$SHUTTLE_CLUSTER``, else .shuttle/cluster.toml."""
+    if cluster is not None:
+        return cluster
+    if root is not None:
+        return root / CLUSTER_FILE_NAME
+    return default_cluster_path() or DEFAULT_ROOT / CLUSTER_FILE_NAME

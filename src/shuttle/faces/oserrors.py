@@ -42,7 +42,9 @@ _ERRNOS: tuple[tuple[type[ShuttleError], int], ...] = (
     (DiskFullError, errno.ENOSPC),
     (LimitExceededError, errno.EFBIG),
     (AuthenticationError, errno.EACCES),
-    (NotPermittedError, errno.EPERM),
+    # A capability the principal lacks (or a node refusing shipped code): what a
+    # program sees for a file its user may not touch.
+    (NotPermittedError, errno.EACCES),
     (NodeBusyError, errno.EAGAIN),
     (RequestTimeoutError, errno.ETIMEDOUT),
     (UnreachableError, errno.EHOSTUNREACH),

@@ -8,6 +8,8 @@ Layout:
 * ``server_stats``  the server's counters (``node.stats``), compiled with the hot path
 * ``admission`` what a client may make a node hold: connections, descriptors, time
 * ``auth``      cluster-key authentication: key files, proofs, the handshake's checks
+* ``principals``  principals and their caps (cephx-like), derived keys, a node's book,
+  the guards operations check a principal's requests with
 * ``blocking``  a blocking-socket connection to a node (the sync client's transport)
 * ``aio``       an asyncio connection to a node (the async client's and run-time's transport)
 * ``clock``     the clock protocol (real and, in ``shuttle.testing``, fake)

@@ -94,7 +94,8 @@ class AsyncConnection:
     """One connection to a node, shared by any number of concurrent calls; opened on
     first use and reopened after a failure.
 
-    ``key`` (the cluster key) answers the node's challenge, as in
+    ``key`` (the cluster key, or principal ``principal``'s key) answers the node's
+    challenge, as in
     :class:`~shuttle.net.blocking.BlockingConnection`.
     """
 
@@ -108,10 +109,13 @@ class AsyncConnection:
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         key: bytes | None = None,
+        principal: str | None = None,
     ) -> None:
         self.host, self.port = host, port
         self.link = link
         self.key = key
+        #: Whose ``key`` is (None: the cluster key).
+        self.principal = principal
         self.client_name = client_name
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
@@ -195,7 +199,9 @@ class AsyncConnection:
                 f"node {self.address} closed the connection before its challenge "
                 f"({type(challenge).__name__}); is it shutting down?"
             )
-        hello, client_nonce = auth.client_hello(challenge, self.key, self.client_name, self.address)
+        hello, client_nonce = auth.client_hello(
+            challenge, self.key, self.client_name, self.address, principal=self.principal
+        )
         stream.write(conn.send_bytes(hello))
         await stream.drain()
         ev = await self._next_event(stream, conn)

@@ -15,6 +15,11 @@ A proof is a blake3 keyed hash (a MAC) of the challenge's nonce, so it answers o
 connection only: a HELLO captured on the wire and replayed on a new connection
 meets a new nonce and fails. The key never travels.
 
+A client may instead hold a *principal's* key (:mod:`shuttle.net.principals`): its key
+file names the principal, its HELLO's credentials carry the name
+(``principal``), and both proofs use that principal's key, which the node derives
+from the cluster key. Without a name, the key is the cluster key, as before.
+
 What this does not do: encrypt or authenticate the frames after the handshake. It
 keeps out peers that do not hold the key and replays of captured handshakes; an
 attacker on the path of a live connection can still read it or take it over.
@@ -26,12 +31,14 @@ import contextlib
 import hmac
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import blake3
 
-from shuttle.errors import AuthenticationError, ConfigError, InvalidArgumentError
+from shuttle.errors import AuthenticationError, ConfigError, InvalidArgumentError, UsageError
+from shuttle.net.principals import check_name
 from shuttle.wire import (
     PROTOCOL_VERSION_MAX,
     PROTOCOL_VERSION_MIN,
@@ -63,6 +70,11 @@ KEY_FILE_MODE: Final = 0o600
 _CLIENT_DOMAIN: Final = b"shuttle blake3-keyed-v1 client proof\x00"
 _NODE_DOMAIN: Final = b"shuttle blake3-keyed-v1 node proof\x00"
 
+#: Bytes a key file may hold: a principal's file is three short lines; more is not a key.
+KEY_FILE_BYTES_MAX: Final = 4096
+#: The first line of a principal's key file (comments start with ``#``).
+PRINCIPAL_FILE_HEADER: Final = "# Shuttle principal key: keep it private (mode 0600)."
+
 _HINT: Final = (
     "connect with the cluster file written by `shuttle cluster up` "
     f"(or --key-file / ${KEY_FILE_ENV})"
@@ -86,21 +98,46 @@ def write_key_file(path: Path) -> bytes:
     where others could read it); on failure nothing is left behind.
     """
     key = generate_key()
+    _create_private(
+        path,
+        key.hex().encode() + b"\n",
+        "cluster key file",
+        "nodes may be running with that key",
+    )
+    return key
+
+
+def write_principal_key_file(path: Path, principal: str, key: bytes) -> None:
+    """Create ``path`` holding principal ``principal``'s key (mode 0600, fsync'd)::
+
+        # Shuttle principal key: keep it private (mode 0600).
+        principal alice
+        key 5f3a...(64 hex digits)
+
+    Never overwrites (:class:`ConfigError`): the file may be someone's only copy."""
+    check_name(principal)
+    if len(key) != KEY_BYTES:
+        raise InvalidArgumentError(f"a principal key is {KEY_BYTES} bytes, got {len(key)}")
+    text = f"{PRINCIPAL_FILE_HEADER}\nprincipal {principal}\nkey {key.hex()}\n"
+    _create_private(path, text.encode(), "key file", "it may be another principal's key")
+
+
+def _create_private(path: Path, data: bytes, what: str, why: str) -> None:
+    """Create ``path`` with ``data``, 0600 from the start (no moment where others could
+    read it), durable; nothing is left behind on failure."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
         fd = os.open(path, flags, KEY_FILE_MODE)
     except FileExistsError:
         raise ConfigError(
-            f"cluster key file {path} already exists; refusing to overwrite it (nodes may "
-            "be running with that key): use it, or remove it first"
+            f"{what} {path} already exists; refusing to overwrite it ({why}): use it, or "
+            "remove it first"
         ) from None
     except OSError as exc:
-        raise ConfigError(
-            f"cannot create cluster key file {path} ({exc.strerror or exc})"
-        ) from None
+        raise ConfigError(f"cannot create {what} {path} ({exc.strerror or exc})") from None
     try:
         os.fchmod(fd, KEY_FILE_MODE)  # a strict umask must not make it unreadable to us
-        os.write(fd, key.hex().encode() + b"\n")
+        os.write(fd, data)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -109,7 +146,6 @@ def write_key_file(path: Path) -> bytes:
         raise
     os.close(fd)
     _fsync_dir(path.parent)
-    return key
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -122,47 +158,106 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
-def load_key_file(path: Path) -> bytes:
-    """The key in ``path``, as :func:`write_key_file` wrote it.
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What a client proves it holds: the cluster key (``principal`` None), or the key
+    of principal ``principal``."""
+
+    key: bytes
+    principal: str | None = None
+
+    def __repr__(self) -> str:  # never print a key by accident
+        return f"Credentials(principal={self.principal!r}, key=<{len(self.key)} bytes>)"
+
+
+def load_credentials(path: Path) -> Credentials:
+    """The key in ``path`` and whose it is: a cluster key file (64 hex digits on one
+    line, as ``cluster up`` writes it) or a principal's key file
+    (:func:`write_principal_key_file`).
 
     Raises :class:`ConfigError` saying what to do if the file is missing, unreadable,
-    readable or writable by group or others, or does not hold exactly one key.
+    readable or writable by group or others, or holds neither form.
     """
+    lines = [
+        line.strip()
+        for line in _read_private(path).splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    if len(lines) == 1 and " " not in lines[0]:
+        return Credentials(_hex_key(lines[0], path))
+    fields: dict[str, str] = {}
+    for line in lines:
+        name, _, value = line.partition(" ")
+        if name not in ("principal", "key") or name in fields or not value.strip():
+            fields.clear()
+            break
+        fields[name] = value.strip()
+    if set(fields) != {"principal", "key"}:
+        raise ConfigError(
+            f"key file {path} is malformed: expected {2 * KEY_BYTES} hex digits on one line "
+            "(the cluster key, as `shuttle cluster up` writes it), or a principal's key "
+            "file (lines 'principal NAME' and 'key HEX', as `shuttle cluster user add` "
+            "writes it)"
+        )
+    try:
+        name = check_name(fields["principal"])
+    except UsageError as exc:
+        raise ConfigError(f"key file {path}: {exc}") from None
+    return Credentials(_hex_key(fields["key"], path), name)
+
+
+def load_key_file(path: Path) -> bytes:
+    """The cluster key in ``path``, as :func:`write_key_file` wrote it (what a node
+    needs). A principal's key file is refused: it opens no node."""
+    credentials = load_credentials(path)
+    if credentials.principal is not None:
+        raise ConfigError(
+            f"key file {path} is principal {credentials.principal!r}'s key, not the cluster "
+            "key: a node needs the cluster key (ROOT/cluster.key of `shuttle cluster up`)"
+        )
+    return credentials.key
+
+
+def _read_private(path: Path) -> str:
+    """The text of key file ``path``, refused if others may read or write it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ConfigError(
-            f"cluster key file {path} does not exist; `shuttle cluster up` writes one "
-            "(ROOT/cluster.key): point --key-file at the key of the cluster you use"
+            f"key file {path} does not exist; `shuttle cluster up` writes the cluster's "
+            "(ROOT/cluster.key) and `shuttle cluster user add` a principal's: point "
+            "--key-file at the key you were given"
         ) from None
     except OSError as exc:
         raise ConfigError(
-            f"cannot read cluster key file {path} ({exc.strerror or exc}); run as the user "
-            "who owns it"
+            f"cannot read key file {path} ({exc.strerror or exc}); run as the user who owns it"
         ) from None
     try:
         info = os.fstat(fd)  # the file we read, not whatever the path names later
         if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"cluster key file {path} is not a regular file")
+            raise ConfigError(f"key file {path} is not a regular file")
         mode = stat.S_IMODE(info.st_mode)
         if mode & 0o077:
             raise ConfigError(
-                f"cluster key file {path} is open to group or others (mode {mode:04o}): "
-                f"anyone who can read it can join the cluster; run `chmod 600 {path}`"
+                f"key file {path} is open to group or others (mode {mode:04o}): anyone "
+                f"who can read it can act with its key; run `chmod 600 {path}`"
             )
-        raw = os.read(fd, 4 * KEY_BYTES)  # the key is 2*KEY_BYTES+1 bytes; more is junk
+        raw = os.read(fd, KEY_FILE_BYTES_MAX)
     finally:
         os.close(fd)
-    text = raw.decode("ascii", errors="replace").strip()
+    return raw.decode("ascii", errors="replace")
+
+
+def _hex_key(text: str, path: Path) -> bytes:
     try:
         key = bytes.fromhex(text)
     except ValueError:
         key = b""
     if len(key) != KEY_BYTES:
         raise ConfigError(
-            f"cluster key file {path} is malformed: expected {2 * KEY_BYTES} hex digits "
-            f"(a {KEY_BYTES}-byte key) on one line, as `shuttle cluster up` writes it; "
-            "restore the cluster's key, or write a new one and restart the nodes with it"
+            f"key file {path} is malformed: expected {2 * KEY_BYTES} hex digits "
+            f"(a {KEY_BYTES}-byte key), as `shuttle cluster up` or `shuttle cluster user "
+            "add` writes it; restore the key, or have a new one made"
         )
     return key
 
@@ -218,9 +313,11 @@ def client_hello(
     node: str,
     *,
     client_nonce: bytes | None = None,
+    principal: str | None = None,
 ) -> tuple[Hello, bytes | None]:
     """The HELLO answering ``challenge`` from ``node`` (a name for messages), and the
-    client nonce it used (None: no credentials sent).
+    client nonce it used (None: no credentials sent). With ``principal``, ``key`` is
+    that principal's and the credentials name it.
 
     Raises :class:`AuthenticationError` without anything sent when the node requires
     a key and this client has none, or speaks a scheme this client does not.
@@ -233,6 +330,8 @@ def client_hello(
             "nonce": nonce,
             "proof": client_proof(key, challenge.nonce, nonce, client_name),
         }
+        if principal is not None:
+            credentials["principal"] = principal
         return Hello(PROTOCOL_VERSION_MIN, PROTOCOL_VERSION_MAX, client_name, credentials), nonce
     if challenge.key_required:
         if key is None:
@@ -269,6 +368,25 @@ def check_welcome(
             f"node {node} did not prove it holds the cluster key; is the cluster file's key "
             "the right one? (or something else answers at that address)"
         )
+
+
+def hello_principal(hello: Hello) -> str | None:
+    """The principal a HELLO's credentials name (None: the cluster key's holder).
+
+    Raises :class:`AuthenticationError` for a name that is not a string or not valid:
+    the node refuses such a HELLO before looking anything up."""
+    credentials = hello.credentials
+    if credentials is None:
+        return None
+    name = credentials.get("principal")
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise AuthenticationError("malformed credentials: the principal must be a name")
+    try:
+        return check_name(name)
+    except UsageError as exc:
+        raise AuthenticationError(f"malformed credentials: {exc}") from None
 
 
 def check_hello(

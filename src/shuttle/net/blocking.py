@@ -110,9 +110,10 @@ class _NotRun(UnreachableError):
 class BlockingConnection:
     """A connection to the node at ``host:port``, opened lazily and reopened if lost.
 
-    With ``key`` (the cluster key) the handshake answers the node's challenge and
-    checks the node's proof; a node that requires a key refuses a client without one
-    (:class:`AuthenticationError`, never retried: the same call would fail again).
+    With ``key`` (the cluster key, or principal ``principal``'s key) the handshake
+    answers the node's challenge and checks the node's proof; a node that requires a
+    key refuses a client without one (:class:`AuthenticationError`, never retried: the
+    same call would fail again).
     Thread-compatible, not thread-safe: use one per thread.
     """
 
@@ -126,11 +127,14 @@ class BlockingConnection:
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         link: Link | None = None,
         key: bytes | None = None,
+        principal: str | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.client_name = client_name
         self.key = key
+        #: Whose ``key`` is (None: the cluster key).
+        self.principal = principal
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self.link = link
@@ -195,7 +199,7 @@ class BlockingConnection:
                     f"({type(challenge).__name__}); is it shutting down?"
                 )
             hello, client_nonce = auth.client_hello(
-                challenge, self.key, self.client_name, self.address
+                challenge, self.key, self.client_name, self.address, principal=self.principal
             )
             self._sendall(self._conn.send(hello))
             ev = self._next_event(self.connect_timeout_s)

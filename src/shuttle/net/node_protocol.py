@@ -26,7 +26,15 @@ from shuttle.errors import (
 )
 from shuttle.net import auth
 from shuttle.net.admission import ServerLimits
-from shuttle.net.registry import CONNECTION_ARG, Mode, Operation, ReadLane, Reply
+from shuttle.net.principals import Principal
+from shuttle.net.registry import (
+    CONNECTION_ARG,
+    PRINCIPAL_ARG,
+    Mode,
+    Operation,
+    ReadLane,
+    Reply,
+)
 from shuttle.wire import (
     NONCE_BYTES,
     Challenge,
@@ -74,6 +82,9 @@ class NodeProtocol(asyncio.Protocol):
         self.closed = False
         #: This connection's challenge nonce: a HELLO's proof must answer it.
         self.nonce = b""
+        #: The principal its HELLO authenticated as, whose caps every request is
+        #: checked against; None: unrestricted (the cluster key, or a keyless node).
+        self.principal: Principal | None = None
         #: Its number, for operations that open things a connection owns.
         self.number = server.next_connection_number()
         #: True once it called a per-connection operation (disconnect hooks then run).
@@ -362,7 +373,8 @@ class NodeProtocol(asyncio.Protocol):
         server = self.server
         try:
             version = choose_version(hello)
-            proof = auth.check_hello(hello, server.key, self.nonce, server.node_id)
+            key, principal = server.credentials_for(hello)
+            proof = auth.check_hello(hello, key, self.nonce, server.node_id)
         except (RemoteProtocolError, AuthenticationError) as exc:
             if isinstance(exc, AuthenticationError):
                 server.counters.auth_failures += 1
@@ -370,6 +382,11 @@ class NodeProtocol(asyncio.Protocol):
             self._write(self.conn.send(ErrorResponse.from_exception(0, exc)))
             self._close()
             return
+        if principal is not None:
+            self.principal = principal
+            # Every read of a principal passes its guard: the read lane, which answers
+            # before any dispatch, is for unrestricted connections only.
+            self.read_lane = None
         welcome = Welcome(version, server.node_id, server.limits.to_wire(), proof)
         self._write(self.conn.send(welcome))
 
@@ -386,6 +403,19 @@ class NodeProtocol(asyncio.Protocol):
             except ShuttleError as exc:
                 self._send_error(rid, exc)
             return
+        principal = self.principal
+        if principal is not None:
+            guard = op.guard
+            try:
+                if guard is None:
+                    principal.require_admin(f"call {name}, a cluster operation")
+                else:
+                    guard(principal, args)
+            except ShuttleError as exc:  # NotPermittedError, naming what is missing
+                self._send_error(rid, exc)
+                return
+        if op.wants_principal:
+            args[PRINCIPAL_ARG] = principal  # whatever the client put there
         inline = op.inline
         if inline is not None:
             # The node's one inline-answer path. On the event loop, inside
@@ -502,6 +532,16 @@ class NodeProtocol(asyncio.Protocol):
         )
         if self.transport is not None and not self.closed:
             self.transport.writelines(frame)
+        self._close()
+
+    def revoke(self, error: ShuttleError) -> None:
+        """The principal it authenticated as is gone: say why (rid 0) and close. Replies
+        of requests still running are dropped (their clients see the error)."""
+        if self.closed or self.transport is None:
+            return
+        log.warning("closing %s: %s", self.peer, error)
+        with contextlib.suppress(ShuttleError):
+            self._write(self.conn.send(ErrorResponse.from_exception(0, error)))
         self._close()
 
     def goodbye(self, reason: str) -> None:

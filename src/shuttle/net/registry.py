@@ -29,6 +29,17 @@ registered ``per_connection``: the server puts the connection's number in
 ``on_disconnect`` hooks hear when that connection closes, so what it opened can be
 released at once instead of waiting for an idle timeout.
 
+Who may call an operation: a connection authenticated with the cluster key (or on a
+node without one) may call every operation. A connection authenticated as a principal
+(:mod:`shuttle.net.principals`) may call an operation only if its ``guard`` lets the
+principal through (checked before the operation runs, raising ``NotPermittedError``
+naming what is missing); an operation registered without a guard is a cluster
+operation, open to principals with the ``admin`` capability only. An operation that
+decides per key itself (a listing filters what it shows) is registered
+``wants_principal``: the server puts the connection's :class:`Principal` (None for an
+unrestricted connection) in ``args[PRINCIPAL_ARG]``, overwriting whatever a client
+sent there.
+
 A ``THREAD`` operation may also have a ``before(args)`` step (:meth:`OperationRegistry.
 add_before`): it runs on the event loop before the thread hop and returns None (go
 ahead at once) or an awaitable the request waits on *without holding a thread* (a
@@ -43,6 +54,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from shuttle.errors import ConfigError, InvalidArgumentError, UnknownOperationError
+from shuttle.net.principals import Guard, Principal, admin_only
 from shuttle.wire.events import Payload
 
 
@@ -78,6 +90,15 @@ Before = Callable[[dict[str, Any]], Awaitable[None] | None]
 
 #: The argument a ``per_connection`` operation finds its connection's number in.
 CONNECTION_ARG = "_connection"
+#: The argument a ``wants_principal`` operation finds its connection's principal in
+#: (a :class:`Principal`, or None: the connection is unrestricted).
+PRINCIPAL_ARG = "_principal"
+
+
+def principal_of(args: dict[str, Any]) -> Principal | None:
+    """The principal the server put in ``args`` (None: unrestricted)."""
+    found = args.get(PRINCIPAL_ARG)
+    return found if isinstance(found, Principal) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +117,11 @@ class Operation:
     #: ``(key, offset, length, expected_version)`` → the bytes, or None to run it the
     #: usual way. Never raises; called on the event loop.
     read_lane: ReadLane | None = None
+    #: What a principal needs to call it (see the module docstring); the server runs it
+    #: for connections authenticated as a principal only.
+    guard: Guard | None = None
+    #: The server puts the connection's principal in ``args[PRINCIPAL_ARG]``.
+    wants_principal: bool = False
 
 
 def _inline_call(
@@ -147,8 +173,11 @@ class OperationRegistry:
         inline_try: InlineTry | None = None,
         per_connection: bool = False,
         read_lane: ReadLane | None = None,
+        guard: Guard | None = None,
+        wants_principal: bool = False,
     ) -> None:
-        """Register ``handler`` as operation ``name``; a name can be taken only once."""
+        """Register ``handler`` as operation ``name``; a name can be taken only once.
+        Without ``guard`` only unrestricted connections and admin principals may call it."""
         if name in self._ops:
             raise ConfigError(f"operation {name!r} is registered twice")
         if (inline_when is not None or inline_try is not None) and mode is not Mode.THREAD:
@@ -172,6 +201,8 @@ class OperationRegistry:
             per_connection,
             inline=inline,
             read_lane=read_lane,
+            guard=guard or admin_only(name),
+            wants_principal=wants_principal,
         )
 
     def add_before(self, name: str, before: Before) -> None:
@@ -197,13 +228,22 @@ class OperationRegistry:
     def owns_anything(self, connection: int) -> bool:
         return any(count(connection) for count in self.owned_counters)
 
+    def set_guard(self, name: str, guard: Guard) -> None:
+        """Give operation ``name`` (registered already) the guard ``guard``."""
+        self._ops[name] = replace(self.get(name), guard=guard)
+
     def operation(
-        self, name: str, mode: Mode = Mode.INLINE, *, inline_when: InlineWhen | None = None
+        self,
+        name: str,
+        mode: Mode = Mode.INLINE,
+        *,
+        inline_when: InlineWhen | None = None,
+        guard: Guard | None = None,
     ) -> Callable[[F], F]:
         """Decorator form of :meth:`add`."""
 
         def register(fn: F) -> F:
-            self.add(name, fn, mode, inline_when=inline_when)
+            self.add(name, fn, mode, inline_when=inline_when, guard=guard)
             return fn
 
         return register

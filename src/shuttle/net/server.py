@@ -14,7 +14,11 @@ connection that idles are closed, and connections past the cap are refused as bu
 Every connection starts with the node's CHALLENGE (a fresh nonce). A node with a
 cluster key accepts only a HELLO whose proof answers that nonce
 (:mod:`shuttle.net.auth`), so no request reaches a handler unauthenticated; a node
-without one accepts any HELLO.
+without one accepts any HELLO. A HELLO that names a principal is checked against
+that principal's key (derived from the cluster key, :mod:`shuttle.net.principals`),
+and every request of its connection against the principal's capabilities (the
+operation's guard) before it runs; when the principal is removed, its connections
+are closed.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from shuttle.errors import (
+    AuthenticationError,
     ConfigError,
     NodeBusyError,
     ServerError,
@@ -43,6 +48,7 @@ from shuttle.net.admission import (
     raise_descriptor_limit,
 )
 from shuttle.net.node_protocol import NodeProtocol
+from shuttle.net.principals import Principal, PrincipalBook, PrincipalTable, anyone
 from shuttle.net.registry import Operation, OperationRegistry, Reply
 from shuttle.net.server_stats import ServerCounters
 from shuttle.wire import (
@@ -74,6 +80,11 @@ class RpcServer:
     (the cluster key) every client must prove it holds the same key in the
     handshake; without it any client is served. ``admission`` bounds what clients
     can make the node hold (see :mod:`shuttle.net.admission`).
+
+    ``principals`` (a node with a cluster key): the principals that may connect besides
+    the cluster key's holders, each checked against its caps. ``principal``: the
+    principal ``key`` belongs to, when it is not the cluster key (a client's run-time,
+    which serves its own principal only).
     """
 
     def __init__(
@@ -86,9 +97,19 @@ class RpcServer:
         cpu_account: CpuAccount = nullcontext,
         key: bytes | None = None,
         admission: ServerLimits | None = None,
+        principals: PrincipalBook | None = None,
+        principal: str | None = None,
     ) -> None:
         if key is not None and len(key) != auth.KEY_BYTES:
             raise ConfigError(f"a cluster key is {auth.KEY_BYTES} bytes, got {len(key)}")
+        if principals is not None and (key is None or principal is not None):
+            raise ConfigError("only a node with the cluster key serves principals")
+        #: The principals that may connect (None: only holders of ``key``).
+        self.principals = principals
+        #: Whose ``key`` is (None: the cluster key).
+        self.principal = principal
+        if principals is not None:
+            principals.listeners.append(self._principals_changed)
         self.registry = registry
         self.node_id = node_id
         self.limits = limits or Limits()
@@ -152,9 +173,58 @@ class RpcServer:
             """Counters of the server and of every registered component."""
             return self.stats()
 
-        reg.add("ping", ping)
-        reg.add("node.ops", node_ops)
-        reg.add("node.stats", node_stats)
+        reg.add("ping", ping, guard=anyone)
+        reg.add("node.ops", node_ops, guard=anyone)
+        reg.add("node.stats", node_stats)  # a cluster operation: admins only
+
+    # --- principals ------------------------------------------------------------------
+
+    def credentials_for(self, hello: Any) -> tuple[bytes | None, Principal | None]:
+        """The key a HELLO's proof must be made with, and the principal its connection
+        acts as (None: unrestricted). :class:`AuthenticationError` when the HELLO names
+        a principal this server does not know."""
+        name = auth.hello_principal(hello)
+        if name == self.principal or self.key is None:
+            # The key's own holder (the cluster key's, or a run-time's principal), or a
+            # node without a key, which serves anyone.
+            return self.key, None
+        book = self.principals
+        if name is None or book is None:
+            whose = "the cluster key" if name is None else f"principal {name!r}"
+            serves = (
+                f"principal {self.principal!r} only"
+                if self.principal is not None
+                else "the cluster key only (it has no principals)"
+            )
+            raise AuthenticationError(
+                f"{self.node_id} serves {serves}; this client offered {whose}"
+            )
+        principal = book.get(name)
+        if principal is None:
+            raise AuthenticationError(
+                f"node {self.node_id} knows no principal {name!r}: it was removed, or "
+                "never added (an admin lists them: shuttle cluster user list)"
+            )
+        return book.key_for(principal), principal
+
+    def _principals_changed(self, table: PrincipalTable) -> None:
+        """A new principal table: connections of removed (or re-keyed) principals are
+        closed; the others act with their new caps from their next request."""
+        for proto in list(self._protocols):
+            old = proto.principal
+            if old is None:
+                continue
+            new = table.get(old.name)
+            if new is None or new.salt != old.salt:
+                self.counters.auth_failures += 1
+                proto.revoke(
+                    AuthenticationError(
+                        f"principal {old.name!r} was removed from the cluster: node "
+                        f"{self.node_id} closed this connection"
+                    )
+                )
+            else:
+                proto.principal = new
 
     # --- lifecycle -----------------------------------------------------------------
 

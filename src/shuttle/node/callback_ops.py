@@ -28,10 +28,19 @@ from typing import Any
 
 from shuttle.errors import InvalidArgumentError, NotFoundError, ShuttleError
 from shuttle.net.attr_rows import encode_rows
-from shuttle.net.registry import CONNECTION_ARG, Mode, OperationRegistry, arg, non_negative
+from shuttle.net.principals import Principal, anyone, reads_each
+from shuttle.net.registry import (
+    CONNECTION_ARG,
+    Mode,
+    OperationRegistry,
+    arg,
+    non_negative,
+    principal_of,
+)
 from shuttle.node.callbacks import CALLBACK_WAIT_S_MAX, PromiseTable
-from shuttle.node.handlers import attrs_reply, rows_asked
+from shuttle.node.handlers import attrs_reply, list_for, rows_asked
 from shuttle.store.interface import Store
+from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX
 
 #: The operations that change objects, and the keys each one changes.
 KeysOf = Callable[[dict[str, Any]], list[str]]
@@ -76,17 +85,27 @@ def register_callback_ops(registry: OperationRegistry, store: Store, table: Prom
         key = arg(args, "key", str)
         session = arg(args, "session", str)
         dirs = arg(args, "dirs", bool, False)
+        principal = principal_of(args)
+        if principal is not None and not principal.caps.may_read(key):
+            # A principal may look up a directory that leads to what it may read.
+            if dirs and is_dir(principal, key):
+                return {"dir": True}
+            principal.require_read(key, "stat")
         grant = table.grant(session, key)  # before the stat: a later change breaks it
         try:
             out = attrs_reply(store.stat(key))
         except ShuttleError as exc:
             if grant is not None:
                 table.withdraw(session, key)
-            if dirs and isinstance(exc, NotFoundError) and store.list(key + "/", limit=1).keys:
+            if dirs and isinstance(exc, NotFoundError) and is_dir(principal, key):
                 return {"dir": True}
             raise
         out["promise"] = None if grant is None else {"seq": grant.seq, "term_s": grant.term_s}
         return out
+
+    def is_dir(principal: Principal | None, key: str) -> bool:
+        """Whether ``key/`` holds a key that ``principal`` may see listed."""
+        return bool(list_for(store, principal, key + "/", None, None, 1).keys)
 
     def promised(session: str, keys: list[str]) -> list[dict[str, Any] | None]:
         """Attributes of ``keys`` (None where missing), each with its promise."""
@@ -126,14 +145,13 @@ def register_callback_ops(registry: OperationRegistry, store: Store, table: Prom
         each key and a promise on it, as rows (docs/protocol.md)."""
         prefix = arg(args, "prefix", str, "")
         session = arg(args, "session", str)
-        kwargs: dict[str, Any] = {}
-        if "limit" in args:
-            kwargs["limit"] = arg(args, "limit", int)
-        page = store.list(
+        page = list_for(
+            store,
+            principal_of(args),
             prefix,
-            delimiter="/",
-            start_after=arg(args, "start_after", str, None),  # type: ignore[arg-type]
-            **kwargs,
+            "/",
+            arg(args, "start_after", str, None),  # type: ignore[arg-type]
+            arg(args, "limit", int, LIST_PAGE_ENTRIES_MAX),
         )
         out = encode_rows(promised(session, page.keys), promises=True)
         out["names"] = [k[len(prefix) :] for k in page.keys]
@@ -145,18 +163,25 @@ def register_callback_ops(registry: OperationRegistry, store: Store, table: Prom
         """End a callback session: its promises are dropped and its long poll answers."""
         return {"closed": table.close_session(arg(args, "session", str))}
 
-    registry.add("callback.open", open_, Mode.ASYNC, per_connection=True)
-    registry.add("callback.wait", wait, Mode.ASYNC, per_connection=True)
+    # Sessions touch no key; a promise is a stat (read), a listing shows what may be read.
+    registry.add("callback.open", open_, Mode.ASYNC, per_connection=True, guard=anyone)
+    registry.add("callback.wait", wait, Mode.ASYNC, per_connection=True, guard=anyone)
     registry.on_disconnect(table.release_owner, owned=table.sessions_owned_by)
     registry.add(
         "callback.promise",
         promise,
         Mode.THREAD,
         inline_when=lambda a: store.stat_is_cached(str(a.get("key", ""))),
+        guard=anyone,  # checked inside: a directory's lookup is a listing
+        wants_principal=True,
     )
-    registry.add("callback.promise_many", promise_many, Mode.THREAD)
-    registry.add("callback.promise_list", promise_list, Mode.THREAD)
-    registry.add("callback.close", close)
+    registry.add(
+        "callback.promise_many", promise_many, Mode.THREAD, guard=reads_each("keys", "stat")
+    )
+    registry.add(
+        "callback.promise_list", promise_list, Mode.THREAD, guard=anyone, wants_principal=True
+    )
+    registry.add("callback.close", close, guard=anyone)
 
     def upload_key(args: dict[str, Any]) -> list[str]:
         upload = args.get("upload")

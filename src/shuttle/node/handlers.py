@@ -4,14 +4,20 @@ Each handler checks its arguments (``InvalidArgumentError`` names the bad one), 
 :class:`~shuttle.store.interface.Store`, and returns plain msgpack types. Data travels
 in the frame payload, never inside the header. The operations and their arguments
 are listed in docs/protocol.md.
+
+Each operation has a guard (:mod:`shuttle.net.principals`): what a principal needs to
+call it. Reads, stats and listings need the read capability on their keys, changes
+the write capability; ``list`` shows a principal only the keys it may read
+(:func:`~shuttle.store.listing.list_within`); ``cache.drop`` is a cluster operation.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from shuttle.errors import InvalidArgumentError
+from shuttle.errors import InvalidArgumentError, NotFoundError
 from shuttle.net.attr_rows import encode_rows, wants_rows
+from shuttle.net.principals import Guard, Principal, anyone, reads, reads_each, writes, writes_each
 from shuttle.net.registry import (
     CONNECTION_ARG,
     Mode,
@@ -20,10 +26,12 @@ from shuttle.net.registry import (
     Reply,
     arg,
     non_negative,
+    principal_of,
 )
 from shuttle.store import ObjectAttrs, WriteResult
 from shuttle.store.fastread import CachedReads
 from shuttle.store.interface import Store
+from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX, Listing, list_within
 from shuttle.store.rados_locality import PrimaryLocator
 
 #: Chunks listed inline in a stat result. A chunk costs about 45 bytes of header, so
@@ -74,6 +82,41 @@ def rows_asked(args: dict[str, Any]) -> bool:
 
 def _written(w: WriteResult) -> dict[str, Any]:
     return {"key": w.key, "size": w.size, "version": w.version, "mtime_ns": w.mtime_ns}
+
+
+def list_for(
+    store: Store,
+    principal: Principal | None,
+    prefix: str,
+    delimiter: str | None,
+    start_after: str | None,
+    limit: int = LIST_PAGE_ENTRIES_MAX,
+) -> Listing:
+    """A page of ``store``'s listing of ``prefix`` as ``principal`` may see it (all of
+    it when unrestricted): only keys it may read, and the prefixes that lead to them."""
+    roots = None if principal is None else principal.caps.list_roots(prefix)
+    if roots is None:
+        return store.list(prefix, delimiter=delimiter, start_after=start_after, limit=limit)
+
+    def list_fn(p: str, d: str | None, after: str | None, n: int) -> Listing:
+        return store.list(p, delimiter=d, start_after=after, limit=n)
+
+    return list_within(list_fn, prefix, roots, delimiter, start_after, limit)
+
+
+def upload_guard(store: Store) -> Guard:
+    """The write capability on the key an open upload session will replace."""
+
+    def guard(principal: Principal, args: dict[str, Any]) -> None:
+        upload = args.get("upload")
+        if isinstance(upload, str):
+            try:
+                key = store.uploads.get(upload).key
+            except NotFoundError:
+                return  # the operation answers that there is no such session
+            principal.require_write(key, "upload to")
+
+    return guard
 
 
 def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
@@ -207,14 +250,13 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
 
     def list_(args: dict[str, Any], payload: bytes) -> Any:
         """A page of keys under ``prefix`` (with ``delimiter='/'``: and sub-prefixes)."""
-        kwargs: dict[str, Any] = {}
-        if "limit" in args:
-            kwargs["limit"] = arg(args, "limit", int)
-        page = store.list(
+        page = list_for(
+            store,
+            principal_of(args),
             arg(args, "prefix", str, ""),
-            delimiter=arg(args, "delimiter", str, None),  # type: ignore[arg-type]
-            start_after=arg(args, "start_after", str, None),  # type: ignore[arg-type]
-            **kwargs,
+            arg(args, "delimiter", str, None),  # type: ignore[arg-type]
+            arg(args, "start_after", str, None),  # type: ignore[arg-type]
+            arg(args, "limit", int, LIST_PAGE_ENTRIES_MAX),
         )
         return {"keys": page.keys, "prefixes": page.prefixes, "next": page.next_start_after}
 
@@ -250,25 +292,35 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
     # A stat is answered from memory unless the attributes must be read from disk or
     # the whole-object hash recomputed after range writes: only then take a thread.
     add(
-        "stat", stat, Mode.THREAD, inline_when=lambda a: store.stat_is_cached(str(a.get("key", "")))
+        "stat",
+        stat,
+        Mode.THREAD,
+        inline_when=lambda a: store.stat_is_cached(str(a.get("key", ""))),
+        guard=reads("key", "stat"),
     )
-    add("chunks", chunks, Mode.THREAD)
-    add("stat_many", stat_many, Mode.THREAD)
-    add("read", read, Mode.THREAD, inline_try=read_cached, read_lane=lane)
-    add("write", write, Mode.THREAD)
-    add("put", put, Mode.THREAD)
-    add("create", create, Mode.THREAD)
-    add("truncate", truncate, Mode.THREAD)
-    add("remove", remove, Mode.THREAD)
-    add("remove_many", remove_many, Mode.THREAD)
-    add("list", list_, Mode.THREAD)
+    add("chunks", chunks, Mode.THREAD, guard=reads("key", "list the chunks of"))
+    add("stat_many", stat_many, Mode.THREAD, guard=reads_each("keys", "stat"))
+    add("read", read, Mode.THREAD, inline_try=read_cached, read_lane=lane, guard=reads())
+    add("write", write, Mode.THREAD, guard=writes())
+    add("put", put, Mode.THREAD, guard=writes("key", "put"))
+    add("create", create, Mode.THREAD, guard=writes("key", "create"))
+    add("truncate", truncate, Mode.THREAD, guard=writes("key", "truncate"))
+    add("remove", remove, Mode.THREAD, guard=writes("key", "remove"))
+    add("remove_many", remove_many, Mode.THREAD, guard=writes_each("keys", "remove"))
+    add("list", list_, Mode.THREAD, guard=anyone, wants_principal=True)
     # Sessions belong to the connection that opened them, and end when it closes.
-    add("upload.begin", upload_begin, Mode.THREAD, per_connection=True)
+    add(
+        "upload.begin",
+        upload_begin,
+        Mode.THREAD,
+        per_connection=True,
+        guard=writes("key", "upload to"),
+    )
     registry.on_disconnect(store.release_uploads, owned=store.uploads_owned_by)
-    add("upload.write", upload_write, Mode.THREAD)
-    add("upload.commit", upload_commit, Mode.THREAD)
-    add("upload.abort", upload_abort, Mode.THREAD)
-    add("cache.drop", cache_drop, Mode.THREAD)
+    add("upload.write", upload_write, Mode.THREAD, guard=upload_guard(store))
+    add("upload.commit", upload_commit, Mode.THREAD, guard=upload_guard(store))
+    add("upload.abort", upload_abort, Mode.THREAD, guard=upload_guard(store))
+    add("cache.drop", cache_drop, Mode.THREAD)  # a cluster operation: admins only
 
 
 def register_locality_ops(registry: OperationRegistry, locator: PrimaryLocator) -> None:
@@ -286,4 +338,5 @@ def register_locality_ops(registry: OperationRegistry, locator: PrimaryLocator) 
             "osds": where.osds,
         }
 
-    registry.add("rados.locate", locate, Mode.THREAD)
+    # Where CRUSH puts a name is a function of the name: it tells nothing of objects.
+    registry.add("rados.locate", locate, Mode.THREAD, guard=anyone)

@@ -24,12 +24,19 @@ from shuttle.errors import ConfigError
 from shuttle.net.auth import load_key_file
 from shuttle.net.cpu import CpuSpeed
 from shuttle.net.memory import tune_allocator
+from shuttle.net.principals import PrincipalBook
 from shuttle.net.registry import OperationRegistry
 from shuttle.net.server import RpcServer
 from shuttle.node.callback_ops import register_callback_ops
 from shuttle.node.callbacks import PromiseTable
 from shuttle.node.config import NodeConfig
 from shuttle.node.handlers import register_locality_ops, register_storage_ops
+from shuttle.node.principal_store import (
+    PrincipalStore,
+    backend_for,
+    refresh_forever,
+    register_principal_ops,
+)
 from shuttle.objects.fs import node_services
 from shuttle.objects.storage import StorageObject
 from shuttle.runtime.host import NodeRuntime
@@ -98,6 +105,15 @@ async def serve(config: NodeConfig) -> None:
             timeout_s=store.conn.op_timeout_s,
         )
         register_locality_ops(registry, locator)
+    # Principals (a node with a cluster key only: their keys derive from it). A stored
+    # table that cannot be read stops the node here, before it serves anyone.
+    principals: PrincipalStore | None = None
+    rados = config.store_spec().kind == "rados"
+    if key is not None:
+        backend = backend_for(store, config.data_dir, rados)
+        principals = PrincipalStore(PrincipalBook(key), backend)
+        principals.book.replace(principals.load())
+        register_principal_ops(registry, principals, key)
     # At factor 1 the node does no accounting at all (two clock reads per request).
     account = cpu.section if cpu.burn_ratio else contextlib.nullcontext
     server = RpcServer(
@@ -107,6 +123,7 @@ async def serve(config: NodeConfig) -> None:
         cpu_account=account,
         key=key,
         admission=config.admission(),
+        principals=principals.book if principals is not None else None,
     )
     server.add_stats_source("store", store.stats)
     server.add_stats_source("callbacks", promises.stats)
@@ -139,6 +156,7 @@ async def serve(config: NodeConfig) -> None:
             key=key,
             speed=cpu.factor,
             sandbox_limits=config.sandbox_limits(),
+            principals=principals.book if principals is not None else None,
         )
         runtime.start(f"{host}:{port}")
         server.add_stats_source("runtime", runtime.stats)
@@ -147,6 +165,13 @@ async def serve(config: NodeConfig) -> None:
         else:
             log.info("cluster key from %s: clients must prove they hold it", config.key_file)
             _log_jail(config)
+        if principals is not None:
+            log.info(
+                "principals: epoch %d, %d principal(s), stored in %s",
+                principals.book.table.epoch,
+                len(principals.book.table.names()),
+                principals.backend.where,
+            )
         print(
             f"shuttle node {server.node_id} serving "
             f"{config.data_dir if config.store == 'local' else config.store} on {host}:{port}"
@@ -154,9 +179,17 @@ async def serve(config: NodeConfig) -> None:
             flush=True,
         )
         sweeper = loop.create_task(_expire_uploads(store))
+        # Gateways of one pool share its table: reload it now and then.
+        refresher = (
+            loop.create_task(refresh_forever(principals))
+            if principals is not None and rados
+            else None
+        )
         await stop.wait()
         log.info("stop signal received; shutting down")
         sweeper.cancel()
+        if refresher is not None:
+            refresher.cancel()
     finally:
         promises.close_all()  # long polls answer now: clients drop their promises and hang up
         await server.close()

@@ -82,6 +82,9 @@ class OsdGrepObject(MobileObject):
 
     migratable = False
     manager_class = OsdManager
+    # It reads RADOS with the node's Ceph credentials, past the storage object and its
+    # checks, from a pool, conf and keyring its creator names: principals may not.
+    principals_may_create = False
     _manager: OsdManager | None = None
     _site: OsdSite | None = None
 

@@ -21,14 +21,17 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import msgpack
 import numpy as np
 
 from shuttle.errors import InvalidArgumentError, LimitExceededError, NotFoundError
+from shuttle.runtime.authority import Needs, list_roots, needs
 from shuttle.runtime.mobile import MobileObject, builtin
 from shuttle.store.interface import Store
+from shuttle.store.listing import list_within
 
 #: Most keys one ``list`` call returns (a page; ``next`` continues).
 LIST_PAGE_MAX = 1000
@@ -62,6 +65,25 @@ class StorageObject(MobileObject):
     anchored = True
     migratable = False
     concurrent = True  # the store is thread-safe: readers must not queue behind a write
+    # What a principal's objects need to call each method (runtime/authority.py): the
+    # keys it reads or writes. A RAID file's columns and records are keys of their own
+    # (``KEY.raid5/N``), under the file's prefix.
+    access: ClassVar[Mapping[str, Needs]] = {
+        "read": needs(read=["key"]),
+        "size": needs(read=["key"]),
+        "stat": needs(read=["key"]),
+        "list": needs(lists=True),
+        "put": needs(write=["key"]),
+        "write": needs(write=["key"]),
+        "swap": needs(read=["key"], write=["key", "record"]),
+        "record_size": needs(write=["record"]),
+        "stripe_begin": needs(write=["record"]),
+        "stripe_end": needs(read=["key"], write=["record", "key"]),
+        "stripe_abandon": needs(write=["record"]),
+        "stripe_read": needs(read=["record", "key"]),
+        "stripe_put": needs(write=["record", "key"]),
+        "stripe_record": needs(read=["record"]),
+    }
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -84,8 +106,16 @@ class StorageObject(MobileObject):
         """A page of keys under ``prefix``: ``{keys, next}`` (``next`` None at the end)."""
         if not 0 < limit <= LIST_PAGE_MAX:
             raise InvalidArgumentError(f"limit must be in 1..{LIST_PAGE_MAX}, got {limit}")
-        page = self._store.list(prefix, start_after=start_after, limit=limit)
+        # A principal's object sees only the keys its principal may read.
+        roots = list_roots(getattr(self._invoker, "principals", None), prefix)
+        if roots is None:
+            page = self._store.list(prefix, start_after=start_after, limit=limit)
+        else:
+            page = list_within(self._list, prefix, roots, None, start_after, limit)
         return {"keys": list(page.keys), "next": page.next_start_after}
+
+    def _list(self, prefix: str, delimiter: str | None, after: str | None, limit: int) -> Any:
+        return self._store.list(prefix, delimiter=delimiter, start_after=after, limit=limit)
 
     def put(self, key: str, data: bytes) -> dict[str, Any]:
         a = self._store.put(key, data)

@@ -31,7 +31,8 @@ Layout (one module per concept; docs/runtime.md explains the model):
 * ``hosting``    the objects hosted on one run-time, their gates and managers
 * ``binding``    the binding manager: location tables, invocation, hosting
 * ``migration``  moving a live object, step by step (source and target sides)
-* ``peers``      connections to other run-times
+* ``peers``      connections to other run-times, one per peer and acting principal
+* ``authority``  who an object's calls act for (its creator), what a principal may call
 * ``service``    the run-time's operations on the wire, periodic work
 * ``host``       the run-time inside a storage node
 * ``client``     :class:`Runtime`, an application's run-time

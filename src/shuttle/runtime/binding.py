@@ -43,7 +43,9 @@ from shuttle.errors import (
     UnreachableError,
 )
 from shuttle.net.cpu import burn_cpu
+from shuttle.net.principals import PrincipalBook
 from shuttle.runtime import budget, values
+from shuttle.runtime.authority import ACTING, acting, acting_for, check_call
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.gate import GateState
 from shuttle.runtime.hosting import Hosted, Hosting, admitted_while_quiescing
@@ -83,6 +85,7 @@ class BindingManager(Hosting):
         accepts_shipped: bool = False,
         sandbox_limits: Any = None,
         is_node: bool = False,
+        principals: PrincipalBook | None = None,
     ) -> None:
         super().__init__(
             runtime_id,
@@ -92,6 +95,7 @@ class BindingManager(Hosting):
             accepts_shipped=accepts_shipped,
             sandbox_limits=sandbox_limits,
             is_node=is_node,
+            principals=principals,
         )
         self.peers = peers
         #: Threads that run object methods (calls from other run-times).
@@ -130,6 +134,9 @@ class BindingManager(Hosting):
                 "a blocking run-time call was made on the run-time's event loop thread; "
                 "object methods run on executor threads, application code on its own"
             )
+        principal = acting()
+        if principal is not None:  # the loop's task acts for this thread's principal
+            coro = _acting_as(principal, coro)
         return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout_s)
 
     def new_id(self) -> ObjectId:
@@ -375,7 +382,34 @@ class BindingManager(Hosting):
         kwargs: dict[str, Any],
         caller: str | None,
     ) -> tuple[Any, float]:
-        """:meth:`call_hosted`, and the call's own wall time (less its remote calls)."""
+        """:meth:`call_hosted`, and the call's own wall time (less its remote calls),
+        if the acting principal may call it; the method acts for the object's owner
+        (a node's anchored object: for its caller). See runtime/authority.py."""
+        anchored = hosted.rid.is_anchored
+        principal = acting()
+        if principal is not None and self.principals is not None:
+            check_call(
+                self.principals,
+                principal,
+                str(hosted.rid),
+                hosted.principal,
+                type(hosted.impl) if anchored else None,
+                hosted.type_label,
+                method,
+                args,
+                kwargs,
+            )
+        with acting_for(principal if anchored else hosted.principal):
+            return self._enter_hosted(hosted, method, args, kwargs, caller)
+
+    def _enter_hosted(
+        self,
+        hosted: Hosted,
+        method: str,
+        args: tuple[Any, ...] | list[Any],
+        kwargs: dict[str, Any],
+        caller: str | None,
+    ) -> tuple[Any, float]:
         if not hosted.gate.enter(admit=admitted_while_quiescing(hosted, method)):
             raise _Retired
         rid = str(hosted.rid)
@@ -476,15 +510,18 @@ class BindingManager(Hosting):
         args: list[Any],
         kwargs: dict[str, Any],
         chain: str = "",
+        principal: str | None = None,
     ) -> tuple[str, Any, float]:
         """A remote caller's invocation (on an executor thread): ``("ok", result,
         seconds)`` (the call's own wall time here, less what it blocked on remote
         calls: the caller's monitor takes it out of its stall) or ``("moved", {to,
         address}, 0)`` when the object is not here. ``chain``: the caller's call
-        chain, which this thread works for meanwhile."""
+        chain, which this thread works for meanwhile; ``principal``: whom the caller's
+        connection authenticated as (None: unrestricted)."""
         self._chain.id = chain or secrets.token_hex(6)
         try:
-            return self._serve_invoke(rid, method, args, kwargs)
+            with acting_for(principal):
+                return self._serve_invoke(rid, method, args, kwargs)
         finally:
             self._chain.id = None
 
@@ -511,3 +548,10 @@ class BindingManager(Hosting):
                 "(destroyed, or its creation failed)"
             )
         return "moved", moved, 0.0
+
+
+async def _acting_as(principal: str, coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` as ``principal`` (in the task that runs it: calls it makes to other
+    run-times authenticate as that principal, see :mod:`shuttle.runtime.peers`)."""
+    ACTING.set(principal)
+    return await coro

@@ -78,6 +78,7 @@ class Runtime:
         nodes: Sequence[NodeAddress],
         *,
         key: bytes | None = None,
+        principal: str | None = None,
         config: RuntimeConfig | None = None,
         listen_host: str = "127.0.0.1",
         speed: float = 1.0,
@@ -89,8 +90,11 @@ class Runtime:
         self.nodes = list(nodes)
         self.id = f"c-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
         self.key = key
+        #: Whose ``key`` is (None: the cluster key): every call of this run-time, and
+        #: of the objects it hosts, acts for that principal (docs/security.md).
+        self.principal = principal
         self.monitoring = monitor
-        self.peers = Peers(key=key, client_name=f"shuttle-runtime {self.id}")
+        self.peers = Peers(key=key, principal=principal, client_name=f"shuttle-runtime {self.id}")
         for n in self.nodes:
             self.peers.learn(n.node_id, n.address, n.link)
         self.monitor = ResourceMonitor(self.config.window_s)
@@ -108,7 +112,9 @@ class Runtime:
         self.ticker = Ticker(self.monitor, self.config.window_s)
         self.registry = OperationRegistry()
         register_runtime_ops(self.registry, self.bm)
-        self._server = RpcServer(self.registry, self.id, key=key)
+        # Nodes call back (moving an object here, invoking one) as the principal the
+        # objects act for: this run-time's own, the only one it knows the key of.
+        self._server = RpcServer(self.registry, self.id, key=key, principal=principal)
         self._listen_host = listen_host
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -144,7 +150,7 @@ class Runtime:
 
         client = connect(target, node=node, cluster=cluster, link=link, key_file=key_file)
         try:
-            return cls(client.nodes, key=client.key, **options)
+            return cls(client.nodes, key=client.key, principal=client.principal, **options)
         finally:
             client.close()
 

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from shuttle.errors import ShuttleError
+from shuttle.net.principals import PrincipalBook, PrincipalTable
 from shuttle.net.registry import OperationRegistry
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
@@ -49,9 +50,17 @@ class NodeRuntime:
         key: bytes | None = None,
         speed: float = 1.0,
         sandbox_limits: Any = None,
+        principals: PrincipalBook | None = None,
     ) -> None:
         self.config = config or RuntimeConfig()
-        self.peers = Peers(key=key, client_name=f"shuttle-node-runtime {node_id}")
+        # Calls acting for a principal authenticate as it (runtime/authority.py).
+        self.peers = Peers(
+            key=key,
+            client_name=f"shuttle-node-runtime {node_id}",
+            derive=principals.key_of if principals is not None else None,
+        )
+        if principals is not None:
+            principals.listeners.append(self._principals_changed)
         self.monitor = ResourceMonitor(self.config.window_s)
         self.executor = ThreadPoolExecutor(
             self.config.executor_threads, thread_name_prefix="shuttle-obj"
@@ -68,6 +77,7 @@ class NodeRuntime:
             accepts_shipped=key is not None,
             sandbox_limits=sandbox_limits,
             is_node=True,
+            principals=principals,
         )
         self.ticker = Ticker(self.monitor, self.config.window_s)
         self.manager = ResourceManager(
@@ -84,6 +94,15 @@ class NodeRuntime:
             self.bm.host_anchored(ObjectId.service(node_id, name), obj)
         register_runtime_ops(registry, self.bm, manager=self.manager)
         self._task: asyncio.Task[None] | None = None
+
+    def _principals_changed(self, table: PrincipalTable) -> None:
+        """Connections to other run-times acting for a removed principal are closed
+        (the nodes at their other ends close them too; this frees ours at once)."""
+        acting_for = {p for p in (h.principal for h in list(self.bm.hosted.values())) if p}
+        for name in acting_for - set(table.names()):
+            loop = self.bm.loop
+            if loop is not None:
+                loop.call_soon_threadsafe(self.peers.drop_principal, name)
 
     def local_digest(self) -> dict[str, Any]:
         return build_digest(self.bm, self.monitor.window(), self.ticker.load)

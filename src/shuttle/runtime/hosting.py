@@ -31,7 +31,9 @@ from shuttle.errors import (
     ObjectFailedError,
     ShuttleError,
 )
+from shuttle.net.principals import PrincipalBook
 from shuttle.runtime import values
+from shuttle.runtime.authority import acting_for
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.gate import Gate, GateState
 from shuttle.runtime.ids import ObjectId
@@ -55,6 +57,8 @@ class HomeEntry:
     location: str
     type_label: str
     created_at: float = field(default_factory=time.time)
+    #: The principal that created it (None: unrestricted); see runtime/authority.py.
+    principal: str | None = None
 
 
 @dataclass
@@ -86,6 +90,10 @@ class Hosted:
     #: Why it migrated here (the source's reason), for the arrival's event.
     arrival_reason: str = ""
     checkpoint_bytes: int = 0
+    #: The principal it acts for: the one whose connection created or brought it (None:
+    #: unrestricted). Kept across migrations: it is the identity the source's run-time
+    #: authenticates as when it installs the object at the target.
+    principal: str | None = None
 
     @property
     def sandboxed(self) -> bool:
@@ -157,8 +165,12 @@ class Hosting(abc.ABC):
         accepts_shipped: bool = False,
         sandbox_limits: Any = None,
         is_node: bool = False,
+        principals: PrincipalBook | None = None,
     ) -> None:
         self.id = runtime_id
+        #: A node's principals (None: a client's run-time, or a node without a key),
+        #: against which the calls of principals' objects are checked.
+        self.principals = principals
         self.address = ""
         self.config = config
         self.monitor = monitor
@@ -230,15 +242,62 @@ class Hosting(abc.ABC):
         code: bytes | None,
         params: dict[str, Any],
         policy: str,
+        principal: str | None = None,
     ) -> Hosted:
         """Make an object here (on an executor thread): in this process, or in a
         sandbox if it is shipped code arriving at a node (``cls`` None: the class is
-        only ever unpickled inside the sandbox)."""
+        only ever unpickled inside the sandbox). It acts for ``principal``, its
+        creator (None: unrestricted), from its ``__init__`` on."""
         if policy not in POLICIES:
             raise InvalidArgumentError(
                 f"placement policy must be one of {POLICIES}, not {policy!r}"
             )
         self._refuse_taken(rid)
+        self.check_creation(principal, cls, code, rid)
+        with acting_for(principal):
+            hosted = self._make(rid, home_address, cls, type_name, code, params, policy)
+        hosted.principal = principal
+        with self._lock:
+            self.hosted[rid] = hosted
+            self.hints.pop(rid, None)
+            self.forwarding.pop(rid, None)
+            if rid.home == self.id:
+                self.homed[rid] = HomeEntry(self.id, hosted.type_label, principal=principal)
+        return hosted
+
+    def check_creation(
+        self,
+        principal: str | None,
+        cls: type[MobileObject] | None,
+        code: bytes | None,
+        rid: ObjectId,
+    ) -> None:
+        """May ``principal`` make (or bring here) this object? Shipped code needs the
+        ship capability; some built-in types are the cluster key's holder's only."""
+        book = self.principals
+        if principal is None or book is None:
+            return
+        who = book.resolve(principal)
+        if code is not None:
+            who.require_ship(f"ship code (object {rid})")
+        elif cls is not None and not cls.principals_may_create:
+            raise NotPermittedError(
+                f"principal {principal!r} may not make a {type_label(cls)} object: it "
+                "reaches data past the node's checks, so only the cluster key's holder may"
+            )
+        elif who.removed:
+            raise who.refusal(f"make object {rid}", "read")
+
+    def _make(
+        self,
+        rid: ObjectId,
+        home_address: str,
+        cls: type[MobileObject] | None,
+        type_name: str,
+        code: bytes | None,
+        params: dict[str, Any],
+        policy: str,
+    ) -> Hosted:
         params = values.bind_refs(params, self)
         manager: ObjectManager | None
         if code is not None and self.is_node:
@@ -257,7 +316,7 @@ class Hosting(abc.ABC):
                 raise ObjectFailedError(
                     f"creating {type_label(cls)} failed: {type(exc).__name__}: {exc}"
                 ) from exc
-        hosted = Hosted(
+        return Hosted(
             rid,
             home_address,
             impl,
@@ -270,13 +329,6 @@ class Hosting(abc.ABC):
             Gate(),
             concurrent=bool(cls.concurrent) if cls is not None and manager is not None else False,
         )
-        with self._lock:
-            self.hosted[rid] = hosted
-            self.hints.pop(rid, None)
-            self.forwarding.pop(rid, None)
-            if rid.home == self.id:
-                self.homed[rid] = HomeEntry(self.id, hosted.type_label)
-        return hosted
 
     def host_arrival(
         self,
@@ -287,12 +339,32 @@ class Hosting(abc.ABC):
         checkpoint: bytes,
         policy: str,
         source: str,
+        principal: str | None = None,
     ) -> Hosted:
-        """Restore an object that is migrating here, behind a closed (staged) gate."""
+        """Restore an object that is migrating here, behind a closed (staged) gate; it
+        acts for ``principal`` (whose connection brought it; None: unrestricted)."""
         if rid in self.hosted:
             raise InvalidArgumentError(f"object {rid} is already hosted here")
         if rid.is_anchored:
             raise InvalidArgumentError(f"{rid} is one of a node's anchored objects; it never moves")
+        self.check_creation(principal, builtin_type(type_name) if type_name else None, code, rid)
+        with acting_for(principal):
+            hosted = self._arrive(rid, home_address, type_name, code, checkpoint, policy, source)
+        hosted.principal = principal
+        with self._lock:
+            self.hosted[rid] = hosted
+        return hosted
+
+    def _arrive(
+        self,
+        rid: ObjectId,
+        home_address: str,
+        type_name: str,
+        code: bytes | None,
+        checkpoint: bytes,
+        policy: str,
+        source: str,
+    ) -> Hosted:
         if type_name:
             cls = builtin_type(type_name)
             manager: ObjectManager | None = self.manager_for(cls)
@@ -326,7 +398,7 @@ class Hosting(abc.ABC):
                     f"restoring {type_label(cls)} object {rid} failed: {type(exc).__name__}: {exc}"
                 ) from exc
             label, migratable = type_label(cls), bool(cls.migratable)
-        hosted = Hosted(
+        return Hosted(
             rid,
             home_address,
             impl,
@@ -341,9 +413,6 @@ class Hosting(abc.ABC):
             arrived_from=source,
             checkpoint_bytes=len(checkpoint),
         )
-        with self._lock:
-            self.hosted[rid] = hosted
-        return hosted
 
     def _refuse_taken(self, rid: ObjectId) -> None:
         """An id names one object: refuse to make another under it."""
@@ -409,7 +478,8 @@ class Hosting(abc.ABC):
         if hosted.manager is None:
             return  # a shipped object's worker: it has no run-time to call out through
         try:
-            hosted.impl.destroying()
+            with acting_for(hosted.principal):
+                hosted.impl.destroying()
         except Exception as exc:
             log.warning("object %s, ending, could not tidy up: %s", hosted.rid, exc)
 

@@ -39,6 +39,7 @@ from shuttle.errors import (
 )
 from shuttle.net.addresses import parse_address
 from shuttle.runtime import values
+from shuttle.runtime.authority import ACTING
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.gate import GateState
 from shuttle.runtime.hosting import POLICIES, Hosted, MigrationEvent
@@ -122,6 +123,10 @@ async def _migrate(bm: BindingManager, rid: ObjectId, target: str, reason: str) 
     hosted = bm.hosted.get(rid)
     if hosted is None:
         raise MigrationError(f"object {rid} is not hosted on {bm.id}; ask where it runs")
+    # Every call of the move (install, activate, abort, inform the home) acts for the
+    # object's principal: the target then records it as the one that brought the object
+    # (runtime/authority.py). This task's own context: nothing else sees it.
+    ACTING.set(hosted.principal)
     if target == bm.id:
         raise InvalidArgumentError(f"object {rid} already runs on {target}")
     if not hosted.migratable:
@@ -297,8 +302,11 @@ async def _inform_home(
 # --- the target's side -------------------------------------------------------------------
 
 
-def install(bm: BindingManager, args: dict[str, Any], payload: bytes) -> None:
-    """``object.install`` (executor thread): restore a migrating object, staged."""
+def install(
+    bm: BindingManager, args: dict[str, Any], payload: bytes, principal: str | None = None
+) -> None:
+    """``object.install`` (executor thread): restore a migrating object, staged, acting
+    for ``principal`` (whom the source's connection authenticated as)."""
     rid = ObjectId.parse(str(args.get("rid", "")))
     body = values.unpack(payload)
     if not isinstance(body, dict) or not isinstance(body.get("checkpoint"), bytes):
@@ -325,6 +333,7 @@ def install(bm: BindingManager, args: dict[str, Any], payload: bytes) -> None:
         body["checkpoint"],
         policy,
         source,
+        principal=principal,
     )
     hosted.arrival_reason = str(args.get("reason", ""))
     loop = bm.loop

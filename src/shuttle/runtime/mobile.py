@@ -27,11 +27,12 @@ on one thread, and may call other objects through the references they hold.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
 from shuttle.errors import InvalidArgumentError, UnknownOperationError
 from shuttle.runtime import values
+from shuttle.runtime.authority import Needs
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.refs import Invoker, Ref
 
@@ -76,6 +77,12 @@ class MobileObject:
     #: another client's commit waits on while this object's own commit waits on that
     #: client's). Admitted only until the drain ends, never during the checkpoint.
     quiesce_admits: ClassVar[frozenset[str]] = frozenset()
+    #: An anchored object's methods open to principals, with the keys each touches
+    #: (:mod:`shuttle.runtime.authority`); a method not listed is refused to them.
+    access: ClassVar[Mapping[str, Needs]] = {}
+    #: False: only an unrestricted caller (the cluster key's holder) may create one (an
+    #: object that reaches data other than through the storage object: ``osdgrep``).
+    principals_may_create: ClassVar[bool] = True
 
     _rid: ObjectId | None = None
     _invoker: Invoker | None = None

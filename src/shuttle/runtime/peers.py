@@ -5,18 +5,27 @@ own), so any of them can call any other: to invoke an object, to move one, or to
 an object's home where it is. Connections are opened on first use and shared by all
 calls to that peer; the link profile between this run-time and a peer (client-side
 emulation) applies to every call on it, and the cluster key authenticates it.
+
+A call acts for a principal (:mod:`shuttle.runtime.authority`: the owner of the
+object making it) and authenticates as that principal: a node derives the
+principal's key (``derive``) and keeps a connection per peer and principal, so the
+peer checks the call against that principal's caps, whatever this node may do. A
+client's run-time has only its own key (its principal's, or the cluster key) and
+uses it for every call.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
-from shuttle.errors import UnreachableError
+from shuttle.errors import NotPermittedError, UnreachableError
 from shuttle.net.addresses import parse_address
 from shuttle.net.aio import AsyncConnection
 from shuttle.net.profiles import LinkProfile
 from shuttle.net.shaping import Link
+from shuttle.runtime.authority import acting
 from shuttle.wire import Response
 from shuttle.wire.events import Payload
 
@@ -34,20 +43,34 @@ class Peers:
         key: bytes | None = None,
         client_name: str = "shuttle-runtime",
         request_timeout_s: float = REQUEST_TIMEOUT_S,
+        principal: str | None = None,
+        derive: Callable[[str], bytes | None] | None = None,
     ) -> None:
+        """``key``: this run-time's own key (the cluster key; on a client's run-time,
+        possibly principal ``principal``'s). ``derive``: on a node, a principal's key by
+        name (None: no such principal), for calls that act for one."""
         self.key = key
+        self.principal = principal
+        self.derive = derive
         self.client_name = client_name
         self.request_timeout_s = request_timeout_s
         self._addresses: dict[str, str] = {}
         self._links: dict[str, LinkProfile | None] = {}
-        self._conns: dict[str, AsyncConnection] = {}
+        #: By (run-time id, the principal the calls on it act for; None: our own key).
+        self._conns: dict[tuple[str, str | None], AsyncConnection] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
     def learn(self, runtime_id: str, address: str, link: LinkProfile | None = None) -> None:
-        """Remember where ``runtime_id`` listens (a new address replaces the connection)."""
+        """Remember where ``runtime_id`` listens (a new address replaces the connection).
+
+        While acting for a principal (what its calls and objects say), only run-times
+        not known yet are learnt: a principal may announce its own run-time, never
+        send this one's calls for a known run-time elsewhere."""
         if not address:
             return
         known = self._addresses.get(runtime_id)
+        if known is not None and known != address and acting() is not None:
+            return
         if link is not None:
             if self._links.get(runtime_id) != link:
                 self._drop(runtime_id)  # re-dialled with the new link on next use
@@ -57,10 +80,17 @@ class Peers:
             self._drop(runtime_id)
 
     def _drop(self, runtime_id: str) -> None:
-        """Forget a connection and close it (on the loop, once nothing uses it)."""
-        conn = self._conns.pop(runtime_id, None)
-        if conn is None:
-            return
+        """Forget the connections to a run-time and close them (on the loop, once
+        nothing uses them)."""
+        for slot in [s for s in self._conns if s[0] == runtime_id]:
+            self._close_later(self._conns.pop(slot))
+
+    def drop_principal(self, principal: str) -> None:
+        """Close the connections that act for ``principal`` (it was removed)."""
+        for slot in [s for s in self._conns if s[1] == principal]:
+            self._close_later(self._conns.pop(slot))
+
+    def _close_later(self, conn: AsyncConnection) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -79,8 +109,21 @@ class Peers:
         return dict(self._addresses)
 
     def connection(self, runtime_id: str) -> AsyncConnection:
-        conn = self._conns.get(runtime_id)
+        """The connection to ``runtime_id`` for calls acting for the current principal
+        (:func:`~shuttle.runtime.authority.acting`)."""
+        principal = acting() if self.derive is not None else None
+        slot = (runtime_id, principal)
+        conn = self._conns.get(slot)
         if conn is None:
+            key, name = self.key, self.principal
+            if principal is not None:
+                assert self.derive is not None
+                key, name = self.derive(principal), principal
+                if key is None:
+                    raise NotPermittedError(
+                        f"principal {principal!r} was removed from the cluster: its objects "
+                        "may no longer call other run-times"
+                    )
             address = self._addresses.get(runtime_id)
             if address is None:
                 raise UnreachableError(
@@ -94,11 +137,12 @@ class Peers:
                 host,
                 port,
                 link=link,
-                key=self.key,
+                key=key,
+                principal=name,
                 client_name=self.client_name,
                 request_timeout_s=self.request_timeout_s,
             )
-            self._conns[runtime_id] = conn
+            self._conns[slot] = conn
         return conn
 
     async def call(

@@ -17,6 +17,11 @@ run-time's) operation registry, and the periodic work every run-time does.
 ==================  =====================================================================
 
 Object code runs on the run-time's executor threads, never on the event loop.
+
+On a node, a connection authenticated as a principal may make objects (shipped code
+needs its ``ship`` capability), and call, move and end only its own objects; every
+object acts for the principal that made it (runtime/authority.py). ``runtime.objects``
+and ``runtime.log`` describe everyone's objects: cluster operations (``admin``).
 """
 
 from __future__ import annotations
@@ -27,10 +32,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shuttle.errors import InvalidArgumentError, LimitExceededError, ShuttleError
+from shuttle.errors import (
+    InvalidArgumentError,
+    LimitExceededError,
+    NotPermittedError,
+    ShuttleError,
+)
 from shuttle.net.addresses import parse_address
-from shuttle.net.registry import Mode, OperationRegistry, Reply, arg
+from shuttle.net.principals import Principal, anyone
+from shuttle.net.registry import Mode, OperationRegistry, Reply, arg, principal_of
 from shuttle.runtime import migration, values
+from shuttle.runtime.authority import acting_for
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.hosting import POLICIES, HomeEntry, admitted_while_quiescing
 from shuttle.runtime.ids import ObjectId
@@ -57,6 +69,20 @@ def _rid(args: dict[str, Any]) -> ObjectId:
     return ObjectId.parse(arg(args, "rid", str))
 
 
+def _name(principal: Principal | None) -> str | None:
+    return None if principal is None else principal.name
+
+
+def require_owner(principal: Principal | None, owner: str | None, rid: ObjectId, what: str) -> None:
+    """A principal may ``what`` only its own objects (an unrestricted caller: any)."""
+    if principal is None or owner == principal.name:
+        return
+    whose = f"principal {owner!r}" if owner is not None else "the cluster key's holder"
+    raise NotPermittedError(
+        f"principal {principal.name!r} may not {what} object {rid}: it belongs to {whose}"
+    )
+
+
 def register_runtime_ops(
     registry: OperationRegistry,
     bm: BindingManager,
@@ -74,20 +100,27 @@ def register_runtime_ops(
         """The run-time's own blocking steps: on threads calls cannot occupy."""
         return await asyncio.get_running_loop().run_in_executor(bm.control, fn, *a)
 
+    def learn(who: str, where: str, principal: Principal | None) -> None:
+        """Where run-time ``who`` listens, as a caller says (a principal may only name
+        run-times not known yet: :meth:`Peers.learn`)."""
+        with acting_for(_name(principal)):
+            bm.peers.learn(who, where)
+
     def learn_caller(args: dict[str, Any]) -> None:
         who, where = args.get("from"), args.get("from_address")
         if isinstance(who, str) and isinstance(where, str) and where:
-            bm.peers.learn(who, where)
+            learn(who, where, principal_of(args))
 
     async def create(args: dict[str, Any], payload: bytes) -> Any:
         """Make a mobile object here (a built-in by name, or shipped code in the payload)."""
         rid = _rid(args)
         learn_caller(args)
         home_address = arg(args, "home_address", str, "")
+        principal = principal_of(args)
         if home_address:
             parse_address(home_address, "object.create home_address")
             if rid.home != bm.id:
-                bm.peers.learn(rid.home, home_address)
+                learn(rid.home, home_address, principal)
         type_name = arg(args, "type", str, "")
         policy = arg(args, "policy", str, "auto")
         if policy not in POLICIES:
@@ -103,7 +136,7 @@ def register_runtime_ops(
         else:
             raise InvalidArgumentError("object.create needs a built-in type or a shipped class")
         hosted = await in_control(
-            bm.host_new, rid, home_address, cls, type_name, code, params, policy
+            bm.host_new, rid, home_address, cls, type_name, code, params, policy, _name(principal)
         )
         return {"rid": str(rid), "host": bm.id, "type": hosted.type_label}
 
@@ -134,7 +167,7 @@ def register_runtime_ops(
             # Held on the loop, not on a thread.
             await hosted.gate.wait_open(admit=admitted_while_quiescing(hosted, method))
         status, value, own_s = await in_executor(
-            bm.serve_invoke, rid, method, call[0], call[1], chain
+            bm.serve_invoke, rid, method, call[0], call[1], chain, _name(principal_of(args))
         )
         if status == "moved":
             return value
@@ -165,38 +198,51 @@ def register_runtime_ops(
         location = arg(args, "location", str)
         if rid.home != bm.id:
             raise InvalidArgumentError(f"{bm.id} is not the home of {rid}")
+        known = bm.homed.get(rid)
+        require_owner(principal_of(args), known.principal if known else None, rid, "relocate")
         if not location:  # lost where it ran (e.g. stopped while checkpointed)
             bm.homed.pop(rid, None)
             return None
         if args.get("address"):
-            bm.peers.learn(location, str(args["address"]))
+            learn(location, str(args["address"]), principal_of(args))
         entry = bm.homed.get(rid)
         if entry is None:
-            bm.homed[rid] = HomeEntry(location, "?")
+            bm.homed[rid] = HomeEntry(location, "?", principal=_name(principal_of(args)))
         else:
             entry.location = location
         return None
 
     async def install(args: dict[str, Any], payload: bytes) -> Any:
         """Stage an object migrating here (payload: its checkpoint and code)."""
-        await in_control(migration.install, bm, args, payload)
+        await in_control(install_as, args, payload, _name(principal_of(args)))
         return {"staged": str(_rid(args)), "host": bm.id}
+
+    def install_as(args: dict[str, Any], payload: bytes, principal: str | None) -> None:
+        with acting_for(principal):  # what it learns of run-times, it learns as that
+            migration.install(bm, args, payload, principal)
+
+    def own_hosted(args: dict[str, Any], what: str) -> ObjectId:
+        rid = _rid(args)
+        hosted = bm.hosted.get(rid)
+        if hosted is not None:
+            require_owner(principal_of(args), hosted.principal, rid, what)
+        return rid
 
     async def activate(args: dict[str, Any], payload: bytes) -> Any:
         """Let a staged object serve."""
-        migration.activate(bm, _rid(args))
+        migration.activate(bm, own_hosted(args, "activate"))
         return None
 
     async def abort(args: dict[str, Any], payload: bytes) -> Any:
         """Drop a staged object; ``{active: true}`` if it already serves here."""
-        return await in_control(migration.abort, bm, _rid(args))
+        return await in_control(migration.abort, bm, own_hosted(args, "abort the move of"))
 
     async def migrate(args: dict[str, Any], payload: bytes) -> Any:
         """Move an object hosted here to run-time ``to``."""
-        rid = _rid(args)
+        rid = own_hosted(args, "move")
         target = arg(args, "to", str)
         if args.get("to_address"):
-            bm.peers.learn(target, str(args["to_address"]))
+            learn(target, str(args["to_address"]), principal_of(args))
         if rid not in bm.hosted:
             where, _ = bm.locate_here(rid)
             return {"moved": False, "location": where, "reason": f"not hosted on {bm.id}"}
@@ -205,7 +251,7 @@ def register_runtime_ops(
 
     async def destroy(args: dict[str, Any], payload: bytes) -> Any:
         """End an object hosted here."""
-        rid = _rid(args)
+        rid = own_hosted(args, "destroy")
         destroyed = await in_control(bm.destroy_hosted, rid)
         return {"destroyed": destroyed}
 
@@ -276,22 +322,29 @@ def register_runtime_ops(
         limit = arg(args, "limit", int, 200)
         return Reply({"packed": True}, values.pack(manager.log_since(since, limit)))
 
-    for name, fn in (
-        ("object.create", create),
-        ("object.invoke", invoke),
-        ("object.locate", locate),
-        ("object.moved", moved),
-        ("object.install", install),
-        ("object.activate", activate),
-        ("object.abort", abort),
-        ("object.migrate", migrate),
-        ("object.destroy", destroy),
-        ("runtime.digest", digest),
-        ("runtime.bye", bye),
-        ("runtime.objects", objects),
-        ("runtime.log", decision_log),
+    # Open to principals (each checks its objects' owners itself), or cluster operations.
+    for name, fn, open_to_principals in (
+        ("object.create", create, True),
+        ("object.invoke", invoke, True),
+        ("object.locate", locate, True),
+        ("object.moved", moved, True),
+        ("object.install", install, True),
+        ("object.activate", activate, True),
+        ("object.abort", abort, True),
+        ("object.migrate", migrate, True),
+        ("object.destroy", destroy, True),
+        ("runtime.digest", digest, True),
+        ("runtime.bye", bye, True),
+        ("runtime.objects", objects, False),
+        ("runtime.log", decision_log, False),
     ):
-        registry.add(name, fn, Mode.ASYNC)
+        registry.add(
+            name,
+            fn,
+            Mode.ASYNC,
+            guard=anyone if open_to_principals else None,
+            wants_principal=open_to_principals,
+        )
 
 
 async def _move_quietly(bm: BindingManager, rid: ObjectId, target: str, reason: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,3 +163,55 @@ def _valid(key: str) -> bool:
         validate_key(key)
         return True
     return False
+
+
+#: ``Store.list`` as a function: ``(prefix, delimiter, start_after, limit) -> Listing``.
+ListFn = Callable[[str, str | None, str | None, int], Listing]
+
+
+def list_within(
+    list_fn: ListFn,
+    prefix: str,
+    roots: Sequence[str],
+    delimiter: str | None,
+    start_after: str | None,
+    limit: int,
+) -> Listing:
+    """A page of the listing of ``prefix`` restricted to keys under ``roots`` (each
+    starting with ``prefix``, none covering another): what a principal that may read
+    only under ``roots`` sees of ``prefix`` (docs/security.md). It is the page the
+    whole listing would give with every other key removed, so it reveals nothing of
+    those keys, not even in ``next_start_after``; it costs one ``list_fn`` call per
+    root (a probe of one entry for a root deeper than the delimiter groups).
+
+    With ``delimiter="/"`` a root such as ``data/x/`` listed under ``""`` shows as the
+    prefix ``data/`` if any key lies under the root, so a principal can walk down to
+    what it may read."""
+    if not 1 <= limit <= LIST_PAGE_ENTRIES_MAX:
+        raise InvalidArgumentError(f'"limit" must be in 1..{LIST_PAGE_ENTRIES_MAX}, got {limit}')
+    after = start_after or ""
+    found: dict[str, bool] = {}  # entry -> is a key (else a prefix)
+    # Where the first root's page stopped short: entries past it may miss that root's
+    # next ones, so the merged page ends there too.
+    cutoff: str | None = None
+    for root in roots:
+        rest = root[len(prefix) :]
+        cut = rest.find("/") if delimiter == "/" else -1
+        if cut >= 0:
+            # Every key under the root groups into one prefix of the listing.
+            group = prefix + rest[: cut + 1]
+            if group > after and group not in found and list_fn(root, None, None, 1).keys:
+                found[group] = False
+            continue
+        page = list_fn(root, delimiter, start_after, limit)
+        found.update(dict.fromkeys(page.keys, True))
+        found.update(dict.fromkeys(page.prefixes, False))
+        stop = page.next_start_after
+        if stop is not None and (cutoff is None or stop < cutoff):
+            cutoff = stop
+    entries = sorted(e for e in found if cutoff is None or e <= cutoff)
+    taken = entries[:limit]
+    keys = [e for e in taken if found[e]]
+    prefixes = [e for e in taken if not found[e]]
+    more = cutoff is not None or len(entries) > limit
+    return Listing(keys, prefixes, taken[-1] if more and taken else None)

@@ -29,12 +29,14 @@ import os
 import struct
 import threading
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import msgpack
 
 from shuttle.errors import InvalidArgumentError, StorageIOError
+from shuttle.runtime.authority import Needs, each, needs
 from shuttle.runtime.mobile import MobileObject, builtin
 from shuttle.store.interface import Store
 
@@ -123,6 +125,8 @@ class AtomicityObject(MobileObject):
     anchored = True
     migratable = False
     concurrent = True  # one lock inside orders the updates
+    # What a principal's objects need to call each method (runtime/authority.py).
+    access: ClassVar[Mapping[str, Needs]] = {"apply": needs(write=[each("writes")])}
 
     def __init__(self, store: Store, log_path: Path) -> None:
         self._store = store

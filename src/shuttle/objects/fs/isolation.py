@@ -31,7 +31,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from shuttle.errors import (
     InvalidArgumentError,
@@ -40,6 +41,7 @@ from shuttle.errors import (
     ShuttleError,
 )
 from shuttle.objects.fs.atomicity import AtomicityObject, check_writes
+from shuttle.runtime.authority import Needs, acting, acting_for, each, needs
 from shuttle.runtime.mobile import MobileObject, builtin
 from shuttle.runtime.refs import Ref
 from shuttle.store.interface import Store
@@ -72,6 +74,11 @@ def _check_length(length: Any, where: str, limit: int = READ_BYTES_MAX) -> None:
         raise InvalidArgumentError(f"{where}: length must be in 1..{limit}, got {length}")
 
 
+#: Holders whose principal is remembered before the ones holding nothing are forgotten
+#: (a cache object holds blocks for its life; this bounds what ended ones leave).
+HOLDER_PRINCIPALS_MAX = 100_000
+
+
 @builtin("isolation")
 class IsolationObject(MobileObject):
     """A node's block timestamps and callbacks, and the commit check over them."""
@@ -79,6 +86,17 @@ class IsolationObject(MobileObject):
     anchored = True
     migratable = False
     concurrent = True  # one lock inside; callbacks are broken outside it
+    # What a principal's objects need to call each method (runtime/authority.py).
+    access: ClassVar[Mapping[str, Needs]] = {
+        "read": needs(read=["key"]),
+        "promise": needs(read=["key"]),
+        "size": needs(read=["key"]),
+        "timestamps": needs(read=[each("blocks")]),
+        "release": needs(read=[each("blocks")]),
+        "changed": needs(write=["key"]),
+        "write": needs(write=["key"]),
+        "commit": needs(read=[each("reads")], write=[each("writes")]),
+    }
 
     def __init__(self, store: Store, atomicity: AtomicityObject) -> None:
         self._store = store
@@ -89,6 +107,10 @@ class IsolationObject(MobileObject):
         self._ts: dict[Block, int] = {}
         #: block -> {holder id: holder}
         self._holders: dict[Block, dict[str, Ref]] = {}
+        #: holder id -> the principal it was registered for: its callbacks act for it
+        #: (a node acting for nobody could not reach a principal's own run-time, and
+        #: must not reach others' objects on a principal's say-so).
+        self._acting: dict[str, str | None] = {}
         #: key -> {offset: length} of the blocks read or written: a write breaks the
         #: promises and bumps the timestamps of every block it overlaps.
         self._extents: dict[str, dict[int, int]] = {}
@@ -108,7 +130,7 @@ class IsolationObject(MobileObject):
             extents = self._extents.setdefault(key, {})
             extents[offset] = max(extents.get(offset, 0), length)
             if holder is not None:
-                self._holders.setdefault(block, {})[str(holder.rid)] = holder
+                self._hold(block, str(holder.rid), holder)
             return [data, self._ts.get(block, self._start)]
 
     def promise(self, key: str, offset: int, length: int, holder: Ref) -> int:
@@ -122,7 +144,7 @@ class IsolationObject(MobileObject):
         with self._lock:
             extents = self._extents.setdefault(key, {})
             extents[offset] = max(extents.get(offset, 0), length)
-            self._holders.setdefault(block, {})[str(holder.rid)] = holder
+            self._hold(block, str(holder.rid), holder)
             return self._ts.get(block, self._start)
 
     def changed(self, key: str, offset: int, length: int, writer: Ref | None = None) -> int:
@@ -252,7 +274,15 @@ class IsolationObject(MobileObject):
                     to_break.setdefault(hid, (ref, []))[1].append((key, o))
             held.clear()
         if writer is not None and me is not None:
-            self._holders.setdefault((key, offset), {})[me] = writer
+            self._hold((key, offset), me, writer)
+
+    def _hold(self, block: Block, hid: str, holder: Ref) -> None:
+        """``holder`` caches ``block`` (under the lock), for the principal calling now."""
+        self._holders.setdefault(block, {})[hid] = holder
+        self._acting[hid] = acting()
+        if len(self._acting) > HOLDER_PRINCIPALS_MAX:  # forget holders that hold nothing
+            live = {h for held in self._holders.values() for h in held}
+            self._acting = {h: p for h, p in self._acting.items() if h in live}
 
     def _break(self, to_break: dict[str, tuple[Ref, list[Block]]]) -> None:
         """Tell each holder which of its blocks changed (AFS: before the update returns).
@@ -273,7 +303,8 @@ class IsolationObject(MobileObject):
         """One callback, retried; False if the holder's promises were dropped."""
         for attempt in range(CALLBACK_ATTEMPTS):
             try:
-                ref.invalidate(key, offsets)
+                with acting_for(self._acting.get(hid)):
+                    ref.invalidate(key, offsets)
                 self.broken += len(offsets)
                 return True
             except ObjectNotFoundError as exc:
@@ -287,6 +318,7 @@ class IsolationObject(MobileObject):
         with self._lock:
             for held in self._holders.values():
                 held.pop(hid, None)
+            self._acting.pop(hid, None)
         return False
 
     def stats(self) -> dict[str, int]:
