@@ -22,11 +22,7 @@ from shuttle.client.client import Client
 from shuttle.client.model import NodeAddress
 from shuttle.cluster import principals as cluster_ops
 from shuttle.cluster.clusterfile import ClusterFile, NodeEntry
-from shuttle.errors import (
-    AuthenticationError,
-    NotPermittedError,
-    ShuttleError,
-)
+from shuttle.errors import AuthenticationError, NotPermittedError, UnreachableError
 from shuttle.faces.fsspec_fs import ShuttleFileSystem
 from shuttle.faces.mount import MountProcess, fuse_unavailable_reason
 from shuttle.net import auth
@@ -404,9 +400,8 @@ def test_a_removed_principal_is_refused_and_its_open_connections_closed(
     assert conn.call("ping").result["node"] == node.data_dir.name
     removed = cluster.user("remove", name)
     assert removed.returncode == 0, removed.stderr
-    with pytest.raises(ShuttleError) as closed:  # the node closed it, saying why
+    with pytest.raises((AuthenticationError, UnreachableError)):  # the node closed it
         conn.call("ping", idempotent=False)
-    assert isinstance(closed.value, AuthenticationError) or "closed" in str(closed.value)
     with pytest.raises(AuthenticationError, match=rf"knows no principal '{name}'"):
         conn.call("ping")  # the next connection is refused
     conn.close()
