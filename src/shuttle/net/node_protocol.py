@@ -300,6 +300,11 @@ class NodeProtocol(asyncio.Protocol):
         usual way through :meth:`_dispatch`."""
         lane = self.read_lane
         assert lane is not None
+        principal = self.principal
+        if principal is not None and not principal.caps.may_read(key):
+            # Not the lane's to refuse: the usual way's guard says what is missing.
+            self._dispatch(rid, "read", read_args(key, offset, length, version), b"")
+            return
         try:
             data = lane(key, offset, length, version)
         except Exception:  # it should not raise; the usual way answers what went wrong
@@ -384,9 +389,6 @@ class NodeProtocol(asyncio.Protocol):
             return
         if principal is not None:
             self.principal = principal
-            # Every read of a principal passes its guard: the read lane, which answers
-            # before any dispatch, is for unrestricted connections only.
-            self.read_lane = None
         welcome = Welcome(version, server.node_id, server.limits.to_wire(), proof)
         self._write(self.conn.send(welcome))
 

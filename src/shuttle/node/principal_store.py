@@ -132,8 +132,18 @@ class RadosBackend:
         rados = self._conn.rados
         io = self._conn.ioctx()
         try:
-            data = bytes(io.read(TABLE_OBJECT, TABLE_BYTES_MAX, 0))
-            self._version = int(io.get_last_version())
+            for _attempt in range(3):
+                size, _mtime = io.stat(TABLE_OBJECT)
+                if size > TABLE_BYTES_MAX:
+                    raise StorageIOError(
+                        f"the principals ({self.where}) take {size} bytes, over the "
+                        f"{TABLE_BYTES_MAX} a table may: was the object written by hand?"
+                    )
+                # One byte more than its size: more arriving means it grew meanwhile.
+                data = bytes(io.read(TABLE_OBJECT, size + 1, 0))
+                self._version = int(io.get_last_version())
+                if len(data) <= size:
+                    break
         except rados.ObjectNotFound:
             self._version = None
             return PrincipalTable()
