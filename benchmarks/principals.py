@@ -101,9 +101,7 @@ def main() -> None:
     proc, port = start_node(root, key_file, cpu)
     address = [NodeAddress("n", "127.0.0.1", port)]
     narrow = new_principal("narrow", Caps.of(read=["pages/", "list/half/"]))
-    wide = new_principal(
-        "wide", Caps.of(read=[f"other{i:02d}/" for i in range(15)] + ["pages/"])
-    )
+    wide = new_principal("wide", Caps.of(read=[f"other{i:02d}/" for i in range(15)] + ["pages/"]))
     table = PrincipalTable(1, {"narrow": narrow, "wide": wide})
     try:
         with BlockingConnection("127.0.0.1", port, key=cluster_key) as conn:

@@ -43,8 +43,10 @@ def serve(
         typer.Option(
             "--key-file",
             help="Cluster key file (hex, mode 0600; `shuttle cluster up` writes one): serve "
-            "only clients that prove they hold the key. Without it, any client may read and "
-            "write data, and shipped code is refused.",
+            "only clients that prove they hold the key, or the key of a principal made with "
+            "`shuttle cluster user add` (checked against its caps; kept in "
+            "DATA/.shuttle/principals.json, or in the pool). Without it, any client may read "
+            "and write data, and shipped code is refused.",
         ),
     ] = None,
     window: Annotated[
