@@ -442,6 +442,8 @@ def test_principals_survive_a_node_restart_and_a_node_that_missed_a_change_is_sy
         assert removed.returncode == 6, removed.stderr  # done, but one node not reached
         assert down.data_dir.name in one_line(removed.stderr)
         assert "user sync" in one_line(removed.stderr)
+        listed = cluster.user("list")
+        assert listed.returncode == 6 and f"node {down.data_dir.name}" in one_line(listed.stderr)
     finally:
         down.start()
     creds = auth.load_credentials(key_file)

@@ -205,7 +205,7 @@ def list_(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List the principals and their caps (the newest table the nodes hold), and any
-    node that holds an older one."""
+    node that holds an older one. Exit status 6 if a node could not be reached."""
     spec = _cluster(cluster, root)
     tables = ops.gather(spec, _credentials(spec, key_file))
     table = ops.newest(tables)
@@ -239,6 +239,8 @@ def list_(
             escape(f"node {t.entry.id}: {state}, behind: run `shuttle cluster user sync`"),
             highlight=False,
         )
+    if any(t.table is None for t in tables):
+        raise typer.Exit(UnreachableError.exit_code)
 
 
 @app.command("sync")
