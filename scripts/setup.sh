@@ -28,6 +28,10 @@ done
 # sdist: libfuse3-dev, pkg-config, gcc and python3-dev (Python's headers), which
 # also compile Shuttle's hot modules (scripts/build_compiled.py, below).
 apt_packages=(redis-server tre-agrep strace iproute2 python3-venv fuse3 libfuse3-dev pkg-config gcc python3-dev)
+# The tests also need rsync (the mount keeps the mtimes rsync -t sets; `shuttle bench
+# lookaside` compares its matching with rsync's) and Debian's chromium (the dashboard's
+# page is tested in it, headless, through Playwright: no browser is ever downloaded).
+[[ $profile == dev ]] && apt_packages+=(rsync chromium)
 missing=()
 for pkg in "${apt_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

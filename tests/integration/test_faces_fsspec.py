@@ -4,6 +4,8 @@ abstract test suite, pandas reading and writing a CSV, and the semantics we add.
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from fsspec.tests.abstract.put import AbstractPutTests
 
 from shuttle.client.client import Client
 from shuttle.client.validation import MODES
+from shuttle.errors import KeyConflictError
 from shuttle.faces.fsspec_fs import ShuttleFileSystem
 from tests.integration.faces_cluster import FacesCluster
 
@@ -172,3 +175,63 @@ def test_every_validation_mode_reads_what_another_client_wrote(
             assert f.read() == b"second, longer"
     finally:
         face_client.close()
+
+
+def _split_pair(client: Client, stem: str) -> tuple[str, str]:
+    """A name and a key inside it that live on different nodes (the clash no node sees)."""
+    for i in itertools.count():
+        name = f"{stem}{i}"
+        if client.node_for(name) != client.node_for(f"{name}/part1.csv"):
+            return name, f"{name}/part1.csv"
+    raise AssertionError("unreachable")
+
+
+def test_a_name_is_a_key_or_a_directory_across_nodes(
+    cluster: FacesCluster, client: Client, tmp_path: Path
+) -> None:
+    """`csv` and `csv/part1.csv` on two nodes: each node alone would accept its key."""
+    fs = ShuttleFileSystem(client=client)
+    name, inside = _split_pair(client, "clash/csv")
+    client.put(inside, b"a,b\n1,2\n")
+    with pytest.raises(KeyConflictError, match="is a directory"):
+        client.check_new_key(name)
+    with pytest.raises(NotADirectoryError, match="is a directory"):
+        fs.pipe_file(name, b"x")
+    with pytest.raises(NotADirectoryError), fs.open(name, "wb") as f:
+        f.write(b"x")
+    assert not client.exists(name)
+    # The CLI checks too, and says what to do.
+    local = tmp_path / "f"
+    local.write_bytes(b"x")
+    cluster_file = cluster.write_cluster_file(tmp_path / "c.toml")
+    put = subprocess.run(
+        [sys.executable, "-m", "shuttle", "put", str(local), name, "--cluster", str(cluster_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert put.returncode == 2, put.stderr
+    assert "key_conflict" in put.stderr and "Use another key" in put.stderr
+    assert not client.exists(name)
+    # The other way round: an object blocks a directory of its name.
+    other, other_inside = _split_pair(client, "clash/obj")
+    client.put(other, b"an object")
+    with pytest.raises(KeyConflictError, match="is an object"):
+        client.check_new_key(other_inside)
+    with pytest.raises(NotADirectoryError):
+        fs.pipe_file(other_inside, b"x")
+    with pytest.raises(NotADirectoryError):
+        fs.makedirs(f"{other}/sub")
+    assert list(client.list(f"{other}/")) == []
+
+
+def test_listing_a_name_that_is_both_shows_the_object(client: Client) -> None:
+    """Two clients raced (or a program skipped the check): both exist; listings work."""
+    fs = ShuttleFileSystem(client=client)
+    name, inside = _split_pair(client, "both/csv")
+    client.put(inside, b"inside")
+    client.put(name, b"the object")  # the library's put asks only the key's node
+    listed = fs.ls("both", detail=True)
+    assert [(e["name"], e["type"]) for e in listed] == [(name, "file")]
+    assert fs.cat_file(name) == b"the object"

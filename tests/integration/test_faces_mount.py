@@ -5,6 +5,7 @@ mount in a child process (``shuttle mount --foreground``), and ``grep -r``,
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import signal
 import subprocess
@@ -199,3 +200,24 @@ def test_a_name_that_cannot_be_a_key_is_refused_and_the_mount_lives_on(mnt: Path
     assert refused.value.errno == errno.EINVAL
     (mnt / "fine").write_bytes(b"ok")
     assert (mnt / "fine").read_bytes() == b"ok"
+
+
+def test_a_name_that_is_both_an_object_and_a_directory_lists_as_the_object(
+    mnt: Path, client: Client
+) -> None:
+    """`csv` and `csv/part1.csv` on two nodes (two clients raced; no node saw both):
+    listing their directory works (it gave EIO) and shows the object, as a lookup does."""
+    for i in itertools.count():
+        name = f"race/csv{i}"
+        if client.node_for(name) != client.node_for(f"{name}/part1.csv"):
+            break
+    client.put(f"{name}/part1.csv", b"inside")
+    client.put(name, b"the object")
+    leaf = name.rpartition("/")[2]
+    assert os.listdir(mnt / "race") == [leaf]
+    ls = run("ls", "-l", ".", cwd=mnt / "race")
+    assert ls.returncode == 0, ls.stderr
+    assert (mnt / name).is_file() and (mnt / name).read_bytes() == b"the object"
+    # Through the mount a name is never both: creating inside a file is refused.
+    with pytest.raises(NotADirectoryError):
+        (mnt / name / "part2.csv").write_bytes(b"x")

@@ -94,6 +94,7 @@ def put(
 ) -> None:
     """Upload a local file as object KEY (atomically: readers never see half of it)."""
     with _client(node, cluster, key_file, link) as client:
+        client.check_new_key(key)  # a name is an object or a directory, cluster-wide
         if str(local) == "-":
             info = client.put(key, sys.stdin.buffer)
         else:

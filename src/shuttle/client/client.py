@@ -32,6 +32,7 @@ from shuttle.client.calls import (
 from shuttle.client.calls import Op, Pieces
 from shuttle.client.lookaside import LookasideReader, LookasideStore, StoreSet
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
+from shuttle.client.namespace import Namespace
 from shuttle.client.routing import node_for_key
 from shuttle.client.validation import VALIDATION_DEFAULT, ValidationMode, make_mode
 from shuttle.errors import InvalidArgumentError, NotFoundError, ShuttleError
@@ -156,6 +157,8 @@ class Client:
         self._modes: dict[str, ValidationMode] = {}
         self.validation = validation
         self.validation_mode(validation)  # a bad name fails here, not at the first open
+        #: Questions about names that every node answers (built on first use).
+        self._namespace: Namespace | None = None
         stores = lookaside.stores() if isinstance(lookaside, StoreSet) else list(lookaside or ())
         #: The miss path through lookaside stores (None: every miss goes to the node).
         self.lookaside = LookasideReader(self, stores) if stores else None
@@ -220,6 +223,21 @@ class Client:
         node = node or self.node_for(op.key)
         return self.connection(node).call(op.op, op.args, op.payload, idempotent=op.idempotent)
 
+    @property
+    def namespace(self) -> Namespace:
+        """The cluster-wide name questions (:mod:`shuttle.client.namespace`): asked of
+        every node at once, on threads of their own."""
+        with self._lock:
+            if self._namespace is None:
+                self._namespace = Namespace(self)
+            return self._namespace
+
+    def check_new_key(self, key: str) -> None:
+        """Raise :class:`KeyConflictError` if ``key`` cannot be created without being
+        both an object and a directory somewhere in the cluster (one round trip to
+        every node; :mod:`shuttle.client.namespace`)."""
+        self.namespace.check_new_key(key)
+
     def validation_mode(self, name: str | None = None) -> ValidationMode:
         """This client's validation mode ``name`` (its default if None)."""
         name = name or self.validation
@@ -245,6 +263,10 @@ class Client:
             modes = list(self._modes.values())
         for mode in modes:
             mode.close()
+        with self._lock:
+            namespace, self._namespace = self._namespace, None
+        if namespace is not None:
+            namespace.close()
         with self._lock:
             conns, self._connections = self._connections, []
         for conn in conns:
@@ -420,6 +442,7 @@ class Client:
         self._local = _ThreadConnections()
         self._connections = []
         self._modes = {}
+        self._namespace = None  # its threads are the parent's
         blocks = self.cache.blocks
         self.cache = ClientCache(blocks.capacity_bytes, blocks.block_size_bytes)
         # The lookaside reader's lock and SQLite connections are the parent's (SQLite

@@ -175,14 +175,17 @@ class ShuttleFileSystem(AbstractFileSystem):  # type: ignore[misc]
             if mode == "create":
                 if self.client.exists(key):
                     raise FileExistsError(path)
+                self.client.check_new_key(key)
                 self.client.put(key, value, expected_version=0)
             else:
+                self.client.check_new_key(key)
                 self.client.put(key, value)
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         src, dst = self._strip_protocol(path1), self._strip_protocol(path2)
         with _os_errors(path1):
             if self.client.exists(src):
+                self.client.check_new_key(dst)
                 self.tree.copy(src, dst)
             elif self.tree.is_dir(src):
                 self.makedirs(dst, exist_ok=True)
@@ -286,6 +289,7 @@ class ShuttleFile(AbstractBufferedFile):  # type: ignore[misc]
     def _initiate_upload(self) -> None:
         client = self.fs.client
         with _os_errors(self.path):
+            client.check_new_key(self.path)
             writer = client.open(self.path, "wb")
             assert isinstance(writer, RemoteWriter)
             self.writer = writer

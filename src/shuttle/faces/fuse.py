@@ -368,7 +368,7 @@ class ShuttleOperations(pyfuse3.Operations):
             listing = await self._run(self.tree.listdir, self._path(handle.ino))
             entries: list[tuple[str, ObjectInfo | None]] = [(d, None) for d in listing.dirs]
             entries += list(listing.files.items())
-            entries.sort()
+            entries.sort(key=lambda entry: entry[0])  # by name: the infos do not compare
             self._listings[fh] = entries
         dir_path = self._path(handle.ino)
         entries = self._listings[fh]

@@ -15,19 +15,20 @@ both. A directory is renamed key by key.
 
 from __future__ import annotations
 
-import threading
+import logging
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from shuttle.client.client import Client
-from shuttle.client.model import NodeAddress, ObjectInfo
+from shuttle.client.model import ObjectInfo
 from shuttle.errors import (
     AlreadyExistsError,
     DirectoryNotEmptyError,
     InvalidArgumentError,
     NotFoundError,
 )
+
+log = logging.getLogger(__name__)
 
 #: The marker object of an explicit directory (``d/.shuttle-dir``). Its name is
 #: reserved in the faces: a file of that name is never listed.
@@ -78,32 +79,14 @@ class KeyTree:
         #: Listings take their attributes through the face's validation mode, which may
         #: prepare the opens that follow (``callback``: a promise on every file).
         self.mode = client.validation_mode(validation)
-        self._pool: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         """Stop the threads that ask the nodes (the client stays open)."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+        self.client.namespace.close()
 
     def _first_keys(self, prefix: str, limit: int) -> list[list[str]]:
         """Up to ``limit`` keys under ``prefix`` from each node, asked all at once."""
-
-        def ask(node: NodeAddress) -> list[str]:
-            args = {"prefix": prefix, "limit": limit}
-            return [str(k) for k in self.client.call(node, "list", args).result["keys"]]
-
-        if len(self.client.nodes) == 1:
-            return [ask(self.client.nodes[0])]
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    len(self.client.nodes), thread_name_prefix="shuttle-tree"
-                )
-            pool = self._pool
-        return list(pool.map(ask, self.client.nodes))
+        return self.client.namespace.first_keys(prefix, limit)
 
     def listdir(self, dir_key: str) -> Listing:
         """The entries of ``dir_key``, with each file's attributes (one stat round trip
@@ -127,6 +110,16 @@ class KeyTree:
         files = {
             k[len(prefix) :]: info for k, info in zip(keys, infos, strict=True) if info is not None
         }
+        clashes = [d for d in dirs if d in files]
+        if clashes:
+            # Both an object and a directory (namespace.py: two nodes, no check): show
+            # the object, as a lookup does, and say how to end it.
+            log.warning(
+                "%s is both an object and a directory (its keys are on different nodes); "
+                "showing the object. Move it away (shuttle get, then rm) to see the directory.",
+                ", ".join(repr(prefix + d) for d in clashes),
+            )
+            dirs = [d for d in dirs if d not in files]
         return Listing(dirs, files)
 
     def is_dir(self, dir_key: str) -> bool:
@@ -153,6 +146,7 @@ class KeyTree:
             raise AlreadyExistsError(f"directory {dir_key!r} already exists")
         if self.exists_file(dir_key):
             raise AlreadyExistsError(f"{dir_key!r} is a file; remove it to make a directory")
+        self.client.check_new_key(marker_key(dir_key))  # no parent may be an object
         self.client.put(marker_key(dir_key), b"")
 
     def keep(self, dir_key: str) -> None:
