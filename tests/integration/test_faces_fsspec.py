@@ -235,3 +235,27 @@ def test_listing_a_name_that_is_both_shows_the_object(client: Client) -> None:
     listed = fs.ls("both", detail=True)
     assert [(e["name"], e["type"]) for e in listed] == [(name, "file")]
     assert fs.cat_file(name) == b"the object"
+
+
+@pytest.mark.parametrize("mode", ["wb", "w"])
+@pytest.mark.parametrize("size", [5, 6 << 20])  # in the first block; past it (an upload)
+def test_leaving_fsspec_open_on_an_exception_commits_nothing(
+    cluster: FacesCluster, client: Client, mode: str, size: int
+) -> None:
+    """fsspec's OpenFile (what `fsspec.open` and pandas use) calls a plain close() when
+    its `with` ends, exception or not: that close must abort, not commit."""
+    options = {"client": client}
+    old, new = f"openfile/{mode}{size}/old", f"openfile/{mode}{size}/new"
+    client.put(old, b"kept")
+    for key in (old, new):
+        with (
+            pytest.raises(RuntimeError),
+            fsspec.open(f"shuttle://{key}", mode, **options) as f,
+        ):
+            f.write("x" * size if mode == "w" else b"x" * size)
+            raise RuntimeError("the writer fails")
+    assert client.get(old) == b"kept"
+    assert not client.exists(new)
+    with fsspec.open(f"shuttle://{new}", mode, **options) as f:  # without one, it commits
+        f.write("done" if mode == "w" else b"done")
+    assert client.get(new) == b"done"

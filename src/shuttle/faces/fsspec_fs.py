@@ -11,20 +11,23 @@ say otherwise (``node="HOST:PORT"``, ``cluster="c.toml"``, ``key_file``, ``link`
 Reads go through the client's cached read path: a file validates once, at open, by
 the client's validation mode, and its ranges come through the client cache (and the
 lookaside stores when the client has them). Writes stream to an upload session that
-becomes the object, whole, at close (an exception inside ``with`` aborts it: the old
-object stays). Directories are those of :mod:`shuttle.faces.tree` (``mkdir`` makes
-a marker, so empty directories exist); as in other object stores, removing a
-directory's last file removes the directory unless it was made with ``mkdir``.
+becomes the object, whole, at close (an exception inside ``with``, ``fs.open``'s or
+``fsspec.open``'s, aborts it: the old object stays, and a new key is not created).
+Directories are those of :mod:`shuttle.faces.tree` (``mkdir`` makes a marker, so
+empty directories exist); as in other object stores, removing a directory's last
+file removes the directory unless it was made with ``mkdir``.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from fsspec.core import OpenFile
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
 from shuttle.client.client import Client
@@ -311,14 +314,46 @@ class ShuttleFile(AbstractBufferedFile):  # type: ignore[misc]
             self.writer.abort()
 
     def close(self) -> None:
+        if self.mode != "rb" and not self.closed and _unwinding_openfile():
+            self._abort()
+            return
         super().close()
         if self.reader is not None:
             close_reader(self.reader)
 
+    def _abort(self) -> None:
+        """End a write without committing it: the old object stays (or none appears)."""
+        if self.writer is not None:
+            self.writer.abort()
+        self.closed = True
+
     def __exit__(self, exc_type: Any, *rest: Any) -> None:
         if exc_type is not None and self.mode != "rb" and not getattr(self, "closed", True):
-            if self.writer is not None:
-                self.writer.abort()
-            self.closed = True  # the old object stays: nothing is committed
+            self._abort()
             return
         self.close()
+
+
+#: How far up the stack :func:`_unwinding_openfile` looks for ``OpenFile.__exit__``:
+#: past the text and compression wrappers' ``close`` and ``OpenFile.close``.
+_OPENFILE_FRAMES_MAX = 12
+
+
+def _unwinding_openfile() -> bool:
+    """True when this close comes from leaving ``with fsspec.open(...) as f`` on an
+    exception. fsspec's ``OpenFile.__exit__`` calls a plain ``close()`` whatever
+    happened, which would commit the partial data; the exception being handled and
+    that frame on the stack are the only trace of it that reaches the file."""
+    if sys.exc_info()[1] is None:
+        return False
+    frame = sys._getframe(1)
+    for _ in range(_OPENFILE_FRAMES_MAX):
+        if frame is None:
+            return False
+        if frame.f_code is _OPENFILE_EXIT:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_OPENFILE_EXIT = OpenFile.__exit__.__code__
