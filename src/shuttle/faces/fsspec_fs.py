@@ -25,6 +25,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from types import FrameType
 from typing import Any
 
 from fsspec.core import OpenFile
@@ -346,7 +347,7 @@ def _unwinding_openfile() -> bool:
     that frame on the stack are the only trace of it that reaches the file."""
     if sys.exc_info()[1] is None:
         return False
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(_OPENFILE_FRAMES_MAX):
         if frame is None:
             return False
