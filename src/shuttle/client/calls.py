@@ -264,3 +264,10 @@ def pieces(source: Pieces, piece_bytes: int) -> Iterator[bytes]:
             del buf[:piece_bytes]
     if buf:
         yield bytes(buf)
+
+
+def interrupted(exc: BaseException) -> bool:
+    """True for an exception that can land anywhere, even between two bytes of a frame
+    being sent (Ctrl-C's KeyboardInterrupt, SystemExit from a signal handler): the
+    connection in use must then be closed, not used to tidy up."""
+    return not isinstance(exc, Exception)

@@ -29,7 +29,7 @@ from shuttle.client.calls import (
 from shuttle.client.calls import (
     WINDOW_DEFAULT as WINDOW_DEFAULT,
 )
-from shuttle.client.calls import Op, Pieces
+from shuttle.client.calls import Op, Pieces, interrupted
 from shuttle.client.lookaside import LookasideReader, LookasideStore, StoreSet
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
 from shuttle.client.namespace import Namespace
@@ -205,6 +205,18 @@ class Client:
             key=self.key,
             principal=self.principal,
         )
+
+    def drop_connection(self, node: NodeAddress) -> None:
+        """Close this thread's connection to ``node`` (the next call dials a fresh one).
+
+        After an interrupt (:func:`~shuttle.client.calls.interrupted`) a request may
+        have been cut in the middle of its frame, and the connection can carry nothing
+        more: a request sent on it would be read as the rest of that frame, and the
+        node would wait for the remainder until its frame timeout. Closing it also ends
+        what the node held for the connection (its upload sessions)."""
+        conn = self._local.conns.get(node.node_id)
+        if conn is not None:
+            conn.close()
 
     def call(
         self,
@@ -498,9 +510,12 @@ class Client:
             for _ in conn.call_many(writes(), window=self.window, idempotent=False):
                 progress(sizes.popleft())
             info = calls.object_info(_on(conn, calls.upload_commit(upload)))
-        except BaseException:
-            with contextlib.suppress(ShuttleError):  # else the node expires it itself
-                _on(conn, calls.upload_abort(upload))
+        except BaseException as exc:
+            if interrupted(exc):
+                conn.close()  # the node ends the session with its connection
+            else:
+                with contextlib.suppress(ShuttleError):  # else the node expires it itself
+                    _on(conn, calls.upload_abort(upload))
             raise
         self.forget(key)
         return info

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from shuttle.client.calls import interrupted
 from shuttle.client.model import ObjectInfo
 from shuttle.errors import ClosedFileError, InvalidArgumentError, ShuttleError
 
@@ -174,11 +176,20 @@ class RemoteWriter(io.RawIOBase):
             super().close()
 
     def abort(self) -> None:
-        """Drop the upload: the object keeps its old contents (or stays absent)."""
+        """Drop the upload: the object keeps its old contents (or stays absent).
+
+        While an interrupt is being handled (Ctrl-C: it may have cut a write in the
+        middle of its frame), the connection is closed instead of asked to abort: the
+        node ends the session with it, and nothing waits for an answer that the cut
+        frame would hold back for the node's whole frame timeout."""
         if self.closed:
             return
         try:
-            self.client.call(self.node, "upload.abort", {"upload": self._upload})
+            handling = sys.exc_info()[1]
+            if handling is not None and interrupted(handling):
+                self.client.drop_connection(self.node)
+            else:
+                self.client.call(self.node, "upload.abort", {"upload": self._upload})
         except ShuttleError:
             pass  # the node expires abandoned uploads
         finally:
