@@ -138,3 +138,26 @@ def test_serve_on_a_port_in_use_fails_clearly(node: NodeProcess, tmp_path: Path)
 def test_second_node_on_the_same_data_directory_is_refused(node: NodeProcess) -> None:
     second = shuttle_cli("serve", "--data", str(node.data_dir), "--listen", "127.0.0.1:0")
     assert second.returncode != 0 and b"error" in second.stderr
+
+
+def test_get_into_a_directory_as_cp_does_and_clear_errors_otherwise(
+    node: NodeProcess, tmp_path: Path
+) -> None:
+    n = ("--node", node.address)
+    ok(shuttle_cli("put", "-", "data/2026/report.csv", *n, input=b"a,b\n"))
+    into = tmp_path / "downloads"
+    into.mkdir()
+    ok(shuttle_cli("get", "data/2026/report.csv", str(into), *n))
+    assert (into / "report.csv").read_bytes() == b"a,b\n"
+    ok(shuttle_cli("get", "data/2026/report.csv", f"{into}/", *n))  # a trailing slash too
+    missing = shuttle_cli("get", "data/2026/report.csv", str(tmp_path / "no" / "dir" / "x"), *n)
+    assert missing.returncode == 2, missing.stderr
+    assert b"does not exist; create it first" in missing.stderr
+    assert b"Traceback" not in missing.stderr
+    no_dir = shuttle_cli("get", "data/2026/report.csv", f"{tmp_path}/nowhere/", *n)
+    assert no_dir.returncode == 2 and b"nowhere" in no_dir.stderr
+    # A directory nobody can create a file in, not even root.
+    denied = shuttle_cli("get", "data/2026/report.csv", "/proc/shuttle-get-test", *n)
+    assert denied.returncode == 2 and b"local_file" in denied.stderr
+    assert b"Traceback" not in denied.stderr
+    assert sorted(p.name for p in into.iterdir()) == ["report.csv"]  # no partial files

@@ -33,6 +33,7 @@ from rich.table import Table
 from shuttle.client.client import Client
 from shuttle.client.connect import connect
 from shuttle.cluster.clusterfile import CLUSTER_ENV
+from shuttle.errors import InvalidArgumentError
 from shuttle.net.auth import KEY_FILE_ENV
 
 # Keys and paths are data, not Rich markup: a key "logs/[2026]" must print as written.
@@ -109,7 +110,13 @@ def put(
 
 def get(
     key: Annotated[str, typer.Argument(help="Object key.")],
-    local: Annotated[Path, typer.Argument(help="Local file to write ('-' for stdout).")],
+    local: Annotated[
+        str,
+        typer.Argument(
+            help="Local file to write, or a directory to write it into under the key's "
+            "last name (as cp does); '-' for stdout."
+        ),
+    ],
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
     key_file: KeyFileOpt = None,
@@ -117,13 +124,42 @@ def get(
 ) -> None:
     """Download object KEY into a local file (written whole or not at all)."""
     with _client(node, cluster, key_file, link) as client:
-        if str(local) == "-":
+        if local == "-":
             client.get_to(key, sys.stdout.buffer)
             return
+        target = local_target(key, local)
         info = client.stat(key)
         with _progress(info.size, f"get {key}") as advance:
-            client.get_to(key, local, progress=advance)
-    err.print(f"{escape(key)} → {escape(str(local))}: {info.size} bytes, version {info.version}")
+            try:
+                client.get_to(key, target, progress=advance)
+            except OSError as exc:
+                err.print(
+                    f"[red]error[/] (local_file): cannot write {escape(str(target))}: "
+                    f"{escape(exc.strerror or str(exc))}. Nothing was written; choose a path "
+                    "you can write to.",
+                    soft_wrap=True,
+                )
+                raise typer.Exit(code=2) from exc
+    err.print(f"{escape(key)} → {escape(str(target))}: {info.size} bytes, version {info.version}")
+
+
+def local_target(key: str, local: str) -> Path:
+    """Where ``shuttle get KEY LOCAL`` writes, as ``cp`` would: into LOCAL under the key's
+    last name if LOCAL is a directory (or ends in ``/``), else LOCAL itself. Raises
+    :class:`InvalidArgumentError` (exit status 2) naming a directory that does not exist."""
+    path = Path(local)
+    if path.is_dir():
+        return path / key.rstrip("/").rpartition("/")[2]
+    if local.endswith("/"):
+        raise InvalidArgumentError(
+            f"directory {local} does not exist; create it first (mkdir -p {local})"
+        )
+    if not path.parent.is_dir():
+        raise InvalidArgumentError(
+            f"cannot write {local}: directory {path.parent} does not exist; create it first "
+            f"(mkdir -p {path.parent}) or name an existing directory"
+        )
+    return path
 
 
 def cat(
