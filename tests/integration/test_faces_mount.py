@@ -221,3 +221,48 @@ def test_a_name_that_is_both_an_object_and_a_directory_lists_as_the_object(
     # Through the mount a name is never both: creating inside a file is refused.
     with pytest.raises(NotADirectoryError):
         (mnt / name / "part2.csv").write_bytes(b"x")
+
+
+def test_mtimes_programs_set_are_kept_so_rsync_copies_nothing_the_second_time(
+    mnt: Path, client: Client, tmp_path: Path
+) -> None:
+    src = tmp_path / "tree"
+    (src / "sub").mkdir(parents=True)
+    for i, rel in enumerate(["a.txt", "b.bin", "sub/c.py"]):
+        (src / rel).write_bytes(f"file {i}\n".encode() * (i + 1))
+        # Old times with nanoseconds, as a checkout or an unpacked tarball has.
+        os.utime(src / rel, ns=(1_600_000_000_123_456_789 + i, 1_500_000_000_987_654_321 + i))
+    first = run("rsync", "-a", "--stats", f"{src}/", "rs/", cwd=mnt)
+    assert first.returncode == 0, first.stderr
+    assert "Number of regular files transferred: 3" in first.stdout
+    for i, rel in enumerate(["a.txt", "b.bin", "sub/c.py"]):
+        assert os.stat(mnt / "rs" / rel).st_mtime_ns == 1_500_000_000_987_654_321 + i
+        assert client.stat(f"rs/{rel}").mtime_ns == 1_500_000_000_987_654_321 + i
+    again = run("rsync", "-a", "--stats", f"{src}/", "rs/", cwd=mnt)
+    assert again.returncode == 0, again.stderr
+    assert "Number of regular files transferred: 0" in again.stdout, again.stdout
+    # touch -d, utime on a file open for writing, and a rename keeps the time.
+    touched = run("touch", "-d", "2001-02-03 04:05:06 UTC", "rs/a.txt", cwd=mnt)
+    assert touched.returncode == 0, touched.stderr
+    assert client.stat("rs/a.txt").mtime_ns == 981173106 * 10**9
+    with open(mnt / "rs" / "new.txt", "wb") as f:
+        f.write(b"written, then dated")
+        f.flush()
+        os.utime(f.fileno(), ns=(10**18, 10**18))
+    assert client.stat("rs/new.txt").mtime_ns == 10**18
+    os.rename(mnt / "rs" / "new.txt", mnt / "rs" / "sub" / "moved.txt")
+    assert os.stat(mnt / "rs" / "sub" / "moved.txt").st_mtime_ns == 10**18
+    with open(mnt / "rs" / "sub" / "moved.txt", "ab") as f:  # a write after: now again
+        f.write(b"!")
+    assert client.stat("rs/sub/moved.txt").mtime_ns > 10**18 + 10**17
+
+
+def test_df_shows_the_nodes_disks(mnt: Path, cluster: FacesCluster) -> None:
+    """Both nodes' data directories are on one file system here: counted once."""
+    disk = os.statvfs(cluster.procs[0].data_dir)
+    shown = os.statvfs(mnt)
+    total = disk.f_blocks * disk.f_frsize
+    assert abs(shown.f_blocks * shown.f_frsize - total) < 2 * shown.f_frsize
+    assert 0 < shown.f_bavail * shown.f_frsize <= total
+    df = run("df", "-B1", str(mnt), cwd=mnt)
+    assert df.returncode == 0 and str(shown.f_blocks * shown.f_frsize) in df.stdout

@@ -79,6 +79,32 @@ def test_mtime_moves_forward(store: Store) -> None:
     assert b.mtime_ns >= a.mtime_ns > 0
 
 
+def test_an_mtime_given_is_recorded_and_set_mtime_keeps_the_contents(store: Store) -> None:
+    """What utime, touch -d and rsync -t need: a put or commit with a given time, and a
+    time set on an object as a change of its own (a new version, the same bytes)."""
+    put = store.put("k", b"contents", mtime_ns=1_500_000_000_123_456_789)
+    assert store.stat("k").mtime_ns == put.mtime_ns == 1_500_000_000_123_456_789
+    touched = store.set_mtime("k", 981_173_106 * 10**9)
+    assert touched.version > put.version
+    assert (touched.mtime_ns, touched.size, touched.hash, touched.chunks) == (
+        981_173_106 * 10**9,
+        put.size,
+        put.hash,
+        put.chunks,
+    )
+    assert store.stat("k") == touched and store.read("k") == b"contents"
+    with pytest.raises(VersionMismatchError):
+        store.set_mtime("k", 1, expected_version=put.version)
+    with pytest.raises(NotFoundError):
+        store.set_mtime("missing", 1)
+    with pytest.raises(InvalidArgumentError):
+        store.set_mtime("k", -1)
+    upload = store.begin_upload("big")
+    store.upload_write(upload, 0, b"z" * 100_000)
+    assert store.commit_upload(upload, mtime_ns=10**18).mtime_ns == 10**18
+    assert store.stat("big").mtime_ns == 10**18
+
+
 def test_range_write_extends_with_zeros_and_keeps_attrs_exact(store: Store) -> None:
     store.put("k", b"abc")
     r = store.write("k", 6, b"xyz")

@@ -124,15 +124,19 @@ def read_pieces(key: str, offset: int, end: int, piece_bytes: int, version: int)
         yield read(key, start, min(piece_bytes, end - start), version)
 
 
-def put(key: str, data: Payload, expected_version: int | None = None) -> Op:
+def put(
+    key: str, data: Payload, expected_version: int | None = None, mtime_ns: int | None = None
+) -> Op:
     """A put in one request (see :func:`single_put`); a conditional one is not
-    retried: the first may have taken effect, and the second would then fail."""
+    retried: the first may have taken effect, and the second would then fail.
+    ``mtime_ns``: the modification time to record (None: the node's now)."""
     if memoryview(data).nbytes > SINGLE_PUT_BYTES_MAX:
         raise LimitExceededError(
             f"a single-request put carries at most {SINGLE_PUT_BYTES_MAX} bytes, "
             f"{key!r} has {memoryview(data).nbytes}; larger objects go through an upload"
         )
-    return Op("put", {"key": key, **_cond(expected_version)}, data, expected_version is None)
+    args = {"key": key, **_cond(expected_version), **_mtime(mtime_ns)}
+    return Op("put", args, data, expected_version is None)
 
 
 def upload_begin(key: str, expected_version: int | None = None) -> Op:
@@ -144,8 +148,17 @@ def upload_write(upload: str, offset: int, piece: Payload, *, key: str = "") -> 
     return Op("upload.write", {"upload": upload, "offset": offset}, piece, idempotent=False)
 
 
-def upload_commit(upload: str) -> Op:
-    return Op("upload.commit", {"upload": upload}, idempotent=False)
+def upload_commit(upload: str, mtime_ns: int | None = None) -> Op:
+    return Op("upload.commit", {"upload": upload, **_mtime(mtime_ns)}, idempotent=False)
+
+
+def set_mtime(key: str, mtime_ns: int, expected_version: int | None = None) -> Op:
+    """Record a modification time (idempotent: the same time set twice is the same)."""
+    return Op("set_mtime", {"key": key, "mtime_ns": mtime_ns, **_cond(expected_version)})
+
+
+def _mtime(mtime_ns: int | None) -> dict[str, Any]:
+    return {} if mtime_ns is None else {"mtime_ns": mtime_ns}
 
 
 def upload_abort(upload: str) -> Op:

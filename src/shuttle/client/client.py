@@ -470,20 +470,34 @@ class Client:
         *,
         expected_version: int | None = None,
         progress: Progress = _no_progress,
+        mtime_ns: int | None = None,
     ) -> ObjectInfo:
         """Create or replace ``key`` with ``source`` (bytes, a local path, a binary
         file, or an iterable of byte pieces). Atomic: readers see the old object until
-        the new one is complete and durable.
+        the new one is complete and durable. ``mtime_ns``: the modification time to
+        record (a copy keeps its source's); None: the node's clock at the change.
         """
         if isinstance(source, bytes | bytearray | memoryview) and calls.single_put(source):
-            res = self._send(calls.put(key, source, expected_version))
+            res = self._send(calls.put(key, source, expected_version, mtime_ns))
             self.forget(key)
             progress(len(source))
             return calls.object_info(res)
         if isinstance(source, str | Path):
             with open(source, "rb") as f:
-                return self.put(key, f, expected_version=expected_version, progress=progress)
-        return self._upload(key, calls.pieces(source, self.piece_bytes), expected_version, progress)
+                return self.put(
+                    key, f, expected_version=expected_version, progress=progress, mtime_ns=mtime_ns
+                )
+        pieces = calls.pieces(source, self.piece_bytes)
+        return self._upload(key, pieces, expected_version, progress, mtime_ns)
+
+    def set_mtime(
+        self, key: str, mtime_ns: int, *, expected_version: int | None = None
+    ) -> ObjectInfo:
+        """Record ``mtime_ns`` (ns since the epoch) as the object's modification time,
+        as ``utime`` does for a file: a new version, the same contents."""
+        res = self._send(calls.set_mtime(key, mtime_ns, expected_version))
+        self.forget(key)
+        return calls.object_info(res)
 
     def _upload(
         self,
@@ -491,6 +505,7 @@ class Client:
         pieces: Iterator[bytes],
         expected_version: int | None,
         progress: Progress,
+        mtime_ns: int | None = None,
     ) -> ObjectInfo:
         node = self.node_for(key)
         conn = self.connection(node)
@@ -509,7 +524,7 @@ class Client:
         try:
             for _ in conn.call_many(writes(), window=self.window, idempotent=False):
                 progress(sizes.popleft())
-            info = calls.object_info(_on(conn, calls.upload_commit(upload)))
+            info = calls.object_info(_on(conn, calls.upload_commit(upload, mtime_ns)))
         except BaseException as exc:
             if interrupted(exc):
                 conn.close()  # the node ends the session with its connection

@@ -184,15 +184,20 @@ class GatewayClient(Client):
         *,
         expected_version: int | None = None,
         progress: Progress = _no_progress,
+        mtime_ns: int | None = None,
     ) -> ObjectInfo:
         again = isinstance(source, bytes | bytearray | memoryview | str | Path)
+
+        def put() -> ObjectInfo:
+            return super(GatewayClient, self).put(
+                key, source, expected_version=expected_version, progress=progress, mtime_ns=mtime_ns
+            )
+
         for _attempt in range(len(self.nodes) - 1 if again else 0):
             node = self.node_for(key)
             try:
-                return super().put(
-                    key, source, expected_version=expected_version, progress=progress
-                )
+                return put()
             except UnreachableError:
                 self.mark_dead(node)
                 self.failovers += 1
-        return super().put(key, source, expected_version=expected_version, progress=progress)
+        return put()

@@ -9,7 +9,9 @@ What a program sees (docs/mount.md has the whole story):
   mode lets it see and nothing older.
 * **Attributes** come from the same validation mode (``size`` and ``mtime`` of the
   object's :class:`ObjectInfo`); files are ``0644``, directories ``0755``, owned by
-  the user who mounted. Mode, owner and time changes are accepted and not stored.
+  the user who mounted. A file's mtime set by a program (utime, ``touch -d``,
+  ``rsync -t``) is stored on its object, and a rename keeps it; mode, owner, access
+  times and directories' times are accepted and not stored.
 * **Writes** go to a local buffer file per inode (shared by every handle open on it,
   so the mount's own readers see them at once) and are put as one whole object when
   a handle is flushed (``close``) or fsynced: other clients see the old object or the
@@ -74,6 +76,28 @@ DIR_TIMEOUT_S_DEFAULT = 1.0
 BLOCK_BYTES = 64 << 10
 #: Names longer than this cannot be keys (a key component is at most 255 bytes).
 NAME_BYTES_MAX = 255
+#: How long statfs answers from the nodes' last report: a node's stats are a few
+#: hundred bytes of counters, and df or a file manager may ask many times a second.
+STATFS_TTL_S = 2.0
+#: What statfs reports when no node reports its disk (a RADOS store: the pool's
+#: space is Ceph's to tell), so programs that check before writing go ahead; a
+#: full node still says ENOSPC at close.
+UNKNOWN_SPACE_BYTES = 1 << 46
+
+
+def cluster_space(client: Client) -> tuple[int, int]:
+    """``(total, free)`` bytes of the disks under the cluster's nodes, each disk once
+    (nodes on one file system report the same ``fsid``, and would count it twice)."""
+    disks: dict[tuple[str, int], tuple[int, int]] = {}
+    for node in client.nodes:
+        space = client.node_stats(node).get("store", {}).get("space", {})
+        if "total_bytes" in space and "free_bytes" in space:
+            disk = (node.host, int(space.get("fsid", node.port)))
+            disks[disk] = (int(space["total_bytes"]), int(space["free_bytes"]))
+    if not disks:
+        return UNKNOWN_SPACE_BYTES, UNKNOWN_SPACE_BYTES
+    return sum(t for t, _ in disks.values()), sum(f for _, f in disks.values())
+
 
 _FILE_MODE = stat.S_IFREG | 0o644
 _DIR_MODE = stat.S_IFDIR | 0o755
@@ -113,6 +137,8 @@ class ShuttleOperations(pyfuse3.Operations):
         self._uid = os.getuid()
         self._gid = os.getgid()
         self._started_ns = time.time_ns()
+        #: (when asked, (total, free) bytes) of the nodes' disks, for statfs.
+        self._space: tuple[float, tuple[int, int]] | None = None
 
     def close(self) -> None:
         """Stop the worker threads and drop the write buffers (after unmounting)."""
@@ -274,11 +300,28 @@ class ShuttleOperations(pyfuse3.Operations):
             if buf is not None:
                 async with buf.lock:
                     os.ftruncate(buf.fd, attr.st_size)
-                    buf.dirty, buf.mtime_ns = True, time.time_ns()
+                    buf.dirty, buf.mtime_ns, buf.mtime_set = True, time.time_ns(), False
             else:
                 await self._run(self.client.truncate, self._path(inode), attr.st_size)
-        # Mode, owner and times are not stored (objects have none of their own).
+        if fields.update_mtime:
+            await self._set_mtime(inode, attr.st_mtime_ns)
+        # Mode, owner and access times are not stored (objects have none of their own),
+        # nor are directories' times (a directory is no object).
         return await self.getattr(inode)
+
+    async def _set_mtime(self, inode: int, mtime_ns: int) -> None:
+        """Store the mtime a program set (utime, touch, rsync -t): on the object, or on
+        the write buffer of a file open for writing, whose put at flush records it."""
+        entry = self.inodes.entry(inode)
+        if entry is None or entry.is_dir:
+            return
+        buf = self._buffers.get(inode)
+        if buf is not None:
+            async with buf.lock:
+                buf.mtime_ns, buf.mtime_set = mtime_ns, True
+                if buf.dirty:
+                    return  # the put at flush carries it
+        await self._run(self.client.set_mtime, self._path(inode), mtime_ns)
 
     async def mkdir(
         self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
@@ -410,7 +453,7 @@ class ShuttleOperations(pyfuse3.Operations):
             if truncate:
                 async with buf.lock:
                     os.ftruncate(buf.fd, 0)
-                    buf.dirty, buf.mtime_ns = True, time.time_ns()
+                    buf.dirty, buf.mtime_ns, buf.mtime_set = True, time.time_ns(), False
             return self._file_info(self._new_fh(Handle(inode, writable=True)))
         reader = await self._run(self._open_reader, entry.path)
         count = self._reading.get(inode, (0, reader.info))[0]
@@ -480,7 +523,7 @@ class ShuttleOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EBADF)
         async with buf.lock:
             written = os.pwrite(buf.fd, data, off)
-            buf.dirty, buf.mtime_ns = True, time.time_ns()
+            buf.dirty, buf.mtime_ns, buf.mtime_set = True, time.time_ns(), False
         return written
 
     async def flush(self, fh: int) -> None:
@@ -501,15 +544,16 @@ class ShuttleOperations(pyfuse3.Operations):
                 return
             key = self._path(ino)
             info = await self._run(self._put_buffer, key, buf)
-            buf.dirty, buf.mtime_ns = False, info.mtime_ns
+            buf.dirty, buf.mtime_ns, buf.mtime_set = False, info.mtime_ns, False
 
     def _put_buffer(self, key: str, buf: WriteBuffer) -> ObjectInfo:
         size = buf.size()
+        mtime_ns = buf.mtime_ns if buf.mtime_set else None
         if size <= SINGLE_PUT_BYTES_MAX:
-            return self.client.put(key, os.pread(buf.fd, size, 0))
+            return self.client.put(key, os.pread(buf.fd, size, 0), mtime_ns=mtime_ns)
         with open(buf.fd, "rb", closefd=False) as source:
             source.seek(0)
-            return self.client.put(key, source)
+            return self.client.put(key, source, mtime_ns=mtime_ns)
 
     async def release(self, fh: int) -> None:
         handle = self._handles.pop(fh)
@@ -534,11 +578,15 @@ class ShuttleOperations(pyfuse3.Operations):
                 buf.file.close()
 
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        now = time.monotonic()
+        if self._space is None or now - self._space[0] > STATFS_TTL_S:
+            self._space = (now, await self._run(cluster_space, self.client))
+        total, free = self._space[1]
         out = pyfuse3.StatvfsData()
         out.f_bsize = out.f_frsize = BLOCK_BYTES
-        # The cluster's free space is the nodes' business; report plenty so that
-        # programs that check before writing go ahead (a full node says ENOSPC).
-        out.f_blocks = out.f_bfree = out.f_bavail = 1 << 30
+        out.f_blocks = total // BLOCK_BYTES
+        out.f_bfree = out.f_bavail = free // BLOCK_BYTES
+        # Objects are not counted against a table of inodes: report plenty.
         out.f_files = out.f_ffree = out.f_favail = 1 << 30
         out.f_namemax = NAME_BYTES_MAX
         return out

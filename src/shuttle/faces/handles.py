@@ -25,6 +25,9 @@ class WriteBuffer:
     file: Any  # a tempfile.TemporaryFile, read and written with pread/pwrite
     dirty: bool = False
     mtime_ns: int = field(default_factory=time.time_ns)
+    #: ``mtime_ns`` was set by the program (utime) since its last write: the put at
+    #: flush records it, instead of the node's clock.
+    mtime_set: bool = False
     handles: int = 0
     lock: trio.Lock = field(default_factory=trio.Lock)
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from shuttle.client.client import Client
+from shuttle.client.files import RemoteReader
 from shuttle.client.model import ObjectInfo
 from shuttle.errors import (
     AlreadyExistsError,
@@ -167,16 +168,20 @@ class KeyTree:
     def exists_file(self, key: str) -> bool:
         return key != "" and not is_marker(key) and self.client.exists(key)
 
-    def copy(self, src: str, dst: str) -> ObjectInfo:
-        """Copy the object ``src`` to ``dst`` (streamed; ``dst`` appears whole)."""
+    def copy(self, src: str, dst: str, *, keep_mtime: bool = False) -> ObjectInfo:
+        """Copy the object ``src`` to ``dst`` (streamed; ``dst`` appears whole), with
+        ``src``'s modification time if ``keep_mtime`` (as ``cp -p`` does)."""
         with self.client.open(src, "rb") as reader:
-            return self.client.put(dst, reader)
+            assert isinstance(reader, RemoteReader)
+            mtime_ns = reader.info.mtime_ns if keep_mtime else None
+            return self.client.put(dst, reader, mtime_ns=mtime_ns)
 
     def rename_file(self, src: str, dst: str) -> None:
-        """Copy ``src`` to ``dst`` (replacing it atomically), then remove ``src``."""
+        """Copy ``src`` to ``dst`` (replacing it atomically, its mtime kept, as a
+        rename keeps it), then remove ``src``."""
         if src == dst:
             return
-        self.copy(src, dst)
+        self.copy(src, dst, keep_mtime=True)
         self.client.remove(src)
 
     def rename_dir(self, src: str, dst: str) -> int:

@@ -197,6 +197,7 @@ def register_callback_ops(registry: OperationRegistry, store: Store, table: Prom
         "create": _key,
         "write": _key,
         "truncate": _key,
+        "set_mtime": _key,
         "remove": _key,
         "remove_many": _keys,
         "upload.commit": upload_key,

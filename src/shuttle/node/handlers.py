@@ -55,6 +55,11 @@ def _version(args: dict[str, Any]) -> int | None:
     return value
 
 
+def _mtime(args: dict[str, Any]) -> int | None:
+    """The optional ``mtime_ns`` of a put or a commit (None: now)."""
+    return non_negative(args, "mtime_ns") if args.get("mtime_ns") is not None else None
+
+
 def _keys(args: dict[str, Any]) -> list[str]:
     keys = arg(args, "keys", list)
     if not all(isinstance(k, str) for k in keys):
@@ -220,9 +225,25 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
         )
 
     def put(args: dict[str, Any], payload: bytes) -> Any:
-        """Create or replace an object with the payload, atomically."""
+        """Create or replace an object with the payload, atomically (``mtime_ns``: the
+        modification time to record, as a copy keeps its source's; default now)."""
         return attrs_reply(
-            store.put(arg(args, "key", str), payload, expected_version=_version(args))
+            store.put(
+                arg(args, "key", str),
+                payload,
+                expected_version=_version(args),
+                mtime_ns=_mtime(args),
+            )
+        )
+
+    def set_mtime(args: dict[str, Any], payload: bytes) -> Any:
+        """Record the modification time a program set (utime, touch -d, rsync -t)."""
+        return attrs_reply(
+            store.set_mtime(
+                arg(args, "key", str),
+                non_negative(args, "mtime_ns"),
+                expected_version=_version(args),
+            )
         )
 
     def create(args: dict[str, Any], payload: bytes) -> Any:
@@ -277,7 +298,7 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
 
     def upload_commit(args: dict[str, Any], payload: bytes) -> Any:
         """Make an upload's object visible, atomically and durably."""
-        return attrs_reply(store.commit_upload(arg(args, "upload", str)))
+        return attrs_reply(store.commit_upload(arg(args, "upload", str), mtime_ns=_mtime(args)))
 
     def upload_abort(args: dict[str, Any], payload: bytes) -> Any:
         """Drop an upload session and its staged bytes."""
@@ -305,6 +326,7 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
     add("put", put, Mode.THREAD, guard=writes("key", "put"))
     add("create", create, Mode.THREAD, guard=writes("key", "create"))
     add("truncate", truncate, Mode.THREAD, guard=writes("key", "truncate"))
+    add("set_mtime", set_mtime, Mode.THREAD, guard=writes("key", "set the mtime of"))
     add("remove", remove, Mode.THREAD, guard=writes("key", "remove"))
     add("remove_many", remove_many, Mode.THREAD, guard=writes_each("keys", "remove"))
     add("list", list_, Mode.THREAD, guard=anyone, wants_principal=True)

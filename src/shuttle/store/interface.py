@@ -16,7 +16,8 @@ What every store promises (the suite checks each point):
   across remove and re-create; ``expected_version`` (None: unconditional; 0: "must not
   exist"; else the current version) makes any change a compare-and-set;
 * ``stat`` answers size, version, mtime, the blake3 of the whole object and its
-  content-defined chunks, all of one version;
+  content-defined chunks, all of one version; the mtime is the time of the last
+  change, or the one a put, an upload's commit or ``set_mtime`` was given;
 * a read returns bytes of one version, and with ``expected_version`` only of that one;
 * listing by prefix in key order, in pages, resumable after any key;
 * a change is durable when it returns.
@@ -114,7 +115,14 @@ class Store(Protocol):
         data: BytesLike | Iterable[bytes],
         *,
         expected_version: int | None = None,
+        mtime_ns: int | None = None,
     ) -> ObjectAttrs: ...
+
+    def set_mtime(
+        self, key: str, mtime_ns: int, *, expected_version: int | None = None
+    ) -> ObjectAttrs:
+        """Record a modification time a program set (a new version; contents unchanged)."""
+        ...
 
     def create(self, key: str, *, exclusive: bool = True) -> ObjectAttrs: ...
 
@@ -143,7 +151,7 @@ class Store(Protocol):
 
     def upload_write(self, upload_id: str, offset: int, data: BytesLike) -> int: ...
 
-    def commit_upload(self, upload_id: str) -> ObjectAttrs: ...
+    def commit_upload(self, upload_id: str, *, mtime_ns: int | None = None) -> ObjectAttrs: ...
 
     def abort_upload(self, upload_id: str) -> None: ...
 

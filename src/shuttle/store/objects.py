@@ -246,9 +246,12 @@ class ObjectStore(StoreCore):
         data: BytesLike | Iterable[bytes],
         *,
         expected_version: int | None = None,
+        mtime_ns: int | None = None,
     ) -> ObjectAttrs:
         """Create or replace ``key`` with ``data`` (bytes, or an iterable of byte pieces
         that is consumed once). Atomic: readers and a crash see the old or the new object.
+        ``mtime_ns``: the modification time to record (a copy keeps its source's, as
+        ``cp -p`` does); None: now.
 
         Returns the new attributes (durable when this returns).
 
@@ -268,7 +271,9 @@ class ObjectStore(StoreCore):
                 blob, staged = self._spool(data)
             if blob is not None and len(blob) <= self.config.inline_put_bytes_max:
                 whole, chunks = object_hash(blob), chunk_buffer(blob)
-                return self._commit_put(k, expected_version, len(blob), whole, chunks, blob, None)
+                return self._commit_put(
+                    k, expected_version, len(blob), whole, chunks, blob, None, mtime_ns
+                )
             if staged is None:
                 assert blob is not None
                 self._make_room(len(blob))
@@ -276,7 +281,9 @@ class ObjectStore(StoreCore):
                     staged = write_staging_file(self.layout, blob)
             try:
                 size, whole, chunks = self._seal(staged)
-                return self._commit_put(k, expected_version, size, whole, chunks, b"", staged)
+                return self._commit_put(
+                    k, expected_version, size, whole, chunks, b"", staged, mtime_ns
+                )
             finally:
                 # After a failure past the journal record, recovery needs the staged file.
                 if self._broken is None:
@@ -292,6 +299,7 @@ class ObjectStore(StoreCore):
         chunks: builtins.list[ChunkRef],
         inline: BytesLike,
         staged: str | None,
+        mtime_ns: int | None = None,
     ) -> ObjectAttrs:
         # A staged put's bytes are on disk already (the rename moves them).
         need = footprint_bytes(
@@ -302,7 +310,8 @@ class ObjectStore(StoreCore):
             rec = self._current(key, create_ok=True)
             self._check_version(key, rec, expected_version)
             self._check_usable()
-            mtime_ns = time.time_ns()
+            if mtime_ns is None:
+                mtime_ns = time.time_ns()
             meta: dict[str, Any] = {"op": "put", "key": key, "mtime_ns": mtime_ns}
             if staged is not None:
                 meta["staged"] = os.path.relpath(staged, self.layout.internal)
@@ -392,6 +401,43 @@ class ObjectStore(StoreCore):
                     out.append(False)
         self._maybe_checkpoint()
         return out
+
+    def set_mtime(
+        self, key: str, mtime_ns: int, *, expected_version: int | None = None
+    ) -> ObjectAttrs:
+        """Record ``mtime_ns`` as the object's modification time (what ``touch -d``,
+        ``utime`` and ``rsync -t`` set): a change like any other (a new version, durable
+        when it returns, promises broken first); the contents, hash and chunks stay.
+
+        Raises:
+            NotFoundError: no such object.
+            VersionMismatchError: ``expected_version`` given and different.
+            InvalidArgumentError: ``mtime_ns`` negative.
+        """
+        k = validate_key(key)
+        if mtime_ns < 0:
+            raise InvalidArgumentError(
+                f"mtime_ns must be >= 0 (ns since the epoch), got {mtime_ns}"
+            )
+        with self._op("set_mtime"), self._change_lock(k):
+            rec = self._current(k)
+            if rec is None:
+                raise NotFoundError(f"no object {k!r} to set the mtime of.")
+            self._check_version(k, rec, expected_version)
+            self._check_usable()
+            with self._gate.read():
+                # Redo does nothing: recovery takes the mtime of a key's last record.
+                seq = self._append({"op": "set_mtime", "key": k, "mtime_ns": mtime_ns})
+
+                def apply() -> StoredAttrs:
+                    new = StoredAttrs(k, rec.size, seq, mtime_ns, rec.hash, rec.chunks)
+                    self.attrs.set(k, new)
+                    return new
+
+                new = self._apply(apply)
+            done = self._complete(new)
+        self._maybe_checkpoint()
+        return done
 
     # --- in-place changes ------------------------------------------------------------------
 
@@ -603,9 +649,9 @@ class ObjectStore(StoreCore):
                 upload.bytes_written += len(data)
                 return upload.size
 
-    def commit_upload(self, upload_id: str) -> ObjectAttrs:
+    def commit_upload(self, upload_id: str, *, mtime_ns: int | None = None) -> ObjectAttrs:
         """Make the upload the object's new contents, atomically and durably; the session
-        ends whatever the outcome.
+        ends whatever the outcome. ``mtime_ns`` as for :meth:`put`.
 
         Raises:
             NotFoundError: no such open session.
@@ -619,7 +665,14 @@ class ObjectStore(StoreCore):
                     upload.close()
                     size, whole, chunks = self._seal(upload.path)
                 return self._commit_put(
-                    upload.key, upload.expected_version, size, whole, chunks, b"", upload.path
+                    upload.key,
+                    upload.expected_version,
+                    size,
+                    whole,
+                    chunks,
+                    b"",
+                    upload.path,
+                    mtime_ns,
                 )
             finally:
                 if self._broken is None:

@@ -300,9 +300,11 @@ class RadosStore:
                 "striping is not done yet). Split the data into several objects."
             )
 
-    def _put(self, k: str, blob: bytes, expected: int | None) -> StoredAttrs:
+    def _put(
+        self, k: str, blob: bytes, expected: int | None, given_mtime_ns: int | None = None
+    ) -> StoredAttrs:
         whole, chunks = object_hash(blob), tuple(chunk_buffer(blob))
-        mtime_ns = time.time_ns()
+        mtime_ns = time.time_ns() if given_mtime_ns is None else given_mtime_ns
 
         def plan(rec: StoredAttrs | None) -> tuple[Callable[[Any], None], StoredAttrs]:
             new = StoredAttrs(k, len(blob), 0, mtime_ns, whole, chunks)
@@ -318,6 +320,7 @@ class RadosStore:
         data: BytesLike | Iterable[bytes],
         *,
         expected_version: int | None = None,
+        mtime_ns: int | None = None,
     ) -> ObjectAttrs:
         k = validate_key(key)
         with self._op("put", k):
@@ -330,7 +333,7 @@ class RadosStore:
                     self._check_size(len(buf), "this put")
                 blob = bytes(buf)
             self._check_size(len(blob), "this put")
-            return _complete(self._put(k, blob, expected_version))
+            return _complete(self._put(k, blob, expected_version, mtime_ns))
 
     def create(self, key: str, *, exclusive: bool = True) -> ObjectAttrs:
         k = validate_key(key)
@@ -397,6 +400,26 @@ class RadosStore:
         if rec.size == 0:
             return bytearray()
         return bytearray(self.reader.pipelined(rec.key, 0, rec.size, rec.version))
+
+    def set_mtime(
+        self, key: str, mtime_ns: int, *, expected_version: int | None = None
+    ) -> ObjectAttrs:
+        k = validate_key(key)
+        with self._op("set_mtime", k):
+            if mtime_ns < 0:
+                raise InvalidArgumentError(
+                    f"mtime_ns must be >= 0 (ns since the epoch), got {mtime_ns}"
+                )
+
+            def plan(rec: StoredAttrs | None) -> tuple[Callable[[Any], None], StoredAttrs]:
+                if rec is None:
+                    raise NotFoundError(f"no object {k!r} to set the mtime of.")
+                # Only the attributes change: the guarded write op sets them (a new
+                # RADOS version), the data stays as it is.
+                new = StoredAttrs(k, rec.size, 0, mtime_ns, rec.hash, rec.chunks)
+                return (lambda op: None), new
+
+            return _complete(self._change(k, expected_version, plan))
 
     def write(
         self,
@@ -499,7 +522,7 @@ class RadosStore:
                 up.size = max(up.size, offset + len(data))
                 return up.size
 
-    def commit_upload(self, upload_id: str) -> ObjectAttrs:
+    def commit_upload(self, upload_id: str, *, mtime_ns: int | None = None) -> ObjectAttrs:
         with self._op("commit_upload"):
             up = self._uploads.pop(upload_id)
             try:
@@ -508,7 +531,7 @@ class RadosStore:
                     blob = self.reader.pipelined(up.staging, 0, up.size) if up.size else b""
                     if len(blob) < up.size:
                         blob += bytes(up.size - len(blob))  # a sparse tail reads as zeros
-                return _complete(self._put(up.key, blob, up.expected_version))
+                return _complete(self._put(up.key, blob, up.expected_version, mtime_ns))
             finally:
                 self._discard([up])
 

@@ -111,8 +111,10 @@ def redo(root: SafeRoot, layout: Layout, rec: Record) -> None:
             os.ftruncate(fd, int(meta["size"]))
         finally:
             os.close(fd)
-    elif op == "adopt":
-        pass  # a version bump for a file the store found without attributes
+    elif op in ("adopt", "set_mtime"):
+        # A version bump (for a file the store found without attributes; or a new
+        # mtime): the contents stay, and the attributes take the last record's mtime.
+        pass
     else:
         raise ValueError(f"unknown journal operation {op!r}")
 

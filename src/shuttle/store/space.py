@@ -209,6 +209,8 @@ class SpaceGuard:
         total = st.f_blocks * st.f_frsize
         with self._lock:
             return {
+                # Which file system: nodes on one disk report the same (df sums per disk).
+                "fsid": st.f_fsid,
                 "total_bytes": total,
                 "used_bytes": total - st.f_bfree * st.f_frsize,
                 "free_bytes": st.f_bavail * st.f_frsize,

@@ -45,6 +45,18 @@ def test_applied_but_not_checkpointed_changes_survive(root: Path) -> None:
     s.close()
 
 
+def test_an_mtime_set_survives_a_crash_before_the_checkpoint(root: Path) -> None:
+    s = ObjectStore(root)
+    s.put("a", b"dated", mtime_ns=1_000_000_000_000_000_001)
+    s.put("b", b"touched")
+    version = s.set_mtime("b", 981_173_106 * 10**9).version
+    s.close(checkpoint=False)
+    with ObjectStore(root) as s:
+        assert s.stat("a").mtime_ns == 1_000_000_000_000_000_001
+        assert (s.stat("b").mtime_ns, s.stat("b").version) == (981_173_106 * 10**9, version)
+        _check(s, "b", b"touched")
+
+
 def test_durable_record_whose_apply_never_happened_is_redone(root: Path) -> None:
     s = ObjectStore(root)
     s.put("k", b"0123456789")
