@@ -18,11 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from shuttle.bench.nodes import bench_client
+from shuttle.bench.session import BenchSession
 from shuttle.client import Client
 
 HOLDERS = (0, 1, 4, 16)
@@ -119,4 +121,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Stops what the run started on any exit (SIGTERM too) and prints how long it took.
+    with BenchSession(f"benchmarks/{Path(__file__).name}", {"argv": sys.argv[1:]}):
+        main()

@@ -15,9 +15,11 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
+from shuttle.bench.session import BenchSession
 from shuttle.store import ObjectStore, StoreConfig, durability
 from shuttle.store.durability import SyncMode
 
@@ -87,4 +89,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Stops what the run started on any exit (SIGTERM too) and prints how long it took.
+    with BenchSession(f"benchmarks/{Path(__file__).name}", {"argv": sys.argv[1:]}):
+        main()

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shuttle.bench.session import BenchSession
 from shuttle.client import Client
 from shuttle.client.connect import connect
 from shuttle.client.lookaside import LookasideStore
@@ -138,4 +139,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Stops what the run started on any exit (SIGTERM too) and prints how long it took.
+    with BenchSession(f"benchmarks/{Path(__file__).name}", {"argv": sys.argv[1:]}):
+        main()

@@ -39,6 +39,7 @@ from typing import Any
 from shuttle.bench.nodes import bench_client
 from shuttle.bench.placement import default_cpu, pin_process
 from shuttle.bench.redis_anchor import RedisServer, RespClient
+from shuttle.bench.session import BenchSession
 from shuttle.client.client import Client
 from shuttle.cluster.clusterfile import ClusterFile
 
@@ -238,4 +239,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if "--serve-floor" in sys.argv:
+        main()  # the floor's server, a child of the run below
+    else:
+        # Stops what the run started on any exit (SIGTERM too); says how long it took.
+        with BenchSession(f"benchmarks/{Path(__file__).name}", {"argv": sys.argv[1:]}):
+            main()

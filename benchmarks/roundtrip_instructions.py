@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shuttle.bench.session import BenchSession
+
 PAGE = 4096
 HERE = Path(__file__).resolve()
 
@@ -177,4 +179,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Stops what the run started on any exit (SIGTERM too) and prints how long it took.
+    with BenchSession(f"benchmarks/{Path(__file__).name}", {"argv": sys.argv[1:]}):
+        main()

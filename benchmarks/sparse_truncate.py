@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import time
+from pathlib import Path
 
+from shuttle.bench.session import BenchSession
 from shuttle.store import ObjectStore
 
 
@@ -46,4 +49,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Stops what the run started on any exit (SIGTERM too) and prints how long it took.
+    with BenchSession(f"benchmarks/{Path(__file__).name}", {"argv": sys.argv[1:]}):
+        main()

@@ -29,7 +29,6 @@ import math
 import os
 import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from shuttle.bench.placement import pin_process
+from shuttle.bench.session import scratch_dir
 from shuttle.client.client import Client
 from shuttle.client.model import NodeAddress
 from shuttle.cluster import local
@@ -144,7 +144,7 @@ def bench_node(
     """Start ``nodes`` nodes (all pinned to the node CPU; the first holds the data),
     load ``size_bytes`` of data, pin this process's threads to the client CPU, and tear
     it all down afterwards."""
-    scratch = Path(tempfile.mkdtemp(prefix="shuttle-abacus-", dir=workdir))
+    scratch = scratch_dir("shuttle-abacus-", workdir)
     client_cpu, node_cpu = choose_cpus(client_cpu, node_cpu)
     before = os.sched_getaffinity(0)
     cluster = local.up(

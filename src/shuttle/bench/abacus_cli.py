@@ -16,6 +16,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shuttle.bench.session import benchmark
+from shuttle.bench.session import status as bench_status
+
 app = typer.Typer(
     help="ABACUS's experiments on the live system (6.2 RAID, 6.3 filter, 6.4 cache, "
     "6.5 directory, 6.6 phases, 6.7 competition, and swinging conditions), each statically "
@@ -61,6 +64,7 @@ def _ms(summary: dict[str, Any]) -> str:
 
 
 @app.command("filter")
+@benchmark("bench abacus filter")
 def filter_(
     size: SizeOpt = 16 << 20,
     link: LinkOpt = "lan",
@@ -119,8 +123,8 @@ def filter_(
         client_cpu=client_cpu,
         node_cpu=node_cpu,
     )
-    with console.status("filter") as status:
-        report = run_filter_benchmark(settings, lambda m: status.update(f"filter: {m}"))
+    with bench_status("filter", console) as update:
+        report = run_filter_benchmark(settings, update)
     table = Table(title="ABACUS 6.3 filter: elapsed seconds (mean ± 90% CI)")
     for col in (
         "config",
@@ -162,6 +166,7 @@ def filter_(
 
 
 @app.command("competition")
+@benchmark("bench abacus competition")
 def competition(
     size: SizeOpt = 32 << 20,
     link: LinkOpt = "lan",
@@ -197,8 +202,8 @@ def competition(
         client_cpu=client_cpu,
         node_cpu=node_cpu,
     )
-    with console.status("competition") as status:
-        report = run_competition_benchmark(settings, lambda m: status.update(f"competition: {m}"))
+    with bench_status("competition", console) as update:
+        report = run_competition_benchmark(settings, update)
     table = Table(title="ABACUS 6.7 competition: seconds until both filters are done")
     for col in (
         "at client",
@@ -229,6 +234,7 @@ def competition(
 
 
 @app.command("swing")
+@benchmark("bench abacus swing")
 def swing(
     size: SizeOpt = 16 << 20,
     link: LinkOpt = "lan",
@@ -271,8 +277,8 @@ def swing(
         client_cpu=client_cpu,
         node_cpu=node_cpu,
     )
-    with console.status("swing") as status:
-        report = run_swing_benchmark(settings, lambda m: status.update(f"swing: {m}"))
+    with bench_status("swing", console) as update:
+        report = run_swing_benchmark(settings, update)
     table = Table(title=f"swing: load switched every {period:g} s (mean ± 90% CI, seconds)")
     for col in (
         "at client",
@@ -303,6 +309,7 @@ FsWindowOpt = Annotated[
 
 
 @app.command("cache")
+@benchmark("bench abacus cache")
 def cache(
     links: LinksOpt = "lan,san",
     runs: RunsOpt = 3,
@@ -329,8 +336,8 @@ def cache(
         client_cpu=client_cpu,
         node_cpu=node_cpu,
     )
-    with console.status("cache") as status:
-        report = run_cache_benchmark(settings, lambda m: status.update(f"cache: {m}"))
+    with bench_status("cache", console) as update:
+        report = run_cache_benchmark(settings, update)
     table = Table(title="ABACUS 6.4 cache: elapsed seconds (mean ± 90% CI)")
     for col in ("workload", "link", "at client", "adaptive", "at server", "adaptive/best", "ends"):
         table.add_column(col, justify="right")
@@ -351,6 +358,7 @@ def cache(
 
 
 @app.command("phases")
+@benchmark("bench abacus phases")
 def phases(
     links: LinksOpt = "lan",
     runs: RunsOpt = 3,
@@ -381,10 +389,8 @@ def phases(
         client_cpu=client_cpu,
         node_cpu=node_cpu,
     )
-    with console.status("phases") as status:
-        report = run_table_benchmark(
-            settings, lambda m: status.update(f"phases: {m}"), "abacus-6.6-phases"
-        )
+    with bench_status("phases", console) as update:
+        report = run_table_benchmark(settings, update, "abacus-6.6-phases")
     report["targets"] = phase_targets(report)
     for link in report["links"]:
         table = Table(title=f"ABACUS 6.6 phases on {link['link']}: seconds (mean ± 90% CI)")
@@ -407,6 +413,7 @@ def phases(
 
 
 @app.command("raid")
+@benchmark("bench abacus raid")
 def raid(
     links: LinksOpt = "lan,san",
     runs: RunsOpt = 3,
@@ -435,8 +442,8 @@ def raid(
         client_cpu=client_cpu,
         node_cpu=node_cpu,
     )
-    with console.status("raid") as status:
-        report = run_raid_benchmark(settings, lambda m: status.update(f"raid: {m}"))
+    with bench_status("raid", console) as update:
+        report = run_raid_benchmark(settings, update)
     table = Table(title="ABACUS 6.2 RAID: seconds until both clients finish (mean ± 90% CI)")
     for col in ("workload", "link", "at client", "adaptive", "at server", "adaptive/best", "ends"):
         table.add_column(col, justify="right")
@@ -456,6 +463,7 @@ def raid(
 
 
 @app.command("directory")
+@benchmark("bench abacus directory")
 def directory(
     links: LinksOpt = "lan,san",
     runs: RunsOpt = 3,
@@ -492,8 +500,8 @@ def directory(
         client_cpu=client_cpu,
         node_cpu=node_cpu,
     )
-    with console.status("directory") as status:
-        report = run_directory_benchmark(settings, lambda m: status.update(f"directory: {m}"))
+    with bench_status("directory", console) as update:
+        report = run_directory_benchmark(settings, update)
     table = Table(title="ABACUS 6.5 directory inserts: seconds until all clients finish")
     for col in (
         "contention",

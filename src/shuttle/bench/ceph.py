@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from shuttle.bench.netrand import GENERATORS, Samples, make_file, timed_run
+from shuttle.bench.session import scratch_dir
 from shuttle.client.client import Client
 from shuttle.client.connect import connect
 from shuttle.cluster import local
@@ -71,7 +72,7 @@ def stand(
     osds: int, progress: Progress, workdir: Path | None = None, **client_options: Any
 ) -> Iterator[Stand]:
     """Start Ceph and the two nodes; yield them with clients; tear it all down."""
-    scratch = Path(tempfile.mkdtemp(prefix="shuttle-bench-ceph-", dir=workdir))
+    scratch = scratch_dir("shuttle-bench-ceph-", workdir)
     ceph = LocalCeph(scratch / "ceph", osds=osds)
     clusters = []
     rados = None

@@ -17,6 +17,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shuttle.bench.session import benchmark
+from shuttle.bench.session import lines as progress_lines
+
 app = typer.Typer(
     help="Shuttle on Ceph: a node on the RADOS store against a node on files and against "
     "librados (netrand, stream), and grep at the client, the node or the OSD (filter).",
@@ -46,6 +49,7 @@ def _target(report: dict[str, Any]) -> None:
 
 
 @app.command("netrand")
+@benchmark("bench ceph netrand")
 def netrand(
     pages: Annotated[int, typer.Option(min=1, help="Random 4 KiB pages per round.")] = 400,
     rounds: Annotated[int, typer.Option(min=1, help="Measured rounds (after one warm-up).")] = 10,
@@ -58,7 +62,7 @@ def netrand(
     from shuttle.bench.ceph import CephNetrandConfig, run_netrand
 
     config = CephNetrandConfig(pages=pages, rounds=rounds, file_bytes=file_bytes, osds=osds)
-    report = run_netrand(config, lambda msg: console.print(f"ceph netrand: {msg}"))
+    report = run_netrand(config, progress_lines("ceph netrand", console))
     table = Table(title=f"4 KiB random reads, warm: {pages} pages × {rounds} rounds")
     for col in ("mode", "p50 µs", "p90 µs", "p99 µs", "mean µs", "p50 / librados"):
         table.add_column(col, justify="right")
@@ -80,6 +84,7 @@ STREAM_BYTES_MAX = 64 << 20
 
 
 @app.command("stream")
+@benchmark("bench ceph stream")
 def stream(
     nbytes: Annotated[
         int,
@@ -101,7 +106,7 @@ def stream(
     from shuttle.bench.ceph import CephStreamConfig, run_stream
 
     config = CephStreamConfig(nbytes=nbytes, repeat=repeat, window=window, osds=osds)
-    report = run_stream(config, lambda msg: console.print(f"ceph stream: {msg}"))
+    report = run_stream(config, progress_lines("ceph stream", console))
     table = Table(title=f"{nbytes >> 20} MiB in 1 MiB reads (medians of {repeat})")
     for col in ("mode", "median s", "MiB/s", "/ librados"):
         table.add_column(col, justify="right")
@@ -119,6 +124,7 @@ def stream(
 
 
 @app.command("filter")
+@benchmark("bench ceph filter")
 def filter_(
     size: Annotated[int, typer.Option(min=1 << 16, help="Bytes of the text.")] = 16 << 20,
     link: Annotated[str, typer.Option(help="Client–node link profile.")] = "bw=10Mbit,lat=0.5ms",
@@ -161,7 +167,7 @@ def filter_(
         osds=osds,
         history=history,
     )
-    report = run_filter(settings, lambda msg: console.print(f"ceph filter: {msg}"))
+    report = run_filter(settings, progress_lines("ceph filter", console))
     table = Table(
         title=f"grep {pattern!r} over {size >> 20} MiB, link {link} ({report['shaping']} "
         f"shaping), node store {report['node_store']}"

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from shuttle.bench.ceph import has_rados_store
+from shuttle.bench.session import scratch_dir
 from shuttle.client.client import Client
 from shuttle.cluster import local
 from shuttle.cluster.ceph import LocalCeph
@@ -176,7 +177,7 @@ def setup(
     """Ceph and a node beside it, the text loaded into both; torn down afterwards."""
     link = parse_link_profile(settings.link)
     shaping, why = _shaping(settings.shaping)
-    scratch = Path(tempfile.mkdtemp(prefix="shuttle-bench-cephf-", dir=workdir))
+    scratch = scratch_dir("shuttle-bench-cephf-", workdir)
     rados_store = has_rados_store()
     key_file = scratch / "cluster.key"
     key = write_key_file(key_file)

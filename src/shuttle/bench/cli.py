@@ -11,11 +11,13 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
 from shuttle.bench.abacus_cli import app as abacus_app
 from shuttle.bench.ceph_cli import app as ceph_app
+from shuttle.bench.session import benchmark, scratch_dir
+from shuttle.bench.session import lines as progress_lines
+from shuttle.bench.session import status as bench_status
 from shuttle.errors import UsageError
 
 app = typer.Typer(
@@ -35,6 +37,7 @@ def _bench() -> None:
 
 
 @app.command("shaping")
+@benchmark("bench shaping")
 def shaping(
     profile: Annotated[
         str,
@@ -77,18 +80,7 @@ def shaping(
         f"latency {link.latency_s * 1e3:g} ms, burst {link.effective_burst_bytes} B; "
         f"{size} bytes each way, {repeat} run(s) per mode, {transport} client"
     )
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=console
-    ) as bar:
-        runs = repeat * (3 if kernel else 2)
-        task = bar.add_task("starting", total=runs)
-        started = [0]
-
-        def step(what: str) -> None:
-            # Called as each run starts: the bar shows the runs already finished.
-            bar.update(task, description=what, completed=started[0])
-            started[0] += 1
-
+    with bench_status("shaping", console) as update:
         report = run_benchmark(
             link,
             size,
@@ -96,9 +88,8 @@ def shaping(
             pings=pings,
             kernel=kernel,
             transport=transport,
-            progress=step,
+            progress=update,
         )
-        bar.update(task, completed=runs)
     _print_shaping(console, report)
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
@@ -146,6 +137,7 @@ def _print_shaping(console: Console, report: dict[str, Any]) -> None:
 
 
 @app.command("netrand")
+@benchmark("bench netrand")
 def netrand(
     pages: Annotated[int, typer.Option(min=1, help="Pages per run (the paper: 400).")] = 400,
     rounds: Annotated[
@@ -212,8 +204,8 @@ def netrand(
         clients=tuple(parse_clients(clients or [])),
     )
     console = Console()
-    with console.status("netrand") as status:
-        report = run_netrand(config, progress=lambda msg: status.update(f"netrand: {msg}"))
+    with bench_status("netrand", console) as update:
+        report = run_netrand(config, progress=update)
     table = Table(title=f"netrand: {pages} random 4 KiB pages × {rounds} rounds")
     for col in (
         "mode",
@@ -281,6 +273,7 @@ def _netrand_clients_table(by_count: dict[str, Any], pages: int) -> Table:
 
 
 @app.command("hostile")
+@benchmark("bench hostile")
 def hostile(
     stalled: Annotated[
         int, typer.Option(min=0, help="Connections stalled on a claimed 16 MiB frame.")
@@ -299,8 +292,8 @@ def hostile(
 
     console = Console()
     config = HostileConfig(stalled=stalled, non_readers=non_readers, idle=idle)
-    with console.status("hostile") as status:
-        report = run_hostile(config, progress=lambda msg: status.update(f"hostile: {msg}"))
+    with bench_status("hostile", console) as update:
+        report = run_hostile(config, progress=update)
     table = Table(title="what hostile clients cost a node")
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -405,6 +398,7 @@ def jail(
 
 
 @app.command("stream")
+@benchmark("bench stream")
 def stream(
     nbytes: Annotated[int, typer.Option("--bytes", min=1, help="Object size (default 1 GiB).")] = 1
     << 30,
@@ -422,8 +416,8 @@ def stream(
 
     console = Console()
     config = StreamConfig(nbytes=nbytes, repeat=repeat, node=node, window=window)
-    with console.status("stream") as status:
-        report = run_stream(config, progress=lambda msg: status.update(f"stream: {msg}"))
+    with bench_status("stream", console) as update:
+        report = run_stream(config, progress=update)
     table = Table(title=f"streaming {nbytes / (1 << 20):.0f} MiB over loopback")
     for col in ("path", "median s", "MiB/s"):
         table.add_column(col, justify="right")
@@ -440,6 +434,7 @@ def stream(
 
 
 @app.command("speculate")
+@benchmark("bench speculate")
 def speculate(
     iterations: Annotated[int, typer.Option(min=1, help="Reads per run (the paper: 100).")] = 100,
     slowdowns: Annotated[
@@ -492,7 +487,7 @@ def speculate(
     console = Console()
     # Progress as plain lines: a spinner's refresh thread would compete for the
     # interpreter with the thread branches being measured.
-    report = run_speculate(config, progress=lambda msg: console.print(f"speculate: {msg}"))
+    report = run_speculate(config, progress=progress_lines("speculate", console))
     print_report(report)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -506,6 +501,7 @@ def speculate(
 
 
 @app.command("lookaside")
+@benchmark("bench lookaside")
 def lookaside(
     project: Annotated[
         str, typer.Argument(help="PyPI project whose sdists are built (default: django).")
@@ -566,7 +562,6 @@ def lookaside(
     current release over `shuttle mount`, with no store and with stores holding the
     current and older releases, at each bandwidth."""
     import shutil
-    import tempfile
 
     from shuttle.bench.lookaside import RELEASES_DEFAULT, Config, plot, table_lines
     from shuttle.bench.lookaside import run as run_lookaside
@@ -592,9 +587,9 @@ def lookaside(
         attr_timeout_s=attr_timeout,
     )
     console = Console()
-    scratch = workdir or Path(tempfile.mkdtemp(prefix="shuttle-bench-lookaside-"))
+    scratch = workdir or scratch_dir("shuttle-bench-lookaside-")
     try:
-        report = run_lookaside(config, scratch, lambda msg: console.print(f"lookaside: {msg}"))
+        report = run_lookaside(config, scratch, progress_lines("lookaside", console))
     finally:
         if workdir is None:
             shutil.rmtree(scratch, ignore_errors=True)

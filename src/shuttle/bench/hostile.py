@@ -25,7 +25,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from typing import Any
 
 import msgpack
 
+from shuttle.bench.session import scratch_dir
 from shuttle.client.connect import connect
 from shuttle.errors import NodeBusyError, ShuttleError
 from shuttle.wire import NEED_DATA, Connection, Hello, Request, Role
@@ -120,7 +120,7 @@ def _time_put(port: int) -> float:
 def run(config: HostileConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # this process opens thousands
-    scratch = Path(tempfile.mkdtemp(prefix="shuttle-hostile-"))
+    scratch = scratch_dir("shuttle-hostile-")
     report: dict[str, Any] = {"config": config.__dict__ | {"node_args": list(config.node_args)}}
     try:
         with _node(scratch, config.node_args) as (pid, port):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from shuttle.bench.session import scratch_dir
 from shuttle.client.client import Client
 from shuttle.client.connect import connect
 from shuttle.cluster import local
@@ -27,7 +27,7 @@ def bench_client(
     """A client of ``node``, or of a node process started here for the benchmark (and
     stopped, its data removed, afterwards). Yields the client and a scratch folder on
     the same disk as the node's data."""
-    scratch = Path(tempfile.mkdtemp(prefix="shuttle-bench-", dir=workdir))
+    scratch = scratch_dir("shuttle-bench-", workdir)
     try:
         if node is not None:
             with connect(node=node, link=link, **client_options) as client:  # type: ignore[arg-type]
