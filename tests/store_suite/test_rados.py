@@ -74,3 +74,29 @@ def test_io_to_a_pool_with_inactive_pgs_fails_in_bounded_time(ceph: LocalCeph) -
         ceph.start_osd(2)
         store.close()
         ceph.delete_pool(pool)
+
+
+def test_a_record_of_the_old_chunking_is_rechunked_in_memory(ceph: LocalCeph) -> None:
+    """A pool written before chunks came in size classes: a format-1 record's chunk
+    list is recomputed from the object (and kept by version), never served as it is."""
+    import msgpack
+
+    from shuttle.store.chunking import chunk_buffer
+
+    store = RadosStore(ceph.info().pool, namespace=f"t{secrets.token_hex(6)}", ceph=_options(ceph))
+    try:
+        data = secrets.token_bytes(20_000)
+        put = store.put("old.py", data)
+        io = store.conn.ioctx()
+        rec = msgpack.unpackb(dict(io.get_xattrs("old.py"))["shuttle.attrs"], raw=False)
+        rec["fmt"] = 1
+        rec["chunk_lengths"] = len(data).to_bytes(4, "little")  # one chunk, as before
+        rec["chunk_hashes"] = rec["hash"]
+        io.set_xattr("old.py", "shuttle.attrs", msgpack.packb(rec, use_bin_type=True))
+        got = store.stat("old.py")
+        assert list(got.chunks) == chunk_buffer(data) and len(got.chunks) > 5
+        assert (got.hash, got.mtime_ns) == (put.hash, put.mtime_ns)
+        assert store.stat("old.py").chunks == got.chunks
+        assert store.stats()["objects_rechunked"] == 1  # the second stat: from memory
+    finally:
+        store.close()

@@ -557,6 +557,15 @@ def lookaside(
         Path | None,
         typer.Option("--workdir", help="Scratch directory (default: a temporary one)."),
     ] = None,
+    cache_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--cache-dir",
+            help="Keep downloaded sdists and their trees here (default: $SHUTTLE_BENCH_CACHE, "
+            "else ~/.cache/shuttle/bench-lookaside; a few releases take hundreds of MB); "
+            "'' keeps them in the scratch directory, removed at the end.",
+        ),
+    ] = None,
 ) -> None:
     """Lookaside caching (the paper's Figure 6): a cold `compileall` of a project's
     current release over `shuttle mount`, with no store and with stores holding the
@@ -586,6 +595,8 @@ def lookaside(
         validation=validation,
         attr_timeout_s=attr_timeout,
     )
+    if cache_dir is not None:
+        config.cache_dir = Path(cache_dir) if cache_dir else None
     console = Console()
     scratch = workdir or scratch_dir("shuttle-bench-lookaside-")
     try:
@@ -597,7 +608,8 @@ def lookaside(
         console.print(line, highlight=False, soft_wrap=True)
     for name, target in report["targets"].items():
         verdict = "met" if target["met"] else "NOT met"
-        console.print(f"target {name}: ours {target['ours']}%, paper {target['paper']}%: {verdict}")
+        paper = "" if target["paper"] is None else f", paper {target['paper']}%"
+        console.print(f"target {name}: ours {target['ours']}%{paper}: {verdict}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "lookaside.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(report, out / "lookaside.png")

@@ -28,8 +28,13 @@ from shuttle.store.chunking import HASH_BYTES, ChunkRef
 #: bound is on count and kept modest.
 ATTR_CACHE_ENTRIES_MAX = 8192
 
-#: On-disk attribute record format; bump when the encoding changes.
-ATTR_FORMAT = 1
+#: On-disk attribute record format; bump when the encoding or the chunking changes.
+#: 2: chunks in size classes (:data:`shuttle.cdc.TIERS`). A format-1 record (one
+#: chunking for every object) is still read: its chunk list is marked stale and the
+#: store re-chunks the object on first use (docs/storage-format.md).
+ATTR_FORMAT = 2
+#: Formats :func:`decode_attrs` reads, and whether their chunk lists are current.
+_CHUNKS_CURRENT = {1: False, 2: True}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,9 @@ class StoredAttrs:
     mtime_ns: int
     hash: bytes | None
     chunks: tuple[ChunkRef, ...] = field(repr=False)
+    #: The chunk list was made under an older chunking (a format-1 record): right in
+    #: its offsets and lengths' sum, wrong in its cuts; the store re-chunks it.
+    stale_chunks: bool = False
 
     def complete(self, whole_hash: bytes) -> ObjectAttrs:
         return ObjectAttrs(
@@ -123,8 +131,8 @@ def decode_attrs(blob: bytes) -> StoredAttrs:
     """Decode an attribute record. Raises ValueError if it is malformed."""
     try:
         rec = msgpack.unpackb(blob, raw=False)
-        if rec["fmt"] != ATTR_FORMAT:
-            raise ValueError(f"attribute format {rec['fmt']} is not {ATTR_FORMAT}")
+        if rec["fmt"] not in _CHUNKS_CURRENT:
+            raise ValueError(f"attribute format {rec['fmt']} is not {ATTR_FORMAT} (or 1)")
         lengths_blob: bytes = rec["chunk_lengths"]
         hashes: bytes = rec["chunk_hashes"]
         count = len(lengths_blob) // 4
@@ -145,6 +153,7 @@ def decode_attrs(blob: bytes) -> StoredAttrs:
             mtime_ns=rec["mtime_ns"],
             hash=rec["hash"],
             chunks=tuple(chunks),
+            stale_chunks=not _CHUNKS_CURRENT[rec["fmt"]],
         )
     except (KeyError, TypeError, struct.error, msgpack.UnpackException) as exc:
         raise ValueError(f"malformed attribute record: {exc}") from exc

@@ -24,17 +24,21 @@ from shuttle.cdc import (
     ZERO_CHUNK_HASH,
     ZERO_RUN_BYTES_MIN,
     Buffer,
+    Chunking,
     ChunkRef,
     ZeroRuns,
     chunk_buffer,
     chunk_file,
     chunk_hash,
+    chunking_for,
     chunks_from,
     cut_points,
     file_holes,
     hash_file_only,
+    is_zero_chunk,
     iter_cut_points,
     object_hash,
+    zero_chunk,
 )
 
 __all__ = [
@@ -47,20 +51,24 @@ __all__ = [
     "ZERO_RUN_BYTES_MIN",
     "Buffer",
     "ChunkRef",
+    "Chunking",
     "RechunkStats",
     "ZeroRuns",
     "chunk_buffer",
     "chunk_file",
     "chunk_hash",
+    "chunking_for",
     "chunks_from",
     "cut_points",
     "file_holes",
     "hash_file",
     "hash_file_only",
+    "is_zero_chunk",
     "iter_cut_points",
     "object_hash",
     "rechunk",
     "rechunk_file",
+    "zero_chunk",
 ]
 
 
@@ -100,15 +108,17 @@ def rechunk(
     """
     new_size = len(data)
     st = stats if stats is not None else RechunkStats()
-    if not old or new_size == 0:
-        refs = chunk_buffer(data, zeros=zeros)
+    chunking = chunking_for(new_size)
+    if not old or new_size == 0 or chunking_for(old_size) != chunking:
+        # Nothing to reuse, or the object moved to another size class: every cut moves.
+        refs = chunk_buffer(data, zeros=zeros, chunking=chunking)
         _count_new(st, refs)
         return refs
     lo = changed_start
     if new_size != old_size:
-        # Within CHUNK_SIZE_BYTES_MAX of the end, FastCDC's cut depends on how much data
-        # remains, so chunks near either end of file must be redone too.
-        lo = min(lo, min(old_size, new_size) - CHUNK_SIZE_BYTES_MAX)
+        # Within max_bytes of the end, FastCDC's cut depends on how much data remains,
+        # so chunks near either end of file must be redone too.
+        lo = min(lo, min(old_size, new_size) - chunking.max_bytes)
     lo = max(0, min(lo, old_size - 1))
     # Binary searches over the old list, not a dict or list built from it: this runs on
     # every range write, and a 256 MiB object has ~4,000 chunks.
@@ -121,7 +131,7 @@ def rechunk(
     st.chunks_reused += first
     view = memoryview(data)
     try:
-        chunks = chunks_from(view, start, zeros)
+        chunks = chunks_from(view, start, zeros, chunking)
         try:
             for chunk in chunks:
                 out.append(chunk)
@@ -143,7 +153,7 @@ def rechunk(
 
 def _count_new(st: RechunkStats, refs: Iterable[ChunkRef]) -> None:
     for ref in refs:
-        if ref.hash is ZERO_CHUNK_HASH:
+        if is_zero_chunk(ref):
             st.chunks_reused += 1
         else:
             st.chunks_rehashed += 1

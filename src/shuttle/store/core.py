@@ -53,6 +53,7 @@ from shuttle.store.cache import (
 )
 from shuttle.store.chunking import (
     ChunkRef,
+    chunk_file,
     hash_file,
     hash_file_only,
 )
@@ -384,7 +385,7 @@ class StoreCore:
         the key's lock (either mode) and not the gate."""
         rec = self.attrs.get(key)
         if isinstance(rec, StoredAttrs):
-            return rec
+            return rec if not rec.stale_chunks else self._rechunk_stale(rec)
         if rec is ABSENT:
             return None
         try:
@@ -420,6 +421,20 @@ class StoreCore:
                 self.attrs.set(key, adopted)
             self.counters.add(adopted_objects=1)
             return adopted
+
+    def _rechunk_stale(self, rec: StoredAttrs) -> StoredAttrs:
+        """Re-chunk an object whose record predates the chunking in use (format 1): once,
+        on first use after an upgrade; the record is written at the next checkpoint. The
+        version, mtime and whole-object hash stay (the bytes did not change)."""
+        fd = self.paths.open_file(rec.key, os.O_RDONLY)
+        try:
+            chunks = chunk_file(fd, rec.size)
+        finally:
+            os.close(fd)
+        fresh = StoredAttrs(rec.key, rec.size, rec.version, rec.mtime_ns, rec.hash, tuple(chunks))
+        self.attrs.set(rec.key, fresh)
+        self.counters.add(objects_rechunked=1)
+        return fresh
 
     def _complete(self, rec: StoredAttrs) -> ObjectAttrs:
         """Fill in a pending whole-object hash (computed once per version)."""

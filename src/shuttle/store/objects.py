@@ -112,7 +112,7 @@ class ObjectStore(StoreCore):
             rec = self.attrs.peek(validate_key(key))
         except ShuttleError:
             return False
-        return isinstance(rec, StoredAttrs) and rec.hash is not None
+        return isinstance(rec, StoredAttrs) and rec.hash is not None and not rec.stale_chunks
 
     def stat_many(self, keys: Sequence[str]) -> builtins.list[ObjectAttrs | None]:
         """:meth:`stat` of each key, None for a missing object.

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -46,7 +47,7 @@ from shuttle.errors import (
 )
 from shuttle.store.attrs import ObjectAttrs, StoredAttrs, WriteResult, decode_attrs, encode_attrs
 from shuttle.store.cache import BlockCache
-from shuttle.store.chunking import chunk_buffer, object_hash, rechunk
+from shuttle.store.chunking import ChunkRef, chunk_buffer, object_hash, rechunk
 from shuttle.store.core import WRITE_BYTES_MAX, ChangeHook, StoreConfig
 from shuttle.store.keys import no_object, validate_key, validate_prefix
 from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX, Listing
@@ -74,6 +75,9 @@ ATTRS_XATTR = "shuttle.attrs"
 #: Times a change is redone after losing a race with another gateway before giving up.
 #: Each loss means another change succeeded, so a livelock needs that many writers.
 CAS_ATTEMPTS_MAX = 64
+#: Chunk lists of pre-upgrade records kept in memory (a few KiB each for small
+#: objects; the memo only spares re-reading an object each stat until it changes).
+RECHUNK_MEMO_ENTRIES_MAX = 4096
 
 
 class RadosStore:
@@ -106,6 +110,9 @@ class RadosStore:
         self.coherence.start()
         self._fetch_keys = omap_fetcher(self.conn.ioctx, self._rados)
         self.races = 0
+        #: Chunk lists of objects whose records predate the chunking, by (key, version).
+        self._rechunk_memo: dict[tuple[str, int], tuple[ChunkRef, ...]] = {}
+        self._rechunk_lock = threading.Lock()
 
     @property
     def uploads(self) -> RadosUploads:
@@ -142,7 +149,26 @@ class RadosStore:
             )
         version = io.get_last_version()
         rec = decode_attrs(blob)
-        return StoredAttrs(k, rec.size, version, rec.mtime_ns, rec.hash, rec.chunks)
+        chunks = rec.chunks
+        if rec.stale_chunks:
+            chunks = self._rechunked(StoredAttrs(k, rec.size, version, rec.mtime_ns, None, ()))
+        return StoredAttrs(k, rec.size, version, rec.mtime_ns, rec.hash, chunks)
+
+    def _rechunked(self, rec: StoredAttrs) -> tuple[ChunkRef, ...]:
+        """The chunk list of an object whose record predates the chunking in use (an
+        older Shuttle wrote it): computed from its contents, kept in memory by version
+        (a gateway cannot rewrite the record without a new version that every other
+        gateway would have to be told of); the object's next change writes a fresh one."""
+        known = self._rechunk_memo.get((rec.key, rec.version))
+        if known is not None:
+            return known
+        chunks = tuple(chunk_buffer(self._contents(rec)))
+        with self._rechunk_lock:
+            self._rechunk_memo[(rec.key, rec.version)] = chunks
+            while len(self._rechunk_memo) > RECHUNK_MEMO_ENTRIES_MAX:
+                self._rechunk_memo.pop(next(iter(self._rechunk_memo)))
+        self.counters.add(objects_rechunked=1)
+        return chunks
 
     def _commit(
         self, k: str, rec: StoredAttrs | None, build: Callable[[Any], None], new: StoredAttrs

@@ -27,6 +27,8 @@ class StoreCounters:
     checkpoints: int = 0
     recovered_records: int = 0
     adopted_objects: int = 0
+    #: Objects re-chunked because their record predates the chunking in use.
+    objects_rechunked: int = 0
     #: ``read`` calls answered by :meth:`read_done` (the cache-hit path): a plain int,
     #: which the compiled build adds to natively, where a ``Counter`` item costs about
     #: 1,500 instructions per read; :meth:`snapshot` reports them under ``ops``.
@@ -71,4 +73,5 @@ class StoreCounters:
                 "checkpoints": self.checkpoints,
                 "recovered_records": self.recovered_records,
                 "adopted_objects": self.adopted_objects,
+                "objects_rechunked": self.objects_rechunked,
             }

@@ -86,3 +86,43 @@ def test_targets_judge_each_row_that_ran() -> None:
     assert got["one back wins >= 20% at 10Mbit"]["met"] is False
     assert got["never loses > 2% at >= 100Mbit"] == {"ours": -2.5, "paper": -26.1, "met": False}
     assert "current wins >= paper at 100kbit" not in got
+
+
+@pytest.mark.parametrize(
+    ("layout", "expected"),
+    [
+        (["django/__init__.py", "tests/test_x.py"], "django"),
+        (["lib/sqlalchemy/__init__.py", "test/orm/test_a.py"], "lib/sqlalchemy"),
+        (["src/my_pkg/__init__.py", "docs/conf.py"], "src/my_pkg"),
+        (["src/other/__init__.py", "setup.py"], "src/other"),  # import name differs
+        (["a.py", "b/c.py"], ""),  # no package: every .py file
+    ],
+)
+def test_subdir_auto_finds_flat_lib_and_src_layouts(
+    tmp_path: Path, layout: list[str], expected: str
+) -> None:
+    from shuttle.bench.lookaside import find_package
+
+    project = "my-pkg" if "my_pkg" in expected else expected.rpartition("/")[2] or "nothing"
+    for rel in layout:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    assert find_package(tmp_path, project if expected != "src/other" else "Other-Dist") == expected
+
+
+def test_rsync_finds_what_did_not_change_in_files_of_the_same_name(tmp_path: Path) -> None:
+    from shuttle.bench.lookaside import rsync_unchanged
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    for root in (old, new):
+        (root / "pkg").mkdir(parents=True)
+    body = "".join(f"line {i} of a module that did not change\n" for i in range(2000))
+    (old / "pkg" / "a.py").write_text("# 2022\n" + body)
+    (new / "pkg" / "a.py").write_text("# 2023\n" + body)
+    (new / "pkg" / "new.py").write_text("fresh = True\n" * 100)
+    files = source_files(new)
+    found = rsync_unchanged(new, old, files, tmp_path)
+    assert found is not None
+    size = sum(f.size for f in files)
+    assert found["matched"] + found["literal"] == size
+    assert found["matched"] > 0.9 * len(body) and found["literal"] >= 1300

@@ -285,3 +285,34 @@ def test_a_forked_child_does_not_use_the_parents_lookaside(client: Client) -> No
         reader.start()
         reader.join(5)
         assert got == [V1]  # (inside: once the lock is free a stuck read would finish)
+
+
+def test_an_older_source_file_supplies_all_but_the_lines_that_changed(
+    node: MemoryNode, tmp_path: Path
+) -> None:
+    """sqlalchemy 2.0.0 changed the copyright year at the top of every file: with one
+    chunk per small file, an older release supplied nothing. Small files now get small
+    chunks, so everything after the changed line comes from the store."""
+    rng = random.Random(5)
+    body = "".join(
+        f"def f{i}(x):\n    return x * {rng.randint(1, 10**9)} + {i}\n\n" for i in range(500)
+    )
+    old = "# Copyright (C) 2005-2022 the SQLAlchemy authors\n" + body
+    new = "# Copyright (C) 2005-2023 the SQLAlchemy authors\n" + body
+    assert 16_000 < len(new) < 32 << 10  # a typical module, in the smallest size class
+    root = tmp_path / "older"
+    (root / "lib").mkdir(parents=True)
+    (root / "lib" / "orm.py").write_text(old)
+    older = LookasideStore.open(root, tmp_path / "older.sqlite")
+    older.refresh()
+    try:
+        with MemoryNode.client([node], lookaside=[older]) as c:
+            assert c.lookaside is not None
+            c.lookaside.clock = lambda: 0.0
+            c.put("lib/orm.py", new.encode())
+            assert c.get("lib/orm.py") == new.encode()
+            n = lookaside(c)
+    finally:
+        older.close()
+    assert n["bytes_from_stores"] >= 0.9 * len(new), n
+    assert n["bytes_from_node"] <= 2 * cdc.chunking_for(len(new)).max_bytes

@@ -8,13 +8,14 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shuttle.cdc import TIERS
 from shuttle.store.chunking import (
     CHUNK_SIZE_BYTES_MAX,
-    CHUNK_SIZE_BYTES_MIN,
     ChunkRef,
     RechunkStats,
     chunk_buffer,
     chunk_hash,
+    chunking_for,
     object_hash,
     rechunk,
 )
@@ -25,18 +26,20 @@ def _random(seed: int, size: int) -> bytes:
 
 
 def _covers(data: bytes, chunks: list[ChunkRef]) -> None:
+    chunking = chunking_for(len(data))
     pos = 0
     for c in chunks:
         assert c.offset == pos
-        assert 0 < c.length <= CHUNK_SIZE_BYTES_MAX
+        assert 0 < c.length <= chunking.max_bytes
         assert c.hash == chunk_hash(data[c.offset : c.end])
         pos = c.end
     assert pos == len(data)
     for c in chunks[:-1]:
-        assert c.length >= CHUNK_SIZE_BYTES_MIN
+        assert c.length >= chunking.min_bytes
 
 
-# Sizes that cross the interesting thresholds (min, normal, max) several times.
+# Sizes that cross the interesting thresholds (min, normal, max, the size classes'
+# limits) several times.
 _SIZES = st.integers(min_value=0, max_value=1_200_000)
 
 
@@ -55,10 +58,23 @@ def test_empty_object_has_no_chunks_and_the_blake3_of_nothing() -> None:
     assert object_hash(b"").hex().startswith("af1349b9")
 
 
-def test_mean_chunk_size_is_about_64_kib() -> None:
-    chunks = chunk_buffer(_random(7, 16 * 1024 * 1024))
-    mean = sum(c.length for c in chunks) / len(chunks)
-    assert 48 * 1024 < mean < 96 * 1024
+def test_the_mean_chunk_grows_with_the_object_from_1_to_64_kib() -> None:
+    """Each size class's mean chunk is about 1.3 times its normal size (random data),
+    from about 1 KiB for small files to about 64 KiB for objects past 32 MiB."""
+    means = []
+    for limit, chunking in TIERS:
+        size = min(limit, 48 << 20)
+        chunks = chunk_buffer(_random(7, size))
+        mean = sum(c.length for c in chunks) / len(chunks)
+        assert chunking.normal_bytes < mean < 2 * chunking.normal_bytes, (limit, mean)
+        means.append(mean)
+    assert means == sorted(means)
+    assert means[0] < 2048 and 48 << 10 < means[-1] < 96 << 10
+
+
+def test_small_objects_get_small_chunks_and_large_ones_few() -> None:
+    assert len(chunk_buffer(_random(1, 10_000))) >= 5  # a source file: several chunks
+    assert len(chunk_buffer(_random(1, 64 << 20))) < 1200  # a large object: few
 
 
 def test_base_offset_shifts_offsets_only() -> None:
@@ -143,11 +159,12 @@ def test_compiled_chunker_agrees_with_the_pure_python_reference() -> None:
     the plain-Python one does with our parameters (including forced max-size cuts)."""
     from pyfastcdc.py import FastCDC as Reference
 
-    from shuttle.store.chunking import CHUNK_SIZE_BYTES_NORMAL, cut_points
+    from shuttle.store.chunking import cut_points
 
-    ref = Reference(
-        CHUNK_SIZE_BYTES_NORMAL, min_size=CHUNK_SIZE_BYTES_MIN, max_size=CHUNK_SIZE_BYTES_MAX
-    )
-    for data in (_random(11, 1_500_000), bytes(700_000), b"ab" * 300_000):
-        expected = [c.offset + c.length for c in ref.cut_buf(data)]
-        assert cut_points(data) == expected
+    for _limit, chunking in TIERS:
+        ref = Reference(
+            chunking.normal_bytes, min_size=chunking.min_bytes, max_size=chunking.max_bytes
+        )
+        for data in (_random(11, 300_000), bytes(200_000), b"ab" * 100_000):
+            expected = [c.offset + c.length for c in ref.cut_buf(data)]
+            assert cut_points(data, chunking) == expected

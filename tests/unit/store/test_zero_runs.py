@@ -47,7 +47,11 @@ def test_known_zero_runs_give_the_chunks_of_every_byte(seed: int) -> None:
 
 
 def test_a_zero_run_starts_with_the_measured_zero_chunk() -> None:
-    assert chunk_buffer(bytes(3 * MAX))[0].length == ZERO_CHUNK_BYTES
+    assert chunk_buffer(bytes(64 << 20))[0].length == ZERO_CHUNK_BYTES
+    for _limit, size_class in cdc.TIERS:  # each size class has its own, its max
+        length, digest = cdc.zero_chunk(size_class)
+        assert length == size_class.max_bytes and digest == cdc.chunk_hash(bytes(length))
+        assert chunk_buffer(bytes(3 * MAX), chunking=size_class)[0].length == length
 
 
 def sparse_file(path: Path, pieces: list[tuple[int, bytes]], size: int) -> int:
@@ -76,9 +80,11 @@ def test_a_sparse_file_hashes_and_chunks_as_its_bytes(tmp_path: Path) -> None:
 def test_an_extending_rechunk_does_not_hash_the_zeros(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    head = os.urandom(3 * MAX + 777)
+    # 9 MiB extended by 16 MiB: both in one size class (another would re-chunk all).
+    head = os.urandom(36 * MAX + 777)
     old = chunk_buffer(head)
     new_size = head.__len__() + 64 * MAX
+    assert cdc.chunking_for(len(head)) == cdc.chunking_for(new_size)
     fd = sparse_file(tmp_path / "f", [(0, head)], new_size)
     hashed: list[int] = []
     real_hash = chunking.chunk_hash
