@@ -400,4 +400,58 @@ def placement_log(
             time.sleep(0.5)
 
 
-COMMANDS: tuple[Any, ...] = (grep, objects)
+# --- shuttle dashboard ------------------------------------------------------------------
+
+#: The dashboard's default port (any free port with --port 0).
+DASHBOARD_PORT_DEFAULT = 8470
+
+
+def dashboard(
+    port: Annotated[
+        int, typer.Option(help="Port of the page (0: any free port; the URL is printed).")
+    ] = DASHBOARD_PORT_DEFAULT,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to listen on. The page has no login: anyone who reaches it sees "
+            "the cluster's objects, so keep it on loopback unless the network is yours."
+        ),
+    ] = "127.0.0.1",
+    interval: Annotated[
+        float, typer.Option(min=0.25, help="Seconds between the page's refreshes.")
+    ] = 1.0,
+    node: NodeOpt = None,
+    cluster: ClusterOpt = None,
+    key_file: KeyFileOpt = None,
+) -> None:
+    """Serve a live web page of the cluster: its nodes (load, bytes in and out,
+    capacity), each mobile object and where it runs, the edges between objects with
+    their bytes and stall, and recent moves with their reasons. Ctrl-C stops it."""
+    import signal
+
+    from shuttle.apps.dashboard import Gatherer, make_server
+
+    with connect(node=node, cluster=cluster, key_file=key_file) as client:
+        server = make_server(Gatherer(client, poll_s=interval), host, port)
+        bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
+        console.print(
+            f"dashboard: http://{bound_host}:{bound_port}/ ({len(client.nodes)} node(s); "
+            "Ctrl-C stops it)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.stdout.flush()
+
+        def stop(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, stop)
+        try:
+            server.serve_forever(poll_interval=0.25)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+
+
+COMMANDS: tuple[Any, ...] = (grep, objects, dashboard)

@@ -3,6 +3,8 @@
 Layout:
 
 * ``cli``      the ``shuttle bench ...`` typer sub-application (one command per benchmark)
+* ``session``  what every benchmark runs inside: stops what it started on any exit,
+  prints progress off a terminal, says how long to expect
 * ``nodes``    nodes for a benchmark: the one named, or a private one on loopback
 * ``placement``  which CPU the client and servers of a latency benchmark run on
 * ``redis_anchor``  a Redis server and a raw RESP client: the fast-fetch anchor

@@ -107,11 +107,13 @@ def lines(label: str, console: Any) -> Callable[[str], None]:
 
     def show(message: str) -> None:
         if _active is None:
-            console.print(f"{label}: {message}", highlight=False)
+            console.print(f"{label}: {message}", highlight=False, soft_wrap=True)
             return
         now = _active.record(message)
         times = f"{_duration(now)}{_active.time_left(message, now)}"
-        console.print(f"{label}: [{times}] {message}", highlight=False, markup=False)
+        console.print(
+            f"{label}: [{times}] {message}", highlight=False, markup=False, soft_wrap=True
+        )
 
     return show
 

@@ -4,6 +4,7 @@ Layout:
 
 * ``model``    what calls return: :class:`ObjectInfo`, :class:`WriteInfo`, :class:`NodeAddress`
 * ``routing``  which node holds a key (rendezvous hashing)
+* ``namespace``  a name is an object or a directory, cluster-wide: the check before a create
 * ``cache``    the client block cache and the versions its blocks belong to
 * ``validation``  when cached data may be used: one module per mode behind one registry
 * ``lookaside``  local stores that supply missed chunks by hash before the node is asked
