@@ -100,14 +100,23 @@ def single_put(source: object) -> bool:
 # --- requests -------------------------------------------------------------------------
 
 
-def stat(key: str) -> Op:
-    return Op("stat", {"key": key})
+def stat(key: str, chunk_lists: bool = True) -> Op:
+    """Attributes of ``key``; without ``chunk_lists``, its chunks only counted."""
+    return Op("stat", {"key": key, **no_chunks(chunk_lists)})
 
 
-def stat_many(keys: Sequence[str]) -> Op:
+def stat_many(keys: Sequence[str], chunk_lists: bool = True) -> Op:
     """Attributes of many keys, asked in the compact rows form (a node that lacks it
     answers the map list, which :func:`infos` takes too)."""
-    return Op("stat_many", {"keys": list(keys), "form": ROWS_FORM})
+    return Op("stat_many", {"keys": list(keys), "form": ROWS_FORM, **no_chunks(chunk_lists)})
+
+
+def no_chunks(chunk_lists: bool) -> dict[str, Any]:
+    """The argument that asks a node to count an object's chunks, not list them: what a
+    client without lookaside stores sends (it never looks a chunk up, and the chunk lists
+    of small files are most of the bytes of their attributes). A node that does not know
+    it lists them anyway."""
+    return {} if chunk_lists else {"chunks_max": 0}
 
 
 def chunks_page(key: str, start: int, version: int) -> Op:

@@ -293,15 +293,23 @@ class Client:
 
     # --- attributes --------------------------------------------------------------------
 
+    @property
+    def chunk_lists(self) -> bool:
+        """Whether stats ask for chunk lists: only a client with lookaside stores looks
+        chunks up. Without, attributes count the chunks (``chunks_total``) and
+        :meth:`chunks` fetches the list when someone wants it."""
+        return self.lookaside is not None
+
     def stat(self, key: str) -> ObjectInfo:
-        """Attributes of ``key`` (size, version, mtime, content hash, chunks)."""
-        return calls.object_info(self._send(calls.stat(key)))
+        """Attributes of ``key`` (size, version, mtime, content hash, chunks: listed only
+        with :attr:`chunk_lists`, else counted; :meth:`chunks` lists them)."""
+        return calls.object_info(self._send(calls.stat(key, self.chunk_lists)))
 
     def chunks(self, key: str) -> builtins.list[Chunk]:
         """The whole chunk list of ``key`` (paged from the node for very large objects).
 
         Raises ``VersionMismatchError`` if the object changes while it is being paged."""
-        info = self.stat(key)
+        info = calls.object_info(self._send(calls.stat(key)))
         out = builtins.list(info.chunks)
         while len(out) < info.chunks_total:
             out += calls.chunks(self._send(calls.chunks_page(key, len(out), info.version)))
@@ -327,7 +335,7 @@ class Client:
         out: list[ObjectInfo | None] = [None] * len(keys)
         for node_id, idxs in self.by_node(keys).items():
             mine = [keys[i] for i in idxs]
-            res = self._send(calls.stat_many(mine), self.node(node_id))
+            res = self._send(calls.stat_many(mine, self.chunk_lists), self.node(node_id))
             for i, info in zip(idxs, calls.infos(res, mine), strict=True):
                 out[i] = info
         return out

@@ -38,7 +38,7 @@ from shuttle.net.registry import (
     principal_of,
 )
 from shuttle.node.callbacks import CALLBACK_WAIT_S_MAX, PromiseTable
-from shuttle.node.handlers import attrs_reply, list_for, rows_asked
+from shuttle.node.handlers import attrs_reply, chunks_max, list_for, rows_asked
 from shuttle.store.interface import Store
 from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX
 
@@ -93,7 +93,7 @@ def register_callback_ops(registry: OperationRegistry, store: Store, table: Prom
             principal.require_read(key, "stat")
         grant = table.grant(session, key)  # before the stat: a later change breaks it
         try:
-            out = attrs_reply(store.stat(key))
+            out = attrs_reply(store.stat(key), chunks_max(args))
         except ShuttleError as exc:
             if grant is not None:
                 table.withdraw(session, key)
@@ -107,8 +107,9 @@ def register_callback_ops(registry: OperationRegistry, store: Store, table: Prom
         """Whether ``key/`` holds a key that ``principal`` may see listed."""
         return bool(list_for(store, principal, key + "/", None, None, 1).keys)
 
-    def promised(session: str, keys: list[str]) -> list[dict[str, Any] | None]:
-        """Attributes of ``keys`` (None where missing), each with its promise."""
+    def promised(session: str, keys: list[str], limit: int) -> list[dict[str, Any] | None]:
+        """Attributes of ``keys`` (None where missing; chunk lists cut to ``limit``), each
+        with its promise."""
         grants = [table.grant(session, k) for k in keys]  # before the stats, as above
         try:
             found = store.stat_many(keys)
@@ -124,7 +125,7 @@ def register_callback_ops(registry: OperationRegistry, store: Store, table: Prom
                     table.withdraw(session, k)
                 out.append(None)
                 continue
-            reply = attrs_reply(a)
+            reply = attrs_reply(a, limit)
             reply["promise"] = None if g is None else {"seq": g.seq, "term_s": g.term_s}
             out.append(reply)
         return out
@@ -136,7 +137,7 @@ def register_callback_ops(registry: OperationRegistry, store: Store, table: Prom
         if not all(isinstance(k, str) for k in keys):
             raise InvalidArgumentError("keys must be a list of strings")
         rows = rows_asked(args)
-        out = promised(arg(args, "session", str), keys)
+        out = promised(arg(args, "session", str), keys, chunks_max(args))
         return encode_rows(out, promises=True) if rows else out
 
     def promise_list(args: dict[str, Any], payload: bytes) -> Any:
@@ -153,7 +154,7 @@ def register_callback_ops(registry: OperationRegistry, store: Store, table: Prom
             arg(args, "start_after", str, None),  # type: ignore[arg-type]
             arg(args, "limit", int, LIST_PAGE_ENTRIES_MAX),
         )
-        out = encode_rows(promised(session, page.keys), promises=True)
+        out = encode_rows(promised(session, page.keys, chunks_max(args)), promises=True)
         out["names"] = [k[len(prefix) :] for k in page.keys]
         out["prefixes"] = [p[len(prefix) :] for p in page.prefixes]
         out["next"] = page.next_start_after

@@ -67,13 +67,21 @@ def _keys(args: dict[str, Any]) -> list[str]:
     return keys
 
 
-def attrs_reply(a: ObjectAttrs) -> dict[str, Any]:
-    """An object's attributes as a stat answers them (a long chunk list cut to its first page)."""
+def attrs_reply(a: ObjectAttrs, chunks_max: int = STAT_CHUNKS_MAX) -> dict[str, Any]:
+    """An object's attributes as a stat answers them: a long chunk list cut to its first
+    page, or to ``chunks_max`` chunks (``chunks_total`` says how many there are)."""
     out = a.as_dict()
     out["chunks_total"] = len(a.chunks)
-    if len(a.chunks) > STAT_CHUNKS_MAX:
-        out["chunks"] = out["chunks"][:STAT_CHUNKS_MAX]
+    if len(a.chunks) > chunks_max:
+        out["chunks"] = out["chunks"][:chunks_max]
     return out
+
+
+def chunks_max(args: dict[str, Any]) -> int:
+    """How many chunks a stat-like reply lists: ``chunks_max`` (a client with no use for
+    chunk lists, no lookaside stores, sends 0: the small files' lists are most of a
+    listing's bytes), never more than a page."""
+    return min(non_negative(args, "chunks_max", STAT_CHUNKS_MAX), STAT_CHUNKS_MAX)
 
 
 def rows_asked(args: dict[str, Any]) -> bool:
@@ -129,7 +137,8 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
 
     def stat(args: dict[str, Any], payload: bytes) -> Any:
         """Attributes of one object: size, version, mtime_ns, hash, chunks."""
-        return attrs_reply(store.stat(arg(args, "key", str), expected_version=_version(args)))
+        key = arg(args, "key", str)
+        return attrs_reply(store.stat(key, expected_version=_version(args)), chunks_max(args))
 
     def chunks(args: dict[str, Any], payload: bytes) -> Any:
         """A page of an object's chunk list: ``[offset, length, blake3]`` from ``start``."""
@@ -147,7 +156,8 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
         """Attributes of many objects (None for a missing one), in one round trip; with
         ``form: "rows1"`` as compact rows (docs/protocol.md)."""
         rows = rows_asked(args)
-        out = [None if a is None else attrs_reply(a) for a in store.stat_many(_keys(args))]
+        limit = chunks_max(args)
+        out = [None if a is None else attrs_reply(a, limit) for a in store.stat_many(_keys(args))]
         return encode_rows(out) if rows else out
 
     def read(args: dict[str, Any], payload: bytes) -> Reply:

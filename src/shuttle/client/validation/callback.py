@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from shuttle.client.calls import entries
+from shuttle.client.calls import entries, no_chunks
 from shuttle.client.model import NodeAddress, ObjectInfo
 from shuttle.client.validation.base import DirectoryKeyError, Listed, Validated, ValidationMode
 from shuttle.errors import RemoteProtocolError, ShuttleError, UnknownOperationError
@@ -201,6 +201,8 @@ class _Listener:
             self.conn.close()
             raise
         self.session: str = opened["session"]
+        #: Asks for chunk lists only if the client looks chunks up (lookaside stores).
+        self._chunks = no_chunks(self.client.chunk_lists)
         self.wait_s = min(
             float(opened["wait_s_max"]), self.client.request_timeout_s * WAIT_FRACTION_OF_TIMEOUT
         )
@@ -240,7 +242,7 @@ class _Listener:
         """Stat ``key`` with a promise request; keep the promise unless it is void."""
         with self._in_flight([key]):
             sent = time.monotonic()  # the term runs from here: it ends here first
-            args = {"key": key, "session": self.session, "dirs": True}
+            args = {"key": key, "session": self.session, "dirs": True, **self._chunks}
             reply = self.client.call(self.node, "callback.promise", args).result
             if reply.get("dir") is True:
                 raise DirectoryKeyError(f"{key!r} is a directory (a prefix of other keys)")
@@ -254,7 +256,7 @@ class _Listener:
         out: list[ObjectInfo | None] = []
         with self._in_flight(keys):
             sent = time.monotonic()
-            args = {"keys": keys, "session": self.session, "form": ROWS_FORM}
+            args = {"keys": keys, "session": self.session, "form": ROWS_FORM, **self._chunks}
             res = self.client.call(self.node, "callback.promise_many", args)
             for key, reply in zip(keys, entries(res, keys), strict=True):
                 out.append(None if reply is None else self._kept(key, reply, sent))
@@ -270,7 +272,7 @@ class _Listener:
         prefixes: list[str] = []
         start_after: str | None = None
         while True:
-            args: dict[str, Any] = {"prefix": prefix, "session": self.session}
+            args: dict[str, Any] = {"prefix": prefix, "session": self.session, **self._chunks}
             if start_after is not None:
                 args["start_after"] = start_after
             with self._list_in_flight():
