@@ -319,6 +319,7 @@ def hostile(
 
 
 @app.command("jail")
+@benchmark("bench jail")
 def jail(
     starts: Annotated[int, typer.Option(min=1, help="Start-ups timed on each side.")] = 20,
     filter_runs: Annotated[int, typer.Option(min=1, help="Filter runs on each side.")] = 3,
@@ -345,8 +346,8 @@ def jail(
         link=link,
         grep_bytes=grep_bytes,
     )
-    with console.status("jail") as status:
-        report = run_jail(settings, progress=lambda msg: status.update(f"jail: {msg}"))
+    with bench_status("jail", console) as update:
+        report = run_jail(settings, progress=update)
     table = Table(title="the jail of shipped code")
     table.add_column("measure")
     table.add_column("jail", justify="right")

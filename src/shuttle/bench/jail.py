@@ -24,7 +24,6 @@ import functools
 import os
 import shutil
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from shuttle.bench.session import scratch_dir
 from shuttle.client.client import Client
 from shuttle.client.model import NodeAddress
 from shuttle.cluster import local
@@ -90,7 +90,7 @@ def _node(scratch: Path, name: str, args: list[str]) -> Iterator[tuple[NodeAddre
 
 def run(settings: JailBenchSettings, progress: Progress) -> dict[str, Any]:
     """All three measurements (module docstring) on two fresh one-node clusters."""
-    scratch = Path(tempfile.mkdtemp(prefix="shuttle-bench-jail-"))
+    scratch = scratch_dir("shuttle-bench-jail-")
     report: dict[str, Any] = {"experiment": "jail", "settings": asdict(settings)}
     try:
         with (
