@@ -1,7 +1,7 @@
 # The two commands (see README):
 #   make demo   set everything up, then run Shuttle's main job on a local cluster
 #   make test   set everything up with test tools, then lint, type-check and test
-.PHONY: demo test test-powerloss setup setup-dev lint lock clean compiled
+.PHONY: demo test test-powerloss mutate setup setup-dev lint lock clean compiled
 
 demo: setup
 	.venv/bin/shuttle demo
@@ -18,6 +18,17 @@ LAZYFS ?=
 POINTS ?= 1000
 test-powerloss: setup-dev
 	.venv/bin/python -m tests.powerloss $(if $(LAZYFS),--lazyfs $(LAZYFS)) --points $(POINTS) $(POWERLOSS_ARGS)
+
+# Mutation testing (docs/testing.md): each named module, one after the other, against
+# its own tests (tests/mutation/modules.toml), as pure Python, niced for a shared machine.
+# Minutes per module, so not part of `make test`. Reports: results/mutation/<module>.md
+# and .json. SURVIVORS=1 re-tests only the last run's survivors; JOBS=2 runs two mutants
+# at once; MUTATE_ARGS passes more (--sample N, --at REV, --min-score 0.9).
+MODULES ?=
+JOBS ?= 1
+mutate: setup-dev
+	@test -n "$(MODULES)" || { echo 'usage: make mutate MODULES="src/shuttle/store/journal.py ..."' >&2; exit 2; }
+	nice -n 10 .venv/bin/python scripts/mutate.py --jobs $(JOBS) $(if $(SURVIVORS),--survivors) $(MUTATE_ARGS) -- $(MODULES)
 
 setup:
 	scripts/setup.sh
@@ -42,4 +53,4 @@ compiled:
 
 clean:
 	-.venv/bin/python scripts/build_compiled.py --clean
-	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache build/mutate
