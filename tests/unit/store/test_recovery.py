@@ -164,7 +164,8 @@ def test_checkpointed_records_are_not_replayed(tmp_path: Path) -> None:
     j.close()
 
 
-def test_group_commit_shares_syncs_between_threads(tmp_path: Path) -> None:
+def test_concurrent_appends_get_consecutive_sequence_numbers(tmp_path: Path) -> None:
+    # Group commit itself (syncs shared between threads) is counted in test_journal.py.
     import threading
 
     j = Journal(str(tmp_path / "journal"), next_seq=1)
@@ -177,7 +178,6 @@ def test_group_commit_shares_syncs_between_threads(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert j.records_appended == 200
-    assert j.syncs <= 200
     j.close()
     j = Journal(str(tmp_path / "journal"), next_seq=1)
     assert [r.seq for r in j.read_valid(after_seq=0)] == list(range(1, 201))
