@@ -237,6 +237,7 @@ def _moves(
             moves.append(move)
         else:
             evictions.append((s, k_to, benefit, cost))
+    server_of = {s.stack_id: s.server for s in stacks}
     executed_admissions = [m for m in admissions if m.execute]
     for s, k_to, benefit, cost in evictions:
         order = tuple(s.objects[j].rid for j in s.moved(s.split, k_to))
@@ -244,11 +245,13 @@ def _moves(
         if net > threshold:
             execute, why = True, f"net benefit {net:.3f} s > B_thresh {threshold:.3f} s"
         else:
-            # Not worth it alone: only as room for an admission that needs it.
+            # Not worth it alone: only as room for an admission that needs it, at the
+            # same server (leaving one node frees no memory at another).
             evicted_score = held_score.get(s.stack_id, 0.0)
+            local = [m for m in executed_admissions if server_of[m.stack_id] == s.server]
             winners = [
                 m
-                for m in executed_admissions
+                for m in local
                 if m.stack_id != s.stack_id
                 and best_score.get(m.stack_id, 0.0) >= config.eviction_ratio * evicted_score
             ]
@@ -260,7 +263,7 @@ def _moves(
                     f"makes room at {s.server} for {names} (benefit per server CPU second "
                     f"≥ {config.eviction_ratio:g}× this stack's)"
                 )
-            elif not needs_room or not executed_admissions:
+            elif not needs_room or not local:
                 why = f"net benefit {net:.3f} s ≤ B_thresh {threshold:.3f} s"
             else:
                 why = f"no admission beats it by {config.eviction_ratio:g}× per server CPU second"

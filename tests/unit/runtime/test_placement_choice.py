@@ -14,6 +14,8 @@ room. Each test names the mutants it was seen to fail against (docs/testing.md).
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from shuttle.runtime.placement import (
@@ -184,7 +186,9 @@ def test_memory_held_by_objects_that_cannot_leave_is_not_free(kind: str) -> None
     else:
         holder = filt("h", 1, 0.2 * MB, memory=0, pinned_memory=6 * MB)
     plan = choose([holder, newcomer], nodes, CONFIG, pinned=pinned)
-    assert plan.best.placement["f2"] == 0
+    # The anchored holder's own filter joins it (it needs no room of its own: its stack
+    # holds the 6 MB already). Mutant: need = memory + what the stack holds (not -).
+    assert plan.best.placement == {"h": 0, "f2": 0}
     assert ("f2", True, True) in [(m.stack_id, m.to_server, m.execute) for m in plan.moves]
 
 
@@ -219,3 +223,270 @@ def test_moves_list_evictions_first_then_by_stack() -> None:
         ("b", True),
     ]
     assert all(isinstance(m, Move) for m in plan.moves)
+
+
+def test_an_eviction_makes_room_only_for_admissions_at_its_own_server() -> None:
+    """n2 holds g (6 MB) in 5 MB: over full, but g is better where it is and no stack
+    wants in at n2. f2's admission at n1 must not count as a reason to send g back: a
+    move that frees n2's memory makes no room at n1."""
+    # Found by this suite: the winners of an eviction were every executed admission,
+    # whatever its server; g was evicted "to make room at n2 for f2". Mutant: the
+    # server test on winners dropped.
+    nodes = {
+        "c": NodeView("c", 1.0, 0.0),
+        "n1": NodeView("n1", 1.0, 0.1, 8 * MB),
+        "n2": NodeView("n2", 1.0, 0.1, 5 * MB),
+    }
+    g = filt("g", 0, 0.9 * MB, server="n2", memory=6 * MB)
+    plan = choose([g, *hosted_and_newcomer()], nodes, CONFIG)
+    assert plan.best.placement == {"g": 1, "f1": 1, "f2": 0}
+    assert verdicts(plan) == [
+        KEEPS_F1,
+        ("g", False, False, "net benefit -0.110 s ≤ B_thresh 0.300 s"),
+        ADMITS_F2,
+    ]
+
+
+def test_an_admission_is_fitted_at_its_own_server() -> None:
+    # g first in the list, at an over-full n2: the fit test for f2 (at n1) must look at
+    # n1. Mutant: _fits picking the first stack that is not the admission's.
+    nodes = {
+        "c": NodeView("c", 1.0, 0.0),
+        "n1": NodeView("n1", 1.0, 0.1, 8 * MB),
+        "n2": NodeView("n2", 1.0, 0.1, 5 * MB),
+    }
+    g = filt("g", 0, 0.1 * MB, server="n2", memory=6 * MB)
+    plan = choose([g, *hosted_and_newcomer()], nodes, CONFIG)
+    assert ("f2", True, True) in [(m.stack_id, m.to_server, m.execute) for m in plan.moves]
+
+
+def test_an_eviction_at_an_over_full_server_with_no_newcomer_is_judged_alone() -> None:
+    # 6 MB hosted in 5 MB (the node lent less memory since): the room is needed, but no
+    # admission asks for it, so f1 moves only if it pays. Mutant: the reason's test
+    # `not needs_room or not executed_admissions` turned.
+    plan = choose([filt("f1", 0, 1.2 * MB, memory=6 * MB)], cluster(5 * MB), CONFIG)
+    assert verdicts(plan) == [KEEPS_F1]
+
+
+def test_one_eviction_can_make_room_for_several() -> None:
+    # Mutant: the winners' names joined differently.
+    stacks = [*hosted_and_newcomer(), filt("f3", 1, 0.3 * MB)]
+    plan = choose(stacks, cluster(9 * MB), CONFIG)
+    assert plan.moves[0].reason == (
+        "makes room at n1 for f2, f3 (benefit per server CPU second ≥ 1.25× this stack's)"
+    )
+    assert [(m.stack_id, m.execute) for m in plan.moves] == [
+        ("f1", True),
+        ("f2", True),
+        ("f3", True),
+    ]
+
+
+def test_a_candidate_that_does_not_fit_does_not_end_the_allocation() -> None:
+    # "big" has the best score but needs 8 MB of 5: skipped; "small" (4 MB) still goes
+    # in. Mutant: `continue` after the room test turned into `break`.
+    stacks = [filt("big", 1, 0.05 * MB, memory=8 * MB), filt("small", 1, 0.3 * MB)]
+    plan = choose(stacks, cluster(5 * MB), CONFIG)
+    assert [c.stack_id for c in plan.candidates] == ["big", "small"]
+    assert plan.best.placement == {"big": 1, "small": 0}
+
+
+def _stack(stack_id: str, split: int, up: list[float], cpu: list[float]) -> StackView:
+    objects = [ObjectView(f"c/console-{stack_id}", migratable=False)]
+    objects += [ObjectView(f"c/o{i}-{stack_id}", c) for i, c in enumerate(cpu)]
+    objects.append(ObjectView("n1/storage", migratable=False))
+    edges = tuple(EdgeView(u, 0) for u in up)
+    return StackView(stack_id, "c", "n1", tuple(objects), edges, split, 1e6, 0.0)
+
+
+def test_a_candidate_that_no_longer_helps_does_not_end_the_allocation() -> None:
+    """S's g cuts its data tenfold (g to the server: 9 s saved); S's f passes everything
+    (f too: nothing more saved). Once S@1 is in, S@0 does not help; T, next, does."""
+    # Mutant: `continue` after the improvement test turned into `break`.
+    s = _stack("S", 2, [MB, MB, 10 * MB], [0.3, 0.1])
+    t = _stack("T", 1, [0.5 * MB, MB], [0.2])
+    nodes = {"c": NodeView("c", 1.0, 0.0), "n1": NodeView("n1", 1.0, 0.0)}
+    plan = choose([s, t], nodes, CONFIG)
+    assert [(c.stack_id, c.split) for c in plan.candidates] == [("S", 1), ("S", 0), ("T", 0)]
+    assert plan.best.placement == {"S": 1, "T": 0}
+
+
+def test_candidates_of_equal_score_are_ordered_by_benefit_then_name() -> None:
+    # a and b both save 4 s per server CPU second (0.5 s for 0.125 s, 1 s for 0.25 s):
+    # the larger benefit first. Mutant: the sort's benefit key negated.
+    nodes = {"c": NodeView("c", 1.0, 0.0), "n1": NodeView("n1", 1.0, 0.0)}
+    plan = choose(
+        [_stack("a", 1, [0.5 * MB, MB], [0.125]), _stack("b", 1, [0.0, MB], [0.25])],
+        nodes,
+        CONFIG,
+    )
+    assert [(c.stack_id, c.score, c.benefit_s) for c in plan.candidates] == [
+        ("b", 4.0, 1.0),
+        ("a", 4.0, 0.5),
+    ]
+
+
+def test_a_move_whose_net_equals_b_thresh_is_not_made() -> None:
+    """B_thresh must be exceeded, not met (DESIGN.md: move only if benefit - cost
+    exceeds it)."""
+    # Mutants: `net > threshold` turned into >= for admissions and for evictions.
+    admission = choose([filt("f2", 1, 0.2 * MB)], cluster(None), CONFIG).moves[0]
+    eviction = choose(
+        [filt("f1", 0, 0.1 * MB)],
+        {"c": NodeView("c", 1.0, 0.0), "n1": NodeView("n1", 0.1, 1.7)},
+        CONFIG,
+    ).moves[0]
+    for stack, nodes, move in (
+        (filt("f2", 1, 0.2 * MB), cluster(None), admission),
+        (
+            filt("f1", 0, 0.1 * MB),
+            {"c": NodeView("c", 1.0, 0.0), "n1": NodeView("n1", 0.1, 1.7)},
+            eviction,
+        ),
+    ):
+        at = PlacementConfig(window_s=1.0, threshold_fraction=move.net_s)
+        (again,) = choose([stack], nodes, at).moves
+        assert again.net_s == at.threshold_s and not again.execute
+        below = PlacementConfig(window_s=1.0, threshold_fraction=math.nextafter(move.net_s, 0))
+        assert choose([stack], nodes, below).moves[0].execute
+
+
+def test_an_eviction_ratio_met_exactly_makes_room() -> None:
+    """The newcomer must be worth at least eviction_ratio times the hosted stack per
+    server CPU second: exactly that ratio is enough."""
+    # Mutant: `>= config.eviction_ratio * evicted_score` turned into >.
+    stacks = [filt("f1", 0, 0.9 * MB), filt("f2", 1, 0.2 * MB)]
+    nodes = cluster(8 * MB - 1)
+    scores = {c.stack_id: c.score for c in choose(stacks, nodes, CONFIG).candidates}
+    held, newcomer = scores["f1"], scores["f2"]
+    ratio = newcomer / held
+    for _ in range(8):  # the float whose product with held gives newcomer exactly
+        if ratio * held == newcomer:
+            break
+        ratio = math.nextafter(ratio, math.inf if ratio * held < newcomer else 0.0)
+    assert ratio * held == newcomer and ratio >= 1
+    exact = choose(stacks, nodes, PlacementConfig(eviction_ratio=ratio))
+    assert [(m.stack_id, m.execute) for m in exact.moves] == [("f1", True), ("f2", True)]
+    higher = ratio
+    while higher * held <= newcomer:  # the next ratio the newcomer no longer meets
+        higher = math.nextafter(higher, math.inf)
+    above = choose(stacks, nodes, PlacementConfig(eviction_ratio=higher))
+    assert [(m.stack_id, m.execute) for m in above.moves] == [("f1", False), ("f2", False)]
+
+
+def test_the_decision_log_records_every_number() -> None:
+    """The plan's JSON record (the node's decision log) for three stacks on a slow
+    server: b's filter costs no CPU (its score is infinite: null), z goes back to the
+    client. Values are rounded as the log promises: seconds to 6 places, scores and
+    loads to 4. A change here changes what operators and tools read."""
+    # Mutants: every key's name, every rounding (6 -> 7, 4 -> 5, dropped), the infinite
+    # score's null, the direction's names, server_cpu_s dividing by the server's speed.
+
+    def stack(stack_id: str, split: int, up: float, cpu: float) -> StackView:
+        return StackView(
+            stack_id,
+            "c",
+            "n1",
+            (
+                ObjectView(f"c/console-{stack_id}", migratable=False),
+                ObjectView(f"c/f-{stack_id}", cpu, memory_bytes=3 * MB, checkpoint_bytes=100_000),
+                ObjectView("n1/storage", 0.01, migratable=False),
+            ),
+            (EdgeView(up, 7), EdgeView(MB, 7)),
+            split,
+            3e6,
+            0.0007,
+        )
+
+    stacks = [
+        stack("a", 1, 0.2 * MB, 0.1),
+        stack("b", 1, 0.1 * MB, 0.0),
+        stack("z", 0, 1.3 * MB, 0.05),
+    ]
+    nodes = {"c": NodeView("c", 1.0, 0.3), "n1": NodeView("n1", 0.7, 0.9, 7 * MB)}
+    plan = choose(stacks, nodes, PlacementConfig(window_s=1.0, threshold_fraction=0.1 / 3))
+    assert plan.to_json() == {
+        "threshold_s": 0.033333,
+        "current": {
+            "splits": {"a": 1, "b": 1, "z": 0},
+            "response_s": {"a": 0.457419, "b": 0.357419, "z": 0.528848},
+            "mean_response_s": 0.447895,
+            "server_load": {"n1": 0.9},
+            "converged": True,
+        },
+        "best": {
+            "splits": {"a": 0, "b": 0, "z": 1},
+            "response_s": {"a": 0.285344, "b": 0.062122, "z": 0.412122},
+            "mean_response_s": 0.253196,
+            "server_load": {"n1": 1.3292},
+            "converged": True,
+        },
+        "candidates": [
+            {
+                "stack": "b",
+                "split": 0,
+                "response_s": 0.057419,
+                "benefit_s": 0.3,
+                "server_cpu_s": 0.0,
+                "memory_bytes": 3000000,
+                "score": None,
+            },
+            {
+                "stack": "a",
+                "split": 0,
+                "response_s": 0.285344,
+                "benefit_s": 0.172075,
+                "server_cpu_s": 0.142857,
+                "memory_bytes": 3000000,
+                "score": 1.2045,
+            },
+            {
+                "stack": "z",
+                "split": 0,
+                "response_s": 0.528848,
+                "benefit_s": -0.121429,
+                "server_cpu_s": 0.071429,
+                "memory_bytes": 3000000,
+                "score": -1.7,
+            },
+        ],
+        "moves": [
+            {
+                "stack": "z",
+                "from_split": 0,
+                "to_split": 1,
+                "objects": ["c/f-z"],
+                "direction": "to_client",
+                "benefit_s": 0.116725,
+                "cost_s": 0.044733,
+                "net_s": 0.071992,
+                "execute": True,
+                "reason": "net benefit 0.072 s > B_thresh 0.033 s",
+            },
+            {
+                "stack": "a",
+                "from_split": 1,
+                "to_split": 0,
+                "objects": ["c/f-a"],
+                "direction": "to_server",
+                "benefit_s": 0.172075,
+                "cost_s": 0.044733,
+                "net_s": 0.127342,
+                "execute": True,
+                "reason": "net benefit 0.127 s > B_thresh 0.033 s",
+            },
+            {
+                "stack": "b",
+                "from_split": 1,
+                "to_split": 0,
+                "objects": ["c/f-b"],
+                "direction": "to_server",
+                "benefit_s": 0.295297,
+                "cost_s": 0.044733,
+                "net_s": 0.250564,
+                "execute": True,
+                "reason": "net benefit 0.251 s > B_thresh 0.033 s",
+            },
+        ],
+        "notes": [],
+    }
