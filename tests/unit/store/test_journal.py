@@ -11,7 +11,9 @@ against (``make mutate MODULES=src/shuttle/store/journal.py``; docs/testing.md).
 from __future__ import annotations
 
 import os
+import stat
 import threading
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -65,31 +67,57 @@ def _record(meta: dict[str, object], data: bytes = b"") -> bytes:
 
 # --- the bytes on disk -------------------------------------------------------------------
 
-#: One record, as the journal writes it: ``put`` of key ``k`` with 4 bytes of data at
-#: sequence number 7. If this test fails the on-disk format changed: a journal written by
-#: the previous version would not be replayed. Change it only on purpose, with a format
-#: version and a note in docs/storage-format.md.
+#: One record, as the journal writes it: ``put`` of a 37-byte key with 4 bytes of data
+#: at sequence number 7. If this test fails the on-disk format changed: a journal written
+#: by the previous version would not be replayed. Change it only on purpose, with a
+#: format version and a note in docs/storage-format.md. (The key is longer than 31
+#: bytes so that its encoding, str8, pins msgpack's use_bin_type=True: the old spec's
+#: encoding would give it str16.)
+GOLDEN_KEY = "objects/2024/report-final-version.txt"
 GOLDEN_RECORD = bytes.fromhex(
     "53484a31"  # magic "SHJ1"
-    "1f000000"  # meta_len 31 (u32, little-endian)
+    "44000000"  # meta_len 68 (u32, little-endian)
     "0400000000000000"  # data_len 4 (u64, little-endian)
-    "641d0bc05abffbf61ac9aaf9c955b78c"  # blake3(meta + data), 32 bytes
-    "e2b35d1be9797289a07bbff8c5fedbbc"
-    "84a26f70a3707574a36b6579a16ba86d74696d655f6e73cd0539a373657107"  # msgpack meta
+    "21ca6046fda330533bd6ca48326c30ba"  # blake3(meta + data), 32 bytes
+    "f0ed9a5420d1897cc3d5a2f65881a3ae"
+    "84a26f70a3707574a36b6579d925"  # msgpack {"op": "put", "key": (str8, 37 bytes)
+    "6f626a656374732f323032342f7265706f72742d66696e616c2d76657273696f6e2e747874"
+    "a86d74696d655f6e73cd0539a373657107"  # "mtime_ns": 1337, "seq": 7}
     "64617461"  # data "data"
 )
 
 
 def test_a_record_is_the_documented_bytes(tmp_path: Path) -> None:
     # Mutants: any change to the header's fields, the digest's input or the meta's
-    # encoding (e.g. hasher.update(data) deleted, use_bin_type flipped).
+    # encoding (e.g. hasher.update(data) deleted, use_bin_type=False).
     path = tmp_path / "journal"
     j = Journal(str(path), next_seq=7)
-    assert j.append({"op": "put", "key": "k", "mtime_ns": 1337}, b"data") == 7
+    assert j.append({"op": "put", "key": GOLDEN_KEY, "mtime_ns": 1337}, b"data") == 7
     j.close()
     assert path.read_bytes() == GOLDEN_RECORD
-    assert _record({"op": "put", "key": "k", "mtime_ns": 1337, "seq": 7}, b"data") == GOLDEN_RECORD
+    meta = {"op": "put", "key": GOLDEN_KEY, "mtime_ns": 1337, "seq": 7}
+    assert _record(meta, b"data") == GOLDEN_RECORD
     assert HEADER_BYTES == 4 + 4 + 8 + 32
+
+
+def test_a_fresh_journal_counts_from_nothing(tmp_path: Path) -> None:
+    # Mutants: the counters' initial values (syncs, bytes_appended, records_since_reset
+    # = 1), their increments (+= 2, = total, -= total), the file's mode (0o644 dropped:
+    # an executable journal), self.path, close() no longer idempotent.
+    path = tmp_path / "journal"
+    j = Journal(str(path), next_seq=1)
+    assert (j.path, j.size_bytes, j.next_seq) == (str(path), 0, 1)
+    assert (j.records_appended, j.syncs, j.bytes_appended, j.records_since_reset) == (0, 0, 0, 0)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~umask
+    j.append({"op": "put", "key": "a"}, b"12345")
+    j.append({"op": "remove", "key": "a"})
+    size = path.stat().st_size
+    assert (j.records_appended, j.syncs, j.bytes_appended, j.records_since_reset) == (2, 2, size, 2)
+    assert (j.size_bytes, j.next_seq) == (size, 3)
+    j.close()
+    j.close()  # closing twice is harmless
 
 
 def test_records_follow_each_other_and_read_back(tmp_path: Path) -> None:
@@ -172,6 +200,20 @@ def test_group_commit_shares_syncs_between_threads(tmp_path: Path, syncs: SyncRe
     assert j.syncs == len(syncs.calls)
     # The last sync saw every record on disk: each append returned after it.
     assert syncs.calls[-1][1] == j.size_bytes
+    j.close()
+
+
+def test_a_sync_already_covered_is_skipped(tmp_path: Path, syncs: SyncRecorder) -> None:
+    """The rule group commit rests on: an appender whose record an earlier sync covered
+    (the synced offset reached its record's end) does not sync again."""
+    # Mutant: `if self._synced >= end` turned into `>` (a record ending exactly where the
+    # last sync reached was synced twice).
+    j = Journal(str(tmp_path / "journal"), next_seq=1)
+    j.append({"op": "put", "key": "k"})
+    assert len(syncs.calls) == 1
+    j._sync_to(j.size_bytes)  # what a second appender covered by that sync does
+    j._sync_to(1)
+    assert len(syncs.calls) == 1 and j.syncs == 1
     j.close()
 
 
@@ -363,3 +405,36 @@ def test_a_truncated_record_ends_the_journal(tmp_path: Path) -> None:
         assert _replayed(path) == (["k0", "k1"], starts[2])
     path.write_bytes(raw)
     assert _replayed(path) == (["k0", "k1", "k2"], starts[3])
+
+
+def test_metadata_past_its_bound_ends_the_journal_even_when_whole(tmp_path: Path) -> None:
+    """META_BYTES_MAX is part of the format: a record with more metadata is garbage,
+    however well formed the rest is (the store never writes one: its keys are at most
+    1 KiB)."""
+    # Mutant: `meta_len > META_BYTES_MAX or data_len > DATA_BYTES_MAX` turned into `and`
+    # (the metadata bound only held together with the data bound).
+    path = tmp_path / "journal"
+    starts = _three_records(path)
+    raw = path.read_bytes()
+    meta = {"op": "put", "key": "big", "pad": "p" * journal_mod.META_BYTES_MAX, "seq": 2}
+    path.write_bytes(raw[: starts[1]] + _record(meta))
+    assert _replayed(path) == (["k0"], starts[1])
+
+
+def test_a_torn_header_claiming_a_huge_record_costs_no_memory(tmp_path: Path) -> None:
+    """A crash can leave a header whose lengths are garbage: reading stops there before
+    anything of that size is read (a 64 MiB claim at the end of a small file)."""
+    # Mutants: `offset + HEADER_BYTES + body_len > size` turned (- for +): the reader then
+    # asked pread for the whole claimed length before noticing it was not there.
+    path = tmp_path / "journal"
+    starts = _three_records(path)
+    claim = MAGIC + (100).to_bytes(4, "little") + (64 << 20).to_bytes(8, "little") + bytes(32)
+    path.write_bytes(path.read_bytes() + claim + b"x" * 200)
+    tracemalloc.start()
+    try:
+        result = _replayed(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result == (["k0", "k1", "k2"], starts[3])
+    assert peak < 8 << 20, f"{peak} bytes at peak reading a torn 64 MiB claim"
