@@ -528,6 +528,8 @@ def mutate_module(
         previous = json.loads(last.read_text())
         if previous["source_sha256"] != hashlib.sha256((tree / path).read_bytes()).hexdigest():
             raise ToolError(f"{path} changed since its last run; run it afresh (without SURVIVORS)")
+        if previous["tests"] != list(tests):
+            raise ToolError(f"{path}: its list of tests changed since its last run; run it afresh")
         names = [m["name"] for m in previous["survivors"]]
         if not names:
             print(f"mutate: {path}: no survivors to re-test")

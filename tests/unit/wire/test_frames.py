@@ -21,6 +21,7 @@ from shuttle.wire.frames import (
     DIRECT_PAYLOAD_BYTES_MIN,
     MAGIC,
     FrameReader,
+    brief,
     encode_frame,
     encode_frame_fast,
     nested_too_deep,
@@ -245,9 +246,10 @@ def test_an_unknown_kind_is_a_protocol_error(kind: int) -> None:
 
 
 def test_bad_magic_names_what_arrived() -> None:
+    # Mutant: the fast lane's `or magic != MAGIC` joined to the next test with `and`.
+    assert reader().whole_frame(b"XH" + frame([1])[2:]) is None
     r = reader()
     r.feed(b"GET / HTTP/1.1\r\n")
-    assert r.whole_frame(frame([1])[:0] + b"XH" + frame([1])[2:]) is None
     with pytest.raises(
         RemoteProtocolError,
         match=exactly(
@@ -402,3 +404,114 @@ def test_nesting_is_measured_exactly() -> None:
     assert not nested_too_deep({"a": {"b": 1}}, 2)
     assert not nested_too_deep(5, 0)
     assert nested_too_deep([], 0)
+
+
+def test_the_fast_lane_waits_behind_anything_pending() -> None:
+    # Mutants: whole_frame's pending tests joined with `and` (`pos != len(buf) and skip`,
+    # `payload is not None and parts is not None`): a small frame overtook a large one.
+    small = frame([9, "ping", {}])
+    for grow in (False, True):
+        r = reader(grow=grow)
+        r.feed(frame([1], body(BIG + 5))[:1000])  # a large payload under way
+        assert r.next_frame() is None
+        assert r.whole_frame(small) is None
+    r = FrameReader(header_bytes_max=HEADER_MAX, payload_bytes_max=10)
+    r.feed(frame([1], b"z" * 500)[:50])  # a refused payload still being skipped
+    assert frames_of(r) == [(FrameKind.REQUEST, [1], b"", 500)]
+    assert r.whole_frame(small) is None
+
+
+def test_the_end_of_a_skipped_payload_and_what_follows_share_a_chunk() -> None:
+    # Mutants: `self._skip = 0` after the skipped bytes turned into 1 (a byte of the next
+    # chunk dropped) or None (the reader no longer at a frame boundary).
+    r = FrameReader(header_bytes_max=HEADER_MAX, payload_bytes_max=10)
+    wire = frame([1], b"z" * 500) + frame([2], b"after") + frame([3], b"later")
+    r.feed(wire[:50])
+    assert frames_of(r) == [(FrameKind.REQUEST, [1], b"", 500)]
+    second_end = len(frame([1], b"z" * 500)) + len(frame([2], b"after"))
+    r.feed(wire[50:second_end])  # the skip ends inside this chunk; frame 2 follows
+    assert frames_of(r) == [(FrameKind.REQUEST, [2], b"after", 0)]
+    assert r.at_frame_boundary()
+    r.feed(wire[second_end:])
+    assert frames_of(r) == [(FrameKind.REQUEST, [3], b"later", 0)]
+
+
+def test_a_node_copies_what_it_keeps_of_a_reused_receive_buffer() -> None:
+    """An I/O layer may receive into one bytearray again and again: a piece the reader
+    keeps must be a copy (only an immutable ``bytes`` chunk may be kept as it is)."""
+    # Mutants: `type(data) is bytes` turned into `is not` (a bytearray chunk kept by
+    # reference, then overwritten by the next receive).
+    data = body(3 * BIG, seed=5)
+    wire = frame([1], data)
+    r = reader(grow=True)
+    buf = bytearray(BIG + 100)
+    got = []
+    for i in range(0, len(wire), len(buf)):
+        piece = wire[i : i + len(buf)]
+        buf[: len(piece)] = piece
+        r.feed(memoryview(buf)[: len(piece)])
+        got += frames_of(r)
+        buf[:] = bytes(len(buf))  # the next receive overwrites it
+    assert got == [(FrameKind.REQUEST, [1], data, 0)]
+
+
+def test_a_node_gathers_small_pieces_after_a_large_one() -> None:
+    # A large piece is kept as it came; small ones after it are gathered in a new buffer.
+    # Mutants: `parts and type(parts[-1]) is bytearray and len(...) < _PART_BYTES` with
+    # an `and` turned into `or`, or `is bytearray` into `is not` (small pieces appended
+    # to the kept bytes).
+    data = body(BIG + 5000, seed=9)
+    wire = frame([1], data) + frame([2])
+    head = len(wire) - len(data) - len(frame([2]))
+    r = reader(grow=True)
+    r.feed(wire[: head + 10])
+    assert r.next_frame() is None
+    r.feed(wire[head + 10 : head + 10 + BIG])  # one large piece
+    for i in range(head + 10 + BIG, len(wire), 777):
+        r.feed(wire[i : i + 777])
+    assert frames_of(r) == [(FrameKind.REQUEST, [1], data, 0), (FrameKind.REQUEST, [2], b"", 0)]
+
+
+def test_receiving_past_the_payload_buffer_is_a_programming_error() -> None:
+    # Mutants: payload_received's assertion weakened (`or`, `filled - nbytes`).
+    r = reader()
+    with pytest.raises(AssertionError):
+        r.payload_received(1)  # nothing awaited
+    r.feed(frame([1], body(BIG))[:100])
+    assert r.next_frame() is None
+    target = r.payload_buffer()
+    assert target is not None
+    with pytest.raises(AssertionError):
+        r.payload_received(len(target) + 1)
+
+
+def test_errors_about_headers_say_what_was_wrong() -> None:
+    # Mutants: the messages of _decode_header replaced, the exception's type name lost.
+    r = reader()
+    r.feed(struct.pack(">2sBBII", b"SH", 3, 0, 1, 0) + b"\xc1")
+    with pytest.raises(
+        RemoteProtocolError,
+        match=exactly("undecodable frame header (FormatError: ); the stream is corrupt"),
+    ):
+        r.next_frame()
+    deep: Any = 0
+    for _ in range(HEADER_DEPTH_MAX + 1):
+        deep = [deep]
+    r = reader(header_max=1 << 10)
+    r.feed(frame(deep))
+    with pytest.raises(
+        RemoteProtocolError,
+        match=exactly(
+            f"frame header nests lists or maps deeper than {HEADER_DEPTH_MAX} levels; "
+            "the peer is broken or hostile"
+        ),
+    ):
+        r.next_frame()
+
+
+def test_brief_keeps_messages_short() -> None:
+    # Mutants: brief's value replaced, its 200-character cut changed.
+    assert brief({"op": "read", "n": 3}) == "{'n': 3, 'op': 'read'}"
+    wide = {f"{k}{'x' * 70}": [f"{k}{'y' * 70}"] * 9 for k in "abcd"}
+    assert len(brief(wide)) == 200
+    assert brief(wide) == brief(wide)[:200] and brief(wide).startswith("{'axxx")
