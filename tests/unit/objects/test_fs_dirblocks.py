@@ -145,8 +145,9 @@ def test_damage_names_the_directory_or_says_directory() -> None:
 
 
 def test_a_head_without_its_body_is_damage() -> None:
-    # Exactly the 12 bytes of a head: refused (a ServerError), not read as an empty body.
-    with pytest.raises(ServerError):
+    # Exactly the 12 bytes of a head: its body is missing, so it fails its checksum.
+    # Mutant: `len(data) < _BLOCK_HEAD.size` turned into <= (another message).
+    with pytest.raises(ServerError, match=exactly(f"{KEY}: directory block fails its checksum")):
         d.decode_entries(d.encode_entries({"a": {"type": "file"}})[:12], KEY)
 
 

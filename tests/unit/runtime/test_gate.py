@@ -91,6 +91,8 @@ class FakeTimeCondition(threading.Condition):
 
     def wait(self, timeout: float | None = None) -> bool:
         assert timeout is not None, "every wait at the gate is bounded"
+        # A wait of no time would spin on this clock: the deadline was already spent.
+        assert timeout > 0, f"a wait of {timeout} s: the deadline test let a spent deadline by"
         self.waits.append(timeout)
         self._notified = False
         if self.on_wait is not None:
@@ -190,6 +192,20 @@ def test_wait_open_gives_up_at_its_deadline_with_a_clear_error(clock: FakeLoopTi
     assert clock.sleeps == pytest.approx(
         [0.001, 0.002, 0.004, 0.008, 0.016, 0.02, 0.02, 0.02, 0.02]
     )
+
+
+def test_wait_open_at_exactly_its_deadline_looks_once_more(clock: FakeLoopTime) -> None:
+    """A call is held for at least ``hold_s``: reaching the deadline exactly is not yet
+    past it (one more poll, then the error)."""
+    # Mutant: `time.monotonic() > deadline` turned into >=.
+    clock.now = 0.0
+    hold_s = 0.0
+    for delay in (0.001, 0.002, 0.004, 0.008, 0.016):  # the clock's own sums, exactly
+        hold_s += delay
+    gate = Gate(GateState.STAGED)
+    with pytest.raises(RequestTimeoutError):
+        asyncio.run(gate.wait_open(hold_s=hold_s))
+    assert clock.sleeps == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.016, 0.02])
 
 
 def test_wait_open_holds_for_two_minutes_by_default(clock: FakeLoopTime) -> None:

@@ -490,3 +490,18 @@ def test_the_decision_log_records_every_number() -> None:
         ],
         "notes": [],
     }
+
+
+def test_a_stack_on_another_server_does_not_end_the_count() -> None:
+    """Memory is summed over the server's stacks wherever they sit in the list: a stack
+    on another server between them is skipped, not the end of the sum."""
+    # Mutants: `continue` past another server's stack turned into `break` in _needs_room
+    # and in _fits.
+    other = filt("o", 0, 0.1 * MB, server="n2", memory=MB)
+    nodes = cluster(8 * MB - 1, "n1", "n2")
+    f1, f2 = hosted_and_newcomer()
+    plan = choose([f1, other, f2], nodes, CONFIG)  # the room is needed: f1 goes
+    assert [(m.stack_id, m.execute) for m in plan.moves] == [("f1", True), ("f2", True)]
+    near = [filt("f1", 0, 0.2 * MB), other, filt("f2", 1, 0.19 * MB)]
+    plan = choose(near, nodes, CONFIG)  # f1 stays, so f2 does not fit
+    assert [(m.stack_id, m.execute) for m in plan.moves] == [("f1", False), ("f2", False)]
