@@ -124,21 +124,24 @@ def guess_tests(path: str, tree: Path = ROOT) -> list[str]:
 
 @dataclass(frozen=True)
 class Equivalent:
-    """A surviving mutant accepted as equivalent: the change, where, and why."""
+    """A surviving mutant accepted as equivalent: the change, where, and why.
+    ``context`` (optional) is the line just above the change, for a change that occurs
+    more than once in its function (``continue`` turned into ``break``)."""
 
     module: str
     function: str
     before: str
     after: str
     reason: str
+    context: str = ""
 
-    def matches(self, module: str, function: str, before: str, after: str) -> bool:
+    def matches(self, m: Mutant, module: str) -> bool:
         return (self.module, self.function, self.before, self.after) == (
             module,
-            function,
-            before,
-            after,
-        )
+            m.function,
+            m.before,
+            m.after,
+        ) and (not self.context or self.context == m.context)
 
 
 def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[Equivalent]:
@@ -151,7 +154,10 @@ def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[Equivalent]:
                 f"{path}: entry {i + 1} lacks {', '.join(missing) or 'a reason'} "
                 "(every accepted mutant says where, what and why)"
             )
-        out.append(Equivalent(*(str(entry[k]) for k in Equivalent.__dataclass_fields__)))
+        unknown = set(entry) - set(Equivalent.__dataclass_fields__)
+        if unknown:
+            raise ToolError(f"{path}: entry {i + 1} has unknown fields {sorted(unknown)}")
+        out.append(Equivalent(**{k: str(v) for k, v in entry.items()}))
     return out
 
 
@@ -169,6 +175,8 @@ class Mutant:
     before: str
     after: str
     diff: str
+    #: The line just above the change (stripped), to tell repeated changes apart.
+    context: str = ""
     seconds: float | None = None
     reason: str | None = None  # set when accepted as equivalent
 
@@ -206,9 +214,10 @@ def _def_index(lines: Sequence[str]) -> int:
 
 def locate(
     name: str, orig_text: str, mutant_text: str, def_lines: dict[str, int]
-) -> tuple[str, int, str, str, str]:
-    """``(function, line, before, after, diff)`` of a mutant, from the generated copies
-    of its function (``orig_text``: mutmut's unmutated copy, ``mutant_text``)."""
+) -> tuple[str, int, str, str, str, str]:
+    """``(function, line, before, after, diff, context)`` of a mutant, from the
+    generated copies of its function (``orig_text``: mutmut's unmutated copy,
+    ``mutant_text``); ``context`` is the nearest non-blank line above the change."""
     mangled, function = split_mutant_name(name)
     generated_orig = mangled + "__mutmut_orig"
     generated = name.rpartition(".")[2]
@@ -227,7 +236,8 @@ def locate(
     diff = "\n".join(
         difflib.unified_diff(orig, mutant, lineterm="", n=1, fromfile="before", tofile="after")
     )
-    return function, line, before, after, diff
+    context = next((x.strip() for x in reversed(orig[:i1]) if x.strip()), "")
+    return function, line, before, after, diff, context
 
 
 def read_mutants(workdir: Path, path: str, tree: Path = ROOT) -> list[Mutant]:
@@ -247,7 +257,7 @@ def read_mutants(workdir: Path, path: str, tree: Path = ROOT) -> list[Mutant]:
     for name, code in meta["exit_code_by_key"].items():
         short = name.rpartition(".")[2]
         mangled = short.partition("__mutmut_")[0]
-        function, line, before, after, diff = locate(
+        function, line, before, after, diff, context = locate(
             name, text(mangled + "__mutmut_orig"), text(short), def_lines
         )
         out.append(
@@ -259,6 +269,7 @@ def read_mutants(workdir: Path, path: str, tree: Path = ROOT) -> list[Mutant]:
                 before=before,
                 after=after,
                 diff=diff,
+                context=context,
                 seconds=meta.get("durations_by_key", {}).get(name),
             )
         )
@@ -323,7 +334,7 @@ def score(
         if m.status not in NOT_CAUGHT:
             other.append(m)
             continue
-        eq = next((e for e in mine if e.matches(path, m.function, m.before, m.after)), None)
+        eq = next((e for e in mine if e.matches(m, path)), None)
         if eq is None:
             survivors.append(m)
         else:

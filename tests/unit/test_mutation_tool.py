@@ -47,7 +47,7 @@ def test_every_accepted_equivalent_still_names_a_line_of_its_function() -> None:
         assert eq.function in lines, f"{eq.module}: no function {eq.function}"
         body = _function_source(source, eq.function)
         stripped = {line.strip() for line in body.splitlines()}
-        for line in eq.before.splitlines():
+        for line in [*eq.before.splitlines(), *([eq.context] if eq.context else [])]:
             assert line in stripped, f"{eq.module} {eq.function}: no line {line!r}"
         assert eq.reason.strip()
 
@@ -73,14 +73,16 @@ def test_a_mutant_is_located_by_its_line_in_the_source() -> None:
     )
     mutant = orig.replace("__mutmut_orig", "__mutmut_4").replace("== 0", "!= 0")
     name = "shuttle.runtime.gate.x\u01c1Gate\u01c1leave__mutmut_4"
-    function, line, before, after, diff = mutate.locate(name, orig, mutant, {"Gate.leave": 120})
-    assert (function, line) == ("Gate.leave", 123)
+    function, line, before, after, diff, context = mutate.locate(
+        name, orig, mutant, {"Gate.leave": 120}
+    )
+    assert (function, line, context) == ("Gate.leave", 123, "self._active -= 1")
     assert (before, after) == ("if self._active == 0:", "if self._active != 0:")
     assert "-            if self._active == 0:" in diff
 
 
-def _mutant(name: str, status: str, before: str = "a", function: str = "f") -> object:
-    return mutate.Mutant(name, status, function, 1, before, before + "!", "")
+def _mutant(name: str, status: str, before: str = "a", context: str = "") -> object:
+    return mutate.Mutant(name, status, "f", 1, before, before + "!", "", context)
 
 
 def test_the_score_sets_accepted_equivalents_aside() -> None:
@@ -92,17 +94,24 @@ def test_the_score_sets_accepted_equivalents_aside() -> None:
         _mutant("m4", "survived", before="y"),
         _mutant("m5", "no tests", before="z"),
         _mutant("m6", "suspicious"),
+        _mutant("m7", "survived", before="y", context="above"),
+        _mutant("m8", "survived", before="y", context="elsewhere"),
     ]
     accepted = mutate.Equivalent(path, "f", "y", "y!", "the same either way")
+    only_here = mutate.Equivalent(path, "f", "y", "y!", "here only", context="above")
     stale = mutate.Equivalent(path, "f", "gone", "gone!", "the line is gone")
     other_module = mutate.Equivalent("src/shuttle/wire/frames.py", "f", "x", "x!", "elsewhere")
-    report = mutate.score(path, mutants, [accepted, stale, other_module], ["tests/t.py"])
+    report = mutate.score(path, mutants[:6], [accepted, stale, other_module], ["tests/t.py"])
     assert report.caught == 2 and report.equivalent == 1
     assert [m.name for m in report.survivors] == ["m3", "m5"]  # no tests is not caught
     assert [m.name for m in report.other] == ["m6"]
     assert report.accepted[0].reason == "the same either way"
     assert report.score == pytest.approx(2 / 4)  # caught / (judged - equivalent)
     assert report.raw_score == pytest.approx(2 / 5)
+    # An entry with a context accepts only the change under that line.
+    narrow = mutate.score(path, mutants[6:], [only_here], ["tests/t.py"])
+    assert [m.name for m in narrow.accepted] == ["m7"]
+    assert [m.name for m in narrow.survivors] == ["m8"]
     assert [e["before"] for e in report.stale_equivalents] == ["gone"]
     text = mutate.markdown(report)
     assert "score **50.0 %**" in text and "Stale entries" in text
