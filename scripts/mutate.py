@@ -299,7 +299,8 @@ class Report:
     equivalent: int
     score: float | None
     raw_score: float | None
-    sampled: bool
+    #: The mutants a sample run tested (empty: every mutant of the module).
+    sample: list[str] = field(default_factory=list)
     survivors: list[Mutant] = field(default_factory=list)
     accepted: list[Mutant] = field(default_factory=list)
     #: Accepted equivalents that no surviving mutant matches (the code changed, or a test
@@ -318,7 +319,7 @@ def score(
     equivalents: Sequence[Equivalent],
     tests: Sequence[str],
     *,
-    sampled: bool = False,
+    sample: Sequence[str] = (),
     tree: Path = ROOT,
 ) -> Report:
     """The report of one module's run: survivors matched against accepted equivalents."""
@@ -344,7 +345,7 @@ def score(
     caught = sum(1 for m in mutants if m.status in CAUGHT)
     judged = caught + len(survivors) + len(accepted)
     honest = judged - len(accepted)
-    stale = [] if sampled else [asdict(e) for e in mine if e not in used]
+    stale = [] if sample else [asdict(e) for e in mine if e not in used]
     return Report(
         module=path,
         tests=list(tests),
@@ -355,7 +356,7 @@ def score(
         equivalent=len(accepted),
         score=caught / honest if honest else None,
         raw_score=caught / judged if judged else None,
-        sampled=sampled,
+        sample=list(sample),
         survivors=survivors,
         accepted=accepted,
         stale_equivalents=stale,
@@ -375,7 +376,7 @@ def markdown(report: Report) -> str:
         "",
         f"* score **{percent(r.score)}** ({r.caught} caught of {r.mutants} mutants, "
         f"{r.equivalent} accepted as equivalent; {percent(r.raw_score)} before setting "
-        "them aside)" + (" — a sample, not every mutant" if r.sampled else ""),
+        "them aside)" + (f" — a sample of {len(r.sample)}, not every mutant" if r.sample else ""),
         "* verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(r.counts.items())),
         f"* tests: {' '.join(r.tests)}",
         f"* took {r.seconds:.0f} s",
@@ -526,12 +527,26 @@ def mutate_module(
     sample: int | None,
     seed: int,
     survivors_only: bool,
+    rescore: bool,
     out_dir: Path,
     work_dir: Path,
     tree: Path,
 ) -> Report:
     workdir = work_dir / slug(path)
     names: list[str] = []
+    if rescore:
+        last = out_dir / f"{slug(path)}.json"
+        if not last.exists() or not (workdir / "mutants").exists():
+            raise ToolError(f"{path}: no previous run to score again; run it first")
+        previous = _report_from(json.loads(last.read_text()))
+        mutants = read_mutants(workdir, path, tree)
+        if previous.sample:
+            mutants = [m for m in mutants if m.name in set(previous.sample)]
+        report = score(
+            path, mutants, equivalents, previous.tests, sample=previous.sample, tree=tree
+        )
+        report.seconds = previous.seconds
+        return report
     if survivors_only:
         last = out_dir / f"{slug(path)}.json"
         if not last.exists() or not (workdir / "mutants").exists():
@@ -556,7 +571,7 @@ def mutate_module(
     if sample is not None:
         chosen = set(names)
         mutants = [m for m in mutants if m.name in chosen]
-    report = score(path, mutants, equivalents, tests, sampled=sample is not None, tree=tree)
+    report = score(path, mutants, equivalents, tests, sample=names if sample else (), tree=tree)
     report.seconds = time.monotonic() - started
     return report
 
@@ -628,6 +643,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--at", metavar="REV", help="measure the sources and tests of a git revision instead"
     )
+    parser.add_argument(
+        "--rescore",
+        action="store_true",
+        help="run nothing: score the last run again (after editing equivalent.toml)",
+    )
     parser.add_argument("--min-score", type=float, default=0.0, help="fail below this (0..1)")
     parser.add_argument("--out", type=Path, help="where reports go (default results/mutation)")
     args = parser.parse_args(argv)
@@ -670,6 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sample=args.sample,
                 seed=args.seed,
                 survivors_only=args.survivors,
+                rescore=args.rescore,
                 out_dir=out_dir,
                 work_dir=work_dir,
                 tree=tree,
