@@ -8,8 +8,10 @@ names the mutants of ``wire/frames.py`` it was seen to fail against (docs/testin
 
 from __future__ import annotations
 
+import array
 import re
 import struct
+import tracemalloc
 from typing import Any
 
 import msgpack
@@ -515,3 +517,136 @@ def test_brief_keeps_messages_short() -> None:
     wide = {f"{k}{'x' * 70}": [f"{k}{'y' * 70}"] * 9 for k in "abcd"}
     assert len(brief(wide)) == 200
     assert brief(wide) == brief(wide)[:200] and brief(wide).startswith("{'axxx")
+
+
+def test_a_payload_of_wide_items_is_framed_by_its_bytes() -> None:
+    # A caller's buffer may be a view of 4- or 8-byte items (an array, numpy data): the
+    # prefix carries its length in bytes. Mutant: `payload.nbytes if type(payload) is
+    # memoryview else len(payload)` forced to len() (a quarter of the length).
+    items = memoryview(array.array("I", range(1000)))
+    parts = encode_frame(
+        FrameKind.REQUEST, [1], items, header_bytes_max=HEADER_MAX, payload_bytes_max=PAYLOAD_MAX
+    )
+    wire = b"".join(bytes(p) for p in parts)
+    assert wire == frame([1], items.tobytes())
+    assert struct.unpack_from(">I", wire, 8)[0] == items.nbytes == 4000
+
+
+def test_a_reader_receives_large_payloads_in_place_unless_told_to_grow() -> None:
+    # The default (a client's reader) preallocates the payload it asked for. Mutant:
+    # grow_payloads defaulting to True.
+    r = FrameReader(header_bytes_max=HEADER_MAX, payload_bytes_max=PAYLOAD_MAX)
+    r.feed(frame([1], body(BIG))[:20])
+    assert r.next_frame() is None
+    target = r.payload_buffer()
+    assert target is not None and len(target) == BIG - (20 - len(frame([1])))
+
+
+def test_receiving_starts_as_soon_as_the_header_is_whole() -> None:
+    # Mutants: `avail < PREFIX_BYTES + header_len` turned into <= (the payload's buffer
+    # waited for a payload byte) or into `PREFIX_BYTES - header_len` (a header cut short
+    # was decoded, and the stream declared corrupt).
+    wire = frame([1, "put", {"key": "k" * 40}], body(BIG))
+    head = len(wire) - BIG
+    r = reader()
+    r.feed(wire[: head - 10])  # the header cut short: wait, nothing wrong yet
+    assert r.next_frame() is None and r.payload_buffer() is None
+    r.feed(wire[head - 10 : head])  # the header whole, no payload byte yet
+    assert r.next_frame() is None
+    target = r.payload_buffer()
+    assert target is not None and len(target) == BIG
+    target[:] = wire[head:]
+    r.payload_received(BIG)
+    assert frames_of(r) == [(FrameKind.REQUEST, [1, "put", {"key": "k" * 40}], body(BIG), 0)]
+
+
+def test_a_payload_at_a_small_limit_is_sliced_from_the_stream() -> None:
+    # A payload of exactly the limit, under DIRECT_PAYLOAD_BYTES_MIN, is a small frame.
+    # Mutant: `payload_len <= self._payload_bytes_max` turned into < (it took the large
+    # frames' way instead).
+    r = FrameReader(header_bytes_max=HEADER_MAX, payload_bytes_max=10)
+    wire = frame([1], b"0123456789")
+    r.feed(wire[:-3])
+    assert r.next_frame() is None and r.payload_buffer() is None
+    r.feed(wire[-3:])
+    payload = r.next_frame()[2]  # type: ignore[index]
+    # Sliced out of the reader's accumulating buffer, a small payload is still bytes.
+    # Mutant: `elif type(buf) is bytes` turned into `is not` (a bytearray slice).
+    assert type(payload) is bytes and payload == b"0123456789"
+
+
+@pytest.mark.parametrize("grow", [False, True], ids=["client", "node"])
+def test_nothing_is_left_buffered_after_a_large_payload(grow: bool) -> None:
+    # buffered_bytes is what a node's admission charges a connection. Mutants: the
+    # filled count left at 1 instead of 0 when a large payload completes.
+    wire = frame([1], body(BIG + 1)) + frame([2])
+    r = reader(grow=grow)
+    r.feed(wire[:500])
+    assert r.next_frame() is None
+    r.feed(wire[500:])
+    assert len(frames_of(r)) == 2
+    assert r.buffered_bytes == 0 and r.at_frame_boundary()
+
+
+def test_a_partial_frame_is_copied_out_of_a_reused_receive_buffer() -> None:
+    # Only an immutable bytes chunk may be kept as the stream buffer. Mutant: `if
+    # type(data) is bytes` turned into `is not` (a view of the caller's buffer kept,
+    # then overwritten by the next receive).
+    wire = frame([1, "a", {}]) + frame([2, "b", {}])
+    buf = bytearray(7)
+    r = reader()
+    got = []
+    for i in range(0, len(wire), len(buf)):
+        piece = wire[i : i + len(buf)]
+        buf[: len(piece)] = piece
+        r.feed(memoryview(buf)[: len(piece)])
+        got += frames_of(r)
+        buf[:] = b"\xff" * len(buf)
+    assert got == [
+        (FrameKind.REQUEST, [1, "a", {}], b"", 0),
+        (FrameKind.REQUEST, [2, "b", {}], b"", 0),
+    ]
+
+
+def test_tiny_pieces_of_a_large_payload_cost_their_bytes() -> None:
+    """A node's reader keeps a large payload as the pieces that arrived: a peer sending it
+    a byte at a time must cost about a byte per byte, not an object per byte."""
+    # Mutant: the test for a gathering buffer (`type(parts[-1]) is bytearray`) never true
+    # (every tiny piece became an object of its own: some 60 bytes each).
+    wire = frame([1], body(4 * BIG))
+    head = len(wire) - 4 * BIG
+    r = reader(grow=True)
+    r.feed(wire[:head])
+    assert r.next_frame() is None
+    tracemalloc.start()
+    try:
+        for i in range(head, head + 20_000):
+            r.feed(wire[i : i + 1])
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 200_000, f"{held} bytes held for 20,000 bytes received"
+
+
+def test_a_stream_that_never_ends_on_a_frame_boundary_keeps_a_bounded_buffer() -> None:
+    """Chunks that always end inside a frame leave a partial frame behind each time: the
+    parsed bytes in front of it must be dropped, or the buffer grows with the stream."""
+    # Mutant: the compaction test `self._pos * 2 >= len(buf)` made never true (/ 2).
+    one = frame([1, "ping", {}])
+    stream = one * 3000
+    step = 5 * len(one)  # whole frames per chunk, after a first chunk that ends mid-frame
+    first = step + 3
+    r = reader()
+    r.feed(stream[:first])
+    frames_of(r)
+    assert r.partial_frame
+    tracemalloc.start()
+    try:
+        for i in range(first, len(stream) - step, step):
+            r.feed(stream[i : i + step])
+            frames_of(r)
+            assert r.partial_frame
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 20_000, f"{held} bytes held after {len(stream)} bytes streamed"
