@@ -667,6 +667,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--min-score", type=float, default=0.0, help="fail below this (0..1)")
     parser.add_argument("--out", type=Path, help="where reports go (default results/mutation)")
     args = parser.parse_args(argv)
+    # Stopped by a signal, stop mutmut too (the finally in run_mutmut runs on SystemExit).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         test_map = load_test_map()
         equivalents = load_equivalents()
