@@ -180,8 +180,8 @@ def test_a_payload_exactly_at_the_limit_is_sent_and_one_byte_more_is_refused() -
     with pytest.raises(
         LimitExceededError,
         match=exactly(
-            f"frame payload is {limit + 1} bytes, over the limit of {limit}; "
-            "split the data into several range requests"
+            f"frame payload is {limit + 1} bytes, over the limit of {limit} "
+            "one request or answer carries; send less in one call"
         ),
     ):
         encode_frame(
