@@ -7,8 +7,10 @@ demo: setup
 	.venv/bin/shuttle demo
 
 # Two workers: the suite mostly waits on node processes (13 min on one, 7 on two).
+# Then a short sample of mutation testing (docs/testing.md; 10-30 s).
 test: setup-dev lint
 	.venv/bin/python -m pytest -q -n 2
+	$(MUTATE_SAMPLE)
 
 # Power-loss tier (needs root and FUSE): a node on LazyFS, POINTS power cuts, checks.
 # LAZYFS is a built LazyFS directory or its build script (built once into ~/.cache/shuttle).
@@ -30,10 +32,11 @@ mutate: setup-dev
 	@test -n "$(MODULES)" || { echo 'usage: make mutate MODULES="src/shuttle/store/journal.py ..."' >&2; exit 2; }
 	nice -n 10 .venv/bin/python scripts/mutate.py --jobs $(JOBS) $(if $(SURVIVORS),--survivors) $(MUTATE_ARGS) -- $(MODULES)
 
-# The short sample `make test` runs (about 30 s): 30 seeded mutants of the directory
+# The short sample `make test` runs (10-30 s): 30 seeded mutants of the directory
 # blocks, each caught or accepted as equivalent, so the tool and its lists keep working.
+MUTATE_SAMPLE = nice -n 10 .venv/bin/python scripts/mutate.py --sample 30 --min-score 1 -- src/shuttle/objects/fs/dirblocks.py
 mutate-sample: setup-dev
-	nice -n 10 .venv/bin/python scripts/mutate.py --sample 30 --min-score 1 -- src/shuttle/objects/fs/dirblocks.py
+	$(MUTATE_SAMPLE)
 
 setup:
 	scripts/setup.sh

@@ -674,8 +674,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         equivalents = load_equivalents()
         paths = [module_path(m) for m in args.modules]
         tree, work_dir, out_dir = ROOT, WORK_DIR, args.out or OUT_DIR
+        if args.out:  # a report elsewhere keeps its mutmut files apart too
+            work_dir = WORK_DIR / (
+                "out-" + hashlib.sha256(str(args.out.resolve()).encode()).hexdigest()[:8]
+            )
         if args.sample is not None:  # never in the way of a full run's files
-            work_dir, out_dir = WORK_DIR / "sample", args.out or OUT_DIR / "sample"
+            work_dir, out_dir = work_dir / "sample", args.out or OUT_DIR / "sample"
         if args.at:
             tree = checkout(args.at)
             work_dir = tree.parent
