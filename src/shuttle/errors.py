@@ -183,6 +183,15 @@ class AuthenticationError(RemoteError):
     exit_code = 7
 
 
+class TlsError(AuthenticationError):
+    """A TLS connection could not be made or was broken: the node's certificate does
+    not chain to the cluster's CA or names another host, one side speaks TLS and the
+    other does not, or a record failed its authentication (bytes changed on the way).
+    Never retried: the same connection would fail the same way."""
+
+    code = "tls"
+
+
 class NotPermittedError(RemoteError):
     """The node refuses this request: the principal the connection authenticated as
     lacks the capability it needs (the message names the capability, the key and the
@@ -191,6 +200,15 @@ class NotPermittedError(RemoteError):
 
     code = "not_permitted"
     exit_code = 10
+
+
+class IntegrityError(RemoteError):
+    """Bytes did not match their content hash: what a node stored is not what this
+    client sent, or what it read is not what the node holds. They were changed on the
+    way (or on the node); the message says which and what to do. Bytes read that fail
+    are never returned; a payload that fails at the node is never stored."""
+
+    code = "integrity"
 
 
 class ObjectNotFoundError(NotFoundError):

@@ -12,6 +12,7 @@ Layout:
 * ``speculation_costs``  the paper's cost model (T_f < (1 - p)·T_c) over online estimates
 * ``branches`` the optimistic branch of a speculation: a thread or a forked child
 * ``calls``    what each call sends and how its answer reads (sans-I/O, shared by both APIs)
+* ``integrity``  end-to-end checks: payload hashes on writes, chunk hashes on reads
 * ``client``   :class:`Client`, the synchronous API (no asyncio needed)
 * ``gateways`` :class:`GatewayClient`: fails over between nodes that share one store (RADOS)
 * ``locality`` which gateway node sits beside a key's primary OSD (learned in the background)

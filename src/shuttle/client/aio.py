@@ -37,6 +37,7 @@ from shuttle.client.cache import (
     _blocks_name,
 )
 from shuttle.client.calls import PIECE_BYTES_DEFAULT, WINDOW_DEFAULT, Op, Pieces
+from shuttle.client.integrity import RangeVerifier, UploadHasher, check_written
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
 from shuttle.client.routing import node_for_key
 from shuttle.client.validation import MODES, VALIDATION_DEFAULT
@@ -45,6 +46,7 @@ from shuttle.errors import ClosedFileError, InvalidArgumentError, NotFoundError,
 from shuttle.net.aio import AsyncConnection as AsyncConnection  # re-exported: its old home
 from shuttle.net.blocking import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
 from shuttle.net.shaping import Link
+from shuttle.net.tls import ClientTls
 from shuttle.wire import Response
 from shuttle.wire.events import Payload
 
@@ -76,6 +78,7 @@ class AsyncClient:
         key: bytes | None = None,
         principal: str | None = None,
         validation: str = VALIDATION_DEFAULT,
+        tls: ClientTls | None = None,
     ) -> None:
         if not nodes:
             raise InvalidArgumentError("a client needs at least one node address")
@@ -88,6 +91,8 @@ class AsyncClient:
         #: or principal ``principal``'s.
         self.key = key
         self.principal = principal
+        #: TLS to the nodes (the cluster's CA), or None for plain connections.
+        self.tls = tls
         self.validation = _check_mode(validation)
         self._validations: dict[str, dict[str, int]] = {}
         #: The attributes each key was last validated at (the ``speculative`` copy).
@@ -102,6 +107,7 @@ class AsyncClient:
                 request_timeout_s=request_timeout_s,
                 key=key,
                 principal=principal,
+                tls=tls,
             )
             for n in self.nodes
         }
@@ -239,12 +245,34 @@ class AsyncClient:
         info: ObjectInfo | None = None,
     ) -> AsyncIterator[bytes | bytearray]:
         """Pieces of one version of ``key``, ``window`` requests in flight, in order
-        (``VersionMismatchError`` if the object changes meanwhile)."""
+        (``VersionMismatchError`` if the object changes meanwhile); every chunk wholly
+        inside the range checked against its hash before its bytes are handed on
+        (``IntegrityError``), as :meth:`Client.iter_read <shuttle.Client.iter_read>`."""
         info = info or await self.stat(key)
         end = info.size if length is None else min(info.size, offset + length)
+        if offset >= end:
+            return
+        chunks = builtins.list(info.chunks)
+        while len(chunks) < info.chunks_total and (not chunks or chunks[-1].offset < end):
+            more = calls.chunks(await self._send(calls.chunks_page(key, len(chunks), info.version)))
+            if not more:
+                break
+            chunks += more
+        verifier = RangeVerifier(key, chunks, offset, end)
         ops = calls.read_pieces(key, offset, end, self.piece_bytes, info.version)
+        held: deque[bytes | bytearray] = deque()  # received, not yet all checked
+        released = offset
         async for res in self._pipeline(self.node_for(key), ops):
-            yield calls.piece(res)
+            piece = calls.piece(res)
+            held.append(piece)
+            safe = verifier.feed(piece)
+            while held and released + len(held[0]) <= safe:
+                out = held.popleft()
+                released += len(out)
+                yield out
+        verifier.finish()
+        while held:
+            yield held.popleft()
 
     async def open(self, key: str, *, validation: str | None = None) -> AsyncReader:
         """A reader of ``key`` through the client cache, validated by the mode
@@ -313,9 +341,10 @@ class AsyncClient:
         (``VersionMismatchError`` otherwise). A path or file is read on the loop's thread.
         """
         if isinstance(source, bytes | bytearray | memoryview) and calls.single_put(source):
-            res = await self._send(calls.put(key, source, expected_version))
+            op = calls.put(key, source, expected_version)
+            res = await self._send(op)
             self.forget(key)
-            return calls.object_info(res)
+            return calls.put_info(res, op)
         if isinstance(source, str | os.PathLike):
             with open(source, "rb") as f:
                 return await self.put(key, f, expected_version=expected_version)
@@ -326,10 +355,12 @@ class AsyncClient:
     ) -> ObjectInfo:
         node = self.node_for(key)
         upload = calls.upload_id(await self._send(calls.upload_begin(key, expected_version), node))
+        sent = UploadHasher()  # the object's hash, to check the commit's answer against
 
         def writes() -> Iterator[Op]:
             offset = 0
             for piece in pieces:
+                sent.update(piece)
                 yield calls.upload_write(upload, offset, piece, key=key)
                 offset += len(piece)
 
@@ -342,7 +373,7 @@ class AsyncClient:
                 await self._send(calls.upload_abort(upload), node)
             raise
         self.forget(key)
-        return info
+        return check_written(info, key, sent.size, sent.digest())
 
     async def write(
         self,

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from shuttle.client.integrity import HASH_ARG, check_written, payload_hash
 from shuttle.client.model import Chunk, ObjectInfo, WriteInfo
 from shuttle.errors import InvalidArgumentError, LimitExceededError, RemoteProtocolError
 from shuttle.net.attr_rows import ROWS_FORM, decode_rows
@@ -138,13 +139,20 @@ def put(
 ) -> Op:
     """A put in one request (see :func:`single_put`); a conditional one is not
     retried: the first may have taken effect, and the second would then fail.
-    ``mtime_ns``: the modification time to record (None: the node's now)."""
+    ``mtime_ns``: the modification time to record (None: the node's now). It carries
+    its payload's hash: the node refuses bytes changed on the way, and :func:`put_info`
+    checks the object the node reports against it."""
     if memoryview(data).nbytes > SINGLE_PUT_BYTES_MAX:
         raise LimitExceededError(
             f"a single-request put carries at most {SINGLE_PUT_BYTES_MAX} bytes, "
             f"{key!r} has {memoryview(data).nbytes}; larger objects go through an upload"
         )
-    args = {"key": key, **_cond(expected_version), **_mtime(mtime_ns)}
+    args = {
+        "key": key,
+        HASH_ARG: payload_hash(data),
+        **_cond(expected_version),
+        **_mtime(mtime_ns),
+    }
     return Op("put", args, data, expected_version is None)
 
 
@@ -154,7 +162,8 @@ def upload_begin(key: str, expected_version: int | None = None) -> Op:
 
 def upload_write(upload: str, offset: int, piece: Payload, *, key: str = "") -> Op:
     _check_payload("an upload piece", key or upload, piece)
-    return Op("upload.write", {"upload": upload, "offset": offset}, piece, idempotent=False)
+    args = {"upload": upload, "offset": offset, HASH_ARG: payload_hash(piece)}
+    return Op("upload.write", args, piece, idempotent=False)
 
 
 def upload_commit(upload: str, mtime_ns: int | None = None) -> Op:
@@ -178,7 +187,12 @@ def write(
     key: str, offset: int, data: Payload, expected_version: int | None = None, create: bool = False
 ) -> Op:
     _check_payload("a write", key, data)
-    args: dict[str, Any] = {"key": key, "offset": offset, "create": create}
+    args: dict[str, Any] = {
+        "key": key,
+        "offset": offset,
+        "create": create,
+        HASH_ARG: payload_hash(data),
+    }
     return Op("write", {**args, **_cond(expected_version)}, data, idempotent=False)
 
 
@@ -216,6 +230,13 @@ def cache_drop(keys: Sequence[str]) -> Op:
 
 def object_info(res: Response) -> ObjectInfo:
     return ObjectInfo.from_wire(res.result)
+
+
+def put_info(res: Response, op: Op) -> ObjectInfo:
+    """A put's answer, checked: the object the node stored is the one ``op`` sent (its
+    key, size and hash), else :class:`~shuttle.errors.IntegrityError`."""
+    size = memoryview(op.payload).nbytes
+    return check_written(object_info(res), op.key, size, op.args[HASH_ARG])
 
 
 def write_info(res: Response) -> WriteInfo:

@@ -35,6 +35,7 @@ from shuttle.client.connect import connect
 from shuttle.cluster.clusterfile import CLUSTER_ENV
 from shuttle.errors import InvalidArgumentError
 from shuttle.net.auth import KEY_FILE_ENV
+from shuttle.net.tls import CA_FILE_ENV, TLS_ENV
 
 # Keys and paths are data, not Rich markup: a key "logs/[2026]" must print as written.
 console = Console(markup=False)
@@ -51,6 +52,22 @@ KeyFileOpt = Annotated[
         help=f"Cluster key file (default: the cluster file's key, else ${KEY_FILE_ENV}).",
     ),
 ]
+TlsOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--tls/--no-tls",
+        help=f"TLS to the nodes (default: as the cluster file says; for --node, on unless "
+        f"the node is on loopback; ${TLS_ENV}=1/0).",
+    ),
+]
+CaFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca-file",
+        help=f"The cluster's CA certificate for TLS (default: the cluster file's, else "
+        f"${CA_FILE_ENV}).",
+    ),
+]
 LinkOpt = Annotated[
     str | None,
     typer.Option(
@@ -62,9 +79,16 @@ PROGRESS_BYTES_MIN = 8 << 20
 
 
 def _client(
-    node: str | None, cluster: Path | None, key_file: Path | None, link: str | None = None
+    node: str | None,
+    cluster: Path | None,
+    key_file: Path | None,
+    link: str | None = None,
+    tls: bool | None = None,
+    ca_file: Path | None = None,
 ) -> Client:
-    return connect(node=node, cluster=cluster, link=link, key_file=key_file)
+    return connect(
+        node=node, cluster=cluster, link=link, key_file=key_file, tls=tls, ca_file=ca_file
+    )
 
 
 @contextmanager
@@ -91,10 +115,12 @@ def put(
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
     key_file: KeyFileOpt = None,
+    tls: TlsOpt = None,
+    ca_file: CaFileOpt = None,
     link: LinkOpt = None,
 ) -> None:
     """Upload a local file as object KEY (atomically: readers never see half of it)."""
-    with _client(node, cluster, key_file, link) as client:
+    with _client(node, cluster, key_file, link, tls, ca_file) as client:
         client.check_new_key(key)  # a name is an object or a directory, cluster-wide
         if str(local) == "-":
             info = client.put(key, sys.stdin.buffer)
@@ -120,10 +146,12 @@ def get(
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
     key_file: KeyFileOpt = None,
+    tls: TlsOpt = None,
+    ca_file: CaFileOpt = None,
     link: LinkOpt = None,
 ) -> None:
     """Download object KEY into a local file (written whole or not at all)."""
-    with _client(node, cluster, key_file, link) as client:
+    with _client(node, cluster, key_file, link, tls, ca_file) as client:
         if local == "-":
             client.get_to(key, sys.stdout.buffer)
             return
@@ -167,11 +195,13 @@ def cat(
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
     key_file: KeyFileOpt = None,
+    tls: TlsOpt = None,
+    ca_file: CaFileOpt = None,
     link: LinkOpt = None,
 ) -> None:
     """Write objects to standard output, streaming large ones."""
     out = sys.stdout.buffer
-    with _client(node, cluster, key_file, link) as client:
+    with _client(node, cluster, key_file, link, tls, ca_file) as client:
         for key in keys:
             for piece in client.iter_read(key):
                 out.write(piece)
@@ -189,9 +219,11 @@ def ls(
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
     key_file: KeyFileOpt = None,
+    tls: TlsOpt = None,
+    ca_file: CaFileOpt = None,
 ) -> None:
     """List keys under PREFIX, across all nodes (directories end in /)."""
-    with _client(node, cluster, key_file) as client:
+    with _client(node, cluster, key_file, None, tls, ca_file) as client:
         if recursive:
             prefixes: list[str] = []
             keys = list(client.list(prefix))
@@ -223,9 +255,11 @@ def stat(
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
     key_file: KeyFileOpt = None,
+    tls: TlsOpt = None,
+    ca_file: CaFileOpt = None,
 ) -> None:
     """Show an object's attributes: size, version, mtime, content hash, chunks."""
-    with _client(node, cluster, key_file) as client:
+    with _client(node, cluster, key_file, None, tls, ca_file) as client:
         info = client.stat(key)
         where = client.node_for(key)
         # A stat lists the first 8,192 chunks; JSON gets them all (paged, one version).
@@ -256,9 +290,11 @@ def rm(
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
     key_file: KeyFileOpt = None,
+    tls: TlsOpt = None,
+    ca_file: CaFileOpt = None,
 ) -> None:
     """Remove objects."""
-    with _client(node, cluster, key_file) as client:
+    with _client(node, cluster, key_file, None, tls, ca_file) as client:
         existed = client.remove_many(keys)
     missing = [k for k, e in zip(keys, existed, strict=True) if not e]
     if missing and not force:
@@ -273,10 +309,12 @@ def stats(
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
     key_file: KeyFileOpt = None,
+    tls: TlsOpt = None,
+    ca_file: CaFileOpt = None,
 ) -> None:
     """Show each node's counters: requests, bytes, errors, store and cache, free space
     on its disk and the journal's share of the used space (--json: all of them)."""
-    with _client(node, cluster, key_file) as client:
+    with _client(node, cluster, key_file, None, tls, ca_file) as client:
         all_stats = {n.node_id: client.node_stats(n) for n in client.nodes}
     if as_json:
         print(json.dumps(all_stats, indent=2, default=str))

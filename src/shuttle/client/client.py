@@ -30,6 +30,7 @@ from shuttle.client.calls import (
     WINDOW_DEFAULT as WINDOW_DEFAULT,
 )
 from shuttle.client.calls import Op, Pieces, interrupted
+from shuttle.client.integrity import RangeVerifier, UploadHasher, check_written
 from shuttle.client.lookaside import LookasideReader, LookasideStore, StoreSet
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
 from shuttle.client.namespace import Namespace
@@ -45,6 +46,7 @@ from shuttle.net.blocking import (
 )
 from shuttle.net.memory import tune_allocator
 from shuttle.net.shaping import Link
+from shuttle.net.tls import ClientTls
 from shuttle.wire import Response
 from shuttle.wire.events import Payload
 
@@ -103,6 +105,8 @@ class Client:
     nodes started with a cluster key refuse a client without either
     (:class:`AuthenticationError`), and check each request of a principal against its
     capabilities (:class:`NotPermittedError`).
+    ``tls`` (:class:`~shuttle.net.tls.ClientTls`, the cluster's CA): every connection
+    is TLS and checks the node's certificate; None: plain TCP.
     ``dial`` opens a connection to a node; by default a socket
     (:class:`BlockingConnection` with this client's timeouts, link and key), and
     :class:`shuttle.testing.MemoryNode` offers one without a socket.
@@ -127,6 +131,7 @@ class Client:
         dial: Dial | None = None,
         validation: str = VALIDATION_DEFAULT,
         lookaside: StoreSet | Sequence[LookasideStore] | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         if not nodes:
             raise InvalidArgumentError("a client needs at least one node address")
@@ -143,6 +148,8 @@ class Client:
         #: or principal ``principal``'s.
         self.key = key
         self.principal = principal
+        #: TLS to the nodes (the cluster's CA), or None for plain connections.
+        self.tls = tls
         #: One emulated link per node, shared by all threads (they share its bandwidth).
         self._links = {
             n.node_id: Link(n.link)
@@ -204,6 +211,7 @@ class Client:
             link=self._links.get(node.node_id),
             key=self.key,
             principal=self.principal,
+            tls=self.tls,
         )
 
     def drop_connection(self, node: NodeAddress) -> None:
@@ -384,7 +392,10 @@ class Client:
 
         All pieces come from the version current at the start: if the object changes
         meanwhile, the stream fails with ``VersionMismatchError`` instead of mixing
-        versions.
+        versions. Every chunk wholly inside the range is checked against its hash
+        before any of its bytes is handed on (a piece waits for the chunk that
+        straddles its end); a mismatch raises ``IntegrityError``
+        (:mod:`shuttle.client.integrity`).
         """
         info = info or self.stat(key)
         end = info.size if length is None else min(info.size, offset + length)
@@ -393,15 +404,40 @@ class Client:
         if self.lookaside is not None:
             yield from self.lookaside.iter_range(info, offset, end, progress=progress)
             return
+        verifier = RangeVerifier(key, self._chunks_through(info, end), offset, end)
         reads = (
             Call(op.op, op.args)
             for op in calls.read_pieces(key, offset, end, self.piece_bytes, info.version)
         )
         conn = self.connection(self.node_for(key))
+        held: deque[bytes | bytearray] = deque()  # received, not yet all checked
+        released = offset
         for res in conn.call_many(reads, window=self.window):
             piece = calls.piece(res)  # large pieces are handed on uncopied
-            progress(len(piece))
-            yield piece
+            held.append(piece)
+            safe = verifier.feed(piece)
+            while held and released + len(held[0]) <= safe:
+                out = held.popleft()
+                released += len(out)
+                progress(len(out))
+                yield out
+        verifier.finish()
+        while held:
+            out = held.popleft()
+            progress(len(out))
+            yield out
+
+    def _chunks_through(self, info: ObjectInfo, end: int) -> Sequence[Chunk]:
+        """``info``'s chunks, with the pages past the first fetched if a range ending at
+        ``end`` reaches beyond them (objects over ~512 MiB), for one version."""
+        chunks = builtins.list(info.chunks)
+        while len(chunks) < info.chunks_total and (not chunks or chunks[-1].offset < end):
+            page = self._send(calls.chunks_page(info.key, len(chunks), info.version))
+            more = calls.chunks(page)
+            if not more:
+                break
+            chunks += more
+        return chunks
 
     def get_to(
         self, key: str, target: str | Path | IO[bytes], *, progress: Progress = _no_progress
@@ -486,10 +522,11 @@ class Client:
         record (a copy keeps its source's); None: the node's clock at the change.
         """
         if isinstance(source, bytes | bytearray | memoryview) and calls.single_put(source):
-            res = self._send(calls.put(key, source, expected_version, mtime_ns))
+            op = calls.put(key, source, expected_version, mtime_ns)
+            res = self._send(op)
             self.forget(key)
             progress(len(source))
-            return calls.object_info(res)
+            return calls.put_info(res, op)
         if isinstance(source, str | Path):
             with open(source, "rb") as f:
                 return self.put(
@@ -520,11 +557,13 @@ class Client:
         # Every request of an upload goes over this one connection (the session's node).
         upload = calls.upload_id(_on(conn, calls.upload_begin(key, expected_version)))
         sizes: deque[int] = deque()
+        sent = UploadHasher()  # the object's hash, to check the commit's answer against
 
         def writes() -> Iterator[Call]:
             offset = 0
             for piece in pieces:
                 sizes.append(len(piece))
+                sent.update(piece)
                 op = calls.upload_write(upload, offset, piece, key=key)
                 yield Call(op.op, op.args, op.payload)
                 offset += len(piece)
@@ -541,7 +580,7 @@ class Client:
                     _on(conn, calls.upload_abort(upload))
             raise
         self.forget(key)
-        return info
+        return check_written(info, key, sent.size, sent.digest())
 
     def write(
         self,

@@ -14,9 +14,10 @@ from shuttle.client.model import NodeAddress
 from shuttle.client.validation import VALIDATION_ENV
 from shuttle.cluster.clusterfile import CLUSTER_ENV, ClusterFile, default_cluster_path
 from shuttle.errors import ConfigError
-from shuttle.net.addresses import parse_address
+from shuttle.net.addresses import is_loopback, parse_address
 from shuttle.net.auth import KEY_FILE_ENV, Credentials, load_credentials
 from shuttle.net.profiles import parse_link_profile
+from shuttle.net.tls import CA_FILE_ENV, ClientTls, tls_from_env
 
 _ADDRESS = re.compile(r"^[\w.\-\[\]:]+:\d+$")
 
@@ -28,6 +29,8 @@ def connect(
     cluster: str | Path | None = None,
     link: str | None = None,
     key_file: str | Path | None = None,
+    tls: bool | None = None,
+    ca_file: str | Path | None = None,
     **client_options: Any,
 ) -> Client:
     """A :class:`Client` of one node or of a whole cluster.
@@ -45,6 +48,14 @@ def connect(
     client then acts as that principal, within its capabilities). A bad key file
     raises :class:`ConfigError` saying what to do.
 
+    TLS (docs/security.md, "The wire"): a cluster file says whether its nodes serve TLS
+    and names the CA their certificates chain to; a single node (``HOST:PORT``) is
+    dialled with TLS unless it is on loopback. ``tls`` overrides either (``True``:
+    TLS on loopback too; ``False``: plain, beyond loopback too, for a node started
+    ``--no-tls --insecure``). The CA comes from ``ca_file``, else the cluster file, else
+    ``$SHUTTLE_CA_FILE``; TLS without one raises :class:`ConfigError`. With no ``tls``
+    given, ``$SHUTTLE_TLS`` (1 or 0) overrides the default.
+
     Lookaside stores (docs/lookaside.md) come from ``lookaside=``, else, if
     ``$SHUTTLE_LOOKASIDE`` is ``1``, the stores the user added with ``shuttle lookaside
     add``; with neither, none. The validation mode (docs/consistency.md) comes from
@@ -60,6 +71,8 @@ def connect(
         else:
             cluster = target
     profile = parse_link_profile(link) if link else None
+    if tls is None:
+        tls = tls_from_env()
     if "validation" not in client_options and os.environ.get(VALIDATION_ENV):
         client_options["validation"] = os.environ[VALIDATION_ENV]  # checked by Client
     if "lookaside" not in client_options:  # $SHUTTLE_LOOKASIDE=1: the user's added stores
@@ -68,6 +81,9 @@ def connect(
         host, port = parse_address(node, "node address")
         if "key" not in client_options:
             _set_credentials(client_options, _load_key(key_file, None))
+        if "tls" not in client_options:
+            use_tls = tls if tls is not None else not is_loopback(host)
+            client_options["tls"] = _client_tls(use_tls, ca_file, None, node)
         return Client([NodeAddress(node, host, port, profile)], **client_options)
     path = Path(cluster) if cluster is not None else default_cluster_path()
     if path is None:
@@ -79,6 +95,9 @@ def connect(
     addresses = spec.addresses()
     if "key" not in client_options:
         _set_credentials(client_options, _load_key(key_file, spec))
+    if "tls" not in client_options:
+        use_tls = tls if tls is not None else spec.tls
+        client_options["tls"] = _client_tls(use_tls, ca_file, spec, str(path))
     if profile is not None:
         addresses = [NodeAddress(a.node_id, a.host, a.port, profile) for a in addresses]
     if _shared_store(spec) is not None:
@@ -101,6 +120,28 @@ def _shared_store(spec: ClusterFile) -> str | None:
         return None
     only = stores.pop()
     return only if only is not None and only.startswith("rados:") else None
+
+
+def _client_tls(
+    use_tls: bool, ca_file: str | Path | None, cluster: ClusterFile | None, what: str
+) -> ClientTls | None:
+    """The client's TLS (None: plain): the CA from ``ca_file``, else the cluster file,
+    else the environment; :class:`ConfigError` naming them when TLS has none."""
+    if not use_tls:
+        return None
+    if ca_file is not None:
+        return ClientTls(Path(ca_file))
+    if cluster is not None and cluster.ca_file is not None:
+        return ClientTls(cluster.ca_file)
+    from_env = os.environ.get(CA_FILE_ENV)
+    if from_env:
+        return ClientTls(Path(from_env))
+    raise ConfigError(
+        f"{what} is dialled with TLS (it is beyond loopback, or --tls was given), which needs "
+        f"the cluster's CA certificate to check the node's: --ca-file FILE or ${CA_FILE_ENV} "
+        "(`shuttle cluster up --tls` makes ROOT/tls/ca.pem and names it in the cluster file); "
+        "--no-tls for a node that serves without TLS"
+    )
 
 
 def _load_key(key_file: str | Path | None, cluster: ClusterFile | None) -> Credentials | None:

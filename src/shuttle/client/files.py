@@ -17,7 +17,9 @@ import sys
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from shuttle.client import calls
 from shuttle.client.calls import interrupted
+from shuttle.client.integrity import UploadHasher, check_written
 from shuttle.client.model import ObjectInfo
 from shuttle.errors import ClosedFileError, InvalidArgumentError, ShuttleError
 
@@ -136,6 +138,7 @@ class RemoteWriter(io.RawIOBase):
         ).result["upload"]
         self._buf = bytearray()
         self._offset = 0
+        self._sent = UploadHasher()  # checked against the object the commit reports
         self.info: ObjectInfo | None = None
 
     def writable(self) -> bool:
@@ -155,9 +158,9 @@ class RemoteWriter(io.RawIOBase):
     def _send(self, n: int) -> None:
         piece = bytes(self._buf[:n])
         del self._buf[:n]
-        self.client.call(
-            self.node, "upload.write", {"upload": self._upload, "offset": self._offset}, piece
-        )
+        op = calls.upload_write(self._upload, self._offset, piece, key=self.key)
+        self.client.call(self.node, op.op, op.args, op.payload, idempotent=op.idempotent)
+        self._sent.update(piece)
         self._offset += len(piece)
 
     def close(self) -> None:
@@ -170,8 +173,9 @@ class RemoteWriter(io.RawIOBase):
             res = self.client.call(
                 self.node, "upload.commit", {"upload": self._upload}, idempotent=False
             )
-            self.info = ObjectInfo.from_wire(res.result)
             self.client.forget(self.key)
+            info = ObjectInfo.from_wire(res.result)
+            self.info = check_written(info, self.key, self._sent.size, self._sent.digest())
         finally:
             super().close()
 

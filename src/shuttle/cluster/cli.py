@@ -23,6 +23,7 @@ from shuttle.cluster.clusterfile import (
 from shuttle.cluster.user_cli import app as user_app
 from shuttle.errors import AuthenticationError, ConfigError, ShuttleError
 from shuttle.net.auth import Credentials
+from shuttle.net.certs import CertPair
 from shuttle.net.profiles import parse_link_profile
 
 app = typer.Typer(
@@ -99,11 +100,34 @@ def up(
     ceph_osds: Annotated[
         int, typer.Option(help="With --ceph: OSDs of the local Ceph (pool size min(3, N)).")
     ] = 3,
+    tls: Annotated[
+        bool | None,
+        typer.Option(
+            "--tls/--no-tls",
+            help="Serve every connection over TLS 1.3 with a cluster CA made under ROOT/tls/ "
+            "(default: as the cluster file says; for a new cluster, on when the nodes listen "
+            "beyond loopback, as with --netns, off on loopback).",
+        ),
+    ] = None,
+    ca_cert: Annotated[
+        Path | None,
+        typer.Option(
+            "--ca-cert",
+            help="With --tls: your own CA certificate (PEM) to sign the nodes' certificates "
+            "with, instead of a CA made for the cluster. Needs --ca-key.",
+        ),
+    ] = None,
+    ca_key: Annotated[
+        Path | None,
+        typer.Option("--ca-key", help="With --ca-cert: that CA's private key (PEM, mode 0600)."),
+    ] = None,
 ) -> None:
     """Start N storage-node processes on loopback and write the cluster file.
 
     The cluster gets a random key (ROOT/cluster.key, mode 0600, recorded in the
-    cluster file); its nodes refuse clients that do not prove they hold it.
+    cluster file); its nodes refuse clients that do not prove they hold it. With
+    --tls, a CA (ROOT/tls/ca.pem) and a certificate per node too, and every
+    connection is TLS; the cluster file names the CA for its clients.
 
     Name the cluster as every cluster command does: --cluster FILE, or --root DIR
     for DIR/cluster.toml (a new cluster keeps its data beside its file). Run it again
@@ -118,6 +142,11 @@ def up(
             f"--cpu-factor: expected numbers like 1 or 1,0.5, got {cpu_factor!r}"
         ) from None
     parse_link_profile(link)  # a bad profile fails before any node starts
+    if (ca_cert is None) != (ca_key is None):
+        raise ConfigError("--ca-cert and --ca-key go together: your CA's certificate and key")
+    own_ca = CertPair(ca_cert.resolve(), ca_key.resolve()) if ca_cert and ca_key else None
+    if own_ca is not None and tls is False:
+        raise ConfigError("--ca-cert signs TLS certificates: leave out --no-tls")
     path = cluster_path(cluster, root)
     cluster_root = (root or path.parent).resolve()
     store_args: list[str] = []
@@ -146,6 +175,8 @@ def up(
             ),
         ],
         report=lambda line: console.print(escape(line), highlight=False),
+        tls=True if own_ca is not None else tls,
+        ca=own_ca,
     )
     _sync_principals(result)
     path_text = escape(str(result.path))  # paths are text, not markup
@@ -153,6 +184,9 @@ def up(
     if result.key_file is not None:
         key_text = escape(str(result.key_file))
         console.print(f"cluster key:  {key_text} (clients of the cluster file use it)")
+    if result.tls and result.ca_file is not None:
+        ca_text = escape(str(result.ca_file))
+        console.print(f"TLS:          every connection; CA {ca_text} (named in the cluster file)")
     console.print(f"use it:       export {CLUSTER_ENV}={path_text}")
 
 

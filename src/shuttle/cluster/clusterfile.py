@@ -7,6 +7,8 @@ or the ``SHUTTLE_CLUSTER`` environment variable). Example::
     name = "local"
     root = "/tmp/shuttle"          # node data directories and logs live under it
     key_file = "/tmp/shuttle/cluster.key"   # the cluster key (mode 0600); nodes require it
+    tls = true                     # every connection is TLS (cluster up --tls)
+    ca_file = "/tmp/shuttle/tls/ca.pem"     # clients check the nodes' certificates with it
 
     [links]                        # client–node link profiles (see shuttle.net.profiles)
     default = "loopback"
@@ -36,6 +38,7 @@ from shuttle.errors import ConfigError
 from shuttle.net.addresses import NodeAddress
 from shuttle.net.auth import load_key_file
 from shuttle.net.profiles import LinkProfile, parse_link_profile, parse_links_table
+from shuttle.net.tls import ClientTls
 
 #: Environment variable naming the default cluster file of client commands.
 CLUSTER_ENV = "SHUTTLE_CLUSTER"
@@ -97,6 +100,11 @@ class ClusterFile:
     #: The cluster key file (``cluster up`` writes ROOT/cluster.key); the nodes require
     #: the key and clients of this file use it. None: a cluster without a key.
     key_file: Path | None = None
+    #: Whether the nodes serve TLS (``cluster up --tls``, the default beyond loopback).
+    tls: bool = False
+    #: The cluster's CA certificate (``cluster up`` makes ROOT/tls/ca.pem): clients check
+    #: every node's certificate against it.
+    ca_file: Path | None = None
 
     def __post_init__(self) -> None:
         ids = [n.id for n in self.nodes]
@@ -120,6 +128,18 @@ class ClusterFile:
         :class:`ConfigError` if the file is missing, malformed or open to others."""
         return load_key_file(self.key_file) if self.key_file is not None else None
 
+    def client_tls(self) -> ClientTls | None:
+        """How clients of this file dial TLS (None: the nodes serve without TLS);
+        :class:`ConfigError` if the nodes serve TLS and the CA is missing or unreadable."""
+        if not self.tls:
+            return None
+        if self.ca_file is None:
+            raise ConfigError(
+                f"cluster {self.name!r} serves TLS but its cluster file names no ca_file; "
+                'add `ca_file = "PATH/ca.pem"` under [cluster] (cluster up writes it)'
+            )
+        return ClientTls(self.ca_file)
+
     def node(self, node_id: str) -> NodeEntry:
         for n in self.nodes:
             if n.id == node_id:
@@ -139,6 +159,10 @@ class ClusterFile:
             meta["netns_tag"] = self.netns_tag
         if self.key_file is not None:
             meta["key_file"] = str(self.key_file)
+        if self.tls:
+            meta["tls"] = True
+        if self.ca_file is not None:
+            meta["ca_file"] = str(self.ca_file)
         doc: dict[str, Any] = {"cluster": meta}
         if self.links:
             doc["links"] = self.links
@@ -191,6 +215,13 @@ class ClusterFile:
         key_file = meta.get("key_file")
         if key_file is not None and not isinstance(key_file, str):
             raise ConfigError(f"{where}: [cluster] key_file must be a path (a string)")
+        tls = meta.get("tls", False)
+        ca_file = meta.get("ca_file")
+        if not isinstance(tls, bool):
+            raise ConfigError(f"{where}: [cluster] tls must be true or false, got {tls!r}")
+        if ca_file is not None and not isinstance(ca_file, str):
+            raise ConfigError(f"{where}: [cluster] ca_file must be a path (a string)")
+        base = path.parent if path else Path()
         return cls(
             str(meta.get("name", "cluster")),
             root,
@@ -200,7 +231,9 @@ class ClusterFile:
             netns_tag=meta.get("netns_tag"),
             netns_profile=meta.get("netns_profile"),
             # A relative key file is relative to the cluster file (the pair can move).
-            key_file=(path.parent if path else Path()) / key_file if key_file else None,
+            key_file=base / key_file if key_file else None,
+            tls=tls,
+            ca_file=base / ca_file if ca_file else None,
         )
 
 

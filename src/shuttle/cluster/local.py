@@ -6,6 +6,12 @@ data (which survives any crash) is served again.
 
 Every cluster ``up`` makes has a key (ROOT/cluster.key, mode 0600, recorded in the
 cluster file): its nodes run with ``--key-file`` and refuse clients without it.
+
+A cluster with TLS (``--tls``; the default when its nodes listen beyond loopback, as
+in a namespace lab) has a CA under ROOT/tls/ (``ca.pem``, ``ca.key``) that signs a
+certificate for each node, made again before a node starts if its address changed or
+it nears expiry; the cluster file names the CA, so its clients check the nodes'
+certificates without a flag. ``ca`` brings your own CA instead (docs/security.md).
 """
 
 from __future__ import annotations
@@ -23,10 +29,13 @@ from typing import Any
 
 from shuttle.cluster.clusterfile import ClusterFile, NodeEntry
 from shuttle.errors import AuthenticationError, ConfigError, UnreachableError
+from shuttle.net import certs
+from shuttle.net.addresses import is_loopback
 from shuttle.net.auth import load_key_file, write_key_file
 from shuttle.net.blocking import BlockingConnection
 from shuttle.net.netns import NetnsLab, destroy_lab, persistent_labs
 from shuttle.net.profiles import parse_link_profile
+from shuttle.net.tls import ClientTls
 
 #: How long ``up`` waits for a node to report that it listens (recovery of a large
 #: journal can take a moment; a node that is not up by then has failed).
@@ -37,6 +46,8 @@ STOP_TIMEOUT_S = 10.0
 NODES_MAX = 64
 #: The cluster key's file name under the cluster's root.
 KEY_FILE_NAME = "cluster.key"
+#: Where a TLS cluster's CA and node certificates live under its root.
+TLS_DIR_NAME = "tls"
 
 Report = Callable[[str], None]
 
@@ -62,7 +73,30 @@ def pid_is_node(pid: int | None) -> bool:
     return b"serve" in cmdline and any(b"shuttle" in part for part in cmdline)
 
 
-def _serve_argv(entry: NodeEntry, ready_file: Path, key_file: Path | None) -> list[str]:
+@dataclass(frozen=True)
+class NodeTls:
+    """What a node of a TLS cluster is started with: its certificate and key, and the
+    cluster's CA certificate."""
+
+    cert: Path
+    key: Path
+    ca_file: Path
+
+    def argv(self) -> list[str]:
+        return [
+            "--tls",
+            "--tls-cert",
+            str(self.cert),
+            "--tls-key",
+            str(self.key),
+            "--ca-file",
+            str(self.ca_file),
+        ]
+
+
+def _serve_argv(
+    entry: NodeEntry, ready_file: Path, key_file: Path | None, tls: NodeTls | None = None
+) -> list[str]:
     argv = [
         sys.executable,
         "-m",
@@ -83,18 +117,25 @@ def _serve_argv(entry: NodeEntry, ready_file: Path, key_file: Path | None) -> li
         argv += ["--cache-bytes", str(entry.cache_bytes)]
     if key_file is not None:
         argv += ["--key-file", str(key_file)]
+    argv += tls.argv() if tls is not None else ["--no-tls"]
     return argv + list(entry.args)
 
 
-def start_node(entry: NodeEntry, run_dir: Path, key_file: Path | None = None) -> NodeEntry:
+def start_node(
+    entry: NodeEntry, run_dir: Path, key_file: Path | None = None, tls: NodeTls | None = None
+) -> NodeEntry:
     """Start one node process (inside its network namespace, if it has one), requiring
-    the key in ``key_file`` of its clients if given."""
+    the key in ``key_file`` of its clients if given, serving TLS with ``tls`` if given."""
     prefix = NetnsLab.command(entry.netns, []) if entry.netns else []
-    return _start(entry, run_dir, prefix, key_file)
+    return _start(entry, run_dir, prefix, key_file, tls)
 
 
 def _start(
-    entry: NodeEntry, run_dir: Path, prefix: list[str], key_file: Path | None = None
+    entry: NodeEntry,
+    run_dir: Path,
+    prefix: list[str],
+    key_file: Path | None = None,
+    tls: NodeTls | None = None,
 ) -> NodeEntry:
     """Start one node process (detached from this one) and wait until it listens.
 
@@ -108,7 +149,7 @@ def _start(
     log = run_dir / f"{entry.id}.log"
     with open(log, "ab") as log_file:
         proc = subprocess.Popen(
-            [*prefix, *_serve_argv(entry, ready, key_file)],
+            [*prefix, *_serve_argv(entry, ready, key_file, tls)],
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -152,6 +193,8 @@ def up(
     cluster_path: Path | None = None,
     node_args: Sequence[str] = (),
     report: Report = lambda _: None,
+    tls: bool | None = None,
+    ca: certs.CertPair | None = None,
 ) -> ClusterFile:
     """Start a cluster of ``nodes`` nodes under ``root`` (or restart the stopped nodes
     of the cluster file already there) and write its cluster file.
@@ -162,6 +205,10 @@ def up(
     netem), through the cluster file's ``[links]``. ``node_args`` are more ``shuttle
     serve`` flags for every node (run-time settings), recorded in the cluster file.
     ``cache_bytes`` is each node's block cache (None: the node's own default).
+
+    ``tls``: serve every connection over TLS (None: as the cluster file says, else on
+    when the nodes listen beyond loopback); ``ca``: a CA of your own to sign the nodes'
+    certificates with (else ROOT/tls/ca.pem, made on first use).
     """
     path = cluster_path or root / "cluster.toml"
     if path.exists():
@@ -191,17 +238,35 @@ def up(
         cluster = ClusterFile(name, root, entries, links or {"default": "loopback"}, path)
         if netns_profile is not None:
             cluster = replace(cluster, netns_profile=netns_profile)
+        beyond = netns_profile is not None or not is_loopback(host)
+        cluster = replace(cluster, tls=tls if tls is not None else beyond)
+    if tls is not None and tls != cluster.tls:
+        running = [e.id for e in cluster.nodes if pid_is_node(e.pid)]
+        if running:
+            raise ConfigError(
+                f"node(s) {', '.join(running)} run {'with' if cluster.tls else 'without'} TLS; "
+                "stop the cluster (`shuttle cluster down`) before turning TLS "
+                f"{'on' if tls else 'off'}"
+            )
+        cluster = replace(cluster, tls=tls)
     if cluster.netns_profile is not None and (
         cluster.netns_tag is None or cluster.netns_tag not in persistent_labs()
     ):
         cluster = _build_lab(cluster, report)
     cluster = _ensure_key(cluster, report)
+    if cluster.tls:
+        cluster = _ensure_ca(cluster, ca, report)
+    elif not all(is_loopback(e.host) for e in cluster.nodes):
+        raise ConfigError(
+            "the cluster's nodes listen beyond loopback (a namespace lab): they serve TLS; "
+            "leave out --no-tls"
+        )
     run_dir = cluster.root / "run"
     for entry in cluster.nodes:
         if pid_is_node(entry.pid):
             report(f"{entry.id}: already running (pid {entry.pid}) on {entry.address}")
             continue
-        started = start_node(entry, run_dir, cluster.key_file)
+        started = start_node(entry, run_dir, cluster.key_file, _node_tls(cluster, entry, ca))
         cluster = cluster.with_node(started)
         cluster.save(path)  # record each node as soon as it runs: `down` can find it
         report(f"{started.id}: started (pid {started.pid}) on {started.address}")
@@ -226,6 +291,41 @@ def _ensure_key(cluster: ClusterFile, report: Report) -> ClusterFile:
         write_key_file(key_file)
         report(f"cluster key: wrote {key_file} (mode 0600); the nodes require it")
     return replace(cluster, key_file=key_file)
+
+
+def _ensure_ca(cluster: ClusterFile, ca: certs.CertPair | None, report: Report) -> ClusterFile:
+    """The TLS cluster with its CA: ``ca`` if given (your own), else the one it records,
+    else ROOT/tls/ca.pem (made now if it does not exist)."""
+    tls_dir = cluster.root / TLS_DIR_NAME
+    if ca is not None:
+        certs.load_ca(ca)  # a bad CA fails here, before any node starts
+        return replace(cluster, ca_file=ca.cert)
+    pair = certs.CertPair(tls_dir / certs.CA_CERT_NAME, tls_dir / certs.CA_KEY_NAME)
+    if cluster.ca_file is not None and cluster.ca_file != pair.cert:
+        return cluster  # a CA of the user's: its key is theirs, not under ROOT
+    if not pair.key.exists():
+        certs.make_ca(tls_dir, f"shuttle cluster {cluster.name}")
+        report(f"TLS: made the cluster's CA {pair.cert} (its key {pair.key}, mode 0600)")
+    return replace(cluster, ca_file=pair.cert)
+
+
+def _node_tls(cluster: ClusterFile, entry: NodeEntry, ca: certs.CertPair | None) -> NodeTls | None:
+    """A TLS cluster's node: its certificate (made or renewed now if needed) and key."""
+    if not cluster.tls:
+        return None
+    assert cluster.ca_file is not None
+    tls_dir = cluster.root / TLS_DIR_NAME
+    cert = tls_dir / f"{entry.id}.pem"
+    if certs.needs_renewal(cert, entry.host, entry.id, cluster.ca_file):
+        signer = ca or certs.CertPair(cluster.ca_file, cluster.ca_file.with_suffix(".key"))
+        if not signer.key.exists():
+            raise ConfigError(
+                f"node {entry.id} needs a new TLS certificate (for {entry.host}) and the CA "
+                f"key beside {cluster.ca_file} is not there: pass your CA with --ca-cert and "
+                "--ca-key"
+            )
+        certs.make_node_cert(signer, tls_dir, entry.id, entry.host)
+    return NodeTls(cert, tls_dir / f"{entry.id}.key", cluster.ca_file)
 
 
 def _build_lab(cluster: ClusterFile, report: Report) -> ClusterFile:
@@ -285,11 +385,19 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
     return False
 
 
-def probe_node(host: str, port: int, timeout_s: float = 2.0, *, key: bytes | None = None) -> str:
-    """Ping a node (with the cluster ``key``, if it has one); a one-line summary of its
-    counters, or :class:`UnreachableError` / :class:`AuthenticationError`."""
+def probe_node(
+    host: str,
+    port: int,
+    timeout_s: float = 2.0,
+    *,
+    key: bytes | None = None,
+    tls: ClientTls | None = None,
+) -> str:
+    """Ping a node (with the cluster ``key``, if it has one, over TLS if ``tls``); a
+    one-line summary of its counters, or :class:`UnreachableError` /
+    :class:`AuthenticationError`."""
     with BlockingConnection(
-        host, port, connect_timeout_s=timeout_s, request_timeout_s=timeout_s, key=key
+        host, port, connect_timeout_s=timeout_s, request_timeout_s=timeout_s, key=key, tls=tls
     ) as conn:
         stats = conn.call("node.stats").result
     server = stats.get("server", {})
@@ -304,12 +412,13 @@ def status(cluster: ClusterFile) -> list[NodeStatus]:
     """Each node: is its process running, does it answer a ping (with the cluster's
     key). Raises :class:`ConfigError` if the cluster's key file is unusable."""
     key = cluster.key()
+    tls = cluster.client_tls()
     out = []
     for entry in cluster.nodes:
         running = pid_is_node(entry.pid)
         refused = False
         try:
-            detail = probe_node(entry.host, entry.port, key=key)
+            detail = probe_node(entry.host, entry.port, key=key, tls=tls)
             reachable = True
         except UnreachableError as exc:
             reachable, detail = False, str(exc)

@@ -7,6 +7,7 @@ all of them, and there is one definition of each.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from shuttle.errors import ConfigError
@@ -29,6 +30,17 @@ def parse_address(text: str, where: str = "--listen") -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise ConfigError(f"{where}: port must be in 0..65535, got {port}")
     return host.strip("[]"), port
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only (127.0.0.0/8, ::1,
+    localhost): where a node may serve, and a client dial, without TLS by default."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,13 @@ hold is bounded by something the node controls:
   connections past :attr:`ServerLimits.connections_max` are refused with a
   ``busy`` error instead of taking the descriptors the store needs;
 * **time**: a connection idle for :attr:`ServerLimits.idle_timeout_s` is closed
-  (with GOODBYE; clients reconnect transparently).
+  (with GOODBYE; clients reconnect transparently);
+* **before authentication**: a connection must finish its handshake (TLS, then
+  CHALLENGE, HELLO, WELCOME) within :attr:`ServerLimits.handshake_timeout_s`, and at
+  most :func:`unauthenticated_max` connections may be in their handshake at once: a
+  new one past that closes the one that has waited longest. So peers without the key
+  can hold a small, fixed share of the connection cap, never all of it, and each for
+  seconds, not minutes.
 """
 
 from __future__ import annotations
@@ -33,6 +39,22 @@ log = logging.getLogger("shuttle.node")
 #: any link a node serves (the slowest link profile moves 1 MiB pieces in seconds),
 #: far above what a stalled or hostile peer should be allowed to hold.
 FRAME_TIMEOUT_S = 60.0
+
+#: A connection must finish its handshake (TLS, CHALLENGE, HELLO, WELCOME) within this
+#: long of being accepted, or it is closed. A handshake is two or three round trips
+#: and a few KB: under a second on the slowest link profile (1 Mbit/s, 300 ms round
+#: trips), milliseconds on a LAN; a client's own connect timeout is 5 s. A peer that
+#: sends nothing holds a descriptor only this long (the frame timeout, 60 s, starts
+#: only once a frame has started to arrive).
+HANDSHAKE_TIMEOUT_S = 10.0
+
+#: Connections in their handshake at once, at most (fitted to a quarter of the
+#: connection cap, :func:`unauthenticated_max`). A thousand clients can connect in the
+#: same instant; more than that in flight at once are a flood. Past it, each new
+#: connection closes the one that has waited longest, so a flood of connections that
+#: never send HELLO cannot keep a key holder out: its handshake, a millisecond on a
+#: LAN, would have to outlast this many newer connections.
+UNAUTHENTICATED_MAX = 1024
 
 #: A connection with nothing in flight and nothing arriving for this long is closed.
 #: Clients keep connections in pools and reconnect on the next call, so closing an
@@ -97,10 +119,25 @@ class ServerLimits:
     unsent_high_bytes: int = UNSENT_HIGH_BYTES
     node_unsent_max_bytes: int = NODE_UNSENT_MAX_BYTES
     sweep_interval_s: float = SWEEP_INTERVAL_S
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+    #: Connections in their handshake at once (None: fitted to the connection cap).
+    unauthenticated: int | None = None
 
     def __post_init__(self) -> None:
         if self.connections_max < 1:
             raise ConfigError(f"--connections-max must be ≥ 1, got {self.connections_max}")
+        if self.handshake_timeout_s <= 0:
+            raise ConfigError(
+                f"--handshake-timeout must be positive seconds, got {self.handshake_timeout_s:g}"
+            )
+        if self.unauthenticated is not None and not 1 <= self.unauthenticated < max(
+            2, self.connections_max
+        ):
+            raise ConfigError(
+                f"--unauthenticated-max must be in 1..{max(1, self.connections_max - 1)} (below "
+                f"--connections-max, so that peers without the key can never take every "
+                f"connection), got {self.unauthenticated}"
+            )
         if self.frame_timeout_s <= 0 or self.idle_timeout_s <= 0:
             raise ConfigError(
                 "--frame-timeout and --idle-timeout must be positive seconds, got "
@@ -110,6 +147,15 @@ class ServerLimits:
             raise ConfigError(
                 f"requests executing per connection must be ≥ 1, got {self.executing_max}"
             )
+
+
+def unauthenticated_max(limits: ServerLimits, connections_max: int) -> int:
+    """How many connections may be in their handshake at once on a node serving at most
+    ``connections_max``: the configured number, else :data:`UNAUTHENTICATED_MAX` fitted
+    to a quarter of the cap (so at least three quarters stay for key holders)."""
+    if limits.unauthenticated is not None:
+        return max(1, min(limits.unauthenticated, connections_max - 1))
+    return max(1, min(UNAUTHENTICATED_MAX, connections_max // 4))
 
 
 def raise_descriptor_limit() -> tuple[int, int]:

@@ -12,12 +12,20 @@ The retry policy is :class:`~shuttle.net.blocking.BlockingConnection`'s: a call 
 fails because an established connection dropped is sent once more on a fresh one if
 it is idempotent, or whatever it is if the node said GOODBYE before taking it. Only
 the default differs: a call here is taken as not idempotent unless the caller says so.
+
+With TLS (:class:`~shuttle.net.tls.ClientTls`) the stream is asyncio's own TLS (over
+uvloop too), the node's certificate is checked against the cluster's CA, and the key
+proofs cover the channel's binding. ``verify=False`` is for peers without a
+certificate from the CA (an application's run-time, called by a node): their
+certificate is not checked, and they must prove they hold the key over this very
+channel instead, before anything but the HELLO is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from typing import Any, Protocol
 
 from shuttle.errors import (
@@ -29,6 +37,7 @@ from shuttle.errors import (
 from shuttle.net import auth
 from shuttle.net.blocking import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, ConnectionCounters
 from shuttle.net.shaping import Link
+from shuttle.net.tls import CHANNEL_BINDING, ClientTls, client_failure, record_failure
 from shuttle.wire import (
     Challenge,
     Connection,
@@ -110,12 +119,18 @@ class AsyncConnection:
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         key: bytes | None = None,
         principal: str | None = None,
+        tls: ClientTls | None = None,
+        verify: bool = True,
     ) -> None:
         self.host, self.port = host, port
         self.link = link
         self.key = key
         #: Whose ``key`` is (None: the cluster key).
         self.principal = principal
+        #: TLS settings (the cluster's CA), or None for a plain connection; ``verify``
+        #: False: the peer's certificate is not checked, its key proof is required.
+        self.tls = tls
+        self.verify = verify
         self.client_name = client_name
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
@@ -151,14 +166,33 @@ class AsyncConnection:
         async with self._connecting:
             if self._conn is not None:
                 return
+            tls = self.tls
+            context: ssl.SSLContext | None = None
+            if tls is not None:
+                context = tls.context() if self.verify else tls.unverified()
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.connect_timeout_s
+                    asyncio.open_connection(
+                        self.host,
+                        self.port,
+                        ssl=context,
+                        server_hostname=self.host if context is not None and self.verify else None,
+                    ),
+                    self.connect_timeout_s,
                 )
+            except ssl.SSLError as exc:
+                raise client_failure(
+                    exc, self.address, tls.ca_file if tls is not None else None, None
+                ) from None
             except (OSError, TimeoutError) as exc:
                 raise UnreachableError(
                     f"cannot reach node {self.address} ({exc}); is it running?"
+                    + (" Does it serve TLS?" if tls is not None else "")
                 ) from exc
+            binding = b""
+            if context is not None:
+                ssl_object = writer.get_extra_info("ssl_object")
+                binding = ssl_object.get_channel_binding(CHANNEL_BINDING) if ssl_object else b""
             stream: _Stream = (
                 self.link.wrap(reader, writer)
                 if self.link is not None
@@ -168,13 +202,19 @@ class AsyncConnection:
             self.counters.connects += 1
             try:
                 welcome = await asyncio.wait_for(
-                    self._handshake(stream, conn), self.connect_timeout_s
+                    self._handshake(stream, conn, binding), self.connect_timeout_s
                 )
             except TimeoutError:
                 stream.close()
                 raise UnreachableError(
                     f"node {self.address} did not complete the handshake within "
                     f"{self.connect_timeout_s:g} s; is it a Shuttle node, and running?"
+                    + (
+                        " (a node that serves TLS waits for the client to speak first: "
+                        "connect with TLS)"
+                        if tls is None
+                        else ""
+                    )
                 ) from None
             except OSError as exc:
                 stream.close()
@@ -191,16 +231,28 @@ class AsyncConnection:
                 self._read_loop(stream, conn)
             )
 
-    async def _handshake(self, stream: _Stream, conn: Connection) -> Welcome:
-        """The node's challenge, our HELLO answering it, the node's WELCOME (checked)."""
-        challenge = await self._next_event(stream, conn)
+    async def _handshake(self, stream: _Stream, conn: Connection, binding: bytes) -> Welcome:
+        """The node's challenge, our HELLO answering it, the node's WELCOME (checked);
+        ``binding``: the TLS channel's (b"" on a plain connection)."""
+        try:
+            challenge = await self._next_event(stream, conn)
+        except ssl.SSLError as exc:
+            tls = self.tls
+            raise client_failure(
+                exc, self.address, tls.ca_file if tls is not None else None, None
+            ) from None
         if not isinstance(challenge, Challenge):
             raise UnreachableError(
                 f"node {self.address} closed the connection before its challenge "
                 f"({type(challenge).__name__}); is it shutting down?"
             )
         hello, client_nonce = auth.client_hello(
-            challenge, self.key, self.client_name, self.address, principal=self.principal
+            challenge,
+            self.key,
+            self.client_name,
+            self.address,
+            principal=self.principal,
+            binding=binding,
         )
         stream.write(conn.send_bytes(hello))
         await stream.drain()
@@ -209,7 +261,15 @@ class AsyncConnection:
             raise ev.to_exception()
         if not isinstance(ev, Welcome):
             raise RemoteProtocolError(f"node {self.address} answered Hello with {ev!r:.100}")
-        auth.check_welcome(ev, challenge, self.key, client_nonce, f"{ev.node_id} ({self.address})")
+        auth.check_welcome(
+            ev,
+            challenge,
+            self.key,
+            client_nonce,
+            f"{ev.node_id} ({self.address})",
+            binding=binding,
+            require_proof=self.tls is not None and not self.verify,
+        )
         return ev
 
     @staticmethod
@@ -252,6 +312,8 @@ class AsyncConnection:
                     return
         except ShuttleError as exc:
             failure = exc
+        except ssl.SSLError as exc:  # a record that failed its authentication
+            failure = record_failure(exc, self.address)
         except OSError as exc:
             failure = UnreachableError(f"lost the connection to node {self.address} ({exc})")
         finally:

@@ -20,9 +20,14 @@ file names the principal, its HELLO's credentials carry the name
 (``principal``), and both proofs use that principal's key, which the node derives
 from the cluster key. Without a name, the key is the cluster key, as before.
 
-What this does not do: encrypt or authenticate the frames after the handshake. It
-keeps out peers that do not hold the key and replays of captured handshakes; an
-attacker on the path of a live connection can still read it or take it over.
+On a TLS connection (:mod:`shuttle.net.tls`) both proofs also cover the channel's
+binding (``binding``: ``tls-unique``), so a proof made on one TLS connection answers
+no other: a peer in the middle, holding a TLS connection to each side, cannot relay
+a client's HELLO to a node (its two connections have different bindings). TLS then
+protects every frame after the handshake. On a plain connection the binding is
+empty and the proofs are byte for byte what they were before TLS existed: the key
+keeps out peers without it and replays, but an attacker on the path of a live plain
+connection can still read it or take it over.
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ KEY_FILE_MODE: Final = 0o600
 # reflected back to that node as a client's proof.
 _CLIENT_DOMAIN: Final = b"shuttle blake3-keyed-v1 client proof\x00"
 _NODE_DOMAIN: Final = b"shuttle blake3-keyed-v1 node proof\x00"
+# Marks the channel binding, after the name, in a proof made over TLS. A plain
+# connection's proof has nothing after the name, so the two never hash the same bytes.
+_BINDING_LABEL: Final = b"\x00tls-unique\x00"
 
 #: Bytes a key file may hold: a principal's file is three short lines; more is not a key.
 KEY_FILE_BYTES_MAX: Final = 4096
@@ -265,16 +273,20 @@ def _hex_key(text: str, path: Path) -> bytes:
 # --- proofs ----------------------------------------------------------------------------
 
 
-def _message(domain: bytes, challenge_nonce: bytes, client_nonce: bytes, name: str) -> bytes:
+def _message(
+    domain: bytes, challenge_nonce: bytes, client_nonce: bytes, name: str, binding: bytes = b""
+) -> bytes:
     """The bytes a proof hashes: domain, both nonces (fixed size), then the name with
-    its length (so no two different inputs make the same message)."""
+    its length (so no two different inputs make the same message), then on a TLS
+    connection the channel binding with its label and length."""
     for what, nonce in (("challenge nonce", challenge_nonce), ("client nonce", client_nonce)):
         if len(nonce) != NONCE_BYTES:
             raise InvalidArgumentError(f"{what} must be {NONCE_BYTES} bytes, got {len(nonce)}")
     encoded = name.encode()
-    return b"".join(
-        (domain, challenge_nonce, client_nonce, len(encoded).to_bytes(4, "big"), encoded)
-    )
+    parts = [domain, challenge_nonce, client_nonce, len(encoded).to_bytes(4, "big"), encoded]
+    if binding:
+        parts += [_BINDING_LABEL, len(binding).to_bytes(4, "big"), binding]
+    return b"".join(parts)
 
 
 def _mac(key: bytes, message: bytes) -> bytes:
@@ -284,17 +296,25 @@ def _mac(key: bytes, message: bytes) -> bytes:
 
 
 def client_proof(
-    key: bytes, challenge_nonce: bytes, client_nonce: bytes, client_name: str
+    key: bytes,
+    challenge_nonce: bytes,
+    client_nonce: bytes,
+    client_name: str,
+    binding: bytes = b"",
 ) -> bytes:
     """What a client sends to prove it holds ``key``: a keyed hash of the node's
-    challenge nonce, its own nonce and the name it gives in its HELLO."""
-    return _mac(key, _message(_CLIENT_DOMAIN, challenge_nonce, client_nonce, client_name))
+    challenge nonce, its own nonce, the name it gives in its HELLO and, over TLS, the
+    connection's channel ``binding``."""
+    return _mac(key, _message(_CLIENT_DOMAIN, challenge_nonce, client_nonce, client_name, binding))
 
 
-def node_proof(key: bytes, challenge_nonce: bytes, client_nonce: bytes, node_id: str) -> bytes:
+def node_proof(
+    key: bytes, challenge_nonce: bytes, client_nonce: bytes, node_id: str, binding: bytes = b""
+) -> bytes:
     """What a node sends back (in WELCOME) to prove it holds ``key`` too: a keyed hash
-    of both nonces and its node id (the client's nonce makes it fresh for the client)."""
-    return _mac(key, _message(_NODE_DOMAIN, challenge_nonce, client_nonce, node_id))
+    of both nonces, its node id and, over TLS, the channel ``binding`` (the client's
+    nonce makes it fresh for the client)."""
+    return _mac(key, _message(_NODE_DOMAIN, challenge_nonce, client_nonce, node_id, binding))
 
 
 def verify(expected: bytes, got: object) -> bool:
@@ -314,10 +334,12 @@ def client_hello(
     *,
     client_nonce: bytes | None = None,
     principal: str | None = None,
+    binding: bytes = b"",
 ) -> tuple[Hello, bytes | None]:
     """The HELLO answering ``challenge`` from ``node`` (a name for messages), and the
     client nonce it used (None: no credentials sent). With ``principal``, ``key`` is
-    that principal's and the credentials name it.
+    that principal's and the credentials name it. ``binding``: the TLS channel's
+    binding (b"" on a plain connection), covered by the proof.
 
     Raises :class:`AuthenticationError` without anything sent when the node requires
     a key and this client has none, or speaks a scheme this client does not.
@@ -328,7 +350,7 @@ def client_hello(
         credentials = {
             "scheme": SCHEME,
             "nonce": nonce,
-            "proof": client_proof(key, challenge.nonce, nonce, client_name),
+            "proof": client_proof(key, challenge.nonce, nonce, client_name, binding),
         }
         if principal is not None:
             credentials["principal"] = principal
@@ -351,18 +373,24 @@ def check_welcome(
     key: bytes | None,
     client_nonce: bytes | None,
     node: str,
+    *,
+    binding: bytes = b"",
+    require_proof: bool = False,
 ) -> None:
-    """Client side: check the node's proof in ``welcome``.
+    """Client side: check the node's proof in ``welcome`` (over the TLS channel's
+    ``binding``, b"" on a plain connection).
 
     Nothing to check when no credentials were sent, or when the node said it needs no
-    key (a keyless node: data only). Raises :class:`AuthenticationError` when a node
-    that required the key sends no proof or a wrong one.
+    key (a keyless node: data only), unless ``require_proof``: a peer whose TLS
+    certificate this client could not check must prove it holds the key. Raises
+    :class:`AuthenticationError` when a node that required the key (or had to prove
+    it) sends no proof or a wrong one.
     """
     if key is None or client_nonce is None:
         return
-    if welcome.proof is None and not challenge.key_required:
+    if welcome.proof is None and not challenge.key_required and not require_proof:
         return
-    expected = node_proof(key, challenge.nonce, client_nonce, welcome.node_id)
+    expected = node_proof(key, challenge.nonce, client_nonce, welcome.node_id, binding)
     if welcome.proof is None or not verify(expected, welcome.proof):
         raise AuthenticationError(
             f"node {node} did not prove it holds the cluster key; is the cluster file's key "
@@ -390,11 +418,17 @@ def hello_principal(hello: Hello) -> str | None:
 
 
 def check_hello(
-    hello: Hello, key: bytes | None, challenge_nonce: bytes, node_id: str
+    hello: Hello,
+    key: bytes | None,
+    challenge_nonce: bytes,
+    node_id: str,
+    *,
+    binding: bytes = b"",
 ) -> bytes | None:
     """Node side: check the credentials of ``hello`` against this connection's
-    ``challenge_nonce``; returns the node's proof for WELCOME (None: the node has no
-    key, or the keyless node got no credentials to answer).
+    ``challenge_nonce`` (and its TLS channel's ``binding``, b"" on a plain
+    connection); returns the node's proof for WELCOME (None: the node has no key, or
+    the keyless node got no credentials to answer).
 
     A node without a key accepts any HELLO. A node with one raises
     :class:`AuthenticationError` (to send back, then close) when the credentials are
@@ -416,10 +450,10 @@ def check_hello(
             f"node {node_id}: malformed credentials (expected a {NONCE_BYTES}-byte nonce and "
             "a proof); is the client a different Shuttle?"
         )
-    if not verify(client_proof(key, challenge_nonce, nonce, hello.client_name), proof):
+    if not verify(client_proof(key, challenge_nonce, nonce, hello.client_name, binding), proof):
         raise AuthenticationError(
             f"authentication failed at node {node_id}: the proof does not answer this "
             "connection's challenge — a wrong cluster key, or a HELLO replayed from another "
-            "connection"
+            "connection" + (" or relayed from another TLS channel" if binding else "")
         )
-    return node_proof(key, challenge_nonce, nonce, node_id)
+    return node_proof(key, challenge_nonce, nonce, node_id, binding)

@@ -10,19 +10,29 @@ the connection: a :class:`~shuttle.net.shaped_socket.ShapedSocket` releases each
 request when it would have arrived at the node and each response when it would have
 arrived back, without serialising the latency of pipelined requests; nodes need no
 knowledge of it.
+
+With TLS (:class:`~shuttle.net.tls.ClientTls`) the connection verifies the node's
+certificate against the cluster's CA and runs the same code over a
+:class:`~shuttle.net.tls.TlsChannel`: ciphertext still moves with ``os.write`` and
+``os.read`` on the socket's descriptor (so kernel timeouts and the idle probe work as
+on a plain one), and the read lane's request and reply are encrypted and decrypted
+around them. The plain path is untouched: the descriptor's reader and writer are
+chosen once per connection.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import struct
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from os import read as os_read
 from os import write as os_write
+from pathlib import Path
 from time import monotonic
 from typing import Any
 
@@ -30,11 +40,13 @@ from shuttle.errors import (
     RemoteProtocolError,
     RequestTimeoutError,
     ShuttleError,
+    TlsError,
     UnreachableError,
 )
 from shuttle.net import auth
 from shuttle.net.shaped_socket import ShapedSocket
 from shuttle.net.shaping import Link
+from shuttle.net.tls import ClientTls, TlsChannel, client_failure
 from shuttle.wire import (
     NEED_DATA,
     Challenge,
@@ -66,6 +78,9 @@ READ_REPLY_OVERHEAD = 32
 SHAPED_RECV_BYTES = 1 << 20
 #: Payloads below this are joined with their frame header into one send.
 SMALL_PAYLOAD_BYTES = 64 << 10
+#: Ciphertext bytes asked of the kernel per read on a TLS connection: a 1 MiB piece
+#: arrives as 64 records of 16 KiB, taken in a few reads.
+TLS_RECV_BYTES = 256 << 10
 #: Requests kept in flight by call_many unless told otherwise.
 WINDOW_DEFAULT = 16
 #: A connection unused for this long is checked before a request goes out: a node
@@ -128,6 +143,7 @@ class BlockingConnection:
         link: Link | None = None,
         key: bytes | None = None,
         principal: str | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -135,6 +151,8 @@ class BlockingConnection:
         self.key = key
         #: Whose ``key`` is (None: the cluster key).
         self.principal = principal
+        #: TLS settings (the cluster's CA), or None for a plain connection.
+        self.tls = tls
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self.link = link
@@ -145,6 +163,12 @@ class BlockingConnection:
         self._fd = -1
         self._shaped: ShapedSocket | None = None
         self._conn: Connection | None = None
+        #: The open connection's TLS state (None: plain, or not connected).
+        self._tls: TlsChannel | None = None
+        #: How the open connection writes and reads its descriptor: ``os.write`` and
+        #: ``os.read`` on a plain one, through the TLS channel on a TLS one.
+        self._write_fd: Callable[[int, bytes], int] = os_write
+        self._read_fd: Callable[[int, int], bytes] = os_read
         #: Responses that arrived while waiting for another request id.
         self._early: dict[int, Response | ErrorResponse] = {}
         #: When the last call finished (monotonic), for :data:`IDLE_PROBE_S`.
@@ -162,7 +186,8 @@ class BlockingConnection:
         Raises :class:`UnreachableError` or :class:`RequestTimeoutError` if the node
         cannot be reached or does not answer, :class:`AuthenticationError` if it
         requires a key this client lacks, refuses this client's key, or fails to prove
-        it holds the same key.
+        it holds the same key; :class:`TlsError` when the TLS handshake fails (the
+        node's certificate is not the cluster CA's, or one side does not speak TLS).
         """
         if self._sock is not None:
             return
@@ -186,20 +211,41 @@ class BlockingConnection:
         _set_kernel_timeout(sock, socket.SO_RCVTIMEO, self.connect_timeout_s)
         self._sock = sock
         self._fd = sock.fileno()
-        self._shaped = ShapedSocket(sock, self.link) if self.link is not None else None
         self._conn = Connection(Role.CLIENT)
         self._early.clear()
         self.counters.connects += 1
+        binding = b""
         try:
+            if self.tls is not None:
+                # Before any shaping: the handshake's records go straight to the node.
+                binding = self._tls_handshake(self.tls)
+            self._shaped = ShapedSocket(sock, self.link) if self.link is not None else None
             # The node speaks first: its challenge, which our HELLO answers.
-            challenge = self._next_event(self.connect_timeout_s)
+            try:
+                challenge = self._next_event(self.connect_timeout_s)
+            except RequestTimeoutError:
+                raise UnreachableError(
+                    f"node {self.address} sent no challenge within {self.connect_timeout_s:g} "
+                    "s of connecting"
+                    + (
+                        ": a node that serves TLS waits for the client to speak first; "
+                        "connect with TLS (--tls and the cluster's CA, or its cluster file)"
+                        if self.tls is None
+                        else "; is it a Shuttle node, and not overloaded?"
+                    )
+                ) from None
             if not isinstance(challenge, Challenge):
                 raise UnreachableError(
                     f"node {self.address} closed the connection before its challenge "
                     f"({type(challenge).__name__}); is it shutting down?"
                 )
             hello, client_nonce = auth.client_hello(
-                challenge, self.key, self.client_name, self.address, principal=self.principal
+                challenge,
+                self.key,
+                self.client_name,
+                self.address,
+                principal=self.principal,
+                binding=binding,
             )
             self._sendall(self._conn.send(hello))
             ev = self._next_event(self.connect_timeout_s)
@@ -208,7 +254,12 @@ class BlockingConnection:
             if not isinstance(ev, Welcome):
                 raise RemoteProtocolError(f"node {self.address} answered Hello with {ev!r:.100}")
             auth.check_welcome(
-                ev, challenge, self.key, client_nonce, f"{ev.node_id} ({self.address})"
+                ev,
+                challenge,
+                self.key,
+                client_nonce,
+                f"{ev.node_id} ({self.address})",
+                binding=binding,
             )
             self.node_id = ev.node_id
             _set_kernel_timeout(sock, socket.SO_RCVTIMEO, self.request_timeout_s)
@@ -216,11 +267,101 @@ class BlockingConnection:
             self.close()
             raise
 
+    def _tls_handshake(self, tls: ClientTls) -> bytes:
+        """The TLS handshake over the new socket (within the connect timeout); returns
+        the channel's binding for the key proofs. Raises :class:`TlsError` (and closes)
+        when it fails, :class:`UnreachableError` when the node goes away."""
+        try:
+            channel = TlsChannel(tls.context(), server_side=False, server_hostname=self.host)
+        except ValueError as exc:  # e.g. an empty host name
+            raise TlsError(f"cannot start TLS to {self.address}: {exc}") from None
+        fd = self._fd
+        deadline = time.monotonic() + self.connect_timeout_s
+        try:
+            while not channel.handshake():
+                self._write_all(fd, channel.output())
+                try:
+                    data = os_read(fd, TLS_RECV_BYTES)
+                except BlockingIOError:  # SO_RCVTIMEO expired
+                    if time.monotonic() < deadline:
+                        continue
+                    raise UnreachableError(
+                        f"node {self.address} did not complete the TLS handshake within "
+                        f"{self.connect_timeout_s:g} s; does it serve TLS? (a node without "
+                        "TLS waits for a plain client)"
+                    ) from None
+                if not data:
+                    if channel.first_bytes:
+                        raise client_failure(
+                            ssl.SSLError("closed"), self.address, tls.ca_file, channel
+                        )
+                    raise UnreachableError(
+                        f"node {self.address} closed the connection during the TLS handshake; "
+                        "is it a Shuttle node with TLS, and is it over its connection limit?"
+                    )
+                channel.feed(data)
+            self._write_all(fd, channel.output())  # the client's Finished
+        except ssl.SSLError as exc:
+            raise client_failure(exc, self.address, tls.ca_file, channel) from None
+        except OSError as exc:
+            raise UnreachableError(
+                f"lost the connection to node {self.address} during the TLS handshake "
+                f"({exc.strerror or exc})"
+            ) from exc
+        self._tls = channel
+        self._write_fd, self._read_fd = self._tls_write, self._tls_read
+        return channel.binding()
+
+    def _ca_file(self) -> Path | None:
+        return self.tls.ca_file if self.tls is not None else None
+
+    @staticmethod
+    def _write_all(fd: int, data: bytes) -> None:
+        """All of ``data`` to ``fd`` (a blocking socket writes it whole unless a signal
+        cuts it short)."""
+        sent = os_write(fd, data)
+        while sent < len(data):
+            sent += os_write(fd, data[sent:])
+
+    def _tls_write(self, fd: int, data: bytes) -> int:
+        """``os.write`` for a TLS connection: all of ``data``, encrypted; returns its
+        plaintext length (a partial write would break the record stream)."""
+        tls = self._tls
+        assert tls is not None
+        self._write_all(fd, tls.encrypt(data))
+        return len(data)
+
+    def _tls_read(self, fd: int, limit: int) -> bytes:
+        """``os.read`` for a TLS connection: at least one plaintext byte (at most
+        ``limit``), reading ciphertext as needed; b"" at the end of the stream. A
+        record that fails its authentication raises :class:`TlsError` (closed)."""
+        tls = self._tls
+        assert tls is not None
+        try:
+            while True:
+                data = tls.read(limit)
+                if data or tls.peer_closed:
+                    return data
+                raw = os_read(fd, TLS_RECV_BYTES)
+                if not raw:
+                    return b""
+                tls.feed(raw)
+        except ssl.SSLError as exc:
+            failure = client_failure(exc, self.address, self._ca_file(), tls)
+            self.close()
+            raise failure from None
+
     def close(self) -> None:
         """Close the socket; the next call reconnects."""
-        sock, shaped = self._sock, self._shaped
-        self._sock, self._shaped, self._conn = None, None, None
-        self._fd = -1
+        sock, shaped, tls = self._sock, self._shaped, self._tls
+        self._sock, self._shaped, self._conn, self._tls = None, None, None, None
+        self._write_fd, self._read_fd = os_write, os_read
+        fd, self._fd = self._fd, -1
+        with contextlib.suppress(OSError):
+            if tls is not None and fd >= 0 and shaped is None:
+                goodbye = tls.close()  # close_notify: the node reads a clean end
+                if goodbye:
+                    os_write(fd, goodbye)
         with contextlib.suppress(OSError):
             if shaped is not None:
                 shaped.close()
@@ -306,6 +447,9 @@ class BlockingConnection:
         sock = self._sock
         if sock is None or self._conn is None or self._conn.in_flight:
             return
+        if self._tls is not None and self._tls.pending():
+            self.close()  # a record arrived with nothing in flight: GOODBYE, or an error
+            return
         try:
             sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except BlockingIOError:
@@ -351,9 +495,9 @@ class BlockingConnection:
         if request is not None:
             # os.write and os.read on the descriptor take their arguments faster than
             # socket.sendall and recv (the socket is in blocking mode with kernel
-            # timeouts, so they behave the same).
+            # timeouts, so they behave the same). On TLS, the channel's equivalents.
             try:
-                sent = os_write(self._fd, request)
+                sent = self._write_fd(self._fd, request)
                 if sent < len(request):  # a signal cut it short: send the rest
                     sock.sendall(request[sent:])
                     sent = len(request)
@@ -362,7 +506,7 @@ class BlockingConnection:
                 raise
         else:
             buffers = conn.send_request(rid, op, args, payload, join_below=SMALL_PAYLOAD_BYTES)
-            if len(buffers) == 1:
+            if len(buffers) == 1 and self._tls is None:
                 try:
                     sock.sendall(buffers[0])
                 except OSError as exc:
@@ -383,7 +527,7 @@ class BlockingConnection:
             # For a read, just the reply it expects (a bigger one, such as an error,
             # leaves its rest in the kernel for the general loop): the bytes object is
             # allocated at its size, not at RECV_BYTES and then shrunk.
-            data = os_read(self._fd, reply_bytes)
+            data = self._read_fd(self._fd, reply_bytes)
         except OSError as exc:
             # It blocked for the whole request timeout (SO_RCVTIMEO), or failed: with no
             # time left, _recv_failed raises the typed error.
@@ -529,8 +673,17 @@ class BlockingConnection:
     def _sendall(self, buffers: list[Payload]) -> None:
         sock = self._sock
         assert sock is not None
+        tls = self._tls
         try:
-            if self._shaped is not None:
+            if tls is not None:
+                sent = sum(map(len, buffers))
+                records = [tls.encrypt(b) for b in buffers]
+                if self._shaped is not None:
+                    self._shaped.sendall(records)
+                else:
+                    for record in records:
+                        sock.sendall(record)
+            elif self._shaped is not None:
                 self._shaped.sendall(buffers)  # queued; leaves when the link says
                 sent = sum(map(len, buffers))
             elif len(buffers) == 1:
@@ -580,6 +733,9 @@ class BlockingConnection:
         """One receive into the codec (blocks until some bytes, the end, or the deadline)."""
         sock = self._sock
         assert sock is not None
+        if self._tls is not None:
+            self._receive_tls(conn, deadline, timeout_s)
+            return
         if self._shaped is not None:
             self._recv_shaped(conn, deadline)
             return
@@ -608,6 +764,50 @@ class BlockingConnection:
         else:
             conn.receive_data(data)
 
+    def _receive_tls(self, conn: Connection, deadline: float, timeout_s: float) -> None:
+        """:meth:`_receive` on a TLS connection: plaintext the channel already holds,
+        else ciphertext from the socket (or the emulated link) until some decrypts. A
+        large payload is decrypted straight into its buffer."""
+        tls = self._tls
+        assert tls is not None
+        while True:
+            direct = conn.receive_buffer()
+            try:
+                if direct is not None:
+                    n = tls.read_into(direct)
+                    if n:
+                        self.counters.bytes_received += n
+                        conn.received_into(n)
+                        return
+                else:
+                    data = tls.read(RECV_BYTES)
+                    if data:
+                        self.counters.bytes_received += len(data)
+                        conn.receive_data(data)
+                        return
+            except ssl.SSLError as exc:
+                failure = client_failure(exc, self.address, self._ca_file(), tls)
+                self.close()
+                raise failure from None
+            if tls.peer_closed:
+                conn.receive_data(b"")  # close_notify: the codec says how it ended
+                return
+            if self._shaped is not None:
+                raw = self._recv_shaped_raw(deadline)
+            else:
+                try:
+                    raw = os_read(self._fd, TLS_RECV_BYTES)
+                except OSError as exc:
+                    self._recv_failed(exc, deadline, timeout_s)
+                    continue
+            if not raw:
+                if conn.eof_received:
+                    self.close()
+                    raise UnreachableError(f"node {self.address} closed the connection")
+                conn.receive_data(b"")
+                return
+            tls.feed(raw)
+
     def _recv_failed(self, exc: OSError, deadline: float, timeout_s: float) -> None:
         """A receive raised ``exc``: return if it may be retried (the kernel's receive
         timeout expired before ``deadline``), else close and raise the typed error."""
@@ -625,6 +825,12 @@ class BlockingConnection:
         ) from exc
 
     def _recv_shaped(self, conn: Connection, deadline: float) -> None:
+        data = self._recv_shaped_raw(deadline)
+        self.counters.bytes_received += len(data)
+        conn.receive_data(data)  # b"" (end of stream) included: the codec says how it ended
+
+    def _recv_shaped_raw(self, deadline: float) -> bytes:
+        """Bytes the emulated link released (b"": the end of the stream)."""
         assert self._shaped is not None
         try:
             data = self._shaped.recv(
@@ -641,8 +847,7 @@ class BlockingConnection:
             raise UnreachableError(
                 f"lost the connection to node {self.address} ({exc.strerror or exc})"
             ) from exc
-        self.counters.bytes_received += len(data)
-        conn.receive_data(data)  # b"" (end of stream) included: the codec says how it ended
+        return data
 
 
 def _set_kernel_timeout(sock: socket.socket, option: int, seconds: float) -> None:

@@ -5,7 +5,18 @@ takes exactly once, and enforces what one connection may make the node hold
 (:mod:`shuttle.net.admission`): it stops taking requests while its client is not
 reading replies or its store requests fill its share of the pool, and the server's
 housekeeping sweep closes it when a frame stalls, its client stops reading or it
-idles. A connection over the node's cap is answered ``busy`` and closed.
+idles. A connection over the node's cap is answered ``busy`` and closed; one that
+does not finish its handshake within the node's deadline, or waits longest when too
+many are in their handshake, is closed too.
+
+On a TLS node the connection's ciphertext goes through a
+:class:`~shuttle.net.tls.TlsChannel` at its two edges (:meth:`data_received` and
+:meth:`NodeProtocol._send_bytes`): everything between them, the read lane included,
+handles plaintext exactly as on a plain node.
+
+A client that breaks the protocol (a request id already in flight, garbage bytes)
+gets nothing more of its stream read, but every request taken before is answered
+before the node says why and closes: a request that ran always has its answer.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
@@ -35,6 +47,7 @@ from shuttle.net.registry import (
     ReadLane,
     Reply,
 )
+from shuttle.net.tls import TlsChannel, looks_like_tls
 from shuttle.wire import (
     NONCE_BYTES,
     Challenge,
@@ -85,6 +98,20 @@ class NodeProtocol(asyncio.Protocol):
         #: The principal its HELLO authenticated as, whose caps every request is
         #: checked against; None: unrestricted (the cluster key, or a keyless node).
         self.principal: Principal | None = None
+        #: Its TLS state (None on a plain node), and the channel binding the key proofs
+        #: answer (b"" on a plain connection).
+        self.tls: TlsChannel | None = None
+        self.binding = b""
+        #: True once its handshake is done (WELCOME sent): from then on it no longer
+        #: counts against the node's cap on connections in their handshake.
+        self.authenticated = False
+        #: Closes the connection if its handshake is not done in time.
+        self._handshake_timer: asyncio.TimerHandle | None = None
+        #: The first bytes a plain node received (a TLS client's are a ClientHello).
+        self._first_bytes = b""
+        #: Set when the client broke the protocol while requests it sent before were
+        #: running: they are answered, then this error is sent and the connection closes.
+        self.failing: RemoteProtocolError | None = None
         #: Its number, for operations that open things a connection owns.
         self.number = server.next_connection_number()
         #: True once it called a per-connection operation (disconnect hooks then run).
@@ -129,13 +156,65 @@ class NodeProtocol(asyncio.Protocol):
         counters.connections_total += 1
         counters.connections_open += 1
         server._protocols.add(self)
-        # The node speaks first: a fresh nonce per connection, so a HELLO captured on
-        # another connection cannot answer this one.
+        self._handshake_timer = asyncio.get_running_loop().call_later(
+            server.admission.handshake_timeout_s, self._handshake_expired
+        )
+        server.admit(self)  # may close the connection that has waited longest
+        if server.tls is not None:
+            # The client speaks first in TLS: the challenge follows the handshake.
+            self.tls = TlsChannel(server.tls.context(), server_side=True)
+            return
+        self._challenge()
+
+    def _challenge(self) -> None:
+        """Open the Shuttle handshake (the node speaks first), or refuse as ``busy``."""
+        server = self.server
+        # A fresh nonce per connection, so a HELLO captured on another connection cannot
+        # answer this one.
         self.nonce = os.urandom(NONCE_BYTES)
         challenge = Challenge(self.nonce, server.requires_key, auth.SCHEME)
         self._write(self.conn.send(challenge))
-        if counters.connections_open > server.connections_max:
+        if server.counters.connections_open > server.connections_max:
             self._refuse_busy()
+
+    def evict(self, waiting_max: int) -> None:
+        """Close this connection, still in its handshake, to make room for a newer one
+        (the node's cap on connections in their handshake: see ``RpcServer.admit``)."""
+        if self.closed:
+            return
+        self.server.counters.unauthenticated_evicted += 1
+        if self.tls is None or self.tls.established:
+            busy = NodeBusyError(
+                f"node {self.server.node_id} has {waiting_max} connections in their handshake, "
+                "and this one had waited longest; retry (a flood of connections that never "
+                "authenticate may be under way)"
+            )
+            with contextlib.suppress(ShuttleError):
+                self._write(self.conn.send(ErrorResponse.from_exception(0, busy)))
+            self._close()
+        else:
+            self.abort()  # it has not even finished TLS: nothing it could read
+
+    def _handshake_expired(self) -> None:
+        """The deadline for the handshake passed: close the connection unless it is done."""
+        self._handshake_timer = None
+        if self.authenticated or self.closed:
+            return
+        server = self.server
+        server.counters.handshake_timeouts += 1
+        server.authenticated(self)
+        limit = server.admission.handshake_timeout_s
+        log.info("closing %s: no handshake within %g s", self.peer, limit)
+        if self.tls is not None and not self.tls.established:
+            self.abort()
+            return
+        late = RemoteProtocolError(
+            f"the handshake (HELLO) did not finish within {limit:g} s of connecting; "
+            "closing the connection"
+        )
+        with contextlib.suppress(ShuttleError):
+            self._write(self.conn.send(ErrorResponse.from_exception(0, late)))
+        self._close()
 
     def _refuse_busy(self) -> None:
         """Over the cap: say ``busy`` right after the challenge (where a client reads
@@ -161,6 +240,10 @@ class NodeProtocol(asyncio.Protocol):
         server = self.server
         server.counters.connections_open -= 1
         server._protocols.discard(self)
+        server.authenticated(self)  # no longer waiting, whatever it was
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
         for fut in self.pending:
             fut.cancel()  # threads finish their call; only the reply is dropped
         if self.owns_sessions:
@@ -202,6 +285,7 @@ class NodeProtocol(asyncio.Protocol):
         if (
             not self.held
             or self.closed
+            or self.failing is not None
             or self.writing_paused_since is not None
             or self.executing >= self.server.admission.executing_max
             or (self.server.unsent_over and (self.unsent() or self.executing))
@@ -215,8 +299,8 @@ class NodeProtocol(asyncio.Protocol):
     def check_timeouts(self, now: float, limits: ServerLimits) -> None:
         """Close the connection if a frame stopped arriving, its client stopped reading
         replies, or it idled (from the sweep)."""
-        if self.closed or self.refused:
-            return
+        if self.closed or self.refused or self.failing is not None:
+            return  # (a failing one closes once the requests it had running are answered)
         # A partial frame with no byte arriving for the timeout (progress resets it:
         # a big upload on a slow link is never cut while it moves).
         partial = self.conn.partial_frame
@@ -260,9 +344,15 @@ class NodeProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         server = self.server
         server.counters.bytes_in += len(data)
-        self.bytes_in += len(data)
-        if self.refused:
+        self.bytes_in += len(data)  # ciphertext too: any byte arriving is progress
+        if self.refused or self.failing is not None:
             return
+        if self.tls is not None:
+            data = self._decrypt(data)
+            if not data:
+                return
+        elif not self.authenticated and len(self._first_bytes) < 8:
+            self._first_bytes += data[:8]
         account = server._account
         if account is None:
             self._receive(data)
@@ -322,11 +412,65 @@ class NodeProtocol(asyncio.Protocol):
             self._send_error(rid, exc)
             return
         counters.bytes_out += len(reply)
-        transport = self.transport
-        assert transport is not None
-        transport.write(reply)
+        self._send_bytes(reply)
+
+    def _decrypt(self, data: bytes) -> bytes:
+        """A TLS connection's ciphertext in, its plaintext out (b"": nothing yet). Drives
+        the TLS handshake, then opens the Shuttle one; a TLS failure closes the
+        connection (after the alert that says why)."""
+        tls = self.tls
+        assert tls is not None
+        tls.feed(data)
+        try:
+            if not tls.established:
+                done = tls.handshake()
+                out = tls.output()
+                if out:
+                    self._raw_write(out)
+                if not done:
+                    return b""
+                self.binding = tls.binding()
+                self._challenge()
+                if self.closed:
+                    return b""
+            plain = tls.read()
+        except ssl.SSLError as exc:
+            self._tls_failed(exc)
+            return b""
+        if tls.peer_closed:  # close_notify: the client ended its side
+            if plain:
+                self._receive(plain)
+            self.eof_received()
+            return b""
+        return plain
+
+    def _tls_failed(self, exc: ssl.SSLError) -> None:
+        """Count and log a TLS failure, send the alert TLS made for it, and close."""
+        server = self.server
+        server.counters.tls_failures += 1
+        tls = self.tls
+        assert tls is not None
+        reason = getattr(exc, "reason", None) or str(exc)
+        if tls.established:
+            log.warning(
+                "closing %s: a TLS record failed its authentication (%s): bytes changed on "
+                "the way?",
+                self.peer,
+                reason,
+            )
+        elif server.counters.tls_failures % 1000 == 1:
+            log.warning("TLS handshake with %s failed: %s", self.peer, reason)
+        with contextlib.suppress(ssl.SSLError):
+            alert = tls.output()
+            if alert and self.transport is not None and not self.closed:
+                self.transport.write(alert)
+        self.refused = True  # nothing more of its stream is read
+        self.server.authenticated(self)
+        self._close()
 
     def eof_received(self) -> bool | None:
+        if self.failing is not None:
+            return None
         self.conn.receive_data(b"")
         self._process(b"")
         return None
@@ -379,7 +523,7 @@ class NodeProtocol(asyncio.Protocol):
         try:
             version = choose_version(hello)
             key, principal = server.credentials_for(hello)
-            proof = auth.check_hello(hello, key, self.nonce, server.node_id)
+            proof = auth.check_hello(hello, key, self.nonce, server.node_id, binding=self.binding)
         except (RemoteProtocolError, AuthenticationError) as exc:
             if isinstance(exc, AuthenticationError):
                 server.counters.auth_failures += 1
@@ -391,6 +535,11 @@ class NodeProtocol(asyncio.Protocol):
             self.principal = principal
         welcome = Welcome(version, server.node_id, server.limits.to_wire(), proof)
         self._write(self.conn.send(welcome))
+        self.authenticated = True
+        server.authenticated(self)
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
 
     def _dispatch(self, rid: int, name: str, args: dict[str, Any], payload: Payload) -> None:
         """Run request ``rid`` (operation ``name``) and answer it, now or when it is done."""
@@ -484,6 +633,10 @@ class NodeProtocol(asyncio.Protocol):
         else:
             reply: Reply = fut.result()
             self._send_reply(rid, reply.result, reply.payload)
+        if self.failing is not None:
+            if not self.pending:  # the last request taken is answered: now say why
+                self._hang_up(self.failing)
+            return
         if self.held:
             self.release()
 
@@ -516,15 +669,51 @@ class NodeProtocol(asyncio.Protocol):
             data = b"".join(buffers)
         else:
             counters.bytes_out += sum(len(b) for b in buffers)
-            transport.writelines(buffers)
+            tls = self.tls
+            if tls is None:
+                transport.writelines(buffers)
+            else:
+                transport.writelines([tls.encrypt(b) for b in buffers])
             return
         counters.bytes_out += len(data)
-        transport.write(data)
+        self._send_bytes(data)
+
+    def _send_bytes(self, data: Any) -> None:
+        """Write ``data`` (encrypted first on a TLS connection)."""
+        transport = self.transport
+        assert transport is not None
+        tls = self.tls
+        transport.write(data if tls is None else tls.encrypt(data))
+
+    def _raw_write(self, data: bytes) -> None:
+        """Write bytes as they are (TLS handshake records)."""
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
 
     def _fatal(self, exc: RemoteProtocolError) -> None:
-        """The stream is corrupt: tell the peer why (rid 0), then hang up."""
-        self.server.counters.protocol_errors += 1
-        log.warning("protocol error from %s: %s", self.peer, exc)
+        """The client broke the protocol (or its stream is corrupt): read nothing more of
+        it, answer every request it sent before (they were taken, and may have run),
+        then tell it why (rid 0) and hang up."""
+        server = self.server
+        server.counters.protocol_errors += 1
+        if self.tls is None and not self.authenticated and looks_like_tls(self._first_bytes):
+            log.warning(
+                "protocol error from %s: it speaks TLS, and this node serves without TLS "
+                "(start it with --tls, or connect without TLS)",
+                self.peer,
+            )
+        else:
+            log.warning("protocol error from %s: %s", self.peer, exc)
+        if self.pending and not self.closed and self.failing is None:
+            self.failing = exc
+            server.counters.drained_before_close += 1
+            if self.transport is not None:
+                self.transport.pause_reading()
+            return
+        self._hang_up(exc)
+
+    def _hang_up(self, exc: RemoteProtocolError) -> None:
+        """Send the connection's ERROR (rid 0) saying why, and close."""
         limits = self.server.limits
         frame = encode_frame(
             FrameKind.ERROR,
@@ -533,7 +722,7 @@ class NodeProtocol(asyncio.Protocol):
             payload_bytes_max=limits.payload_bytes_max,
         )
         if self.transport is not None and not self.closed:
-            self.transport.writelines(frame)
+            self._send_bytes(b"".join(frame))
         self._close()
 
     def revoke(self, error: ShuttleError) -> None:
@@ -558,6 +747,11 @@ class NodeProtocol(asyncio.Protocol):
     def _close(self) -> None:
         if self.transport is not None and not self.closed:
             self.closed = True
+            if self.tls is not None and not self.lost:
+                with contextlib.suppress(ssl.SSLError):
+                    goodbye = self.tls.close()  # close_notify: a clean end, not a cut
+                    if goodbye:
+                        self.transport.write(goodbye)
             self.transport.close()  # sends what is buffered first...
             if self.transport.get_write_buffer_size():
                 # ...which a client that does not read never lets finish.

@@ -18,7 +18,10 @@ without one accepts any HELLO. A HELLO that names a principal is checked against
 that principal's key (derived from the cluster key, :mod:`shuttle.net.principals`),
 and every request of its connection against the principal's capabilities (the
 operation's guard) before it runs; when the principal is removed, its connections
-are closed.
+are closed. With TLS (``tls``, :class:`~shuttle.net.tls.ServerTls`) the TLS handshake comes first,
+and the proof also answers the TLS channel. Until a connection's handshake is done it
+has :attr:`ServerLimits.handshake_timeout_s` to finish it, and only a few connections
+may be at that stage at once (:func:`~shuttle.net.admission.unauthenticated_max`).
 """
 
 from __future__ import annotations
@@ -46,11 +49,13 @@ from shuttle.net.admission import (
     ServerLimits,
     effective_connections_max,
     raise_descriptor_limit,
+    unauthenticated_max,
 )
 from shuttle.net.node_protocol import NodeProtocol
 from shuttle.net.principals import Principal, PrincipalBook, PrincipalTable, anyone
 from shuttle.net.registry import Operation, OperationRegistry, Reply
 from shuttle.net.server_stats import ServerCounters
+from shuttle.net.tls import ServerTls
 from shuttle.wire import (
     Limits,
     Request,
@@ -84,7 +89,8 @@ class RpcServer:
     ``principals`` (a node with a cluster key): the principals that may connect besides
     the cluster key's holders, each checked against its caps. ``principal``: the
     principal ``key`` belongs to, when it is not the cluster key (a client's run-time,
-    which serves its own principal only).
+    which serves its own principal only). With ``tls`` every connection is TLS, with
+    that certificate.
     """
 
     def __init__(
@@ -99,6 +105,7 @@ class RpcServer:
         admission: ServerLimits | None = None,
         principals: PrincipalBook | None = None,
         principal: str | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         if key is not None and len(key) != auth.KEY_BYTES:
             raise ConfigError(f"a cluster key is {auth.KEY_BYTES} bytes, got {len(key)}")
@@ -115,6 +122,8 @@ class RpcServer:
         self.limits = limits or Limits()
         #: The cluster key clients must prove they hold, or None (any client is served).
         self.key = key
+        #: The certificate every connection's TLS presents, or None (plain TCP).
+        self.tls = tls
         self.counters = ServerCounters()
         self.cpu_account = cpu_account
         #: The account to enter around protocol work, or None when it would do nothing
@@ -126,6 +135,10 @@ class RpcServer:
         self.admission = admission or ServerLimits()
         #: The connection cap in force (fitted to the descriptor limit at start).
         self.connections_max = self.admission.connections_max
+        #: How many connections may be in their handshake at once (fitted at start).
+        self.unauthenticated_max = unauthenticated_max(self.admission, self.connections_max)
+        #: Connections still in their handshake, oldest first (a dict keeps order).
+        self._unauthenticated: dict[NodeProtocol, None] = {}
         #: True while all connections' unsent replies together are over the node's bound.
         self.unsent_over = False
         self.unsent_bytes = 0
@@ -154,6 +167,9 @@ class RpcServer:
             1 for p in self._protocols if p.conn.partial_frame
         )
         out["server"]["unsent_bytes"] = self.unsent_bytes
+        out["server"]["unauthenticated"] = len(self._unauthenticated)
+        out["server"]["unauthenticated_max"] = self.unauthenticated_max
+        out["server"]["tls"] = self.tls is not None
         for name, source in self._stats_sources.items():
             out[name] = source()
         return out
@@ -233,6 +249,7 @@ class RpcServer:
         loop = asyncio.get_running_loop()
         soft, _hard = raise_descriptor_limit()
         self.connections_max = effective_connections_max(self.admission.connections_max, soft)
+        self.unauthenticated_max = unauthenticated_max(self.admission, self.connections_max)
         self._server = await loop.create_server(
             lambda: NodeProtocol(self), host, port, reuse_address=True, backlog=512
         )
@@ -245,6 +262,25 @@ class RpcServer:
     def next_connection_number(self) -> int:
         self._connection_numbers += 1
         return self._connection_numbers
+
+    # --- connections before authentication ---------------------------------------------
+
+    def admit(self, proto: NodeProtocol) -> None:
+        """A connection was accepted: it is in its handshake until :meth:`authenticated`.
+        Over :attr:`unauthenticated_max` of those, the one that has waited longest is
+        closed, so connections that never finish cannot keep a newer one out."""
+        waiting = self._unauthenticated
+        waiting[proto] = None
+        while len(waiting) > self.unauthenticated_max:
+            oldest = next(iter(waiting))
+            if oldest is proto:
+                break
+            del waiting[oldest]
+            oldest.evict(self.unauthenticated_max)
+
+    def authenticated(self, proto: NodeProtocol) -> None:
+        """``proto`` finished its handshake (or is gone): it no longer counts as waiting."""
+        self._unauthenticated.pop(proto, None)
 
     async def _sweep_forever(self) -> None:
         while True:

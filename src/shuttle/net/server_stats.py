@@ -34,6 +34,17 @@ class ServerCounters:
     holds: int = 0
     #: Connections dropped because their client took none of their replies for long.
     send_timeouts: int = 0
+    #: Connections closed for not finishing their handshake (TLS, HELLO) in time.
+    handshake_timeouts: int = 0
+    #: Connections closed unauthenticated to make room for a newer one (over the cap of
+    #: connections in their handshake at once).
+    unauthenticated_evicted: int = 0
+    #: TLS connections that failed: a handshake the peer broke (a plain client, a
+    #: certificate it refused) or a record that failed its authentication.
+    tls_failures: int = 0
+    #: Requests a client pipelined after breaking the protocol were not taken; those
+    #: it sent before were answered first (times a connection closed that way).
+    drained_before_close: int = 0
     #: Requests answered on the event loop (cache hits, stats, pings).
     inline: int = 0
     #: Of those, reads taken and answered by the read lane (``wire/readlane.py``):
@@ -67,6 +78,10 @@ class ServerCounters:
             "idle_closed": self.idle_closed,
             "holds": self.holds,
             "send_timeouts": self.send_timeouts,
+            "handshake_timeouts": self.handshake_timeouts,
+            "unauthenticated_evicted": self.unauthenticated_evicted,
+            "tls_failures": self.tls_failures,
+            "drained_before_close": self.drained_before_close,
             "inline": self.inline,
             "read_lane": self.read_lane,
             "inline_declined": dict(self.inline_declined),

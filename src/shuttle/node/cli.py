@@ -109,10 +109,55 @@ def serve(
         bool,
         typer.Option(
             "--insecure",
-            help="Allow listening on a non-loopback address without --key-file (any host "
-            "that reaches the node may read and write all data).",
+            help="Allow listening beyond loopback without TLS (--no-tls) or without "
+            "--key-file. Without TLS, anyone on the network path reads every byte and can "
+            "change requests and replies (content hashes catch changed object data, not "
+            "changed keys or operations) or take over a connection after its handshake; "
+            "without a key, any host that reaches the node may read, write and remove all "
+            "data. Only where every host and link is trusted.",
         ),
     ] = False,
+    tls: Annotated[
+        bool | None,
+        typer.Option(
+            "--tls/--no-tls",
+            help="Serve every connection over TLS 1.3 (default: on beyond loopback or when "
+            "--tls-cert is given, off on loopback). Needs --tls-cert, --tls-key, --ca-file.",
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            "--tls-cert",
+            help="This node's certificate (PEM, issued for the address clients dial; "
+            "`shuttle cluster up --tls` makes one per node under ROOT/tls/).",
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option("--tls-key", help="The certificate's private key (PEM, mode 0600)."),
+    ] = None,
+    ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--ca-file",
+            help="The cluster's CA certificate (PEM): the node checks other nodes with it.",
+        ),
+    ] = None,
+    handshake_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a connection has to finish its handshake (TLS, HELLO) before it "
+            "is closed (default 10)."
+        ),
+    ] = None,
+    unauthenticated_max: Annotated[
+        int | None,
+        typer.Option(
+            help="Connections in their handshake at once; a new one past it closes the one "
+            "that waited longest (default: a quarter of --connections-max, at most 1024)."
+        ),
+    ] = None,
     connections_max: Annotated[
         int | None,
         typer.Option(
@@ -208,6 +253,12 @@ def serve(
         "object_bytes_max": object_bytes_max,
         "insecure": insecure or None,
         "unsafe_code": unsafe_code or None,
+        "tls": tls,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+        "ca_file": ca_file,
+        "handshake_timeout_s": handshake_timeout,
+        "unauthenticated_max": unauthenticated_max,
         "connections_max": connections_max,
         "frame_timeout_s": frame_timeout,
         "idle_timeout_s": idle_timeout,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from shuttle.errors import ConfigError
+from shuttle.net.addresses import is_loopback as is_loopback
 from shuttle.net.addresses import parse_address
 from shuttle.net.admission import (
     CONNECTIONS_MAX,
@@ -16,6 +16,7 @@ from shuttle.net.admission import (
     EXECUTING_MAX_RADOS,
     EXECUTOR_THREADS_RADOS,
     FRAME_TIMEOUT_S,
+    HANDSHAKE_TIMEOUT_S,
     IDLE_TIMEOUT_S,
     ServerLimits,
 )
@@ -69,13 +70,27 @@ class NodeConfig:
     #: (data only: the run-time refuses shipped code from unauthenticated clients).
     key_file: Path | None = None
     log_level: str = "INFO"
-    #: Listen on an address other clients can reach without a cluster key (no
-    #: authentication at all): only on a network where every host is trusted.
+    #: Listen on an address other hosts can reach without TLS or without a cluster key
+    #: (docs/security.md, "The wire"): only where every host and link is trusted.
     insecure: bool = False
+    # --- TLS (docs/security.md) ---
+    #: TLS on every connection: True, False, or None for the default (on when the
+    #: node listens beyond loopback, or when it is given a certificate).
+    tls: bool | None = None
+    #: The node's certificate and private key (PEM; ``cluster up --tls`` makes them).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: The cluster's CA certificate: the node's run-time checks other nodes with it.
+    ca_file: Path | None = None
     # --- what clients may make the node hold (docs/operations.md) ---
     connections_max: int = CONNECTIONS_MAX
     frame_timeout_s: float = FRAME_TIMEOUT_S
     idle_timeout_s: float = IDLE_TIMEOUT_S
+    #: Seconds a connection has to finish its handshake (TLS and HELLO).
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+    #: Connections in their handshake at once (None: a quarter of the connection cap,
+    #: at most 1,024); a new one past it closes the one that waited longest.
+    unauthenticated_max: int | None = None
     # --- the run-time of mobile objects (docs/runtime.md) ---
     #: H, the observation window of the resource monitor, seconds.
     window_s: float = WINDOW_S_DEFAULT
@@ -141,6 +156,7 @@ class NodeConfig:
                 "cluster up` makes one), listen on 127.0.0.1, or pass --insecure on a "
                 "network where every host is trusted"
             )
+        self._check_tls()
         self.runtime_config()
         self.sandbox_limits()
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -151,6 +167,43 @@ class NodeConfig:
     @property
     def name(self) -> str:
         return self.node_id or f"{self.host}:{self.port}"
+
+    @property
+    def tls_enabled(self) -> bool:
+        """Whether the node serves TLS: as asked, else when it has a certificate or
+        listens beyond loopback."""
+        if self.tls is not None:
+            return self.tls
+        return self.tls_cert is not None or not is_loopback(self.host)
+
+    def _check_tls(self) -> None:
+        if self.tls_enabled:
+            missing = [
+                flag
+                for flag, value in (
+                    ("--tls-cert", self.tls_cert),
+                    ("--tls-key", self.tls_key),
+                    ("--ca-file", self.ca_file),
+                )
+                if value is None
+            ]
+            if missing:
+                why = "--tls was given" if self.tls else f"{self.host} is beyond loopback"
+                raise ConfigError(
+                    f"the node serves TLS ({why}) and needs {', '.join(missing)}: its "
+                    "certificate and key, and the cluster's CA certificate (`shuttle cluster "
+                    "up --tls` makes all three under ROOT/tls/; docs/security.md says how to "
+                    "use your own CA). Or serve without TLS: --no-tls (beyond loopback, with "
+                    "--insecure too)"
+                )
+        elif not self.insecure and not is_loopback(self.host):
+            raise ConfigError(
+                f"refusing to listen on {self.host} without TLS: anyone on the network path "
+                "could read every byte and change requests and replies. Give the node a "
+                "certificate (--tls-cert, --tls-key, --ca-file; `shuttle cluster up` makes "
+                "them), listen on 127.0.0.1, or pass --insecure on a network where every host "
+                "and link is trusted"
+            )
 
     def runtime_config(self) -> RuntimeConfig:
         """The node run-time's settings (the decision log lives in the data folder)."""
@@ -174,6 +227,8 @@ class NodeConfig:
             frame_timeout_s=self.frame_timeout_s,
             idle_timeout_s=self.idle_timeout_s,
             executing_max=EXECUTING_MAX_RADOS if rados else EXECUTING_MAX,
+            handshake_timeout_s=self.handshake_timeout_s,
+            unauthenticated=self.unauthenticated_max,
         )
 
     def executor_threads(self) -> int:
@@ -216,20 +271,19 @@ class NodeConfig:
         values: dict[str, Any] = dict(table)
         if "listen" in values:
             values["host"], values["port"] = parse_address(str(values.pop("listen")))
-        for key in ("data_dir", "ready_file", "key_file", "ceph_conf", "ceph_keyring"):
+        for key in (
+            "data_dir",
+            "ready_file",
+            "key_file",
+            "ceph_conf",
+            "ceph_keyring",
+            "tls_cert",
+            "tls_key",
+            "ca_file",
+        ):
             if values.get(key) is not None:
                 values[key] = Path(values[key])
         if "data_dir" not in values and "data_dir" not in overrides:
             raise ConfigError(f"config file {path}: data_dir is required")
         base = cls(**{**values, **{k: v for k, v in overrides.items() if k == "data_dir"}})
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False

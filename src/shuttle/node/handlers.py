@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shuttle.errors import InvalidArgumentError, NotFoundError
+import blake3
+
+from shuttle.errors import IntegrityError, InvalidArgumentError, NotFoundError
 from shuttle.net.attr_rows import encode_rows, wants_rows
 from shuttle.net.principals import Guard, Principal, anyone, reads, reads_each, writes, writes_each
 from shuttle.net.registry import (
@@ -91,6 +93,29 @@ def rows_asked(args: dict[str, Any]) -> bool:
         return wants_rows(args)
     except ValueError as exc:
         raise InvalidArgumentError(f"{exc} (or leave it out for the map list)") from None
+
+
+#: Bytes of the payload hash a client may send with a put, a range write or an upload
+#: piece (``hash``: blake3, as the node hashes objects and chunks).
+PAYLOAD_HASH_BYTES = 32
+
+
+def check_payload(args: dict[str, Any], payload: bytes, what: str) -> None:
+    """Refuse ``payload`` if the client sent its hash (``hash``) and it does not match:
+    the bytes changed on the way, and nothing may be stored. Old clients send none."""
+    expected = args.get("hash")
+    if expected is None:
+        return
+    if not isinstance(expected, bytes) or len(expected) != PAYLOAD_HASH_BYTES:
+        raise InvalidArgumentError(
+            f"{what}: hash must be the {PAYLOAD_HASH_BYTES}-byte blake3 of the payload"
+        )
+    if blake3.blake3(payload).digest() != expected:
+        raise IntegrityError(
+            f"{what}: the {len(payload)} bytes that arrived do not match the hash the client "
+            "sent with them: they were changed on the way. Nothing was stored; send it again "
+            "(over TLS, which refuses changed bytes)"
+        )
 
 
 def _written(w: WriteResult) -> dict[str, Any]:
@@ -223,7 +248,9 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
         return Reply(None, data)
 
     def write(args: dict[str, Any], payload: bytes) -> Any:
-        """Write the payload at offset (extending the object); durable when answered."""
+        """Write the payload at offset (extending the object); durable when answered.
+        With ``hash``, only if the payload matches it."""
+        check_payload(args, payload, f"write of {args.get('key')!r:.200}")
         return _written(
             store.write(
                 arg(args, "key", str),
@@ -236,7 +263,9 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
 
     def put(args: dict[str, Any], payload: bytes) -> Any:
         """Create or replace an object with the payload, atomically (``mtime_ns``: the
-        modification time to record, as a copy keeps its source's; default now)."""
+        modification time to record, as a copy keeps its source's; default now). With
+        ``hash``, only if the payload matches it."""
+        check_payload(args, payload, f"put of {args.get('key')!r:.200}")
         return attrs_reply(
             store.put(
                 arg(args, "key", str),
@@ -299,7 +328,9 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
         return {"upload": upload}
 
     def upload_write(args: dict[str, Any], payload: bytes) -> Any:
-        """Write the payload at ``offset`` of an open upload."""
+        """Write the payload at ``offset`` of an open upload (with ``hash``, only if the
+        payload matches it)."""
+        check_payload(args, payload, f"upload piece at {args.get('offset')!r:.40}")
         return {
             "size": store.upload_write(
                 arg(args, "upload", str), non_negative(args, "offset"), payload

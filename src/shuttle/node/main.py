@@ -27,6 +27,7 @@ from shuttle.net.memory import tune_allocator
 from shuttle.net.principals import PrincipalBook
 from shuttle.net.registry import OperationRegistry
 from shuttle.net.server import RpcServer
+from shuttle.net.tls import ClientTls, ServerTls
 from shuttle.node.callback_ops import register_callback_ops
 from shuttle.node.callbacks import PromiseTable
 from shuttle.node.config import NodeConfig
@@ -70,6 +71,12 @@ async def serve(config: NodeConfig) -> None:
     Raises :class:`ConfigError` (before anything is opened) if the key file is bad.
     """
     key = load_key_file(config.key_file) if config.key_file is not None else None
+    server_tls: ServerTls | None = None
+    peer_tls: ClientTls | None = None
+    if config.tls_enabled:
+        assert config.tls_cert is not None and config.tls_key is not None
+        server_tls = ServerTls(config.tls_cert, config.tls_key)
+        peer_tls = ClientTls(config.ca_file)
     store = open_store(
         config.store_spec(),
         config.data_dir,
@@ -124,6 +131,7 @@ async def serve(config: NodeConfig) -> None:
         key=key,
         admission=config.admission(),
         principals=principals.book if principals is not None else None,
+        tls=server_tls,
     )
     server.add_stats_source("store", store.stats)
     server.add_stats_source("callbacks", promises.stats)
@@ -157,6 +165,7 @@ async def serve(config: NodeConfig) -> None:
             speed=cpu.factor,
             sandbox_limits=config.sandbox_limits(),
             principals=principals.book if principals is not None else None,
+            tls=peer_tls,
         )
         runtime.start(f"{host}:{port}")
         server.add_stats_source("runtime", runtime.stats)
@@ -172,10 +181,15 @@ async def serve(config: NodeConfig) -> None:
                 len(principals.book.table.names()),
                 principals.backend.where,
             )
+        if server_tls is not None:
+            log.info("TLS 1.3 with certificate %s; CA %s", config.tls_cert, config.ca_file)
+        elif config.insecure:
+            log.warning("serving %s without TLS (--insecure): the network path is trusted", host)
         print(
             f"shuttle node {server.node_id} serving "
             f"{config.data_dir if config.store == 'local' else config.store} on {host}:{port}"
-            + (" (cluster key required)" if key is not None else ""),
+            + (" (cluster key required)" if key is not None else "")
+            + (" (TLS)" if server_tls is not None else ""),
             flush=True,
         )
         sweeper = loop.create_task(_expire_uploads(store))

@@ -27,7 +27,9 @@ import contextlib
 import logging
 import os
 import secrets
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -40,14 +42,16 @@ import uvloop
 from shuttle.client.model import NodeAddress
 from shuttle.client.routing import node_for_key
 from shuttle.errors import ConfigError, InvalidArgumentError, ObjectBusyError, ShuttleError
+from shuttle.net import certs
 from shuttle.net.registry import OperationRegistry
 from shuttle.net.server import RpcServer
+from shuttle.net.tls import ClientTls, ServerTls
 from shuttle.runtime import migration, values
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.digest import CONSOLE_PREFIX, build_digest
 from shuttle.runtime.hosting import POLICIES, HomeEntry, MigrationEvent, code_hash
-from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.ids import APPLICATION_PREFIX, ObjectId
 from shuttle.runtime.mobile import MobileObject
 from shuttle.runtime.monitor import ResourceMonitor
 from shuttle.runtime.peers import Peers
@@ -83,18 +87,24 @@ class Runtime:
         listen_host: str = "127.0.0.1",
         speed: float = 1.0,
         monitor: bool = True,
+        tls: ClientTls | None = None,
     ) -> None:
         if not nodes:
             raise ConfigError("a run-time needs at least one storage node")
         self.config = config or RuntimeConfig()
         self.nodes = list(nodes)
-        self.id = f"c-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+        self.id = f"{APPLICATION_PREFIX}{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
         self.key = key
         #: Whose ``key`` is (None: the cluster key): every call of this run-time, and
         #: of the objects it hosts, acts for that principal (docs/security.md).
         self.principal = principal
         self.monitoring = monitor
-        self.peers = Peers(key=key, principal=principal, client_name=f"shuttle-runtime {self.id}")
+        #: The cluster's TLS (None: plain): nodes are dialled with it, and this
+        #: run-time's own port listens with TLS too (see :func:`_listener_tls`).
+        self.tls = tls
+        self.peers = Peers(
+            key=key, principal=principal, client_name=f"shuttle-runtime {self.id}", tls=tls
+        )
         for n in self.nodes:
             self.peers.learn(n.node_id, n.address, n.link)
         self.monitor = ResourceMonitor(self.config.window_s)
@@ -114,7 +124,13 @@ class Runtime:
         register_runtime_ops(self.registry, self.bm)
         # Nodes call back (moving an object here, invoking one) as the principal the
         # objects act for: this run-time's own, the only one it knows the key of.
-        self._server = RpcServer(self.registry, self.id, key=key, principal=principal)
+        self._server = RpcServer(
+            self.registry,
+            self.id,
+            key=key,
+            principal=principal,
+            tls=_listener_tls(self.id, listen_host) if tls is not None else None,
+        )
         self._listen_host = listen_host
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -150,7 +166,9 @@ class Runtime:
 
         client = connect(target, node=node, cluster=cluster, link=link, key_file=key_file)
         try:
-            return cls(client.nodes, key=client.key, principal=client.principal, **options)
+            return cls(
+                client.nodes, key=client.key, principal=client.principal, tls=client.tls, **options
+            )
         finally:
             client.close()
 
@@ -526,3 +544,16 @@ class Runtime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _listener_tls(runtime_id: str, host: str) -> ServerTls:
+    """The TLS an application's run-time listens with in a TLS cluster: a throwaway
+    self-signed certificate (the cluster's CA key is not the application's to use).
+    Nodes that call it check its key proof, bound to the TLS channel, instead of the
+    certificate (:mod:`shuttle.net.tls`). The files live only while they are loaded."""
+    directory = Path(tempfile.mkdtemp(prefix="shuttle-runtime-tls-"))
+    try:
+        pair = certs.self_signed(directory, runtime_id, host)
+        return ServerTls(pair.cert, pair.key)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

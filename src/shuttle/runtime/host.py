@@ -19,6 +19,7 @@ from typing import Any
 from shuttle.errors import ShuttleError
 from shuttle.net.principals import PrincipalBook, PrincipalTable
 from shuttle.net.registry import OperationRegistry
+from shuttle.net.tls import ClientTls
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.digest import build_digest
@@ -51,6 +52,7 @@ class NodeRuntime:
         speed: float = 1.0,
         sandbox_limits: Any = None,
         principals: PrincipalBook | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.config = config or RuntimeConfig()
         # Calls acting for a principal authenticate as it (runtime/authority.py).
@@ -58,6 +60,7 @@ class NodeRuntime:
             key=key,
             client_name=f"shuttle-node-runtime {node_id}",
             derive=principals.key_of if principals is not None else None,
+            tls=tls,
         )
         if principals is not None:
             principals.listeners.append(self._principals_changed)

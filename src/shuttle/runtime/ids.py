@@ -21,6 +21,18 @@ STORAGE_LOCAL_ID = "storage"
 ANCHORED_LOCAL_IDS = frozenset({STORAGE_LOCAL_ID, "isolation", "atomicity"})
 
 
+#: An application's run-time id begins with this (``c-HOST-PID-XXXX``); a node's
+#: run-time id is its node id. Over TLS a node checks another node's certificate
+#: against the cluster's CA, and an application's run-time (which has no certificate
+#: from the CA) by its key proof instead (:mod:`shuttle.net.tls`).
+APPLICATION_PREFIX = "c-"
+
+
+def is_application(runtime_id: str) -> bool:
+    """Whether ``runtime_id`` names an application's run-time (not a node's)."""
+    return runtime_id.startswith(APPLICATION_PREFIX)
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class ObjectId:
     """``home`` run-time id and ``local`` id unique within that home."""

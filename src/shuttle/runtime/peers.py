@@ -12,6 +12,10 @@ principal's key (``derive``) and keeps a connection per peer and principal, so t
 peer checks the call against that principal's caps, whatever this node may do. A
 client's run-time has only its own key (its principal's, or the cluster key) and
 uses it for every call.
+
+In a TLS cluster every connection is TLS: a node's certificate is checked against the
+cluster's CA; an application's run-time, which has none from the CA, must prove it
+holds the key over the very TLS channel instead (:mod:`shuttle.net.tls`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from shuttle.net.addresses import parse_address
 from shuttle.net.aio import AsyncConnection
 from shuttle.net.profiles import LinkProfile
 from shuttle.net.shaping import Link
+from shuttle.net.tls import ClientTls
 from shuttle.runtime.authority import acting
+from shuttle.runtime.ids import is_application
 from shuttle.wire import Response
 from shuttle.wire.events import Payload
 
@@ -45,6 +51,7 @@ class Peers:
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         principal: str | None = None,
         derive: Callable[[str], bytes | None] | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         """``key``: this run-time's own key (the cluster key; on a client's run-time,
         possibly principal ``principal``'s). ``derive``: on a node, a principal's key by
@@ -52,6 +59,7 @@ class Peers:
         self.key = key
         self.principal = principal
         self.derive = derive
+        self.tls = tls
         self.client_name = client_name
         self.request_timeout_s = request_timeout_s
         self._addresses: dict[str, str] = {}
@@ -141,6 +149,8 @@ class Peers:
                 principal=name,
                 client_name=self.client_name,
                 request_timeout_s=self.request_timeout_s,
+                tls=self.tls,
+                verify=not is_application(runtime_id),
             )
             self._conns[slot] = conn
         return conn

@@ -208,7 +208,7 @@ class Connection:
         if (
             kind is ErrorResponse
             and self._is_server
-            and self._state is _READY
+            and (self._state is _READY or self._state is _ERROR)
             and event.rid not in self._in_flight  # type: ignore[union-attr]
         ):
             raise LocalProtocolError(
@@ -293,8 +293,14 @@ class Connection:
         return buffers
 
     def _check_response(self, rid: int) -> None:
-        """Raise unless request ``rid`` awaits its response (every response path)."""
-        if rid not in self._in_flight and self._is_server and self._state is _READY:
+        """Raise unless request ``rid`` awaits its response (every response path; also
+        after the client broke the protocol, when only requests taken before are
+        answered)."""
+        if (
+            rid not in self._in_flight
+            and self._is_server
+            and (self._state is _READY or self._state is _ERROR)
+        ):
             raise LocalProtocolError(f"no request {rid} is waiting for a response")
 
     def _responded(self, rid: int) -> None:

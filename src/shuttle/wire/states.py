@@ -76,6 +76,12 @@ TRANSITIONS: dict[tuple[Role, State, str, type], State] = {
     (_S, State.READY, RECV, RequestRejected): State.READY,
     (_S, State.READY, SEND, Response): State.READY,
     (_S, State.READY, SEND, ErrorResponse): State.READY,
+    # A client that broke the protocol (say, a request id already in flight) gets no
+    # more of its bytes read, but every request the node took before is still answered
+    # before the node closes: otherwise a request that ran would have no answer, and
+    # its client could not tell whether it happened.
+    (_S, State.ERROR, SEND, Response): State.ERROR,
+    (_S, State.ERROR, SEND, ErrorResponse): State.ERROR,
 }
 # Goodbye and a clean EOF end the connection from any live state.
 for _role in Role:

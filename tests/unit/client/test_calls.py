@@ -7,6 +7,7 @@ import io
 import pytest
 
 from shuttle.client import calls
+from shuttle.client.integrity import payload_hash
 from shuttle.errors import InvalidArgumentError, LimitExceededError, RemoteProtocolError
 from shuttle.wire import Response
 
@@ -42,7 +43,12 @@ def test_only_calls_safe_to_repeat_are_idempotent() -> None:
 
 
 def test_conditions_ride_only_when_given() -> None:
-    assert calls.write("k", 4, b"x").args == {"key": "k", "offset": 4, "create": False}
+    assert calls.write("k", 4, b"x").args == {
+        "key": "k",
+        "offset": 4,
+        "create": False,
+        "hash": payload_hash(b"x"),  # every payload carries its hash (integrity.py)
+    }
     assert calls.write("k", 4, b"x", expected_version=7).args["expected_version"] == 7
     for op in (
         calls.truncate("k", 0),

@@ -53,8 +53,36 @@ def test_loopback_addresses(host: str, loopback: bool) -> None:
 def test_a_node_beyond_loopback_needs_a_key_or_insecure(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--insecure"):
         NodeConfig(data_dir=tmp_path, host="10.0.0.1")
-    NodeConfig(data_dir=tmp_path, host="10.0.0.1", insecure=True)
-    NodeConfig(data_dir=tmp_path, host="10.0.0.1", key_file=tmp_path / "key")
+    NodeConfig(data_dir=tmp_path, host="10.0.0.1", insecure=True, tls=False)
+    NodeConfig(data_dir=tmp_path, host="10.0.0.1", key_file=tmp_path / "key", **_tls(tmp_path))
+
+
+def _tls(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "tls_cert": tmp_path / "n.pem",
+        "tls_key": tmp_path / "n.key",
+        "ca_file": tmp_path / "ca",
+    }
+
+
+def test_a_node_beyond_loopback_serves_tls_unless_insecure(tmp_path: Path) -> None:
+    """TLS is on by default beyond loopback (it needs the node's certificate and the
+    CA), off on loopback unless asked; without it beyond loopback, only --insecure."""
+    key = tmp_path / "key"
+    with pytest.raises(ConfigError, match="--tls-cert, --tls-key, --ca-file"):
+        NodeConfig(data_dir=tmp_path, host="10.0.0.1", key_file=key)
+    assert NodeConfig(
+        data_dir=tmp_path, host="10.0.0.1", key_file=key, **_tls(tmp_path)
+    ).tls_enabled
+    with pytest.raises(ConfigError, match=r"without TLS.*--insecure"):
+        NodeConfig(data_dir=tmp_path, host="10.0.0.1", key_file=key, tls=False)
+    assert not NodeConfig(
+        data_dir=tmp_path, host="10.0.0.1", key_file=key, tls=False, insecure=True
+    ).tls_enabled
+    assert not NodeConfig(data_dir=tmp_path).tls_enabled
+    with pytest.raises(ConfigError, match="--tls was given"):
+        NodeConfig(data_dir=tmp_path, tls=True)
+    assert NodeConfig(data_dir=tmp_path, tls=True, **_tls(tmp_path)).tls_enabled
 
 
 def test_a_rados_node_runs_more_requests_per_connection_than_a_file_node(
