@@ -14,6 +14,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,9 +46,9 @@ def descriptors() -> Iterator[None]:
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def _stats(address: str, key_file: Path | None, **tls: object) -> dict[str, object]:
+def _stats(address: str, key_file: Path | None, **tls: object) -> dict[str, Any]:
     with shuttle.connect(node=address, key_file=key_file, **tls) as c:  # type: ignore[arg-type]
-        server: dict[str, object] = c.node_stats(c.nodes[0])["server"]
+        server: dict[str, Any] = c.node_stats(c.nodes[0])["server"]
         return server
 
 

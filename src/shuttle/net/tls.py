@@ -251,6 +251,9 @@ class TlsChannel:
         except ssl.SSLZeroReturnError:
             self.peer_closed = True
             return b""
+        if not data:  # CPython answers a close_notify with b"", not SSLZeroReturnError
+            self.peer_closed = True
+            return b""
         if limit is None:
             limit = 1 << 62
         if len(data) >= limit or not (incoming.pending or obj.pending()):
@@ -266,6 +269,7 @@ class TlsChannel:
                 self.peer_closed = True
                 break
             if not more:
+                self.peer_closed = True
                 break
             parts.append(more)
             got += len(more)
@@ -287,6 +291,7 @@ class TlsChannel:
                 self.peer_closed = True
                 break
             if not n:
+                self.peer_closed = True
                 break
             got += n
             if not (incoming.pending or obj.pending()):
