@@ -49,6 +49,9 @@ MODULES: tuple[str, ...] = (
     "shuttle.net.node_protocol",
     "shuttle.net.server_stats",
     "shuttle.net.blocking",
+    # TLS at both edges (the node's protocol and the blocking client call it for every
+    # request on a TLS connection).
+    "shuttle.net.tls",
     # The node's warm read below the protocol: the lock-free cache-hit read itself,
     # the block cache, the store's counters and its key locks (whose generation the
     # read checks).

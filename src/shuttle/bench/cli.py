@@ -181,6 +181,14 @@ def netrand(
             "Each client reads --pages pages per pass."
         ),
     ] = None,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="Also a node serving TLS and Redis's TLS port, in the same rounds: warm "
+            "fetches over TLS against Redis over TLS (target ≤ 1.25) and against no TLS.",
+        ),
+    ] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
 ) -> None:
     """Random 4 KiB page fetches: local file (pread) against the same file through a
@@ -202,6 +210,7 @@ def netrand(
         pin=pin,
         cpu=cpu,
         clients=tuple(parse_clients(clients or [])),
+        tls=tls,
     )
     console = Console()
     with bench_status("netrand", console) as update:
@@ -218,7 +227,8 @@ def netrand(
         f"{pages} pages, s",
     ):
         table.add_column(col, justify="right")
-    for mode in ("local_cold", "remote_cold", "local", "remote_warm", "redis"):
+    modes = ("local_cold", "remote_cold", "local", "remote_warm", "redis")
+    for mode in (*modes, "remote_warm_tls", "redis_tls"):
         s = report.get(mode)
         if not s:
             continue
@@ -237,6 +247,13 @@ def netrand(
     if "remote_over_redis_p50" in report:
         console.print(
             f"Shuttle/Redis p50 (warm): {report['remote_over_redis_p50']:.2f} (target ≤ 1.25)"
+        )
+    if "remote_tls_over_redis_tls_p50" in report:
+        console.print(
+            "over TLS, Shuttle/Redis p50 (warm): "
+            f"{report['remote_tls_over_redis_tls_p50']:.2f} (target ≤ 1.25)   "
+            f"Shuttle TLS/plain: {report['remote_tls_over_remote_p50']:.2f}   "
+            f"Redis TLS/plain: {report['redis_tls_over_redis_p50']:.2f}"
         )
     pinned_cpu = report["placement"]["pinned_cpu"]
     console.print("placement: " + ("scheduler's" if pinned_cpu is None else f"CPU {pinned_cpu}"))
@@ -398,6 +415,51 @@ def jail(
         console.print(f"report written to {json_path}")
 
 
+@app.command("flood")
+def flood(
+    connections: Annotated[
+        int, typer.Option(min=1, help="Connections that never send HELLO (or start TLS).")
+    ] = 1000,
+    rounds: Annotated[int, typer.Option(min=1, help="Quiet and flooded rounds, interleaved.")] = 5,
+    puts: Annotated[int, typer.Option(min=1, help="Connects and puts timed per round.")] = 5,
+    connections_max: Annotated[
+        int, typer.Option(min=2, help="The node's connection cap (the report's was 64).")
+    ] = 64,
+    tls: Annotated[bool, typer.Option("--tls", help="The node serves TLS.")] = False,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+) -> None:
+    """A flood of connections that never authenticate against a key holder's connect and
+    1 KiB put (target: at most 100 ms slower than on the quiet node)."""
+    from shuttle.bench.flood import FloodConfig
+    from shuttle.bench.flood import run as run_flood
+
+    console = Console()
+    config = FloodConfig(
+        connections=connections,
+        rounds=rounds,
+        puts=puts,
+        connections_max=connections_max,
+        tls=tls,
+    )
+    with bench_status("flood", console) as update:
+        report = run_flood(config, progress=update)
+    table = Table(title=f"a key holder's connect + 1 KiB put, {connections} silent connections")
+    for col in ("", "p50 ms", "max ms"):
+        table.add_column(col, justify="right")
+    for name in ("quiet_s", "flooded_s"):
+        r = report[name]
+        top = f"{r['max'] * 1e3:.1f}" if r["max"] is not None else "-"
+        table.add_row(name.removesuffix("_s"), f"{r['p50'] * 1e3:.1f}", top)
+    console.print(table)
+    console.print(
+        f"delay p50 {report['delay_p50_s'] * 1e3:.1f} ms (target ≤ 100 ms); refused "
+        f"{report['refused']}; node: {report['node']}"
+    )
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"report written to {json_path}")
+
+
 @app.command("stream")
 @benchmark("bench stream")
 def stream(
@@ -408,6 +470,14 @@ def stream(
     node: Annotated[
         str | None, typer.Option(help="Use this node (HOST:PORT) instead of starting one.")
     ] = None,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="Also stream from a node serving TLS, interleaved (target: at least 60% of "
+            "Shuttle without TLS).",
+        ),
+    ] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
 ) -> None:
     """Stream one large object from a node against a raw TCP transfer of the same bytes
@@ -416,19 +486,25 @@ def stream(
     from shuttle.bench.stream import run as run_stream
 
     console = Console()
-    config = StreamConfig(nbytes=nbytes, repeat=repeat, node=node, window=window)
+    config = StreamConfig(nbytes=nbytes, repeat=repeat, node=node, window=window, tls=tls)
     with bench_status("stream", console) as update:
         report = run_stream(config, progress=update)
     table = Table(title=f"streaming {nbytes / (1 << 20):.0f} MiB over loopback")
     for col in ("path", "median s", "MiB/s"):
         table.add_column(col, justify="right")
-    for name in ("raw_tcp", "shuttle"):
-        r = report[name]
-        table.add_row(name, f"{r['median_s']:.3f}", f"{r['mib_per_s']:.0f}")
+    for name in ("raw_tcp", "shuttle", "shuttle_tls"):
+        r = report.get(name)
+        if r:
+            table.add_row(name, f"{r['median_s']:.3f}", f"{r['mib_per_s']:.0f}")
     console.print(table)
     console.print(
         f"Shuttle / raw TCP throughput: {report['shuttle_over_raw_throughput']:.2f} (target ≥ 0.60)"
     )
+    if "shuttle_tls_over_shuttle_throughput" in report:
+        console.print(
+            "Shuttle over TLS / Shuttle without: "
+            f"{report['shuttle_tls_over_shuttle_throughput']:.2f} (target ≥ 0.60)"
+        )
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {json_path}")

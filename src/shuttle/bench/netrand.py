@@ -12,11 +12,14 @@ hits them all alike. The client, the node and Redis run on one CPU (see
 :mod:`shuttle.bench.placement` for why; ``pin=False`` leaves placement to the
 scheduler). With ``clients``, the same fetches are then made by N clients at once for
 each N (:mod:`shuttle.bench.netrand_clients`): throughput and p99, against Redis with
-as many clients.
+as many clients. With ``tls``, a second node serving TLS (and Redis's TLS port) are
+timed in the same rounds: warm fetches over TLS against Redis over TLS, and against
+the same fetches without TLS.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import statistics
@@ -83,6 +86,8 @@ class NetrandConfig:
     #: After the one-client rounds, the same reads from this many clients at once, for
     #: each count in turn (:mod:`shuttle.bench.netrand_clients`); each reads ``pages``.
     clients: tuple[int, ...] = ()
+    #: Also time warm fetches from a node serving TLS, and from Redis over TLS.
+    tls: bool = False
 
     def __post_init__(self) -> None:
         if self.generator not in GENERATORS:
@@ -159,38 +164,66 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
     modes = ["local_cold", "remote_cold", "local", "remote_warm"] + (
         ["redis"] if config.redis else []
     )
+    if config.tls:
+        modes += ["remote_warm_tls"] + (["redis_tls"] if config.redis else [])
     samples = {m: Samples() for m in modes}
     placement: dict[str, Any] = {"pinned_cpu": None}
     concurrent: dict[str, Any] = {}
     # The client cache is off: every remote page is a round trip to the node.
-    with bench_client(
-        config.node, link=config.link, cpu_factor=config.cpu_factor, cache_bytes=0
-    ) as (client, scratch):
+    with contextlib.ExitStack() as stack:
+        client, scratch = stack.enter_context(
+            bench_client(config.node, link=config.link, cpu_factor=config.cpu_factor, cache_bytes=0)
+        )
+        tls_client: Client | None = None
+        tls_scratch: Path | None = None
+        if config.tls:
+            tls_client, tls_scratch = stack.enter_context(
+                bench_client(
+                    config.node,
+                    link=config.link,
+                    cpu_factor=config.cpu_factor,
+                    cache_bytes=0,
+                    tls=True,
+                )
+            )
         path = scratch / "netrand.dat"
         progress(f"writing a {config.file_bytes >> 20} MiB file and putting it into the node")
         make_file(path, config.file_bytes)
         client.put(KEY, path)
+        if tls_client is not None:
+            progress("putting it into the node that serves TLS")
+            tls_client.put(KEY, path)
         fd = os.open(path, os.O_RDONLY)
-        redis = RedisServer(scratch) if config.redis else None
+        redis = RedisServer(scratch, tls=config.tls) if config.redis else None
         resp = None
+        resp_tls = None
         try:
             if redis is not None:
                 progress("loading the same pages into redis")
                 resp = RespClient(redis.port)
                 with open(path, "rb") as f:
                     resp.set_many((b"p:%d" % i, f.read(pb)) for i in range(config.file_pages))
+                if redis.tls_port is not None:
+                    resp_tls = RespClient(redis.tls_port, ca_file=redis.ca_file)
             fetchers: dict[str, Fetch] = {
                 "local": lambda p: os.pread(fd, pb, p * pb),
                 "remote": _remote_fetch(client, pb),
             }
+            if tls_client is not None:
+                fetchers["remote_tls"] = _remote_fetch(tls_client, pb)
             if resp is not None:
                 r = resp
                 fetchers["redis"] = lambda p: r.get(b"p:%d" % p) or b""
+            if resp_tls is not None:
+                rt = resp_tls
+                fetchers["redis_tls"] = lambda p: rt.get(b"p:%d" % p) or b""
             gen = GENERATORS[config.generator]
             cpu = (config.cpu if config.cpu is not None else default_cpu()) if config.pin else None
             with pinned(cpu):
                 if cpu is not None:
                     placement = _pin_servers(cpu, scratch, redis, started_node=config.node is None)
+                    if tls_scratch is not None:
+                        _pin_servers(cpu, tls_scratch, None, started_node=config.node is None)
                 for rnd in range(config.rounds):
                     progress(f"round {rnd + 1}/{config.rounds}")
                     pages = list(gen(config.seed + rnd, config.pages, config.file_pages))
@@ -203,6 +236,13 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                     timed_run(pages, fetchers["remote"], pb, samples["remote_warm"])
                     if resp is not None:
                         timed_run(pages, fetchers["redis"], pb, samples["redis"])
+                    if tls_client is not None:
+                        # Warm it the same way: a first pass over the pages, untimed.
+                        for page in pages:
+                            fetchers["remote_tls"](page)
+                        timed_run(pages, fetchers["remote_tls"], pb, samples["remote_warm_tls"])
+                    if resp_tls is not None:
+                        timed_run(pages, fetchers["redis_tls"], pb, samples["redis_tls"])
                 for n in config.clients:
                     progress(f"{n} concurrent clients")
                     concurrent[str(n)] = run_clients(
@@ -222,6 +262,8 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
             os.close(fd)
             if resp is not None:
                 resp.close()
+            if resp_tls is not None:
+                resp_tls.close()
             if redis is not None:
                 redis.stop()
     report: dict[str, Any] = {"config": asdict(config), "placement": placement}
@@ -240,6 +282,14 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
         report["remote_over_redis_p50"] = (
             report["remote_warm"]["p50_us"] / report["redis"]["p50_us"]
         )
+    if config.tls:
+        tls_p50 = report["remote_warm_tls"]["p50_us"]
+        report["remote_tls_over_remote_p50"] = tls_p50 / report["remote_warm"]["p50_us"]
+        if config.redis:
+            report["remote_tls_over_redis_tls_p50"] = tls_p50 / report["redis_tls"]["p50_us"]
+            report["redis_tls_over_redis_p50"] = (
+                report["redis_tls"]["p50_us"] / report["redis"]["p50_us"]
+            )
     if concurrent:
         report["clients"] = concurrent
     report["node_cache"] = node_stats.get("store", {}).get("cache", {})

@@ -22,19 +22,26 @@ def bench_client(
     cpu_factor: float = 1.0,
     node_cache_bytes: int = CACHE_BYTES_DEFAULT,
     workdir: Path | None = None,
+    tls: bool = False,
     **client_options: object,
 ) -> Iterator[tuple[Client, Path]]:
     """A client of ``node``, or of a node process started here for the benchmark (and
     stopped, its data removed, afterwards). Yields the client and a scratch folder on
-    the same disk as the node's data."""
+    the same disk as the node's data. ``tls``: the node serves TLS (one started here
+    gets a cluster CA of its own; a given ``node`` is dialled with TLS and the CA in
+    ``$SHUTTLE_CA_FILE``)."""
     scratch = scratch_dir("shuttle-bench-", workdir)
     try:
         if node is not None:
-            with connect(node=node, link=link, **client_options) as client:  # type: ignore[arg-type]
+            with connect(node=node, link=link, tls=tls or None, **client_options) as client:  # type: ignore[arg-type]
                 yield client, scratch
             return
         cluster = local.up(
-            scratch / "cluster", nodes=1, cpu_factors=[cpu_factor], cache_bytes=node_cache_bytes
+            scratch / "cluster",
+            nodes=1,
+            cpu_factors=[cpu_factor],
+            cache_bytes=node_cache_bytes,
+            tls=tls,
         )
         try:
             assert cluster.path is not None

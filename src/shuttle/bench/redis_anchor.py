@@ -4,12 +4,17 @@ Debian's ``redis-server`` (installed by ``scripts/setup.sh``) is started on a fr
 port with persistence off, so it serves purely from memory; the client speaks RESP
 over a plain socket, with the same per-request harness the Shuttle client is timed
 with, so the comparison is between servers, not client libraries.
+
+With ``tls`` the same server also listens for TLS 1.3 (Redis's ``--tls-port``, with a
+certificate from a CA made for the run), and :class:`RespClient` can speak it through
+Python's :mod:`ssl`, as Shuttle's client does: the anchor for Shuttle over TLS.
 """
 
 from __future__ import annotations
 
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Iterable
@@ -17,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 from shuttle.errors import ExternalToolError, RemoteProtocolError
+from shuttle.net import certs
 
 #: Where Debian puts the server; PATH is searched first.
 REDIS_SERVER = "redis-server"
@@ -33,9 +39,10 @@ def _free_port() -> int:
 
 
 class RedisServer:
-    """``redis-server`` on 127.0.0.1 with no persistence; stopped on exit."""
+    """``redis-server`` on 127.0.0.1 with no persistence; stopped on exit. With
+    ``tls``, also a TLS 1.3 port (:attr:`tls_port`) whose CA is :attr:`ca_file`."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, tls: bool = False) -> None:
         binary = shutil.which(REDIS_SERVER) or "/usr/bin/redis-server"
         if not Path(binary).exists():
             raise ExternalToolError(
@@ -43,6 +50,27 @@ class RedisServer:
                 "redis-server), or pass --no-redis"
             )
         self.port = _free_port()
+        self.tls_port: int | None = None
+        self.ca_file: Path | None = None
+        tls_args: list[str] = []
+        if tls:
+            ca = certs.make_ca(workdir / "redis-tls", "redis anchor")
+            pair = certs.make_node_cert(ca, workdir / "redis-tls", "redis", "127.0.0.1")
+            self.tls_port, self.ca_file = _free_port(), ca.cert
+            tls_args = [
+                "--tls-port",
+                str(self.tls_port),
+                "--tls-cert-file",
+                str(pair.cert),
+                "--tls-key-file",
+                str(pair.key),
+                "--tls-ca-cert-file",
+                str(ca.cert),
+                "--tls-auth-clients",
+                "no",
+                "--tls-protocols",
+                "TLSv1.3",
+            ]
         self.proc = subprocess.Popen(
             [
                 binary,
@@ -60,6 +88,7 @@ class RedisServer:
                 "no",
                 "--protected-mode",
                 "no",
+                *tls_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -100,11 +129,17 @@ def _command(*parts: bytes) -> bytes:
 
 
 class RespClient:
-    """A minimal blocking RESP client: SET (pipelined) and GET of bulk strings."""
+    """A minimal blocking RESP client: SET (pipelined) and GET of bulk strings; with
+    ``ca_file``, over TLS 1.3 (the server's certificate checked against it)."""
 
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, port: int, *, ca_file: Path | None = None) -> None:
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ca_file is not None:
+            context = ssl.create_default_context(cafile=str(ca_file))
+            context.minimum_version = ssl.TLSVersion.TLSv1_3
+            sock = context.wrap_socket(sock, server_hostname="127.0.0.1")
+        self.sock = sock
         self._buf = bytearray()
 
     def close(self) -> None:

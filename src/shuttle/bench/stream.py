@@ -5,11 +5,13 @@ this machine costs in Python: a child process reads the same file (from the page
 cache) in 1 MiB pieces and ``sendall``s them; the parent ``recv_into``s a reused
 buffer. Shuttle's number is :meth:`Client.iter_read` of the object on a node (its
 file warm in the page cache too), with pipelined 1 MiB range requests. Runs are
-interleaved and the medians compared.
+interleaved and the medians compared. With ``tls``, the same object is streamed from a
+second node that serves TLS, interleaved with the others: TLS against no TLS.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import statistics
@@ -24,6 +26,7 @@ from typing import Any
 import shuttle.compiled as compiled
 from shuttle.bench.netrand import make_file
 from shuttle.bench.nodes import bench_client
+from shuttle.client.client import Client
 from shuttle.errors import ConfigError
 
 PIECE_BYTES = 1 << 20
@@ -37,6 +40,8 @@ class StreamConfig:
     node: str | None = None
     window: int = 8
     piece_bytes: int = PIECE_BYTES
+    #: Also stream from a node that serves TLS.
+    tls: bool = False
 
     def __post_init__(self) -> None:
         if self.nbytes <= 0 or self.repeat <= 0 or self.window <= 0:
@@ -88,18 +93,37 @@ def _send_file(path: str, port: int, nbytes: int) -> None:
 def run(config: StreamConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     raw_s: list[float] = []
     shuttle_s: list[float] = []
-    with bench_client(
-        config.node, cache_bytes=0, piece_bytes=config.piece_bytes, window=config.window
-    ) as (client, scratch):
+    tls_s: list[float] = []
+    with contextlib.ExitStack() as stack:
+
+        def started(tls: bool) -> tuple[Client, Path]:
+            return stack.enter_context(
+                bench_client(
+                    config.node,
+                    tls=tls,
+                    cache_bytes=0,
+                    piece_bytes=config.piece_bytes,
+                    window=config.window,
+                )
+            )
+
+        client, scratch = started(False)
+        tls_client = started(True)[0] if config.tls else None
         path = scratch / "stream.dat"
         progress(f"writing {config.nbytes >> 20} MiB and putting it into the node")
         make_file(path, config.nbytes)
         client.put(KEY, path)
         info = client.stat(KEY)
+        if tls_client is not None:
+            tls_client.put(KEY, path)
 
-        def shuttle_once() -> float:
+        infos = {id(client): info}
+        if tls_client is not None:
+            infos[id(tls_client)] = tls_client.stat(KEY)
+
+        def shuttle_once(c: Client) -> float:
             start = time.perf_counter()
-            n = sum(len(piece) for piece in client.iter_read(KEY, info=info))
+            n = sum(len(piece) for piece in c.iter_read(KEY, info=infos[id(c)]))
             elapsed = time.perf_counter() - start
             if n != config.nbytes:
                 raise AssertionError(f"streamed {n} of {config.nbytes} bytes")
@@ -107,14 +131,26 @@ def run(config: StreamConfig, progress: Callable[[str], None] = lambda _: None) 
 
         progress("warming the page cache (one pass each)")
         raw_tcp_receive(path, config.nbytes)
-        shuttle_once()
+        shuttle_once(client)
+        if tls_client is not None:
+            shuttle_once(tls_client)
         for i in range(config.repeat):
             progress(f"run {i + 1}/{config.repeat}")
             raw_s.append(raw_tcp_receive(path, config.nbytes))
-            shuttle_s.append(shuttle_once())
+            shuttle_s.append(shuttle_once(client))
+            if tls_client is not None:
+                tls_s.append(shuttle_once(tls_client))
         counters = client.counters()
     raw_med, shuttle_med = statistics.median(raw_s), statistics.median(shuttle_s)
     mib = config.nbytes / (1 << 20)
+    extra: dict[str, Any] = {}
+    if tls_s:
+        tls_med = statistics.median(tls_s)
+        extra = {
+            "shuttle_tls": {"runs_s": tls_s, "median_s": tls_med, "mib_per_s": mib / tls_med},
+            "shuttle_tls_over_shuttle_throughput": shuttle_med / tls_med,
+            "tls_target": 0.6,
+        }
     return {
         "config": asdict(config),
         "compiled": compiled.active().reason,
@@ -127,6 +163,7 @@ def run(config: StreamConfig, progress: Callable[[str], None] = lambda _: None) 
         },
         "shuttle_over_raw_throughput": raw_med / shuttle_med,
         "target": 0.6,
+        **extra,
     }
 
 

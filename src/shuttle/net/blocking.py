@@ -81,6 +81,9 @@ SMALL_PAYLOAD_BYTES = 64 << 10
 #: Ciphertext bytes asked of the kernel per read on a TLS connection: a 1 MiB piece
 #: arrives as 64 records of 16 KiB, taken in a few reads.
 TLS_RECV_BYTES = 256 << 10
+#: Bytes a TLS 1.3 record adds to its plaintext: a 5-byte header, the content type
+#: and the 16-byte AEAD tag (22), with room to spare; one record carries 16 KiB.
+TLS_RECORD_OVERHEAD_BYTES = 64
 #: Requests kept in flight by call_many unless told otherwise.
 WINDOW_DEFAULT = 16
 #: A connection unused for this long is checked before a request goes out: a node
@@ -163,8 +166,10 @@ class BlockingConnection:
         self._fd = -1
         self._shaped: ShapedSocket | None = None
         self._conn: Connection | None = None
-        #: The open connection's TLS state (None: plain, or not connected).
+        #: The open connection's TLS state (None: plain, or not connected), and the
+        #: buffer its ciphertext is received into (made on first use).
         self._tls: TlsChannel | None = None
+        self._tls_buffer: bytearray | None = None
         #: How the open connection writes and reads its descriptor: ``os.write`` and
         #: ``os.read`` on a plain one, through the TLS channel on a TLS one.
         self._write_fd: Callable[[int, bytes], int] = os_write
@@ -338,14 +343,16 @@ class BlockingConnection:
         tls = self._tls
         assert tls is not None
         try:
-            while True:
-                data = tls.read(limit)
-                if data or tls.peer_closed:
-                    return data
-                raw = os_read(fd, TLS_RECV_BYTES)
+            data = tls.read(limit)  # what an earlier read left (rare): b"" at once if none
+            # Ask the kernel for the records ``limit`` bytes take, not for TLS_RECV_BYTES:
+            # the bytes object is made at its size, not made large and shrunk.
+            want = min(TLS_RECV_BYTES, limit + (limit >> 9) + TLS_RECORD_OVERHEAD_BYTES)
+            while not data and not tls.peer_closed:
+                raw = os_read(fd, want)
                 if not raw:
                     return b""
-                tls.feed(raw)
+                data = tls.decrypt(raw, limit)
+            return data
         except ssl.SSLError as exc:
             failure = client_failure(exc, self.address, self._ca_file(), tls)
             self.close()
@@ -792,14 +799,22 @@ class BlockingConnection:
             if tls.peer_closed:
                 conn.receive_data(b"")  # close_notify: the codec says how it ended
                 return
+            raw: bytes | memoryview
             if self._shaped is not None:
                 raw = self._recv_shaped_raw(deadline)
             else:
+                # Ciphertext goes into one buffer kept for the connection (TLS copies it
+                # on into its own): no fresh bytes object per read of a stream.
+                sock = self._sock
+                assert sock is not None
+                if self._tls_buffer is None:
+                    self._tls_buffer = bytearray(TLS_RECV_BYTES)
                 try:
-                    raw = os_read(self._fd, TLS_RECV_BYTES)
+                    n = sock.recv_into(self._tls_buffer)
                 except OSError as exc:
                     self._recv_failed(exc, deadline, timeout_s)
                     continue
+                raw = memoryview(self._tls_buffer)[:n]
             if not raw:
                 if conn.eof_received:
                     self.close()

@@ -420,20 +420,9 @@ class NodeProtocol(asyncio.Protocol):
         connection (after the alert that says why)."""
         tls = self.tls
         assert tls is not None
-        tls.feed(data)
         try:
-            if not tls.established:
-                done = tls.handshake()
-                out = tls.output()
-                if out:
-                    self._raw_write(out)
-                if not done:
-                    return b""
-                self.binding = tls.binding()
-                self._challenge()
-                if self.closed:
-                    return b""
-            plain = tls.read()
+            # The usual case is one call: decrypt what came.
+            plain = tls.decrypt(data) if tls.established else self._tls_handshake(tls, data)
         except ssl.SSLError as exc:
             self._tls_failed(exc)
             return b""
@@ -443,6 +432,22 @@ class NodeProtocol(asyncio.Protocol):
             self.eof_received()
             return b""
         return plain
+
+    def _tls_handshake(self, tls: TlsChannel, data: bytes) -> bytes:
+        """Advance the TLS handshake with ``data``; once it is done, open the Shuttle
+        handshake and return any plaintext that came with the client's last flight."""
+        tls.feed(data)
+        done = tls.handshake()
+        out = tls.output()
+        if out:
+            self._raw_write(out)
+        if not done:
+            return b""
+        self.binding = tls.binding()
+        self._challenge()
+        if self.closed:
+            return b""
+        return tls.read()
 
     def _tls_failed(self, exc: ssl.SSLError) -> None:
         """Count and log a TLS failure, send the alert TLS made for it, and close."""
