@@ -98,8 +98,10 @@ class NodeProtocol(asyncio.Protocol):
         #: The principal its HELLO authenticated as, whose caps every request is
         #: checked against; None: unrestricted (the cluster key, or a keyless node).
         self.principal: Principal | None = None
-        #: Its TLS state (None on a plain node), and the channel binding the key proofs
-        #: answer (b"" on a plain connection).
+        #: Whether it speaks TLS (the node serves TLS); its TLS state, made when its
+        #: first bytes arrive (a connection that never sends any costs no TLS object),
+        #: and the channel binding the key proofs answer (b"" on a plain connection).
+        self.encrypted = server.tls is not None
         self.tls: TlsChannel | None = None
         self.binding = b""
         #: True once its handshake is done (WELCOME sent): from then on it no longer
@@ -160,10 +162,8 @@ class NodeProtocol(asyncio.Protocol):
             server.admission.handshake_timeout_s, self._handshake_expired
         )
         server.admit(self)  # may close the connection that has waited longest
-        if server.tls is not None:
-            # The client speaks first in TLS: the challenge follows the handshake.
-            self.tls = TlsChannel(server.tls.context(), server_side=True)
-            return
+        if self.encrypted:
+            return  # the client speaks first in TLS: the challenge follows the handshake
         self._challenge()
 
     def _challenge(self) -> None:
@@ -183,7 +183,7 @@ class NodeProtocol(asyncio.Protocol):
         if self.closed:
             return
         self.server.counters.unauthenticated_evicted += 1
-        if self.tls is None or self.tls.established:
+        if not self.encrypted or (self.tls is not None and self.tls.established):
             busy = NodeBusyError(
                 f"node {self.server.node_id} has {waiting_max} connections in their handshake, "
                 "and this one had waited longest; retry (a flood of connections that never "
@@ -205,7 +205,7 @@ class NodeProtocol(asyncio.Protocol):
         server.authenticated(self)
         limit = server.admission.handshake_timeout_s
         log.info("closing %s: no handshake within %g s", self.peer, limit)
-        if self.tls is not None and not self.tls.established:
+        if self.encrypted and (self.tls is None or not self.tls.established):
             self.abort()
             return
         late = RemoteProtocolError(
@@ -347,7 +347,7 @@ class NodeProtocol(asyncio.Protocol):
         self.bytes_in += len(data)  # ciphertext too: any byte arriving is progress
         if self.refused or self.failing is not None:
             return
-        if self.tls is not None:
+        if self.encrypted:
             data = self._decrypt(data)
             if not data:
                 return
@@ -419,7 +419,10 @@ class NodeProtocol(asyncio.Protocol):
         the TLS handshake, then opens the Shuttle one; a TLS failure closes the
         connection (after the alert that says why)."""
         tls = self.tls
-        assert tls is not None
+        if tls is None:
+            server_tls = self.server.tls
+            assert server_tls is not None
+            tls = self.tls = TlsChannel(server_tls.context(), server_side=True)
         try:
             # The usual case is one call: decrypt what came.
             plain = tls.decrypt(data) if tls.established else self._tls_handshake(tls, data)
@@ -701,7 +704,7 @@ class NodeProtocol(asyncio.Protocol):
         then tell it why (rid 0) and hang up."""
         server = self.server
         server.counters.protocol_errors += 1
-        if self.tls is None and not self.authenticated and looks_like_tls(self._first_bytes):
+        if not self.encrypted and not self.authenticated and looks_like_tls(self._first_bytes):
             log.warning(
                 "protocol error from %s: it speaks TLS, and this node serves without TLS "
                 "(start it with --tls, or connect without TLS)",
