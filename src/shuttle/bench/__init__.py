@@ -13,6 +13,8 @@ Layout:
   at once (throughput, p50, p99), against Redis with as many
 * ``stream``   ``bench stream``: one large object streamed, against raw TCP
 * ``hostile``  ``bench hostile``: what stalled, non-reading and idle clients cost a node
+* ``flood``    ``bench flood``: a key holder's connect and put under connections that never
+  authenticate (limits before authentication)
 * ``jail``     ``bench jail``: the jail's start-up and filter cost; other clients'
   puts while grep runs the worst patterns
 * ``shaping``  emulated link shaping against kernel ``tc ... tbf`` shaping in namespaces
