@@ -31,7 +31,7 @@ from typing import Final
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from shuttle.errors import ConfigError
@@ -170,7 +170,11 @@ def make_ca(directory: Path, name: str = "shuttle cluster") -> CertPair:
     return pair
 
 
-def load_ca(pair: CertPair) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+#: The CA keys that can sign node certificates here (``cluster up`` makes EC P-256).
+SigningKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+
+
+def load_ca(pair: CertPair) -> tuple[x509.Certificate, SigningKey]:
     """The CA certificate and key of ``pair`` (checked: a CA, the key 0600, the two
     matching); :class:`ConfigError` saying what is wrong otherwise."""
     check_private_key_file(pair.key, "CA key")
@@ -184,8 +188,11 @@ def load_ca(pair: CertPair) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKe
             f"cannot read the CA {pair.cert} / {pair.key} ({exc}): PEM certificate and "
             "unencrypted PEM key expected"
         ) from None
-    if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise ConfigError(f"CA key {pair.key} is not an EC key; make the CA with `cluster up`")
+    if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise ConfigError(
+            f"CA key {pair.key} is neither an EC nor an RSA key; sign node certificates "
+            "with your own tools and start the nodes with --tls-cert/--tls-key"
+        )
     try:
         basic = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     except x509.ExtensionNotFound:
