@@ -40,6 +40,7 @@ from shuttle.errors import (
 from shuttle.net.auth import Credentials, write_principal_key_file
 from shuttle.net.blocking import BlockingConnection
 from shuttle.net.principals import Caps, PrincipalTable, new_principal, unwrap_key, with_caps
+from shuttle.net.tls import ClientTls
 
 #: Times a change starts again when a node's table changed under it (another
 #: administrator at work); after that the error says so.
@@ -69,7 +70,9 @@ class Outcome:
 Change = Callable[[PrincipalTable], PrincipalTable]
 
 
-def _connect(entry: NodeEntry, credentials: Credentials) -> BlockingConnection:
+def _connect(
+    entry: NodeEntry, credentials: Credentials, tls: ClientTls | None
+) -> BlockingConnection:
     return BlockingConnection(
         entry.host,
         entry.port,
@@ -78,6 +81,7 @@ def _connect(entry: NodeEntry, credentials: Credentials) -> BlockingConnection:
         request_timeout_s=TIMEOUT_S,
         key=credentials.key,
         principal=credentials.principal,
+        tls=tls,
     )
 
 
@@ -85,9 +89,10 @@ def gather(cluster: ClusterFile, credentials: Credentials) -> list[NodeTable]:
     """Every node's table. Unreachable nodes are reported, not raised; a refusal of
     these credentials (AuthenticationError, NotPermittedError) is raised."""
     out = []
+    tls = cluster.client_tls()
     for entry in cluster.nodes:
         try:
-            with _connect(entry, credentials) as conn:
+            with _connect(entry, credentials, tls) as conn:
                 result = conn.call("principals.get").result
             table = PrincipalTable.from_wire(result.get("table"), f"node {entry.id}")
             out.append(NodeTable(entry, table))
@@ -119,7 +124,10 @@ def newest(tables: list[NodeTable]) -> PrincipalTable:
 
 
 def _push(
-    table: PrincipalTable, tables: list[NodeTable], credentials: Credentials
+    table: PrincipalTable,
+    tables: list[NodeTable],
+    credentials: Credentials,
+    tls: ClientTls | None,
 ) -> list[tuple[NodeEntry, ShuttleError]]:
     """Give ``table`` to every node that answered; the ones it did not reach."""
     missed: list[tuple[NodeEntry, ShuttleError]] = []
@@ -131,7 +139,7 @@ def _push(
         if t.table.epoch == table.epoch and t.table.digest() == table.digest():
             continue  # it has it
         try:
-            with _connect(t.entry, credentials) as conn:
+            with _connect(t.entry, credentials, tls) as conn:
                 conn.call(
                     "principals.put",
                     {"table": table.to_wire(), "expected_epoch": t.table.epoch},
@@ -150,7 +158,7 @@ def change(cluster: ClusterFile, credentials: Credentials, apply: Change) -> Out
         current = newest(tables)
         new = apply(current)
         try:
-            return Outcome(new, _push(new, tables, credentials))
+            return Outcome(new, _push(new, tables, credentials, cluster.client_tls()))
         except VersionMismatchError:
             if attempt == ATTEMPTS - 1:
                 raise
@@ -180,16 +188,18 @@ def sync(cluster: ClusterFile, credentials: Credentials, source: str | None = No
         if t.table is not None
         and (t.table.epoch != table.epoch or t.table.digest() != table.digest())
     ]
-    return Outcome(table, _push(table, tables, credentials), changed=bool(stale))
+    missed = _push(table, tables, credentials, cluster.client_tls())
+    return Outcome(table, missed, changed=bool(stale))
 
 
 def fetch_key(cluster: ClusterFile, credentials: Credentials, name: str) -> bytes:
     """Principal ``name``'s key, from the first node that answers, unwrapped with the
     administrator's own key (it never crosses the wire in clear)."""
     last: ShuttleError | None = None
+    tls = cluster.client_tls()
     for entry in cluster.nodes:
         try:
-            with _connect(entry, credentials) as conn:
+            with _connect(entry, credentials, tls) as conn:
                 reply = conn.call("principal.key", {"name": name}).result
             return unwrap_key(credentials.key, name, reply)
         except UnreachableError as exc:
