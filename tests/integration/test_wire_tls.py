@@ -19,7 +19,13 @@ from shuttle.client.aio import AsyncClient
 from shuttle.client.model import NodeAddress
 from shuttle.cluster import local
 from shuttle.cluster.clusterfile import ClusterFile
-from shuttle.errors import AuthenticationError, ConfigError, TlsError, UnreachableError
+from shuttle.errors import (
+    AuthenticationError,
+    ConfigError,
+    NotPermittedError,
+    TlsError,
+    UnreachableError,
+)
 from shuttle.net import auth, certs
 from shuttle.net.tls import ClientTls
 from shuttle.runtime.client import Runtime
@@ -138,8 +144,28 @@ def test_cluster_up_with_tls_makes_a_ca_and_its_clients_need_no_flags(tmp_path: 
         assert (root / "tls" / "n1.key").stat().st_mode & 0o077 == 0
         with shuttle.connect(cluster=path) as c:  # no TLS flag, no CA: the file says
             c.put("k", b"over tls")
+            c.put("docs/a", b"readable")
             assert c.tls is not None and c.get("k") == b"over tls"
         assert all(s.reachable for s in local.status(cluster))
+        # A principal, added over TLS, proves its own key over TLS (bound to the channel).
+        alice = tmp_path / "alice.key"
+        add = shuttle_cli(
+            "cluster",
+            "user",
+            "add",
+            "alice",
+            "--read",
+            "docs/",
+            "--key-out",
+            str(alice),
+            "--cluster",
+            str(path),
+        )
+        assert add.returncode == 0, add.stderr.decode()
+        with shuttle.connect(cluster=path, key_file=alice) as c:
+            assert c.get("docs/a") == b"readable"
+            with pytest.raises(NotPermittedError):
+                c.put("docs/b", b"no")
         # Restarted, the nodes keep their certificates (still valid) and TLS.
         cert = (root / "tls" / "n1.pem").read_bytes()
         local.down(cluster)
