@@ -748,6 +748,9 @@ class NodeProtocol(asyncio.Protocol):
         (clients may then send the unanswered ones again, safely)."""
         if self.closed or self.transport is None:
             return
+        if self.encrypted and (self.tls is None or not self.tls.established):
+            self.abort()  # still in its TLS handshake: no frame could reach it
+            return
         with contextlib.suppress(ShuttleError):
             self._write(self.conn.send(Goodbye(reason)))
         self._close()
