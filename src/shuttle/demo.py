@@ -94,7 +94,7 @@ def _key(source: Path, f: Path) -> str:
 
 
 def _run(cluster: ClusterFile, source: Path, files: list[Path], total_bytes: int) -> None:
-    client = Client(cluster.addresses(), key=cluster.key())
+    client = Client(cluster.addresses(), key=cluster.key(), tls=cluster.client_tls())
     pool = ThreadPoolExecutor(THREADS)
     progress = Progress(
         "{task.description}",
@@ -200,7 +200,7 @@ def _grep_step(cluster: ClusterFile, source: Path, keys: list[str], total_bytes:
         f"(≥ {total_bytes * 8 / lan.bandwidth_bits_per_s:.0f} s)"
     )
     nodes = [replace(a, link=lan) for a in cluster.addresses()]
-    with Runtime(nodes, key=cluster.key()) as rt:
+    with Runtime(nodes, key=cluster.key(), tls=cluster.client_tls()) as rt:
         result = run_grep(rt, DEMO_PATTERN, sorted(keys), placement="auto")
     for m in result.migrations:
         console.print(

@@ -147,6 +147,10 @@ def test_cluster_up_with_tls_makes_a_ca_and_its_clients_need_no_flags(tmp_path: 
             c.put("docs/a", b"readable")
             assert c.tls is not None and c.get("k") == b"over tls"
         assert all(s.reachable for s in local.status(cluster))
+        # The run-time of `shuttle grep` dials the nodes with TLS, and listens with it.
+        grep = shuttle_cli("grep", "over", "k", "--placement", "server", "--cluster", str(path))
+        assert grep.returncode == 0, grep.stderr.decode()
+        assert grep.stdout == b"k:1:over tls\n"
         # A principal, added over TLS, proves its own key over TLS (bound to the channel).
         alice = tmp_path / "alice.key"
         add = shuttle_cli(

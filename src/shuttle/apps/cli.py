@@ -93,7 +93,7 @@ def grep(
         )
     with connect(node=node, cluster=cluster, link=link, key_file=key_file) as client:
         names = expand_keys(client, keys)
-        nodes, key, principal = client.nodes, client.key, client.principal
+        nodes, key, principal, tls = client.nodes, client.key, client.principal, client.tls
         ceph = ceph_sites(client, names) if placement in ("osd", "auto") else {}
         sizes = None
         if any(ceph.values()):
@@ -110,7 +110,8 @@ def grep(
             out.write(b"%s:%d:%s\n" % (k.encode(), lineno, line))
         out.flush()
 
-    with Runtime(nodes, key=key, principal=principal, config=RuntimeConfig(window_s=window)) as rt:
+    config = RuntimeConfig(window_s=window)
+    with Runtime(nodes, key=key, principal=principal, config=config, tls=tls) as rt:
         result = run_grep(
             rt,
             pattern,

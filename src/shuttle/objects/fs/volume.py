@@ -288,7 +288,9 @@ class Volume:
 
     def _remove_data(self, entry: dict[str, Any]) -> None:
         key = str(entry["key"])
-        with Client(self.rt.nodes, key=self.rt.key, principal=self.rt.principal) as client:
+        with Client(
+            self.rt.nodes, key=self.rt.key, principal=self.rt.principal, tls=self.rt.tls
+        ) as client:
             if entry.get("layout") != "raid5":
                 client.remove_many([key])
                 return
