@@ -82,7 +82,7 @@ def test_plain_a_changed_read_reply_is_refused_by_the_client(plain_node: NodePro
         with shuttle.connect(node=proxy.address) as c, pytest.raises(IntegrityError) as err:
             c.get("stored")
         assert proxy.flips == 1
-    assert "do not match their chunk's hash" in str(err.value)
+    assert "do not match the object's hash" in str(err.value)
     assert _content(plain_node, "stored") == STORED
 
 

@@ -245,20 +245,14 @@ class AsyncClient:
         info: ObjectInfo | None = None,
     ) -> AsyncIterator[bytes | bytearray]:
         """Pieces of one version of ``key``, ``window`` requests in flight, in order
-        (``VersionMismatchError`` if the object changes meanwhile); every chunk wholly
-        inside the range checked against its hash before its bytes are handed on
-        (``IntegrityError``), as :meth:`Client.iter_read <shuttle.Client.iter_read>`."""
+        (``VersionMismatchError`` if the object changes meanwhile), checked as
+        :meth:`Client.iter_read <shuttle.Client.iter_read>` checks them
+        (``IntegrityError``)."""
         info = info or await self.stat(key)
         end = info.size if length is None else min(info.size, offset + length)
         if offset >= end:
             return
-        chunks = builtins.list(info.chunks)
-        while len(chunks) < info.chunks_total and (not chunks or chunks[-1].offset < end):
-            more = calls.chunks(await self._send(calls.chunks_page(key, len(chunks), info.version)))
-            if not more:
-                break
-            chunks += more
-        verifier = RangeVerifier(key, chunks, offset, end)
+        verifier = RangeVerifier.for_object(info, offset, end)
         ops = calls.read_pieces(key, offset, end, self.piece_bytes, info.version)
         held: deque[bytes | bytearray] = deque()  # received, not yet all checked
         released = offset

@@ -392,9 +392,10 @@ class Client:
 
         All pieces come from the version current at the start: if the object changes
         meanwhile, the stream fails with ``VersionMismatchError`` instead of mixing
-        versions. Every chunk wholly inside the range is checked against its hash
-        before any of its bytes is handed on (a piece waits for the chunk that
-        straddles its end); a mismatch raises ``IntegrityError``
+        versions. A whole object is checked against its hash as the stream ends
+        (``IntegrityError``: do not act on its pieces before the stream ended); where
+        this client holds the chunk list (lookaside stores), every chunk wholly inside
+        the range is checked before any of its bytes is handed on
         (:mod:`shuttle.client.integrity`).
         """
         info = info or self.stat(key)
@@ -404,7 +405,7 @@ class Client:
         if self.lookaside is not None:
             yield from self.lookaside.iter_range(info, offset, end, progress=progress)
             return
-        verifier = RangeVerifier(key, self._chunks_through(info, end), offset, end)
+        verifier = RangeVerifier.for_object(info, offset, end)
         reads = (
             Call(op.op, op.args)
             for op in calls.read_pieces(key, offset, end, self.piece_bytes, info.version)
@@ -426,18 +427,6 @@ class Client:
             out = held.popleft()
             progress(len(out))
             yield out
-
-    def _chunks_through(self, info: ObjectInfo, end: int) -> Sequence[Chunk]:
-        """``info``'s chunks, with the pages past the first fetched if a range ending at
-        ``end`` reaches beyond them (objects over ~512 MiB), for one version."""
-        chunks = builtins.list(info.chunks)
-        while len(chunks) < info.chunks_total and (not chunks or chunks[-1].offset < end):
-            page = self._send(calls.chunks_page(info.key, len(chunks), info.version))
-            more = calls.chunks(page)
-            if not more:
-                break
-            chunks += more
-        return chunks
 
     def get_to(
         self, key: str, target: str | Path | IO[bytes], *, progress: Progress = _no_progress

@@ -108,6 +108,37 @@ def test_a_range_without_chunks_listed_is_safe_at_once() -> None:
     assert verifier.feed(b"x" * 40) == 100
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    flip=st.integers(0, len(DATA) - 1),
+    sizes=st.lists(st.integers(1, 300_000), min_size=1, max_size=4),
+)
+def test_a_whole_object_without_its_chunk_list_is_checked_against_its_hash(
+    flip: int, sizes: list[int]
+) -> None:
+    """What a client without lookaside stores reads whole: its stat lists no chunk, and
+    the object's hash decides at the end (a clean read passes, a changed byte raises)."""
+    info = ObjectInfo("k", len(DATA), 1, 0, object_hash(DATA), (), len(CHUNKS))
+    clean = RangeVerifier.for_object(info, 0, len(DATA))
+    for piece in pieces_of(DATA, sizes):
+        clean.feed(piece)
+    assert clean.finish() == len(DATA)
+    changed = bytearray(DATA)
+    changed[flip] ^= 0x10
+    verifier = RangeVerifier.for_object(info, 0, len(DATA))
+    for piece in pieces_of(bytes(changed), sizes):
+        verifier.feed(piece)
+    with pytest.raises(IntegrityError, match="do not match the object's hash"):
+        verifier.finish()
+
+
+def test_a_part_of_an_object_without_its_chunk_list_is_not_checked() -> None:
+    info = ObjectInfo("k", len(DATA), 1, 0, object_hash(DATA), (), len(CHUNKS))
+    verifier = RangeVerifier.for_object(info, 10, 1000)
+    verifier.feed(b"\0" * 990)  # nothing to check it against
+    assert verifier.finish() == 1000
+
+
 def test_a_written_object_must_be_the_one_sent() -> None:
     data = os.urandom(1000)
     info = ObjectInfo("k", 1000, 3, 0, object_hash(data))
