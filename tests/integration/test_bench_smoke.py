@@ -69,6 +69,8 @@ def test_stream_smoke_compares_with_raw_tcp(tmp_path: Path) -> None:
     assert report["raw_tcp"]["mib_per_s"] > 0 and report["shuttle"]["mib_per_s"] > 0
     assert report["shuttle"]["requests"] >= 16  # streamed as 1 MiB range requests
     assert report["shuttle_over_raw_throughput"] > 0
+    cpu = report["shuttle"]["cpu_s_per_gib"]  # the client's and the node's, per GiB
+    assert cpu["client"] > 0 and cpu["node"] is not None and cpu["node"] >= 0
 
 
 def test_hostile_smoke_reports_every_figure(tmp_path: Path) -> None:

@@ -490,12 +490,20 @@ def stream(
     with bench_status("stream", console) as update:
         report = run_stream(config, progress=update)
     table = Table(title=f"streaming {nbytes / (1 << 20):.0f} MiB over loopback")
-    for col in ("path", "median s", "MiB/s"):
+    for col in ("path", "median s", "MiB/s", "client CPU s/GiB", "node CPU s/GiB"):
         table.add_column(col, justify="right")
     for name in ("raw_tcp", "shuttle", "shuttle_tls"):
         r = report.get(name)
         if r:
-            table.add_row(name, f"{r['median_s']:.3f}", f"{r['mib_per_s']:.0f}")
+            cpu = r.get("cpu_s_per_gib") or {}
+            client_cpu, node_cpu = cpu.get("client"), cpu.get("node")
+            table.add_row(
+                name,
+                f"{r['median_s']:.3f}",
+                f"{r['mib_per_s']:.0f}",
+                "" if client_cpu is None else f"{client_cpu:.2f}",
+                "" if node_cpu is None else f"{node_cpu:.2f}",
+            )
     console.print(table)
     console.print(
         f"Shuttle / raw TCP throughput: {report['shuttle_over_raw_throughput']:.2f} (target ≥ 0.60)"

@@ -23,13 +23,15 @@ def bench_client(
     node_cache_bytes: int = CACHE_BYTES_DEFAULT,
     workdir: Path | None = None,
     tls: bool = False,
+    node_pids: list[int] | None = None,
     **client_options: object,
 ) -> Iterator[tuple[Client, Path]]:
     """A client of ``node``, or of a node process started here for the benchmark (and
     stopped, its data removed, afterwards). Yields the client and a scratch folder on
     the same disk as the node's data. ``tls``: the node serves TLS (one started here
     gets a cluster CA of its own; a given ``node`` is dialled with TLS and the CA in
-    ``$SHUTTLE_CA_FILE``)."""
+    ``$SHUTTLE_CA_FILE``). ``node_pids``: gets the pid of a node started here (for
+    benchmarks that count its CPU time)."""
     scratch = scratch_dir("shuttle-bench-", workdir)
     try:
         if node is not None:
@@ -45,6 +47,8 @@ def bench_client(
         )
         try:
             assert cluster.path is not None
+            if node_pids is not None:
+                node_pids.extend(e.pid for e in cluster.nodes if e.pid is not None)
             with connect(cluster=cluster.path, link=link, **client_options) as client:  # type: ignore[arg-type]
                 yield client, scratch
         finally:

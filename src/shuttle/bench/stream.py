@@ -7,6 +7,10 @@ buffer. Shuttle's number is :meth:`Client.iter_read` of the object on a node (it
 file warm in the page cache too), with pipelined 1 MiB range requests. Runs are
 interleaved and the medians compared. With ``tls``, the same object is streamed from a
 second node that serves TLS, interleaved with the others: TLS against no TLS.
+
+Each Shuttle run also counts the CPU seconds the client and the node (one started here)
+spent per GiB streamed: on a shared machine wall times drift with other work, while
+CPU time per byte moves much less, and it says which side a cost is on.
 """
 
 from __future__ import annotations
@@ -31,6 +35,14 @@ from shuttle.errors import ConfigError
 
 PIECE_BYTES = 1 << 20
 KEY = "bench/stream.dat"
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user and system, every thread) process ``pid`` has used so far."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
 @dataclass(frozen=True)
@@ -94,18 +106,26 @@ def run(config: StreamConfig, progress: Callable[[str], None] = lambda _: None) 
     raw_s: list[float] = []
     shuttle_s: list[float] = []
     tls_s: list[float] = []
+    # CPU seconds per GiB of each Shuttle run: (client, node); node None if not ours.
+    cpu: dict[str, list[tuple[float, float | None]]] = {"shuttle": [], "shuttle_tls": []}
+    node_pid: dict[int, int] = {}
     with contextlib.ExitStack() as stack:
 
         def started(tls: bool) -> tuple[Client, Path]:
-            return stack.enter_context(
+            pids: list[int] = []
+            client, scratch = stack.enter_context(
                 bench_client(
                     config.node,
                     tls=tls,
+                    node_pids=pids,
                     cache_bytes=0,
                     piece_bytes=config.piece_bytes,
                     window=config.window,
                 )
             )
+            if pids:
+                node_pid[id(client)] = pids[0]
+            return client, scratch
 
         client, scratch = started(False)
         tls_client = started(True)[0] if config.tls else None
@@ -121,12 +141,20 @@ def run(config: StreamConfig, progress: Callable[[str], None] = lambda _: None) 
         if tls_client is not None:
             infos[id(tls_client)] = tls_client.stat(KEY)
 
-        def shuttle_once(c: Client) -> float:
+        def shuttle_once(c: Client, name: str | None = None) -> float:
+            pid = node_pid.get(id(c))
+            node_cpu = process_cpu_s(pid) if pid is not None else 0.0
+            client_cpu = time.process_time()
             start = time.perf_counter()
             n = sum(len(piece) for piece in c.iter_read(KEY, info=infos[id(c)]))
             elapsed = time.perf_counter() - start
             if n != config.nbytes:
                 raise AssertionError(f"streamed {n} of {config.nbytes} bytes")
+            if name is not None:
+                gib = n / (1 << 30)
+                client_cpu = (time.process_time() - client_cpu) / gib
+                node_s = None if pid is None else (process_cpu_s(pid) - node_cpu) / gib
+                cpu[name].append((client_cpu, node_s))
             return elapsed
 
         progress("warming the page cache (one pass each)")
@@ -137,9 +165,9 @@ def run(config: StreamConfig, progress: Callable[[str], None] = lambda _: None) 
         for i in range(config.repeat):
             progress(f"run {i + 1}/{config.repeat}")
             raw_s.append(raw_tcp_receive(path, config.nbytes))
-            shuttle_s.append(shuttle_once(client))
+            shuttle_s.append(shuttle_once(client, "shuttle"))
             if tls_client is not None:
-                tls_s.append(shuttle_once(tls_client))
+                tls_s.append(shuttle_once(tls_client, "shuttle_tls"))
         counters = client.counters()
     raw_med, shuttle_med = statistics.median(raw_s), statistics.median(shuttle_s)
     mib = config.nbytes / (1 << 20)
@@ -147,7 +175,12 @@ def run(config: StreamConfig, progress: Callable[[str], None] = lambda _: None) 
     if tls_s:
         tls_med = statistics.median(tls_s)
         extra = {
-            "shuttle_tls": {"runs_s": tls_s, "median_s": tls_med, "mib_per_s": mib / tls_med},
+            "shuttle_tls": {
+                "runs_s": tls_s,
+                "median_s": tls_med,
+                "mib_per_s": mib / tls_med,
+                "cpu_s_per_gib": _cpu_medians(cpu["shuttle_tls"]),
+            },
             "shuttle_tls_over_shuttle_throughput": shuttle_med / tls_med,
             "tls_target": 0.6,
         }
@@ -160,10 +193,20 @@ def run(config: StreamConfig, progress: Callable[[str], None] = lambda _: None) 
             "median_s": shuttle_med,
             "mib_per_s": mib / shuttle_med,
             "requests": counters["requests"],
+            "cpu_s_per_gib": _cpu_medians(cpu["shuttle"]),
         },
         "shuttle_over_raw_throughput": raw_med / shuttle_med,
         "target": 0.6,
         **extra,
+    }
+
+
+def _cpu_medians(runs: list[tuple[float, float | None]]) -> dict[str, float | None]:
+    """Median CPU seconds per GiB of the client and the node (None: a node not ours)."""
+    nodes = [n for _, n in runs if n is not None]
+    return {
+        "client": statistics.median(c for c, _ in runs),
+        "node": statistics.median(nodes) if nodes else None,
     }
 
 
