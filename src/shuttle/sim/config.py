@@ -92,6 +92,7 @@ class ServerConfig:
     mobile_footprint_bytes: int = 800 * 1024
     #: The client cache the mobile application's accesses pass through at the
     #: client (not given in the paper; 16 MB, a workstation file cache of the time).
+    #: 0: no client cache (a live run-time's storage reads all go to the node).
     client_cache_blocks: int = 2048
     #: The client's largest read or write RPC (NFS rsize/wsize: one 8 KB block).
     client_request_bytes_max: int = 8192
@@ -99,8 +100,44 @@ class ServerConfig:
     #: were measured on.
     mobile_trace_speed: float = 1.0
 
+    # --- what the live system has (issue 24) ----------------------------------------
+    # Every default below leaves the paper's model exactly as it was (the reference
+    # sweeps are byte-identical in their figures); ``shuttle sim calibrate`` measures
+    # them on a live cluster (docs/simulator.md, "Predicting the live system").
+    #: Token-bucket depth of the mobile application's link, bytes. 0: the paper's
+    #: per-message formula. Above 0 each direction of that link is a token bucket of
+    #: this depth at ``network_bandwidth_bits_per_s`` followed by
+    #: ``network_latency_s`` (:mod:`shuttle.sim.link`, as the live link emulation).
+    network_burst_bytes: int = 0
+    #: The mobile application's messages carry the bytes its trace records (plus
+    #: ``rpc_header_bytes``), not whole blocks.
+    network_exact_bytes: bool = False
+    #: Time the mobile application spends per remote call besides the link and the
+    #: server: its run-time's encoding, decoding and thread hops at both ends
+    #: (``rpc_overhead_s``: a storage request from the client; ``call_overhead_s``:
+    #: a console call to the object at the server).
+    rpc_overhead_s: float = 0.0
+    call_overhead_s: float = 0.0
+    #: Server CPU per request of any kind, on top of its kind's cost (which is per
+    #: block for block requests): the part of serving a request that does not grow
+    #: with its size.
+    request_cycles: float = 0.0
+    #: A read the mobile program makes at the server (a local call): CPU per request
+    #: and per block, when measured. Unset: ``local_request_cpu_fraction`` of a
+    #: remote read's cost (the paper's way).
+    local_request_cycles: float | None = None
+    local_block_read_cycles: float | None = None
+    #: Server CPU per console call to the mobile program at the server (receiving the
+    #: call, invoking the object, sending its result).
+    call_cycles: float = 0.0
+    #: CPU the mobile program needs when a run-time hosts it, per CPU second of its
+    #: trace (recorded running in process), at the client and at the server.
+    mobile_client_cpu_ratio: float = 1.0
+    mobile_server_cpu_ratio: float = 1.0
+
     def __post_init__(self) -> None:
-        _positive(self, "block_size_bytes", "cache_blocks", "client_cache_blocks")
+        _positive(self, "block_size_bytes", "cache_blocks")
+        _non_negative(self, "client_cache_blocks")
         _positive(self, "client_request_bytes_max", "cpu_reference_hz")
         _positive(self, "server_speed", "client_speed", "mobile_trace_speed")
         _positive(self, "disk_bandwidth_bytes_per_s", "network_bandwidth_bits_per_s")
@@ -109,6 +146,12 @@ class ServerConfig:
         _non_negative(self, "rpc_header_bytes", "mobile_footprint_bytes")
         _non_negative(self, "metadata_read_cycles", "metadata_write_cycles")
         _non_negative(self, "block_read_cycles", "block_write_cycles")
+        _non_negative(self, "network_burst_bytes", "rpc_overhead_s", "call_overhead_s")
+        _non_negative(self, "request_cycles", "call_cycles")
+        _positive(self, "mobile_client_cpu_ratio", "mobile_server_cpu_ratio")
+        for name in ("local_request_cycles", "local_block_read_cycles"):
+            if getattr(self, name) is not None:
+                _non_negative(self, name)
         if self.disk_write_seek_s is not None:
             _non_negative(self, "disk_write_seek_s")
         if self.disk_write_bandwidth_bytes_per_s is not None:

@@ -15,6 +15,23 @@ application runs on.
   (:meth:`~shuttle.sim.server.Server.compute`); requests are local calls (no network,
   a fraction of the CPU cost) and the program holds ``mobile_footprint_bytes`` of
   the server's block cache for its whole run.
+
+What the live system adds (issue 24; every default leaves the above unchanged):
+
+* A trace of one mobile object (``shuttle trace record-object``) holds the console's
+  calls to it and its answers (kinds ``CALL`` and ``RETURN``). At the client they are
+  in-process calls and cost nothing; at the server each call crosses the link to the
+  server (its bytes and ``rpc_header_bytes``), costs ``call_cycles`` of server CPU
+  there (on idle cycles, as the program's work), and each answer crosses back and
+  costs ``call_overhead_s`` at the client. The think time before a call is the
+  console's, so it runs at the client wherever the object is.
+* With ``network_burst_bytes`` the application's link is a token bucket per direction
+  (:mod:`shuttle.sim.link`): a reply is handed to it when the server has done the
+  request, so the bucket refills while the program thinks, as a live link's does.
+* ``network_exact_bytes``: messages carry the trace's bytes instead of whole blocks;
+  ``rpc_overhead_s``: the client's own time per storage request besides the link.
+* ``mobile_client_cpu_ratio`` / ``mobile_server_cpu_ratio`` scale the program's think
+  time where a run-time hosts it (its monitor, its threads), relative to the trace.
 """
 
 from __future__ import annotations
@@ -25,10 +42,18 @@ from typing import Any
 from shuttle.errors import InvalidArgumentError
 from shuttle.sim.blocks import block_keys
 from shuttle.sim.config import ServerConfig
+from shuttle.sim.link import Link
 from shuttle.sim.metrics import MobileStats, TrafficStats
 from shuttle.sim.policies import LRU
 from shuttle.sim.server import Request, Server
-from shuttle.sim.workload import BLOCK_READ, BLOCK_WRITE, MOBILE_FILE_BASE, Columns
+from shuttle.sim.workload import (
+    BLOCK_READ,
+    BLOCK_WRITE,
+    CALL,
+    MOBILE_FILE_BASE,
+    RETURN,
+    Columns,
+)
 
 #: Where the mobile application can run.
 APP_PLACEMENTS = ("client", "server")
@@ -65,22 +90,51 @@ class MobileApp:
         self.files: list[int] = (trace.file + MOBILE_FILE_BASE).tolist()
         self.firsts: list[int] = block_keys(trace.file + MOBILE_FILE_BASE, first).tolist()
         self.counts: list[int] = count.tolist()
+        #: Bytes each record carries (``network_exact_bytes``; console records' sizes).
+        self.sizes: list[int] = trace.size.tolist()
         speed = config.server_speed if self.at_server else config.client_speed
         scale = config.mobile_trace_speed / speed
+        ratio = config.mobile_server_cpu_ratio if self.at_server else config.mobile_client_cpu_ratio
+        if ratio != 1.0:
+            scale *= ratio
         times = trace.time_s.tolist()
         # Think time before record i (the first: from the trace's own start).
         self.think_s: list[float] = [
             (times[i] - (times[i - 1] if i else 0.0)) * scale for i in range(len(times))
         ]
+        #: Records whose think time is the console's, not the object's: a call. The
+        #: console runs in process at the client, wherever the object is.
+        self.console_think: list[bool] = [k == CALL for k in self.kinds]
+        if any(self.console_think):
+            console_scale = config.mobile_trace_speed / config.client_speed
+            for i, console in enumerate(self.console_think):
+                if console:
+                    self.think_s[i] = (times[i] - (times[i - 1] if i else 0.0)) * console_scale
         self.index = 0
         self.done = False
         self.abandoned = False
-        self.client_cache = LRU(config.client_cache_blocks)
+        #: The client cache (None: none, every access goes to the server).
+        self.client_cache = LRU(config.client_cache_blocks) if config.client_cache_blocks else None
         self.rpc_blocks = max(1, config.client_request_bytes_max // config.block_size_bytes)
         #: Server requests still to send for the current record (client placement).
         self.pending: list[tuple[int, int, int]] = []
         self.net_small_s = config.network_s(0)
         self.block_size = config.block_size_bytes
+        #: The application's own link as a token bucket (None: the paper's formula).
+        self.link: Link | None = None
+        if config.network_burst_bytes > 0:
+            self.link = Link(
+                config.network_bandwidth_bits_per_s,
+                config.network_burst_bytes,
+                config.network_latency_s,
+            )
+        self.exact_bytes = config.network_exact_bytes
+        self.header = config.rpc_header_bytes
+        self.rpc_overhead_s = config.rpc_overhead_s
+        self.call_overhead_s = config.call_overhead_s
+        self.call_cost_s = config.cpu_cost_s(config.call_cycles)
+        #: Bytes of the record being sent (network_exact_bytes), spread over its RPCs.
+        self.record_blocks = 0
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -117,7 +171,7 @@ class MobileApp:
     def _think(self, now: float) -> None:
         think = self.think_s[self.index]
         self.result.compute_s += think
-        if self.at_server:
+        if self.at_server and not self.console_think[self.index]:
             if think > 0.0:
                 self.server.compute(now, think, self._issue)
             else:
@@ -130,16 +184,26 @@ class MobileApp:
             return
         i = self.index
         kind = self.kinds[i]
+        if kind >= CALL:
+            self._console(now, kind, self.sizes[i])
+            return
         if self.at_server:
             self._send(now, kind, self.files[i], self.firsts[i], self.counts[i])
             return
+        self.record_blocks = self.counts[i]
         if kind < BLOCK_READ:
             self._send(now, kind, self.files[i], self.firsts[i], 1)
             return
         # Client placement: the client cache filters block accesses.
+        first = self.firsts[i]
+        if self.client_cache is None:
+            self.pending = self._rpcs(kind, first, first + self.counts[i])
+            self.pending.reverse()
+            kind, start, count = self.pending.pop()
+            self._send(now, kind, self.files[i], start, count)
+            return
         touch = self.client_cache.access
         result = self.result
-        first = self.firsts[i]
         runs: list[tuple[int, int, int]] = []
         run_start = -1
         for key in range(first, first + self.counts[i]):
@@ -179,6 +243,19 @@ class MobileApp:
                 self.server.arrive(now, req)
             return
         data = nblocks * self.block_size if kind >= BLOCK_READ else 0
+        if self.exact_bytes and kind >= BLOCK_READ:
+            # The record's own bytes, shared by its RPCs in proportion to their blocks.
+            data = self.sizes[self.index] * nblocks // max(1, self.record_blocks)
+        link = self.link
+        if link is not None:
+            # Each direction a token bucket; the reply is handed over when the server
+            # has done the request (``_reply_over_link``).
+            up = data if kind == BLOCK_WRITE else 0
+            arrive = link.up.transmit(now, self.header + up)
+            req = Request(kind, file, first, nblocks, now, arrive - now, 0.0, self.stats, True)
+            req.on_done = self._reply_over_link
+            self.schedule(arrive, self.server.arrive, req)
+            return
         small = self.net_small_s
         if kind == BLOCK_READ:
             out_s, back_s = small, config.network_s(data)
@@ -186,9 +263,62 @@ class MobileApp:
             out_s, back_s = config.network_s(data), small
         else:
             out_s = back_s = small
+        if self.rpc_overhead_s:
+            back_s += self.rpc_overhead_s
         req = Request(kind, file, first, nblocks, now, out_s + back_s, back_s, self.stats, True)
         req.on_done = self._reply
         self.schedule(now + out_s, self.server.arrive, req)
+
+    def _reply_over_link(self, now: float, req: Request) -> None:
+        """The server has done ``req`` at ``now``: its reply crosses the link back."""
+        assert self.link is not None
+        data = 0
+        if req.kind == BLOCK_READ:
+            data = req.nblocks * self.block_size
+            if self.exact_bytes:
+                data = self.sizes[self.index] * req.nblocks // max(1, self.record_blocks)
+        back = self.link.down.transmit(now, self.header + data) - now
+        stats = self.stats
+        stats.network_s += back
+        stats.response_s_sum += back
+        if req.kind >= BLOCK_READ:
+            stats.block_response_s_sum += back
+        self.schedule(now + back + self.rpc_overhead_s, self._reply, req)
+
+    # --- console calls (a trace of one object) ---------------------------------------
+
+    def _console(self, now: float, kind: int, size: int) -> None:
+        """A call from the console to the object (``CALL``) or its answer (``RETURN``).
+
+        In process at the client; across the link at the server: a call then costs
+        the server ``call_cycles`` before the object goes on, an answer the client
+        ``call_overhead_s`` after it arrives."""
+        extra = self.result.extra
+        name = "console_calls" if kind == CALL else "console_returns"
+        extra[name] = extra.get(name, 0) + 1
+        if not self.at_server:
+            self._next(now)
+            return
+        extra["console_bytes"] = extra.get("console_bytes", 0) + size
+        nbytes = self.header + size
+        if self.link is not None:
+            bucket = self.link.up if kind == CALL else self.link.down
+            arrive = bucket.transmit(now, nbytes)
+        else:
+            arrive = now + self.config.network_s(size)
+        if kind == RETURN:
+            self.schedule(arrive + self.call_overhead_s, self._console_done, None)
+        elif self.call_cost_s > 0.0:
+            self.schedule(arrive, self._call_arrived, None)
+        else:
+            self.schedule(arrive, self._console_done, None)
+
+    def _call_arrived(self, now: float, _: Any) -> None:
+        self.server.compute(now, self.call_cost_s, self._console_done)
+
+    def _console_done(self, now: float, _: Any) -> None:
+        if not self.abandoned:
+            self._next(now)
 
     def _reply(self, now: float, req: Request) -> None:
         if self.abandoned:

@@ -147,14 +147,32 @@ class Server:
                 self.lru.popitem(last=False)
 
         # CPU: a FIFO single server; cost in seconds per kind (per block for blocks).
+        # A metadata request's cost includes the per-request part; a block request
+        # adds it once to its blocks' cost (``request_cost_s``; 0 in the paper).
         self.cpu_busy_until = 0.0
+        request = config.request_cycles
         self.cpu_cost_s = [
-            config.cpu_cost_s(config.metadata_read_cycles),
-            config.cpu_cost_s(config.metadata_write_cycles),
+            config.cpu_cost_s(config.metadata_read_cycles + request),
+            config.cpu_cost_s(config.metadata_write_cycles + request),
             config.cpu_cost_s(config.block_read_cycles),
             config.cpu_cost_s(config.block_write_cycles),
         ]
+        self.request_cost_s = config.cpu_cost_s(request)
         self.local_fraction = config.local_request_cpu_fraction
+        #: A local read's measured cost (per request, per block), or None: the
+        #: local fraction of a remote read's.
+        self.local_read_cost_s: tuple[float, float] | None = None
+        if config.local_request_cycles is not None or config.local_block_read_cycles is not None:
+            local_request = config.local_request_cycles
+            local_block = config.local_block_read_cycles
+            self.local_read_cost_s = (
+                config.cpu_cost_s(request * self.local_fraction)
+                if local_request is None
+                else config.cpu_cost_s(local_request),
+                config.cpu_cost_s(config.block_read_cycles * self.local_fraction)
+                if local_block is None
+                else config.cpu_cost_s(local_block),
+            )
         #: Offered CPU work (seconds), for load figures (the disk keeps its own).
         self.cpu_work_s = 0.0
 
@@ -193,10 +211,17 @@ class Server:
         return start
 
     def cpu_service_s(self, req: Request) -> float:
-        """CPU seconds ``req`` costs: its kind's cycles, per block, halved if local."""
-        service = self.cpu_cost_s[req.kind]
-        if req.kind >= BLOCK_READ:
+        """CPU seconds ``req`` costs: its kind's cycles (per block, plus the per-request
+        part), a fraction of that if local -- or a local read's measured cost."""
+        kind = req.kind
+        if req.local and kind == BLOCK_READ and self.local_read_cost_s is not None:
+            per_request, per_block = self.local_read_cost_s
+            return per_request + per_block * req.nblocks
+        service = self.cpu_cost_s[kind]
+        if kind >= BLOCK_READ:
             service *= req.nblocks
+            if self.request_cost_s:
+                service += self.request_cost_s
         if req.local:
             service *= self.local_fraction
         return service

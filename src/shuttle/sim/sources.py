@@ -28,7 +28,7 @@ from shuttle.sim.config import from_mapping
 from shuttle.sim.kernel import derive_seed
 from shuttle.sim.prepare import ChunkSource, columns_source
 from shuttle.sim.prepcache import file_identity
-from shuttle.sim.workload import Columns, kind_of
+from shuttle.sim.workload import CALL, Columns, kind_of
 from shuttle.traces.record import TraceRecord
 
 Progress = Callable[[int], None]
@@ -112,6 +112,11 @@ def load_background(
     description = describe_background(path, table, seed, format)
     if path is not None:
         columns = load_trace_file(path, format, progress)
+        if bool((columns.kind >= CALL).any()):
+            raise ConfigError(
+                f"{path} is the trace of one mobile object (it holds its console's calls); "
+                "it can be the mobile application (--mobile), not the background"
+            )
         return columns_source(columns), description
     background = _module("shuttle.traces.background", "the background generator")
     config = from_mapping(background.BackgroundConfig, table, "[background]")

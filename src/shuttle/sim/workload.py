@@ -35,7 +35,20 @@ META_READ = 0
 META_WRITE = 1
 BLOCK_READ = 2
 BLOCK_WRITE = 3
-KIND_NAMES = ("metadata read", "metadata write", "block read", "block write")
+#: A mobile object's own boundary (a trace of one object, ``shuttle trace
+#: record-object``): the console's call to the object and the object's answer. They
+#: never reach the server's CPU or caches; only the mobile application replays them
+#: (:mod:`shuttle.sim.mobile`), and a background may not hold them.
+CALL = 4
+RETURN = 5
+KIND_NAMES = (
+    "metadata read",
+    "metadata write",
+    "block read",
+    "block write",
+    "console call",
+    "object return",
+)
 
 #: Mobile-application file ids start here, far above any background file id.
 MOBILE_FILE_BASE = 1 << 28
@@ -47,6 +60,8 @@ I8 = npt.NDArray[np.int8]
 
 def kind_of(op: Op) -> int:
     """The server request kind of a trace operation."""
+    if op.is_console:
+        return CALL if op is Op.CALL else RETURN
     if op.is_block:
         return BLOCK_WRITE if op.is_write else BLOCK_READ
     return META_WRITE if op.is_write else META_READ
@@ -265,7 +280,7 @@ def block_keys(columns: Columns, block_size_bytes: int, file_base: int = 0) -> I
 
 def block_accesses(columns: Columns, block_size_bytes: int) -> tuple[I64, I64]:
     """(file, block number) of every block access, in order (multi-block requests expanded)."""
-    is_block = columns.kind >= BLOCK_READ
+    is_block = (columns.kind == BLOCK_READ) | (columns.kind == BLOCK_WRITE)
     _, files, blocks = split_blocks(
         columns.file[is_block], columns.offset[is_block], columns.size[is_block], block_size_bytes
     )

@@ -34,6 +34,14 @@ class Op(StrEnum):
     FSSTAT = "fsstat"
     COMMIT = "commit"
     OTHER = "other"
+    # A mobile object's own boundary, in traces of one object (``shuttle trace
+    # record-object``): the application's console calls the object (``call``, ``size``
+    # = the bytes of the call's arguments) and the object answers (``return``, ``size``
+    # = the bytes of its result). They reach no file server: where the object runs
+    # decides whether they cross a link. Appended last, so the codes of the others
+    # (``traces.background.OPS``) do not move.
+    CALL = "call"
+    RETURN = "return"
 
     @property
     def is_block(self) -> bool:
@@ -41,9 +49,14 @@ class Op(StrEnum):
         return self in (Op.READ, Op.WRITE)
 
     @property
+    def is_console(self) -> bool:
+        """A message between the application's console and its mobile object."""
+        return self in (Op.CALL, Op.RETURN)
+
+    @property
     def is_metadata(self) -> bool:
         """Every other server request is a metadata request."""
-        return not self.is_block
+        return not self.is_block and not self.is_console
 
     @property
     def is_write(self) -> bool:
