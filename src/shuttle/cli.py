@@ -21,6 +21,7 @@ from shuttle.apps.cli import COMMANDS as RUNTIME_COMMANDS
 from shuttle.apps.cli import placement_app
 from shuttle.apps.fs_cli import app as fs_app
 from shuttle.bench.cli import app as bench_app
+from shuttle.bench.sim_cli import calibrate_command, predict_command, record_object_command
 from shuttle.client.cli import COMMANDS as CLIENT_COMMANDS
 from shuttle.client.lookaside.cli import app as lookaside_app
 from shuttle.cluster.cli import app as cluster_app
@@ -53,8 +54,13 @@ app.add_typer(placement_app, name="placement")
 app.add_typer(fs_app, name="fs")
 app.add_typer(lookaside_app, name="lookaside")
 app.add_typer(bench_app, name="bench")
+# The simulator against the live system (issue 24): these run nodes and objects, so
+# they come from above the run-time (shuttle.bench.sim_cli).
+sim_app.command("calibrate")(calibrate_command)
+sim_app.command("predict")(predict_command)
 app.add_typer(sim_app, name="sim")
 trace_app.command("calibrate-background")(calibrate_background_command)
+trace_app.command("record-object")(record_object_command)
 app.add_typer(trace_app, name="trace")
 
 err_console = Console(stderr=True)

@@ -1,0 +1,129 @@
+"""The parts of ``shuttle sim calibrate|predict`` that need no node: the calibration's
+configuration and its file, the run-time model's inputs, the corpus."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from shuttle.bench.calibrate import LIVE_BLOCK_BYTES, Calibration, timed_calls
+from shuttle.bench.corpus import CorpusSpec, corpus_digest, generate_corpus
+from shuttle.bench.predict import burst_for, load_calibration, runtime_model, stack_counts
+from shuttle.errors import ConfigError
+from shuttle.net.profiles import BUILTIN_PROFILES
+from shuttle.sim.workload import Columns
+from shuttle.traces.record import Op, TraceRecord
+
+MEASURED = {
+    "cpu_reference_hz": 2.5e9,
+    "read_node_cpu_per_block_s": 2e-6,
+    "read_node_cpu_per_request_s": 200e-6,
+    "local_read_cpu_per_request_s": 25e-6,
+    "local_read_cpu_per_block_s": 3e-6,
+    "call_node_cpu_s": 230e-6,
+    "header_bytes": 95.4,
+    "rpc_overhead_s": 300e-6,
+    "call_overhead_s": -5e-6,  # a measurement below the model: no overhead
+    "mobile_client_cpu_ratio": 1.1,
+    "mobile_server_cpu_ratio": 1.2,
+    "disk": {"seek_s": 0.0, "bandwidth_bytes_per_s": 1e9},
+}
+
+
+def calibration(factor: float = 0.5, speed: float = 0.5) -> Calibration:
+    return Calibration("n1", BUILTIN_PROFILES["lan"], factor, speed, dict(MEASURED))
+
+
+def test_costs_measured_on_a_slow_node_are_stated_at_speed_one() -> None:
+    config = calibration(factor=0.5, speed=0.25).server_config()
+    # Measured at factor 0.5: the work is half of what was burned; cycles at 2.5 GHz.
+    assert config.request_cycles == pytest.approx(200e-6 * 0.5 * 2.5e9)
+    assert config.block_read_cycles == pytest.approx(2e-6 * 0.5 * 2.5e9)
+    assert config.server_speed == 0.25
+    assert config.cpu_cost_s(config.request_cycles) == pytest.approx(200e-6 * 0.5 / 0.25)
+    assert config.call_overhead_s == 0.0
+    assert config.network_bandwidth_bits_per_s == 10e6
+    assert config.network_burst_bytes == BUILTIN_PROFILES["lan"].effective_burst_bytes
+    assert config.block_size_bytes == LIVE_BLOCK_BYTES
+    assert config.client_cache_blocks == 0 and config.network_exact_bytes
+
+
+def test_the_calibration_file_reads_back_as_the_same_configuration(tmp_path: Path) -> None:
+    cal = calibration()
+    path = tmp_path / "c.toml"
+    path.write_text(cal.to_toml())
+    assert load_calibration(path) == cal.server_config()
+    assert "# node n1 (CPU factor 0.5)" in path.read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[sweep]\npoints = [1]\n")
+    with pytest.raises(ConfigError, match=r"no \[server\] table"):
+        load_calibration(bad)
+
+
+def test_loopback_has_an_unlimited_link() -> None:
+    cal = Calibration("n1", BUILTIN_PROFILES["loopback"], 1.0, 1.0, dict(MEASURED))
+    assert math.isinf(cal.server_config().network_bandwidth_bits_per_s)
+
+
+def test_timed_calls_reports_per_call_figures() -> None:
+    cpu = iter(range(100))
+    calls: list[int] = []
+    timed = timed_calls(lambda: calls.append(1), lambda: float(next(cpu)), calls=10)
+    assert timed.calls == 10 and len(calls) == 10 + 10  # ten warm-up calls first
+    assert timed.node_cpu_s == pytest.approx(0.1)  # the fake node clock moved by 1
+    assert timed.wall_s >= 0.0
+
+
+def test_stack_counts_and_the_runtime_models_two_splits() -> None:
+    trace = Columns.from_records(
+        [
+            TraceRecord(0.01, 0, Op.CALL, "<console>", 0, 3),
+            TraceRecord(0.03, 0, Op.READ, "a", 0, 65536),
+            TraceRecord(0.05, 0, Op.READ, "b", 0, 100),
+            TraceRecord(0.06, 0, Op.RETURN, "<console>", 0, 30),
+        ]
+    )
+    counts = stack_counts(trace, 4096)
+    assert counts.console_cpu_s == pytest.approx(0.01)
+    assert counts.object_cpu_s == pytest.approx(0.05)
+    assert (counts.reads, counts.read_bytes, counts.read_blocks) == (2, 65636, 17)
+    assert (counts.calls, counts.call_bytes) == (1, 33)
+    config = calibration(factor=1.0, speed=1.0).server_config()
+    model = runtime_model(counts, config, node_speed=1.0)
+    storage_s = (2 * config.request_cycles + 17 * config.block_read_cycles) / 2.5e9
+    bw = 10e6 / 8
+    lat = 0.5e-3
+    cpu = 0.01 + 0.05 * 1.1 + storage_s
+    assert model["client_s"] == pytest.approx(cpu + 65636 / bw + 2 * 2 * lat)
+    assert model["server_s"] == pytest.approx(cpu + 33 / bw + 2 * 1 * lat)
+    assert model["faster"] == "server"
+
+
+def test_the_break_even_search_uses_the_profiles_bucket_rule() -> None:
+    assert burst_for(10e6) == BUILTIN_PROFILES["lan"].effective_burst_bytes
+    assert burst_for(1e9) == 125_000
+
+
+def test_the_corpus_is_the_same_bytes_from_the_same_seed() -> None:
+    spec = CorpusSpec(files=20, median_bytes=2048, seed=3)
+    first = list(generate_corpus(spec))
+    assert first == list(generate_corpus(spec))
+    assert [k for k, _ in first][:2] == ["corpus/00.txt", "corpus/01.txt"]
+    assert all(data.endswith(b"\n") and data.isascii() for _, data in first)
+    assert first != list(generate_corpus(CorpusSpec(files=20, median_bytes=2048, seed=4)))
+    digest, size = corpus_digest(spec)
+    assert size == sum(len(d) for _, d in first) and len(digest) == 64
+
+
+def test_the_validation_corpus_is_the_one_the_table_names() -> None:
+    """benchmarks/README.md names the corpus by this digest; a change of the generator
+    (or of NumPy's streams) shows here first."""
+    digest, size = corpus_digest(CorpusSpec())
+    assert (digest[:16], size) == ("ef4c11437d926387", 16_137_430)
+
+
+def test_a_bad_corpus_spec_is_refused() -> None:
+    with pytest.raises(ConfigError, match='"files"'):
+        CorpusSpec(files=0)
