@@ -21,7 +21,12 @@ from shuttle.apps.cli import COMMANDS as RUNTIME_COMMANDS
 from shuttle.apps.cli import placement_app
 from shuttle.apps.fs_cli import app as fs_app
 from shuttle.bench.cli import app as bench_app
-from shuttle.bench.sim_cli import calibrate_command, predict_command, record_object_command
+from shuttle.bench.sim_cli import (
+    calibrate_command,
+    predict_command,
+    record_object_command,
+    sim_predict_bench_command,
+)
 from shuttle.client.cli import COMMANDS as CLIENT_COMMANDS
 from shuttle.client.lookaside.cli import app as lookaside_app
 from shuttle.cluster.cli import app as cluster_app
@@ -53,6 +58,7 @@ for face_command in FACE_COMMANDS:
 app.add_typer(placement_app, name="placement")
 app.add_typer(fs_app, name="fs")
 app.add_typer(lookaside_app, name="lookaside")
+bench_app.command("sim-predict")(sim_predict_bench_command)
 app.add_typer(bench_app, name="bench")
 # The simulator against the live system (issue 24): these run nodes and objects, so
 # they come from above the run-time (shuttle.bench.sim_cli).

@@ -10,17 +10,24 @@ fills those prices in for one node of a live cluster, by measuring the real thin
   part per request and a part per block (``request_cycles``, ``block_read_cycles``).
 * **A console call** to an object at the node (``progress`` of a grep there): node
   CPU per call (``call_cycles``).
-* **A local read** (an object at the node reading through the node's own storage
-  object): ``filter`` objects at the node reading small and 64 KiB blocks, less the
-  call (``local_request_cycles``, ``local_block_read_cycles``).
-* **The hosted-object overhead**: a CPU-heavy grep over a small generated corpus, run
-  in process (as ``record-object`` records), hosted at the client and hosted at the
-  node; what the hosted runs cost beyond their reads and calls, per CPU second in
-  process (``mobile_client_cpu_ratio``, ``mobile_server_cpu_ratio``).
-* **Per-message overhead.** The wall time of a read and of a console call on the link
-  in force, with the link's bucket full before each, less the link's own time (the
-  token bucket's closed form) and the node's CPU: the client's and the node's own
-  time per call (``rpc_overhead_s``, ``call_overhead_s``).
+* **The objects' work at the node and at the client.** Three reference objects, each
+  recorded in process (as ``record-object`` does) and run hosted at the node (and
+  the first at the client): a ``count`` over small files (Python work per byte), a
+  grep over many tiny objects (a local read each), a grep over one large object
+  (64 KiB reads). Each hosted drain's wall time, less its console calls, is fitted
+  to ``ratio x think + reads x L_request + blocks x L_block`` (non-negative least
+  squares): the hosted-object overhead and a local read's cost at the node
+  (``mobile_server_cpu_ratio``, ``local_request_cycles``, ``local_block_read_cycles``),
+  and at the client the ``count``'s wall less its reads, per think second
+  (``mobile_client_cpu_ratio``). Wall times, because a prediction is of wall time: on
+  a shared machine they hold the waiting for a core that CPU clocks leave out.
+* **Opening a connection**: a fresh run-time's first read over the link, less a later
+  one (``connect_s``).
+* **Per-message overhead.** The wall time of reads and console calls on the link in
+  force, made back to back as a program makes them, less the link's own time (each
+  call replayed through the link's token buckets, :mod:`shuttle.sim.link`, at the
+  instant it was made) and the node's CPU: the client's and the node's own time per
+  call (``rpc_overhead_s``, ``call_overhead_s``).
 * **The link** as the live shaping has it: bandwidth, latency and bucket depth of the
   profile (``shuttle.net.profiles``), and the header bytes a request and a reply
   carry, counted on a shaped connection.
@@ -57,6 +64,7 @@ from shuttle.net.profiles import LinkProfile, parse_link_profile
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.refs import Ref
 from shuttle.sim.config import ServerConfig, to_dict
+from shuttle.sim.link import Link
 from shuttle.traces.objtrace import ObjectTraceRecorder, host_info
 from shuttle.traces.record import Op
 
@@ -74,13 +82,15 @@ WARMUP_CALLS = 10
 #: On a shaped link a call may take most of a second (64 KiB at 1 Mbit/s); the
 #: message measurements there stop after this much wall time per size.
 LINK_BUDGET_S = 4.0
-#: The hosted-object overhead's reference work is a ``count`` (its Python work per
-#: byte outweighs its reads, so the ratio is well determined, and it answers a few
-#: numbers, so no result is walked or packed) over a generated corpus of this shape.
+#: ... and the larger read there moves at most this much of the link's time.
+LINK_READ_S = 0.05
+#: The corpus of the ``think`` reference workload (below).
 RATIO_CORPUS = CorpusSpec(files=48, median_bytes=16384, sigma=0.5, seed=7)
 #: A ratio below this is a measurement disturbed by the machine, not an object that
 #: runs faster hosted: it is clamped (and the raw figures kept beside it).
 RATIO_MIN = 0.8
+#: Fresh run-times whose first call times opening a connection.
+CONNECT_SAMPLES = 3
 #: A run of the reference grep is repeated this often; the cheapest run counts (the
 #: least disturbed on a shared machine).
 RATIO_RUNS = 3
@@ -133,9 +143,11 @@ class Calibration:
             network_bandwidth_bits_per_s=math.inf if bw is None else bw,
             network_burst_bytes=self.link.effective_burst_bytes,
             network_exact_bytes=True,
-            rpc_header_bytes=round(m["header_bytes"]),
+            rpc_header_bytes=round(m["reply_header_bytes"]),
+            rpc_request_header_bytes=round(m["request_header_bytes"]),
             rpc_overhead_s=max(0.0, m["rpc_overhead_s"]),
             call_overhead_s=max(0.0, m["call_overhead_s"]),
+            connect_s=max(0.0, m.get("connect_s", 0.0)),
             mobile_footprint_bytes=0,
             client_request_bytes_max=16 << 20,
             client_cache_blocks=0,
@@ -215,16 +227,32 @@ def node_cpu_clock(entry_pid: int | None, node: str) -> Callable[[], float]:
 
 @dataclass(frozen=True)
 class Timed:
-    """Per call: wall seconds (median and mean), node CPU, client CPU."""
+    """Per call: wall seconds (median and mean), node CPU, client CPU; and each call's
+    start and wall time, warm-up calls first (``warmup`` of them)."""
 
     wall_s: float
     wall_mean_s: float
     node_cpu_s: float
     client_cpu_s: float
     calls: int
+    starts: tuple[float, ...] = ()
+    walls: tuple[float, ...] = ()
+    warmup: int = 0
 
     def to_json(self) -> dict[str, float]:
-        return dict(self.__dict__)
+        return {
+            "wall_s": self.wall_s,
+            "wall_mean_s": self.wall_mean_s,
+            "node_cpu_s": self.node_cpu_s,
+            "client_cpu_s": self.client_cpu_s,
+            "calls": self.calls,
+        }
+
+
+#: Timed calls are made in this many batches; a CPU figure is the smallest batch's
+#: per call, so a burst of the node's own background work (its planner's tick, a
+#: digest) in one batch does not count as the calls' cost.
+BATCHES = 3
 
 
 def timed_calls(
@@ -232,31 +260,66 @@ def timed_calls(
     node_cpu: Callable[[], float],
     *,
     calls: int = CALLS,
-    gap_s: float = 0.0,
     budget_s: float | None = None,
 ) -> Timed:
-    """Time ``call`` ``calls`` times (after a few untimed), ``gap_s`` apart."""
-    for _ in range(WARMUP_CALLS):
-        call()
+    """Time ``call`` ``calls`` times, back to back as a program makes them, after a
+    few untimed (their times are kept too: a link's bucket remembers them)."""
+    starts: list[float] = []
     walls: list[float] = []
-    n0, c0 = node_cpu(), time.process_time()
-    started = time.perf_counter()
-    for _ in range(calls):
-        if gap_s:
-            time.sleep(gap_s)
+
+    def one() -> None:
         t = time.perf_counter()
         call()
+        starts.append(t)
         walls.append(time.perf_counter() - t)
-        if budget_s is not None and time.perf_counter() - started > budget_s and len(walls) >= 5:
-            break
-    n = len(walls)
+
+    for _ in range(WARMUP_CALLS):
+        one()
+    node_per_call: list[float] = []
+    client_per_call: list[float] = []
+    started = time.perf_counter()
+    per_batch = max(1, calls // BATCHES)
+    done = 0
+    while done < calls:
+        n0, c0 = node_cpu(), time.process_time()
+        batch = 0
+        while batch < per_batch and done < calls:
+            one()
+            batch += 1
+            done += 1
+            if budget_s is not None and time.perf_counter() - started > budget_s and done >= 5:
+                calls = done
+        node_per_call.append((node_cpu() - n0) / batch)
+        client_per_call.append((time.process_time() - c0) / batch)
+    timed = walls[WARMUP_CALLS:]
     return Timed(
-        statistics.median(walls),
-        statistics.fmean(walls),
-        (node_cpu() - n0) / n,
-        (time.process_time() - c0) / n,
-        n,
+        statistics.median(timed),
+        statistics.fmean(timed),
+        min(node_per_call),
+        min(client_per_call),
+        len(timed),
+        tuple(starts),
+        tuple(walls),
+        WARMUP_CALLS,
     )
+
+
+def link_residual_s(
+    timed: Timed, profile: LinkProfile, up_bytes: float, down_bytes: float, node_s: float
+) -> float:
+    """Mean time per call beyond what the link and the node account for: each call
+    replayed through the link's token buckets (:mod:`shuttle.sim.link`, the live
+    shaper's arithmetic) at the instant it was made, the reply handed over once the
+    node has done its CPU work."""
+    bw = profile.bandwidth_bits_per_s
+    link = Link(math.inf if bw is None else bw, profile.effective_burst_bytes, profile.latency_s)
+    residuals = []
+    for i, (start, wall) in enumerate(zip(timed.starts, timed.walls, strict=True)):
+        arrive = link.up.transmit(start, up_bytes)
+        back = link.down.transmit(arrive + node_s, down_bytes)
+        if i >= timed.warmup:
+            residuals.append(wall - (back - start))
+    return statistics.fmean(residuals)
 
 
 # --- the measurement ------------------------------------------------------------------
@@ -286,34 +349,10 @@ def _objects(client: Client, node: str, sizes: dict[str, int]) -> Iterator[dict[
                 client.remove(key)
 
 
-@contextlib.contextmanager
-def _corpus(client: Client, node: str, spec: CorpusSpec) -> Iterator[list[str]]:
-    prefix = f".shuttle-calibrate/{secrets.token_hex(4)}/corpus/"
-    keys = []
-    try:
-        for i, (_name, data) in enumerate(generate_corpus(spec)):
-            key = _key_on(client, node, prefix, f"{i:04d}")
-            client.put(key, data)
-            keys.append(key)
-        yield keys
-    finally:
-        for key in keys:
-            with contextlib.suppress(Exception):
-                client.remove(key)
-
-
 def _drain(ref: Ref) -> None:
     done = False
     while not done:
         done, _ = ref.next()
-
-
-def _bucket_gap_s(link: LinkProfile) -> float:
-    """Idle time that refills the link's bucket (twice its depth at the rate)."""
-    rate = link.bandwidth_bytes_per_s
-    if rate is None:
-        return 0.0
-    return 2.0 * link.effective_burst_bytes / rate
 
 
 def calibrate(
@@ -352,64 +391,74 @@ def calibrate(
         speed = factor if cpu_factor is None else cpu_factor
         measured["node_cpu_factor"] = factor
         sizes = {"small": SMALL_BYTES, "large": LARGE_BYTES, "blocks": DISK_BYTES}
-        with _objects(client, node_id, sizes) as keys:
-            # Everything that is CPU: over loopback (the link adds only waiting).
+        progress("writing the calibration objects")
+        with _objects(client, node_id, sizes) as keys, _workloads(client, node_id) as work:
+            work["bytes"] = [keys["blocks"]]
+            # The node's CPU and the run-time's costs: over loopback, where the link
+            # adds nothing.
             with Runtime.connect(cluster, link="loopback") as rt:
-                progress("node CPU per read (loopback)")
+                progress("remote reads (loopback): node CPU per request and per block")
                 cpu_reads = _reads(rt, node_id, keys, node_cpu, link=None, calls=calls)
-                progress("node CPU per console call (loopback)")
+                progress("console calls to an object at the node (loopback)")
                 cpu_call = _calls(rt, node_id, node_cpu, link=None, calls=calls)
-                progress("local reads at the node")
-                local = _local_reads(rt, node_id, keys, node_cpu, calls=calls)
+                progress("reference objects in process, at the client and at the node")
+                runs = _reference_runs(rt, node_id, work, node_cpu, runs=ratio_runs)
             measured["reads_loopback"] = {k: v.to_json() for k, v in cpu_reads.items()}
             measured["call_loopback"] = cpu_call.to_json()
-            measured["local_reads"] = {k: v.to_json() for k, v in local.items()}
+            measured["reference_runs"] = runs
             per_block = (cpu_reads["large"].node_cpu_s - cpu_reads["small"].node_cpu_s) / (
                 LARGE_BYTES // LIVE_BLOCK_BYTES - 1
             )
             measured["read_node_cpu_per_block_s"] = max(0.0, per_block)
             measured["read_node_cpu_per_request_s"] = cpu_reads["small"].node_cpu_s - per_block
-            measured["call_node_cpu_s"] = cpu_call.node_cpu_s
-            local_block = (local["large"].node_cpu_s - local["small"].node_cpu_s) / (
-                LARGE_BYTES // LIVE_BLOCK_BYTES - 1
-            )
-            measured["local_read_cpu_per_block_s"] = max(0.0, local_block)
-            measured["local_read_cpu_per_request_s"] = max(
-                0.0, local["small"].node_cpu_s - cpu_call.node_cpu_s - local_block
-            )
+            measured["call_node_cpu_loopback_s"] = cpu_call.node_cpu_s
+            measured.update(_fit_hosted(runs, cpu_reads, cpu_call, factor))
             # Header bytes, counted on a shaped connection that adds no delay.
             with Runtime.connect(cluster, link=COUNTING_LINK) as rt:
                 progress("header bytes of a request and a reply")
                 measured.update(_header_bytes(rt, node_id, keys))
             # The link in force: what a message costs beyond the model's link time.
+            progress(f"opening a connection over {profile.name}")
+            measured["connect_s"] = _connect_s(cluster, link, node_id, keys["small"])
             with Runtime.connect(cluster, link=link) as rt:
                 progress(f"per-message overhead on {profile.name}")
-                on_link = _reads(rt, node_id, keys, node_cpu, link=profile, calls=calls)
+                link_sizes = {"small": SMALL_BYTES, "large": _link_large_bytes(profile)}
+                on_link = _reads(rt, node_id, keys, node_cpu, link=profile, calls=calls,
+                                 sizes=link_sizes)  # fmt: skip
                 call_on_link = _calls(rt, node_id, node_cpu, link=profile, calls=calls)
             measured["reads_link"] = {k: v.to_json() for k, v in on_link.items()}
             measured["call_link"] = call_on_link.to_json()
-            header = measured["header_bytes"]
-            residuals = []
-            for name, timed in on_link.items():
-                size = sizes[name]
-                link_s = profile.transfer_time_s(header) + profile.transfer_time_s(header + size)
-                node_s = measured["read_node_cpu_per_request_s"] + measured[
-                    "read_node_cpu_per_block_s"
-                ] * max(1, math.ceil(size / LIVE_BLOCK_BYTES))
-                residuals.append(timed.wall_mean_s - link_s - node_s)
-            measured["rpc_overhead_s"] = statistics.fmean(residuals)
-            call_link_s = profile.transfer_time_s(
-                header + measured["call_request_bytes"]
-            ) + profile.transfer_time_s(header + measured["call_reply_bytes"])
-            measured["call_overhead_s"] = (
-                call_on_link.wall_mean_s - call_link_s - measured["call_node_cpu_s"]
+            # Only the small reads count: a large one's client work overlaps the
+            # transfer (the link is busy meanwhile), which the model's bucket has.
+            request, reply = measured["request_header_bytes"], measured["reply_header_bytes"]
+            small_node_s = (
+                measured["read_node_cpu_per_request_s"] + measured["read_node_cpu_per_block_s"]
+            )
+            measured["rpc_overhead_s"] = link_residual_s(
+                on_link["small"], profile, request, reply + SMALL_BYTES, small_node_s
+            )
+            measured["rpc_overhead_large_s"] = link_residual_s(
+                on_link["large"],
+                profile,
+                request,
+                reply + link_sizes["large"],
+                measured["read_node_cpu_per_request_s"]
+                + measured["read_node_cpu_per_block_s"]
+                * math.ceil(link_sizes["large"] / LIVE_BLOCK_BYTES),
+            )
+            # A console call's node CPU as the link paces it (calls spaced by the link
+            # cost the node more than back-to-back ones on loopback: colder caches).
+            measured["call_node_cpu_s"] = call_on_link.node_cpu_s
+            measured["call_overhead_s"] = link_residual_s(
+                call_on_link,
+                profile,
+                request + measured["call_request_bytes"],
+                reply + measured["call_reply_bytes"],
+                measured["call_node_cpu_s"],
             )
             if disk:
                 progress("disk: cold reads against warm")
                 measured["disk"] = _disk(client, keys["blocks"])
-        progress("hosted-object overhead (a CPU-heavy grep, three ways)")
-        with _corpus(client, node_id, RATIO_CORPUS) as corpus:
-            measured.update(_ratios(cluster, node_id, corpus, node_cpu, measured, ratio_runs))
     return Calibration(node_id, profile, factor, speed, measured)
 
 
@@ -421,22 +470,32 @@ def _reads(
     *,
     link: LinkProfile | None,
     calls: int,
+    sizes: dict[str, int] | None = None,
 ) -> dict[str, Timed]:
+    """Reads of each size (the ``large`` object read ``sizes[name]`` bytes at a time)."""
     storage = rt.storage(node)
+    sizes = sizes or {"small": SMALL_BYTES, "large": LARGE_BYTES}
     out = {}
-    gap = _bucket_gap_s(link) if link is not None else 0.0
     budget = LINK_BUDGET_S if link is not None and not link.is_unshaped else None
     with rt.console("calibrate"):
-        for name in ("small", "large"):
+        for name, size in sizes.items():
             key = keys[name]
             out[name] = timed_calls(
-                lambda key=key: storage.read(key, 0, LARGE_BYTES),  # type: ignore[misc]
+                lambda key=key, size=size: storage.read(key, 0, size),  # type: ignore[misc]
                 node_cpu,
                 calls=calls,
-                gap_s=gap,
                 budget_s=budget,
             )
     return out
+
+
+def _link_large_bytes(link: LinkProfile) -> int:
+    """The larger read timed on a link: 64 KiB, or what the link moves in
+    :data:`LINK_READ_S` if less (a 1 Mbit/s link takes half a second for 64 KiB)."""
+    rate = link.bandwidth_bytes_per_s
+    if rate is None:
+        return LARGE_BYTES
+    return max(2 * SMALL_BYTES, min(LARGE_BYTES, int(rate * LINK_READ_S)))
 
 
 def _calls(
@@ -450,37 +509,12 @@ def _calls(
     grep = rt.create(
         "grep", at=node, placement="static", pattern="x", storage=rt.storage(node), keys=[]
     )
-    gap = _bucket_gap_s(link) if link is not None else 0.0
     budget = LINK_BUDGET_S if link is not None and not link.is_unshaped else None
     try:
         with rt.console("calibrate"):
-            return timed_calls(grep.progress, node_cpu, calls=calls, gap_s=gap, budget_s=budget)
+            return timed_calls(grep.progress, node_cpu, calls=calls, budget_s=budget)
     finally:
         rt.destroy(grep)
-
-
-def _local_reads(
-    rt: Runtime, node: str, keys: dict[str, str], node_cpu: Callable[[], float], *, calls: int
-) -> dict[str, Timed]:
-    """Console calls to a filter at the node, each making one local read."""
-    out = {}
-    for name, block in (("small", SMALL_BYTES), ("large", LARGE_BYTES)):
-        ref = rt.create(
-            "filter",
-            at=node,
-            placement="static",
-            storage=rt.storage(node),
-            key=keys["blocks"],
-            pass_fraction=0.0,
-            block_bytes=block,
-        )
-        try:
-            with rt.console("calibrate"):
-                n = min(calls, DISK_BYTES // block - WARMUP_CALLS)
-                out[name] = timed_calls(ref.next, node_cpu, calls=n)
-        finally:
-            rt.destroy(ref)
-    return out
 
 
 def _header_bytes(rt: Runtime, node: str, keys: dict[str, str]) -> dict[str, float]:
@@ -520,7 +554,8 @@ def _header_bytes(rt: Runtime, node: str, keys: dict[str, str]) -> dict[str, flo
         "read_reply_header_bytes": reply,
         "call_request_header_bytes": call_request,
         "call_reply_header_bytes": call_reply,
-        "header_bytes": statistics.fmean([request, reply, call_request, call_reply]),
+        "request_header_bytes": (request + call_request) / 2,
+        "reply_header_bytes": (reply + call_reply) / 2,
         "call_request_bytes": float(args),
         "call_reply_bytes": float(answer),
     }
@@ -552,68 +587,6 @@ def _disk(client: Client, key: str) -> dict[str, Any]:
     }
 
 
-def _ratios(
-    cluster: Path,
-    node: str,
-    corpus: list[str],
-    node_cpu: Callable[[], float],
-    measured: dict[str, Any],
-    runs: int,
-) -> dict[str, Any]:
-    """The hosted-object overhead at the client and at the node: a CPU-heavy ``count``
-    (it splits every line into words, and answers a few numbers) in process, hosted at
-    the client and hosted at the node (over loopback), each compared with what its
-    reads and calls cost there. The cheapest of a few runs counts."""
-    run = ObjectRun("count", list(corpus))
-    best: dict[str, float] = {}
-    per_read_client = statistics.fmean(
-        r["client_cpu_s"] for r in measured["reads_loopback"].values()
-    )
-    with Runtime.connect(cluster, link="loopback") as rt:
-        for _ in range(runs):
-            rec = ObjectTraceRecorder(time.thread_time)
-            record_stack(rt, run, node, list(corpus), rec)
-            best["think_s"] = min(best.get("think_s", math.inf), _object_think_s(rec))
-            reads, calls = rec.storage_calls, rec.console_calls
-            # Hosted at the client: the process's CPU beyond its reads' client CPU.
-            ref = rt.create("count", placement="static", storage=rt.storage(node),
-                            keys=list(corpus))  # fmt: skip
-            c0 = time.process_time()
-            with rt.console("calibrate"):
-                _drain(ref)
-            client_s = time.process_time() - c0 - reads * per_read_client
-            rt.destroy(ref)
-            best["client_s"] = min(best.get("client_s", math.inf), client_s)
-            # Hosted at the node: the node's CPU beyond its local reads and calls.
-            ref = rt.create("count", at=node, placement="static", storage=rt.storage(node),
-                            keys=list(corpus))  # fmt: skip
-            n0 = node_cpu()
-            with rt.console("calibrate"):
-                _drain(ref)
-            node_s = node_cpu() - n0
-            rt.destroy(ref)
-            blocks = sum(
-                max(1, math.ceil(r.size / LIVE_BLOCK_BYTES)) for r in rec.records if r.op is Op.READ
-            )
-            node_s -= (
-                calls * measured["call_node_cpu_s"]
-                + reads * measured["local_read_cpu_per_request_s"]
-                + blocks * measured["local_read_cpu_per_block_s"]
-            )
-            best["server_s"] = min(best.get("server_s", math.inf), node_s)
-    factor = float(measured["node_cpu_factor"])
-    think = best["think_s"]
-    return {
-        "ratio_object": "count",
-        "ratio_think_s": think,
-        "ratio_client_object_cpu_s": best["client_s"],
-        "ratio_server_object_cpu_s": best["server_s"],
-        "mobile_client_cpu_ratio": max(RATIO_MIN, best["client_s"] / think),
-        # The node burns 1/f of the work: stated at speed 1.
-        "mobile_server_cpu_ratio": max(RATIO_MIN, best["server_s"] * factor / think),
-    }
-
-
 def _object_think_s(rec: ObjectTraceRecorder) -> float:
     """The object's own CPU in a recording: every gap but the console's (before a call)."""
     total = 0.0
@@ -623,3 +596,182 @@ def _object_think_s(rec: ObjectTraceRecorder) -> float:
             total += r.time - previous
         previous = r.time
     return total
+
+
+# --- the hosted objects: reference runs and their fit -----------------------------------
+
+#: The reference workloads: each makes one of the hosted costs dominate, so the three
+#: are well told apart. ``think``: count of the lines matching a vowel over small files
+#: (its Python work per line dominates); ``requests``: a grep over many tiny objects
+#: (a local read each); ``bytes``: a grep over one large object (64 KiB reads). The
+#: greps' pattern never matches generated text (no word repeats a letter ten times).
+REFERENCE_PATTERN = "qqqqqqqqqq"
+THINK_PATTERN = "[aeiou]"
+TINY_OBJECTS = 400
+TINY_BYTES = 64
+
+
+@contextlib.contextmanager
+def _workloads(client: Client, node: str) -> Iterator[dict[str, list[str]]]:
+    """The reference workloads' objects on ``node`` (``bytes`` is added by the caller),
+    removed afterwards."""
+    prefix = f".shuttle-calibrate/{secrets.token_hex(4)}/"
+    made: list[str] = []
+    work: dict[str, list[str]] = {"think": [], "requests": []}
+    try:
+        for i, (_name, data) in enumerate(generate_corpus(RATIO_CORPUS)):
+            key = _key_on(client, node, prefix + "think/", f"{i:04d}")
+            client.put(key, data)
+            made.append(key)
+            work["think"].append(key)
+        tiny = b"calibrate\n" * (TINY_BYTES // 10)
+        for i in range(TINY_OBJECTS):
+            key = _key_on(client, node, prefix + "tiny/", f"{i:04d}")
+            client.put(key, tiny)
+            made.append(key)
+            work["requests"].append(key)
+        yield work
+    finally:
+        with contextlib.suppress(Exception):
+            client.remove_many(made)
+
+
+def _reference_object(name: str, keys: list[str]) -> ObjectRun:
+    if name == "think":
+        # Counting the lines that match a pattern most lines match: Python work on
+        # every line (``matching_lines``), and a few numbers as the answer.
+        return ObjectRun("count", keys, {"pattern": THINK_PATTERN})
+    return ObjectRun("grep", keys, {"pattern": REFERENCE_PATTERN})
+
+
+def _reference_runs(
+    rt: Runtime,
+    node: str,
+    work: dict[str, list[str]],
+    node_cpu: Callable[[], float],
+    *,
+    runs: int,
+) -> dict[str, dict[str, float]]:
+    """Each workload recorded in process (think, reads, blocks, calls), hosted at the
+    node (wall and node CPU of its drain) and, for ``think``, hosted at the client
+    (wall of its drain): the median of ``runs`` interleaved runs of each."""
+    samples: dict[str, dict[str, list[float]]] = {}
+    for _ in range(runs):
+        for name, keys in work.items():
+            run = _reference_object(name, keys)
+            rec = ObjectTraceRecorder(time.thread_time)
+            record_stack(rt, run, node, list(keys), rec)
+            blocks = sum(
+                max(1, math.ceil(r.size / LIVE_BLOCK_BYTES)) for r in rec.records if r.op is Op.READ
+            )
+            got = samples.setdefault(name, {})
+            for key, value in (
+                ("think_s", _object_think_s(rec)),
+                ("reads", float(rec.storage_calls)),
+                ("blocks", float(blocks)),
+                ("calls", float(rec.console_calls)),
+                ("bytes", float(rec.bytes_read)),
+            ):
+                got.setdefault(key, []).append(value)
+            sites = ("node", "client") if name == "think" else ("node",)
+            for site in sites:
+                ref = rt.create(
+                    run.kind,
+                    at=node if site == "node" else None,
+                    placement="static",
+                    **run.object_params(rt.storage(node), list(keys)),
+                )
+                try:
+                    n0, w0 = node_cpu(), time.perf_counter()
+                    with rt.console("calibrate"):
+                        _drain(ref)
+                    got.setdefault(f"{site}_wall_s", []).append(time.perf_counter() - w0)
+                    got.setdefault(f"{site}_node_cpu_s", []).append(node_cpu() - n0)
+                finally:
+                    rt.destroy(ref)
+    return {
+        name: {key: statistics.median(values) for key, values in got.items()}
+        for name, got in samples.items()
+    }
+
+
+def _nnls3(rows: list[list[float]], y: list[float]) -> list[float]:
+    """Least squares with non-negative unknowns, for a handful of them: the best of
+    the unconstrained solutions over every subset of unknowns left free."""
+    import itertools
+
+    import numpy as np
+
+    a = np.asarray(rows, dtype=np.float64)
+    b = np.asarray(y, dtype=np.float64)
+    n = a.shape[1]
+    best: tuple[float, list[float]] | None = None
+    for k in range(n, 0, -1):
+        for free in itertools.combinations(range(n), k):
+            x_free, *_ = np.linalg.lstsq(a[:, free], b, rcond=None)
+            if (x_free < 0).any():
+                continue
+            x = [0.0] * n
+            for i, v in zip(free, x_free.tolist(), strict=True):
+                x[i] = v
+            residual = float(np.sum((a @ np.asarray(x) - b) ** 2))
+            if best is None or residual < best[0]:
+                best = (residual, x)
+    return best[1] if best is not None else [0.0] * n
+
+
+def _fit_hosted(
+    runs: dict[str, dict[str, float]],
+    reads: dict[str, Timed],
+    call: Timed,
+    factor: float,
+) -> dict[str, Any]:
+    """The hosted costs from the reference runs' wall times (what a prediction is of):
+
+    * at the node, each drain's wall less its console calls (each a loopback call's
+      wall) is the object's work there: ``ratio x think + reads x L_request + blocks x
+      L_block``, fitted over the three workloads (non-negative least squares);
+    * at the client, the ``think`` drain's wall less its reads (each a loopback read's
+      wall, by its blocks) is ``ratio x think``.
+
+    Node figures are at the node's factor; the configuration states them at speed 1."""
+    names = ("think", "requests", "bytes")
+    rows, y = [], []
+    for name in names:
+        r = runs[name]
+        rows.append([r["think_s"], r["reads"], r["blocks"]])
+        y.append(r["node_wall_s"] - r["calls"] * call.wall_mean_s)
+    ratio_s, l_request, l_block = _nnls3(rows, y)
+    small, large = reads["small"].wall_mean_s, reads["large"].wall_mean_s
+    per_block = max(0.0, (large - small) / (LARGE_BYTES // LIVE_BLOCK_BYTES - 1))
+    think = runs["think"]
+    read_wall = think["reads"] * (small - per_block) + think["blocks"] * per_block
+    client_object_s = think["client_wall_s"] - read_wall - think["calls"] * 0.0
+    return {
+        "hosted_fit": {"rows": rows, "y": y},
+        # What the node's work costs at its factor, per think second / read / block.
+        "mobile_server_cpu_ratio_at_factor": ratio_s,
+        "local_read_cpu_per_request_s": l_request,
+        "local_read_cpu_per_block_s": l_block,
+        "mobile_server_cpu_ratio": max(RATIO_MIN, ratio_s * factor),
+        "mobile_client_cpu_ratio": max(RATIO_MIN, client_object_s / think["think_s"]),
+        "client_object_wall_s": client_object_s,
+    }
+
+
+def _connect_s(cluster: Path, link: str | None, node: str, key: str) -> float:
+    """What a program's first call to the node costs beyond a later one: dialling,
+    the challenge and the proof (median of a few fresh run-times)."""
+    firsts, laters = [], []
+    for _ in range(CONNECT_SAMPLES):
+        with Runtime.connect(cluster, link=link) as rt:
+            storage = rt.storage(node)
+            with rt.console("calibrate"):
+                t = time.perf_counter()
+                storage.read(key, 0, SMALL_BYTES)
+                firsts.append(time.perf_counter() - t)
+                for _ in range(3):
+                    t = time.perf_counter()
+                    storage.read(key, 0, SMALL_BYTES)
+                    laters.append(time.perf_counter() - t)
+    return max(0.0, statistics.median(firsts) - statistics.median(laters))

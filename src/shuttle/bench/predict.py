@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shuttle.bench.calibrate import Calibration, calibrate
+from shuttle.bench.calibrate import CALLS, RATIO_RUNS, Calibration, calibrate
 from shuttle.bench.objrecord import by_node, record_object
 from shuttle.client.client import Client
 from shuttle.client.connect import connect
@@ -198,16 +198,24 @@ def live_grep(
 
 @dataclass
 class LiveRuns:
+    """Live run times of each placement. The figure compared with a prediction is the
+    median: on a shared machine one run now and then waits seconds for a core, and a
+    median of interleaved runs is what a quiet machine would have shown."""
+
     client_s: list[float] = field(default_factory=list)
     server_s: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        client = statistics.median(self.client_s)
+        server = statistics.median(self.server_s)
         return {
-            "client_s": statistics.fmean(self.client_s),
-            "server_s": statistics.fmean(self.server_s),
-            "faster": "server"
-            if statistics.fmean(self.server_s) < statistics.fmean(self.client_s)
-            else "client",
+            "client_s": client,
+            "server_s": server,
+            "faster": "server" if server < client else "client",
+            "mean": {
+                "client_s": statistics.fmean(self.client_s),
+                "server_s": statistics.fmean(self.server_s),
+            },
             "runs": {"client_s": self.client_s, "server_s": self.server_s},
             "spread": {
                 "client": _spread(self.client_s),
@@ -217,9 +225,9 @@ class LiveRuns:
 
 
 def _spread(values: list[float]) -> float:
-    """(max - min) / mean: how far apart the runs were."""
-    mean = statistics.fmean(values)
-    return (max(values) - min(values)) / mean if mean > 0 else 0.0
+    """(max - min) / median: how far apart the runs were."""
+    middle = statistics.median(values)
+    return (max(values) - min(values)) / middle if middle > 0 else 0.0
 
 
 def run_live(
@@ -262,6 +270,8 @@ class PredictRequest:
     cold: bool = False
     trace_out: Path | None = None
     break_even: bool = True
+    #: Repetitions of each timed call in the calibration.
+    calls: int = CALLS
 
 
 def predict(req: PredictRequest, progress: Progress = lambda _m: None) -> dict[str, Any]:
@@ -313,6 +323,8 @@ def predict(req: PredictRequest, progress: Progress = lambda _m: None) -> dict[s
             node=node,
             link=req.link,
             cpu_factor=req.cpu_factor,
+            calls=req.calls,
+            ratio_runs=1 if req.calls < 50 else RATIO_RUNS,
             progress=lambda m, node=node: progress(f"calibrating {node}: {m}"),  # type: ignore[misc]
         )
         configs[node] = cal.server_config()

@@ -66,7 +66,7 @@ def _cluster(cluster: Path | None) -> Path:
 
 
 def _say(message: str) -> None:
-    err.print(f"[dim]· {message}[/]", highlight=False)
+    err.print(f"[dim]· {escape(message)}[/]", highlight=False)
 
 
 # --- shuttle trace record-object ------------------------------------------------------
@@ -210,7 +210,8 @@ def calibrate_command(
             f"{m['mobile_client_cpu_ratio']:.3f} / {m['mobile_server_cpu_ratio']:.3f}")),
         ("per-read overhead on the link", f"{m['rpc_overhead_s'] * 1e6:.1f} µs"),
         ("per-call overhead on the link", f"{m['call_overhead_s'] * 1e6:.1f} µs"),
-        ("header bytes (mean)", f"{m['header_bytes']:.0f}"),
+        ("header bytes, request / reply", (
+            f"{m['request_header_bytes']:.0f} / {m['reply_header_bytes']:.0f}")),
         ("bucket depth", f"{cal.link.effective_burst_bytes:,} B"),
     ]  # fmt: skip
     if "disk" in m:
@@ -333,7 +334,7 @@ def print_prediction(result: dict[str, Any]) -> None:
     )
     if live is not None:
         table.add_row(
-            f"live (mean of {len(live['runs']['client_s'])})",
+            f"live (median of {len(live['runs']['client_s'])})",
             f"{live['client_s']:.3f}",
             f"{live['server_s']:.3f}",
             live["faster"],
@@ -357,6 +358,83 @@ def print_prediction(result: dict[str, Any]) -> None:
         spread = live["spread"]
         load = ", ".join(f"{x:.2f}" for x in result["load_average"])
         out.print(
-            f"live spread (max - min) / mean: client {spread['client']:.1%}, server "
+            f"live spread (max - min) / median: client {spread['client']:.1%}, server "
             f"{spread['server']:.1%}; load average {load}"
         )
+
+
+# --- shuttle bench sim-predict ----------------------------------------------------------
+
+
+def sim_predict_bench_command(
+    links: Annotated[
+        str, typer.Option(help="Links, comma-separated (profiles or bw=..,lat=.. specs).")
+    ] = "loopback,san,lan,wan",
+    speeds: Annotated[str, typer.Option(help="Node CPU factors, comma-separated.")] = (
+        "1,0.5,0.25"
+    ),
+    pattern: Annotated[str, typer.Option(help="The grep's pattern.")] = "q[a-e]x",
+    runs: Annotated[
+        int, typer.Option(min=1, help="Live runs of each placement per row (interleaved).")
+    ] = 5,
+    files: Annotated[int, typer.Option(min=1, help="Files of the generated corpus.")] = 1200,
+    wan_files: Annotated[
+        int, typer.Option(min=1, help="Files read over links slower than 5 Mbit/s.")
+    ] = 150,
+    seed: Annotated[int, typer.Option(help="Seed of the generated corpus.")] = 24,
+    calls: Annotated[
+        int, typer.Option(min=5, help="Repetitions of each call the calibration times.")
+    ] = 200,
+    quiet_load: Annotated[
+        float,
+        typer.Option(
+            help="Before each row, wait for the 1-minute load average to fall below this."
+        ),
+    ] = 2.0,
+    quiet_wait: Annotated[
+        float, typer.Option(help="... for at most this many seconds (0: do not wait).")
+    ] = 900.0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write every row here.")] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write the table (benchmarks/README.md's).")
+    ] = None,
+) -> None:
+    """The simulator's predictions against live shuttle grep runs, and the run-time's
+    own placement model's, over links and node speeds (issue 24's validation).
+
+    For each node speed a one-node cluster is started and loaded with a generated
+    corpus (text, fixed seed); for each link, shuttle sim predict --live runs on it.
+    Prints a row as each finishes, then the table and the worst errors.
+    """
+    from dataclasses import replace as dc_replace
+
+    from shuttle.bench.corpus import CorpusSpec
+    from shuttle.bench.simpredict import SimPredictConfig, markdown_table, run_validation
+
+    config = SimPredictConfig(
+        links=[x.strip() for x in links.split(",") if x.strip()],
+        speeds=[float(x) for x in speeds.split(",") if x.strip()],
+        pattern=pattern,
+        runs=runs,
+        corpus=dc_replace(CorpusSpec(), files=files, seed=seed),
+        wan_files=wan_files,
+        calls=calls,
+        quiet_load=quiet_load,
+        quiet_wait_s=quiet_wait,
+    )
+    result = run_validation(config, progress=_say)
+    table = markdown_table(result)
+    out.print(table, highlight=False, markup=False)
+    for name, s in result["summary"].items():
+        out.print(
+            f"{name}: worst error {s['worst_error']:.1%}; {s['within_15_percent']}/"
+            f"{s['predictions']} predictions within 15 %; faster side right in "
+            f"{s['faster_right']}/{s['rows']} rows",
+            highlight=False,
+        )
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        err.print(f"wrote {json_path}")
+    if markdown is not None:
+        markdown.write_text(table + "\n")
+        err.print(f"wrote {markdown}")

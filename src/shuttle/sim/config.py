@@ -86,6 +86,9 @@ class ServerConfig:
     network_bandwidth_bits_per_s: float = 100e6
     #: RPC header of every request and reply (NFS over UDP: about 128 bytes).
     rpc_header_bytes: int = 128
+    #: A request's header when it differs from a reply's (a live run-time's request
+    #: names the object, the method and the caller); unset: ``rpc_header_bytes``.
+    rpc_request_header_bytes: int | None = None
 
     # --- the mobile application (3.1, 3.3.1) ----------------------------------------
     #: Memory the mobile program holds at the server (800 KB = 100 blocks).
@@ -118,6 +121,9 @@ class ServerConfig:
     #: a console call to the object at the server).
     rpc_overhead_s: float = 0.0
     call_overhead_s: float = 0.0
+    #: Time the mobile application's first remote call spends opening its connection
+    #: (a live run-time dials and authenticates), paid once as it starts.
+    connect_s: float = 0.0
     #: Server CPU per request of any kind, on top of its kind's cost (which is per
     #: block for block requests): the part of serving a request that does not grow
     #: with its size.
@@ -147,9 +153,10 @@ class ServerConfig:
         _non_negative(self, "metadata_read_cycles", "metadata_write_cycles")
         _non_negative(self, "block_read_cycles", "block_write_cycles")
         _non_negative(self, "network_burst_bytes", "rpc_overhead_s", "call_overhead_s")
+        _non_negative(self, "connect_s")
         _non_negative(self, "request_cycles", "call_cycles")
         _positive(self, "mobile_client_cpu_ratio", "mobile_server_cpu_ratio")
-        for name in ("local_request_cycles", "local_block_read_cycles"):
+        for name in ("local_request_cycles", "local_block_read_cycles", "rpc_request_header_bytes"):
             if getattr(self, name) is not None:
                 _non_negative(self, name)
         if self.disk_write_seek_s is not None:

@@ -130,6 +130,12 @@ class MobileApp:
             )
         self.exact_bytes = config.network_exact_bytes
         self.header = config.rpc_header_bytes
+        #: A request's header (``rpc_request_header_bytes``, else a reply's).
+        self.request_header = (
+            config.rpc_header_bytes
+            if config.rpc_request_header_bytes is None
+            else config.rpc_request_header_bytes
+        )
         self.rpc_overhead_s = config.rpc_overhead_s
         self.call_overhead_s = config.call_overhead_s
         self.call_cost_s = config.cpu_cost_s(config.call_cycles)
@@ -146,7 +152,16 @@ class MobileApp:
         if not self.kinds:
             self._finish(now)
             return
+        if self.config.connect_s > 0.0:
+            # Opening the connection comes before the first remote call; the program is
+            # sequential, so paying it first gives the same finish.
+            self.schedule(now + self.config.connect_s, self._connected, None)
+            return
         self._think(now)
+
+    def _connected(self, now: float, _: Any) -> None:
+        if not self.abandoned:
+            self._think(now)
 
     def abandon(self, now: float) -> None:
         """Stop where it is (the run's time limit): report it as unfinished."""
@@ -251,7 +266,7 @@ class MobileApp:
             # Each direction a token bucket; the reply is handed over when the server
             # has done the request (``_reply_over_link``).
             up = data if kind == BLOCK_WRITE else 0
-            arrive = link.up.transmit(now, self.header + up)
+            arrive = link.up.transmit(now, self.request_header + up)
             req = Request(kind, file, first, nblocks, now, arrive - now, 0.0, self.stats, True)
             req.on_done = self._reply_over_link
             self.schedule(arrive, self.server.arrive, req)
@@ -263,11 +278,19 @@ class MobileApp:
             out_s, back_s = config.network_s(data), small
         else:
             out_s = back_s = small
+        if config.rpc_request_header_bytes is not None:
+            up = data if kind == BLOCK_WRITE else 0
+            out_s = self._message_s(self.request_header + up)
         if self.rpc_overhead_s:
             back_s += self.rpc_overhead_s
         req = Request(kind, file, first, nblocks, now, out_s + back_s, back_s, self.stats, True)
         req.on_done = self._reply
         self.schedule(now + out_s, self.server.arrive, req)
+
+    def _message_s(self, nbytes: int) -> float:
+        """One message of ``nbytes`` (header included) by the paper's formula."""
+        config = self.config
+        return config.network_latency_s + 8.0 * nbytes / config.network_bandwidth_bits_per_s
 
     def _reply_over_link(self, now: float, req: Request) -> None:
         """The server has done ``req`` at ``now``: its reply crosses the link back."""
@@ -300,12 +323,12 @@ class MobileApp:
             self._next(now)
             return
         extra["console_bytes"] = extra.get("console_bytes", 0) + size
-        nbytes = self.header + size
+        nbytes = (self.request_header if kind == CALL else self.header) + size
         if self.link is not None:
             bucket = self.link.up if kind == CALL else self.link.down
             arrive = bucket.transmit(now, nbytes)
         else:
-            arrive = now + self.config.network_s(size)
+            arrive = now + self._message_s(nbytes)
         if kind == RETURN:
             self.schedule(arrive + self.call_overhead_s, self._console_done, None)
         elif self.call_cost_s > 0.0:

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from shuttle.bench.calibrate import LIVE_BLOCK_BYTES, Calibration, timed_calls
+from shuttle.bench.calibrate import (
+    LIVE_BLOCK_BYTES,
+    Calibration,
+    Timed,
+    link_residual_s,
+    timed_calls,
+)
 from shuttle.bench.corpus import CorpusSpec, corpus_digest, generate_corpus
 from shuttle.bench.predict import burst_for, load_calibration, runtime_model, stack_counts
 from shuttle.errors import ConfigError
@@ -23,7 +29,8 @@ MEASURED = {
     "local_read_cpu_per_request_s": 25e-6,
     "local_read_cpu_per_block_s": 3e-6,
     "call_node_cpu_s": 230e-6,
-    "header_bytes": 95.4,
+    "request_header_bytes": 154.4,
+    "reply_header_bytes": 33.5,
     "rpc_overhead_s": 300e-6,
     "call_overhead_s": -5e-6,  # a measurement below the model: no overhead
     "mobile_client_cpu_ratio": 1.1,
@@ -68,12 +75,33 @@ def test_loopback_has_an_unlimited_link() -> None:
 
 
 def test_timed_calls_reports_per_call_figures() -> None:
-    cpu = iter(range(100))
-    calls: list[int] = []
-    timed = timed_calls(lambda: calls.append(1), lambda: float(next(cpu)), calls=10)
-    assert timed.calls == 10 and len(calls) == 10 + 10  # ten warm-up calls first
-    assert timed.node_cpu_s == pytest.approx(0.1)  # the fake node clock moved by 1
+    node = {"cpu": 0.0}
+
+    def call() -> None:
+        node["cpu"] += 0.5  # the node's CPU clock moves by half a second a call
+
+    timed = timed_calls(call, lambda: node["cpu"], calls=10)
+    assert timed.calls == 10 and len(timed.walls) == 10 + timed.warmup
+    assert timed.node_cpu_s == pytest.approx(0.5)
+    assert list(timed.starts) == sorted(timed.starts)
     assert timed.wall_s >= 0.0
+
+
+def test_the_link_residual_replays_the_calls_through_the_bucket() -> None:
+    lan = BUILTIN_PROFILES["lan"]
+    rate = 10e6 / 8
+    # Two calls 1 s apart (the bucket full for each), each taking the link's time
+    # plus 1 ms of node CPU plus 0.3 ms more: the residual is that 0.3 ms.
+    one = (lan.transfer_time_s(100) + 0.001 + lan.transfer_time_s(65636)) + 0.0003
+    timed = Timed(0.0, 0.0, 0.0, 0.0, 2, (0.0, 1.0), (one, one), 0)
+    assert link_residual_s(timed, lan, 100, 65636, 0.001) == pytest.approx(0.0003)
+    # Back to back, the second reply waits for tokens: the replay knows it.
+    back = 0.0 + one
+    tat = lan.latency_s + 0.001 + 65636 / rate  # reply 1 handed over after the request
+    second = max(tat, back + lan.latency_s + 0.001) + 65636 / rate - 4096 / rate
+    wall_2 = second + lan.latency_s - back + 0.0003
+    timed = Timed(0.0, 0.0, 0.0, 0.0, 2, (0.0, back), (one, wall_2), 0)
+    assert link_residual_s(timed, lan, 100, 65636, 0.001) == pytest.approx(0.0003)
 
 
 def test_stack_counts_and_the_runtime_models_two_splits() -> None:

@@ -1,0 +1,218 @@
+"""The simulator against the live system, in the open (``shuttle bench sim-predict``).
+
+For each node speed, a one-node cluster at that CPU factor is started on loopback and
+loaded with the generated corpus (:mod:`shuttle.bench.corpus`); for each link,
+``shuttle sim predict --live`` is run on it (:func:`shuttle.bench.predict.predict`):
+record the grep, calibrate the node over that link, simulate both placements, and run
+``shuttle grep`` at both, interleaved. The rows put the simulator's predictions and
+the run-time's own placement model's beside the live run times, with the errors, the
+spread of the live runs and the machine's load.
+
+The slow link moves a smaller part of the corpus (the first ``wan_files`` files), so
+its client runs take seconds rather than minutes; every row states its bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shuttle.bench.corpus import CorpusSpec, corpus_digest, generate_corpus
+from shuttle.bench.predict import PredictRequest, predict
+from shuttle.client.connect import connect
+from shuttle.cluster import local
+
+#: The links of the table and the node speeds (the issue's).
+LINKS_DEFAULT = ("loopback", "san", "lan", "wan")
+SPEEDS_DEFAULT = (1.0, 0.5, 0.25)
+#: A selective pattern: 0.2 % of the corpus's lines match (some 600 in 16 MB).
+PATTERN_DEFAULT = "q[a-e]x"
+#: Files the slowest link reads (1 Mbit/s: about 2 MB, some 17 s at the client).
+WAN_FILES_DEFAULT = 150
+#: Links slower than this read only the first ``wan_files`` files.
+SLOW_LINK_BITS_PER_S = 5e6
+#: A 2-core machine with a load average under 2 leaves our client and node a core
+#: each most of the time; the wait is bounded so a busy day still ends with a table.
+QUIET_LOAD_DEFAULT = 2.0
+QUIET_WAIT_S_DEFAULT = 900.0
+#: How often the load is looked at while waiting.
+QUIET_POLL_S = 10.0
+
+
+def wait_for_quiet(limit: float, wait_s: float, progress: Callable[[str], None]) -> float:
+    """Wait until the 1-minute load average is below ``limit`` (at most ``wait_s``);
+    return the seconds waited."""
+    started = time.monotonic()
+    said = False
+    while os.getloadavg()[0] >= limit and time.monotonic() - started < wait_s:
+        if not said:
+            progress(f"load average {os.getloadavg()[0]:.2f}: waiting for it to fall below "
+                     f"{limit:g} (at most {wait_s:.0f} s)")  # fmt: skip
+            said = True
+        time.sleep(QUIET_POLL_S)
+    return time.monotonic() - started
+
+
+@dataclass
+class SimPredictConfig:
+    links: Sequence[str] = LINKS_DEFAULT
+    speeds: Sequence[float] = SPEEDS_DEFAULT
+    pattern: str = PATTERN_DEFAULT
+    runs: int = 3
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)
+    wan_files: int = WAN_FILES_DEFAULT
+    calls: int = 200
+    workdir: Path | None = None
+    #: Before each row, wait (up to ``quiet_wait_s``) for the machine's 1-minute load
+    #: average to fall below this: the live runs are timings on a shared machine.
+    quiet_load: float = QUIET_LOAD_DEFAULT
+    quiet_wait_s: float = QUIET_WAIT_S_DEFAULT
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "links": list(self.links),
+            "speeds": list(self.speeds),
+            "pattern": self.pattern,
+            "runs": self.runs,
+            "corpus": self.corpus.to_json(),
+            "wan_files": self.wan_files,
+            "calls": self.calls,
+            "quiet_load": self.quiet_load,
+            "quiet_wait_s": self.quiet_wait_s,
+        }
+
+
+def _slow(link: str) -> bool:
+    from shuttle.net.profiles import parse_link_profile
+
+    bw = parse_link_profile(link).bandwidth_bits_per_s
+    return bw is not None and bw < SLOW_LINK_BITS_PER_S
+
+
+def run_validation(
+    config: SimPredictConfig, progress: Callable[[str], None] = lambda _m: None
+) -> dict[str, Any]:
+    """Every (speed, link) row; the JSON the command writes."""
+    digest, total = corpus_digest(config.corpus)
+    corpus = list(generate_corpus(config.corpus))
+    keys = [k for k, _ in corpus]
+    rows: list[dict[str, Any]] = []
+    started = time.time()
+    scratch = Path(tempfile.mkdtemp(prefix="shuttle-simpredict-", dir=config.workdir))
+    try:
+        for speed in config.speeds:
+            progress(f"node at CPU factor {speed:g}: starting it and loading the corpus")
+            cluster = local.up(scratch / f"speed-{speed:g}", nodes=1, cpu_factors=[speed])
+            assert cluster.path is not None
+            try:
+                with connect(cluster=cluster.path, link="loopback") as client:
+                    for key, data in corpus:
+                        client.put(key, data)
+                for link in config.links:
+                    chosen = keys[: config.wan_files] if _slow(link) else keys
+                    progress(f"speed {speed:g}, {link}: {len(chosen):,} files")
+                    waited = wait_for_quiet(config.quiet_load, config.quiet_wait_s, progress)
+                    load_before = list(os.getloadavg())
+                    t0 = time.perf_counter()
+                    result = predict(
+                        PredictRequest(
+                            cluster=cluster.path,
+                            pattern=config.pattern,
+                            keys=chosen,
+                            link=link,
+                            live=True,
+                            live_runs=config.runs,
+                            calls=config.calls,
+                        ),
+                        progress=lambda m, s=speed, lk=link: progress(f"speed {s:g}, {lk}: {m}"),  # type: ignore[misc]
+                    )
+                    rows.append(
+                        {
+                            "speed": speed,
+                            "link": link,
+                            "files": len(chosen),
+                            "bytes": result["bytes"],
+                            "predicted": result["predicted"],
+                            "runtime_model": result["runtime_model"],
+                            "live": result["live"],
+                            "error": result["error"],
+                            "runtime_model_error": result["runtime_model_error"],
+                            "load_average_before": load_before,
+                            "waited_for_quiet_s": waited,
+                            "load_average_after": result["load_average"],
+                            "wall_s": time.perf_counter() - t0,
+                            "calibration": result["calibration"],
+                            "trace": result["trace"],
+                        }
+                    )
+                    progress(row_summary(rows[-1]))
+            finally:
+                local.down(cluster)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {
+        "config": config.to_json(),
+        "corpus": {"sha256": digest, "bytes": total, "files": len(keys)},
+        "started": started,
+        "wall_s": time.time() - started,
+        "rows": rows,
+        "summary": summary(rows),
+    }
+
+
+def row_summary(row: dict[str, Any]) -> str:
+    e, r = row["error"], row["runtime_model_error"]
+    return (
+        f"speed {row['speed']:g} {row['link']}: live {row['live']['client_s']:.3f} / "
+        f"{row['live']['server_s']:.3f} s; simulator {e['client']:+.1%} / {e['server']:+.1%} "
+        f"({'right' if e['faster_right'] else 'WRONG'}); run-time model {r['client']:+.1%} / "
+        f"{r['server']:+.1%} ({'right' if r['faster_right'] else 'WRONG'})"
+    )
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Worst errors and sides right, for each model."""
+    out: dict[str, Any] = {}
+    for name, key in (("simulator", "error"), ("runtime_model", "runtime_model_error")):
+        errors = [abs(r[key][side]) for r in rows for side in ("client", "server")]
+        out[name] = {
+            "worst_error": max(errors) if errors else None,
+            "within_15_percent": sum(e <= 0.15 for e in errors),
+            "predictions": len(errors),
+            "faster_right": sum(bool(r[key]["faster_right"]) for r in rows),
+            "rows": len(rows),
+        }
+    return out
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    """The table benchmarks/README.md shows: live medians (their spread), each model's
+    predictions and errors, the faster sides, the load average when the row began."""
+    lines = [
+        "| link | node speed | MB | live client s (spread) | live server s (spread) "
+        "| simulator client / server s | error client / server | faster: live / sim "
+        "| run-time model client / server s | error client / server | faster: model | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        live, p, m = row["live"], row["predicted"], row["runtime_model"]
+        e, r = row["error"], row["runtime_model_error"]
+        lines.append(
+            f"| {row['link']} | {row['speed']:g} | {row['bytes'] / 1e6:.1f} "
+            f"| {live['client_s']:.3f} ({live['spread']['client']:.0%}) "
+            f"| {live['server_s']:.3f} ({live['spread']['server']:.0%}) "
+            f"| {p['client_s']:.3f} / {p['server_s']:.3f} "
+            f"| {e['client']:+.1%} / {e['server']:+.1%} "
+            f"| {live['faster']} / {p['faster']}{'' if e['faster_right'] else ' ✗'} "
+            f"| {m['client_s']:.3f} / {m['server_s']:.3f} "
+            f"| {r['client']:+.1%} / {r['server']:+.1%} "
+            f"| {m['faster']}{'' if r['faster_right'] else ' ✗'} "
+            f"| {row['load_average_before'][0]:.1f} |"
+        )
+    return "\n".join(lines)
