@@ -45,6 +45,7 @@ clock, the speed of the machine the object traces are recorded on.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import secrets
 import statistics
@@ -398,7 +399,8 @@ def calibrate(
             # adds nothing.
             with Runtime.connect(cluster, link="loopback") as rt:
                 progress("remote reads (loopback): node CPU per request and per block")
-                cpu_reads = _reads(rt, node_id, keys, node_cpu, link=None, calls=calls)
+                sources = _read_sources(work, keys, LARGE_BYTES)
+                cpu_reads = _reads(rt, node_id, sources, node_cpu, link=None, calls=calls)
                 progress("console calls to an object at the node (loopback)")
                 cpu_call = _calls(rt, node_id, node_cpu, link=None, calls=calls)
                 progress("reference objects in process, at the client and at the node")
@@ -422,9 +424,9 @@ def calibrate(
             measured["connect_s"] = _connect_s(cluster, link, node_id, keys["small"])
             with Runtime.connect(cluster, link=link) as rt:
                 progress(f"per-message overhead on {profile.name}")
-                link_sizes = {"small": SMALL_BYTES, "large": _link_large_bytes(profile)}
-                on_link = _reads(rt, node_id, keys, node_cpu, link=profile, calls=calls,
-                                 sizes=link_sizes)  # fmt: skip
+                link_large = _link_large_bytes(profile)
+                on_link = _reads(rt, node_id, _read_sources(work, keys, link_large), node_cpu,
+                                 link=profile, calls=calls)  # fmt: skip
                 call_on_link = _calls(rt, node_id, node_cpu, link=profile, calls=calls)
             measured["reads_link"] = {k: v.to_json() for k, v in on_link.items()}
             measured["call_link"] = call_on_link.to_json()
@@ -435,16 +437,15 @@ def calibrate(
                 measured["read_node_cpu_per_request_s"] + measured["read_node_cpu_per_block_s"]
             )
             measured["rpc_overhead_s"] = link_residual_s(
-                on_link["small"], profile, request, reply + SMALL_BYTES, small_node_s
+                on_link["small"], profile, request, reply + TINY_BYTES, small_node_s
             )
             measured["rpc_overhead_large_s"] = link_residual_s(
                 on_link["large"],
                 profile,
                 request,
-                reply + link_sizes["large"],
+                reply + link_large,
                 measured["read_node_cpu_per_request_s"]
-                + measured["read_node_cpu_per_block_s"]
-                * math.ceil(link_sizes["large"] / LIVE_BLOCK_BYTES),
+                + measured["read_node_cpu_per_block_s"] * math.ceil(link_large / LIVE_BLOCK_BYTES),
             )
             # A console call's node CPU as the link paces it (calls spaced by the link
             # cost the node more than back-to-back ones on loopback: colder caches).
@@ -462,31 +463,51 @@ def calibrate(
     return Calibration(node_id, profile, factor, speed, measured)
 
 
+#: Where the timed reads read: ``(keys, bytes of each object, bytes per read)``. The
+#: reads go round the keys, and through each key's bytes, so each touches other data
+#: as a program's do (one key read again and again is faster than a program's reads:
+#: hot in every cache).
+ReadSources = dict[str, tuple[list[str], int, int]]
+
+
+def _read_sources(work: dict[str, list[str]], keys: dict[str, str], large: int) -> ReadSources:
+    return {
+        "small": (work["requests"], TINY_BYTES, TINY_BYTES),
+        "large": ([keys["blocks"]], DISK_BYTES, large),
+    }
+
+
 def _reads(
     rt: Runtime,
     node: str,
-    keys: dict[str, str],
+    sources: ReadSources,
     node_cpu: Callable[[], float],
     *,
     link: LinkProfile | None,
     calls: int,
-    sizes: dict[str, int] | None = None,
 ) -> dict[str, Timed]:
-    """Reads of each size (the ``large`` object read ``sizes[name]`` bytes at a time)."""
+    """Timed reads of each source, round its keys and through their bytes."""
     storage = rt.storage(node)
-    sizes = sizes or {"small": SMALL_BYTES, "large": LARGE_BYTES}
     out = {}
     budget = LINK_BUDGET_S if link is not None and not link.is_unshaped else None
     with rt.console("calibrate"):
-        for name, size in sizes.items():
-            key = keys[name]
-            out[name] = timed_calls(
-                lambda key=key, size=size: storage.read(key, 0, size),  # type: ignore[misc]
-                node_cpu,
-                calls=calls,
-                budget_s=budget,
-            )
+        for name, (names, object_bytes, size) in sources.items():
+            spots = [(k, offset) for k in names for offset in range(0, object_bytes, size)]
+
+            read = _round_robin(storage, spots, size)
+            out[name] = timed_calls(read, node_cpu, calls=calls, budget_s=budget)
     return out
+
+
+def _round_robin(storage: Ref, spots: list[tuple[str, int]], size: int) -> Callable[[], Any]:
+    """A read of ``size`` bytes at the next of ``spots`` (key, offset), round and round."""
+    turn = itertools.count()
+
+    def read() -> Any:
+        key, offset = spots[next(turn) % len(spots)]
+        return storage.read(key, offset, size)
+
+    return read
 
 
 def _link_large_bytes(link: LinkProfile) -> int:

@@ -422,7 +422,12 @@ def sim_predict_bench_command(
         quiet_load=quiet_load,
         quiet_wait_s=quiet_wait,
     )
-    result = run_validation(config, progress=_say)
+
+    def keep(partial: dict[str, Any]) -> None:
+        if json_path is not None:
+            json_path.write_text(json.dumps(partial, indent=2, default=str) + "\n")
+
+    result = run_validation(config, progress=_say, on_row=keep)
     table = markdown_table(result)
     out.print(table, highlight=False, markup=False)
     for name, s in result["summary"].items():

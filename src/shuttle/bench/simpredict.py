@@ -96,9 +96,12 @@ def _slow(link: str) -> bool:
 
 
 def run_validation(
-    config: SimPredictConfig, progress: Callable[[str], None] = lambda _m: None
+    config: SimPredictConfig,
+    progress: Callable[[str], None] = lambda _m: None,
+    on_row: Callable[[dict[str, Any]], None] = lambda _r: None,
 ) -> dict[str, Any]:
-    """Every (speed, link) row; the JSON the command writes."""
+    """Every (speed, link) row; the JSON the command writes. ``on_row`` sees the result
+    so far after each row (a long run keeps what it measured if stopped)."""
     digest, total = corpus_digest(config.corpus)
     corpus = list(generate_corpus(config.corpus))
     keys = [k for k, _ in corpus]
@@ -152,10 +155,22 @@ def run_validation(
                         }
                     )
                     progress(row_summary(rows[-1]))
+                    on_row(_result(config, digest, total, keys, started, rows))
             finally:
                 local.down(cluster)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return _result(config, digest, total, keys, started, rows)
+
+
+def _result(
+    config: SimPredictConfig,
+    digest: str,
+    total: int,
+    keys: list[str],
+    started: float,
+    rows: list[dict[str, Any]],
+) -> dict[str, Any]:
     return {
         "config": config.to_json(),
         "corpus": {"sha256": digest, "bytes": total, "files": len(keys)},

@@ -143,6 +143,25 @@ def test_a_token_bucket_lets_a_reply_leave_in_a_burst() -> None:
     assert arrived_2 > 2 * (link(0) + link(65536))
 
 
+def test_opening_the_connection_is_paid_once_at_either_placement() -> None:
+    config = replace(LIVE, connect_s=0.004)
+    for placement in ("client", "server"):
+        base = simulate_alone(LIVE, GREP, placement).run_time_s
+        assert simulate_alone(config, GREP, placement).run_time_s == pytest.approx(base + 0.004)
+
+
+def test_request_headers_can_differ_from_reply_headers() -> None:
+    config = replace(LIVE, rpc_request_header_bytes=300)
+    run = simulate_alone(config, GREP, "server")
+    base = simulate_alone(LIVE, GREP, "server")
+    # Two calls went up with 200 more header bytes each; the answers did not change.
+    assert run.run_time_s - base.run_time_s == pytest.approx(2 * 200 * 8 / BW)
+    client = simulate_alone(config, GREP, "client").run_time_s
+    assert client - simulate_alone(LIVE, GREP, "client").run_time_s == pytest.approx(
+        2 * 200 * 8 / BW
+    )
+
+
 def test_exact_bytes_against_whole_blocks() -> None:
     one_read = trace((0.0, Op.READ, "a", 0, 100))
     exact = simulate_alone(LIVE, one_read, "client").run_time_s
