@@ -207,27 +207,33 @@ def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def markdown_table(result: dict[str, Any]) -> str:
-    """The table benchmarks/README.md shows: live medians (their spread), each model's
-    predictions and errors, the faster sides, the load average when the row began."""
-    lines = [
-        "| link | node speed | MB | live client s (spread) | live server s (spread) "
-        "| simulator client / server s | error client / server | faster: live / sim "
-        "| run-time model client / server s | error client / server | faster: model | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in result["rows"]:
-        live, p, m = row["live"], row["predicted"], row["runtime_model"]
-        e, r = row["error"], row["runtime_model_error"]
-        lines.append(
-            f"| {row['link']} | {row['speed']:g} | {row['bytes'] / 1e6:.1f} "
-            f"| {live['client_s']:.3f} ({live['spread']['client']:.0%}) "
-            f"| {live['server_s']:.3f} ({live['spread']['server']:.0%}) "
-            f"| {p['client_s']:.3f} / {p['server_s']:.3f} "
-            f"| {e['client']:+.1%} / {e['server']:+.1%} "
-            f"| {live['faster']} / {p['faster']}{'' if e['faster_right'] else ' ✗'} "
-            f"| {m['client_s']:.3f} / {m['server_s']:.3f} "
-            f"| {r['client']:+.1%} / {r['server']:+.1%} "
-            f"| {m['faster']}{'' if r['faster_right'] else ' ✗'} "
-            f"| {row['load_average_before'][0]:.1f} |"
-        )
-    return "\n".join(lines)
+    """The tables benchmarks/README.md shows, one per model over the same runs: the live
+    medians (their spread), the model's predictions, the errors, the faster sides, and
+    the load average when the row began."""
+    out = []
+    for title, key, error in (
+        ("The simulator (`shuttle sim predict`)", "predicted", "error"),
+        ("The run-time's placement model (`runtime/placement*.py`)", "runtime_model",
+         "runtime_model_error"),
+    ):  # fmt: skip
+        out += [
+            f"**{title}**",
+            "",
+            "| link | node speed | MB | live client s (spread) | live server s (spread) "
+            "| predicted client / server s | error client / server | faster: live / predicted "
+            "| load |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in result["rows"]:
+            live, p, e = row["live"], row[key], row[error]
+            out.append(
+                f"| {row['link']} | {row['speed']:g} | {row['bytes'] / 1e6:.1f} "
+                f"| {live['client_s']:.3f} ({live['spread']['client']:.0%}) "
+                f"| {live['server_s']:.3f} ({live['spread']['server']:.0%}) "
+                f"| {p['client_s']:.3f} / {p['server_s']:.3f} "
+                f"| {e['client']:+.1%} / {e['server']:+.1%} "
+                f"| {live['faster']} / {p['faster']}{'' if e['faster_right'] else ' ✗'} "
+                f"| {row['load_average_before'][0]:.1f} |"
+            )
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
