@@ -1,7 +1,7 @@
 # The two commands (see README):
 #   make demo   set everything up, then run Shuttle's main job on a local cluster
 #   make test   set everything up with test tools, then lint, type-check and test
-.PHONY: demo test test-powerloss mutate mutate-sample setup setup-dev lint lock clean compiled
+.PHONY: demo test test-powerloss mutate mutate-sample sim-validate setup setup-dev lint lock clean compiled
 
 demo: setup
 	.venv/bin/shuttle demo
@@ -37,6 +37,16 @@ mutate: setup-dev
 MUTATE_SAMPLE = nice -n 10 .venv/bin/python scripts/mutate.py --sample 30 --min-score 1 -- src/shuttle/objects/fs/dirblocks.py
 mutate-sample: setup-dev
 	$(MUTATE_SAMPLE)
+
+# The simulator against live runs (issue 24; benchmarks/README.md, "The simulator
+# against the live system"): 12 rows, links loopback, san, lan, wan by node speeds 1,
+# 0.5, 0.25, each `shuttle sim predict --live`. 20-40 min on the shared 2-core machine,
+# so not part of `make test` (which runs one small row). SIM_VALIDATE_ARGS passes more
+# (--runs 3, --quiet-wait 0, --links lan --speeds 1).
+sim-validate: setup-dev
+	mkdir -p benchmarks/results
+	.venv/bin/shuttle bench sim-predict --json benchmarks/results/sim-predict.json \
+		--markdown benchmarks/results/sim-predict.md $(SIM_VALIDATE_ARGS)
 
 setup:
 	scripts/setup.sh

@@ -124,3 +124,22 @@ def test_live_runs_refuse_a_cpu_factor_the_nodes_do_not_have(cluster: Path) -> N
     assert result.exit_code != 0
     message = str(result.exception)
     assert "runs at CPU factor 1" in message and "--cpu-factor 0.5" in message
+
+
+def test_the_validation_command_runs_a_row_per_speed_and_link(tmp_path: Path) -> None:
+    """``shuttle bench sim-predict`` at its smallest (the long run: ``make sim-validate``):
+    a node started at the row's CPU factor, the generated corpus, both models' tables."""
+    report, table = tmp_path / "v.json", tmp_path / "v.md"
+    output = shuttle("bench", "sim-predict", "--links", "san", "--speeds", "0.5", "--runs", "1",
+                     "--files", "12", "--calls", "5", "--quiet-wait", "0",
+                     "--json", str(report), "--markdown", str(table))  # fmt: skip
+    data = json.loads(report.read_text())
+    (row,) = data["rows"]
+    assert (row["link"], row["speed"], row["files"]) == ("san", 0.5, 12)
+    assert row["calibration"]["n1"]["node_cpu_factor"] == 0.5
+    assert row["live"]["client_s"] > 0 and row["predicted"]["server_s"] > 0
+    assert data["corpus"]["files"] == 12 and data["summary"]["simulator"]["predictions"] == 2
+    text = table.read_text()
+    assert "**The simulator" in text and "**The run-time's placement model" in text
+    assert text.count("| san | 0.5 |") == 2
+    assert "simulator: worst error" in output and "runtime_model: worst error" in output

@@ -155,3 +155,72 @@ def test_the_validation_corpus_is_the_one_the_table_names() -> None:
 def test_a_bad_corpus_spec_is_refused() -> None:
     with pytest.raises(ConfigError, match='"files"'):
         CorpusSpec(files=0)
+
+
+def _row(
+    link: str, live: tuple[float, float], sim: tuple[float, float], model: tuple[float, float]
+) -> dict[str, object]:
+    def side(c: float, s: float) -> str:
+        return "client" if c < s else "server"
+
+    def error(p: tuple[float, float]) -> dict[str, object]:
+        return {
+            "client": p[0] / live[0] - 1,
+            "server": p[1] / live[1] - 1,
+            "faster_right": side(*p) == side(*live),
+        }
+
+    return {
+        "link": link,
+        "speed": 0.5,
+        "bytes": 2_500_000,
+        "live": {
+            "client_s": live[0],
+            "server_s": live[1],
+            "faster": side(*live),
+            "spread": {"client": 0.04, "server": 0.1},
+        },
+        "predicted": {"client_s": sim[0], "server_s": sim[1], "faster": side(*sim)},
+        "runtime_model": {"client_s": model[0], "server_s": model[1], "faster": side(*model)},
+        "error": error(sim),
+        "runtime_model_error": error(model),
+        "load_average_before": [1.25, 1.0, 1.0],
+    }
+
+
+def test_the_validation_summary_counts_each_models_errors_and_sides() -> None:
+    from shuttle.bench.simpredict import summary
+
+    rows = [
+        _row("lan", (2.0, 1.0), (2.2, 0.9), (1.0, 1.5)),  # model: wrong side
+        _row("wan", (4.0, 1.0), (4.0, 1.2), (4.0, 1.0)),  # simulator: +20 % at the server
+    ]
+    s = summary(rows)
+    assert s["simulator"] == {
+        "worst_error": pytest.approx(0.2),
+        "within_15_percent": 3,
+        "predictions": 4,
+        "faster_right": 2,
+        "rows": 2,
+    }
+    assert s["runtime_model"]["worst_error"] == pytest.approx(0.5)
+    assert s["runtime_model"]["within_15_percent"] == 2
+    assert s["runtime_model"]["faster_right"] == 1
+
+
+def test_the_validation_tables_show_each_model_on_the_same_runs() -> None:
+    from shuttle.bench.simpredict import markdown_table
+
+    table = markdown_table({"rows": [_row("lan", (2.0, 1.0), (2.2, 0.9), (1.0, 1.5))]})
+    simulator, model = table.split("**The run-time's placement model")
+    assert simulator.startswith("**The simulator")
+    sim_row = [line for line in simulator.splitlines() if line.startswith("| lan")]
+    model_row = [line for line in model.splitlines() if line.startswith("| lan")]
+    assert sim_row == [
+        "| lan | 0.5 | 2.5 | 2.000 (4%) | 1.000 (10%) | 2.200 / 0.900 | +10.0% / -10.0% "
+        "| server / server | 1.2 |"
+    ]
+    assert model_row == [
+        "| lan | 0.5 | 2.5 | 2.000 (4%) | 1.000 (10%) | 1.000 / 1.500 | -50.0% / +50.0% "
+        "| server / client ✗ | 1.2 |"
+    ]

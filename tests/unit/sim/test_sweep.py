@@ -202,3 +202,37 @@ def test_plots_name_the_mobile_program(tmp_path: Path) -> None:
     assert any("grep/Server" in t for t in titles)
     assert any(t.startswith("(paper Fig. 6) grep run time") for t in titles)
     assert not any("agrep" in t for t in titles)
+
+
+#: The sweeps' points and runs on the synthetic traces above, as the paper's model gave
+#: them before issue 24 added the live system's parameters (computed on main at
+#: 73794c5). Every new parameter's default must leave the paper's model as it was: a
+#: default that changes any figure of any run changes these digests.
+PAPER_MODEL_DIGESTS = {
+    "cache-size": (
+        "121393f1218122a7feec6e684603152966c22735a3782a302351d2ab1f9a45f8",
+        "097350ac030b623c02b5e87a53be59973387a982eeb76ea62a446e9211072f71",
+    ),
+    "cpu-speed": (
+        "24a9619b6cde2eaacb132a3686e4b6bb9c4325a3aed1150f6aafe351f375acbc",
+        "bbc6a68353919ee39ebfe43fc65820922293f2416001287190bb25223addfcbb",
+    ),
+}
+
+
+def _digest(value: object) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def test_the_papers_model_gives_the_same_figures_with_the_new_parameters_at_their_defaults() -> (
+    None
+):
+    sweeps = {
+        "cache-size": (cache_size_sweep([1.0, 4.0, float("inf")]), ServerConfig()),
+        "cpu-speed": (cpu_speed_sweep([0.5, 1.0, 2.0]), ServerConfig(cache_blocks=512)),
+    }
+    for name, (sweep, server) in sweeps.items():
+        doc, _ = run_sweep(sweep, server, EXPERIMENT, PREPARED, jobs=1)
+        assert (_digest(doc["points"]), _digest(doc["runs"])) == PAPER_MODEL_DIGESTS[name], name
