@@ -36,4 +36,13 @@ Layout:
 * ``ceph_cli``  ``shuttle bench ceph ...``: the commands
 * ``lookaside``  the lookaside paper's Figure 6: a build over the FUSE mount with
   lookaside stores of older releases, at five bandwidths (table, JSON, PNG)
+* ``corpus``   a generated text corpus, the same bytes from the same seed
+* ``objrecord``  a built-in object run in process over a live node, recorded
+* ``calibrate``  ``shuttle sim calibrate``: a live node measured for the simulator
+* ``predict``  ``shuttle sim predict``: record, calibrate, simulate both placements,
+  beside the run-time's own model, and with ``--live`` the live runs
+* ``simpredict``  ``bench sim-predict``: the predictions against live runs over links
+  and node speeds (issue 24's validation)
+* ``sim_cli``  the commands: ``sim calibrate``, ``sim predict``, ``trace record-object``,
+  ``bench sim-predict``
 """

@@ -19,6 +19,9 @@ Layout (one concept a module):
 * ``plots``     the figures of a sweep in the paper's layout
 * ``policies``  cache policies (LRU, FIFO, CLOCK): a registry with one test suite
 * ``replay``    a trace through a cache policy alone (``shuttle sim cache``)
+* ``link``      a token-bucket link, one bucket a direction (the live shaper's GCRA)
+* ``alone``     a mobile program's trace alone: no background, an idle server
+* ``forecast``  both placements of one program, the faster side, the break-even points
 * ``cli``, ``sweep_cli``   ``shuttle sim ...`` commands
 * ``calibration``  how loaded a background trace keeps the server (back of the envelope)
 * ``calibrate_cli``  ``shuttle trace calibrate-background`` (the top-level CLI adds it)

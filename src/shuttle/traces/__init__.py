@@ -14,6 +14,7 @@ Layout:
 * ``recorder``    run a real program under strace and convert its trace
 * ``agrep``       the recorded mobile application (tre-agrep over the stdlib)
 * ``background``  the synthetic background workload (``BackgroundConfig``, ``generate``)
+* ``objtrace``    one object's run as a mobile trace: its reads, console calls, CPU
 * ``cli``         ``shuttle trace ...``
 """
 
