@@ -392,8 +392,13 @@ def sim_predict_bench_command(
         ),
     ] = 2.0,
     quiet_wait: Annotated[
-        float, typer.Option(help="... for at most this many seconds (0: do not wait).")
-    ] = 900.0,
+        float,
+        typer.Option(
+            help="... for at most this many seconds per row (0: do not wait); the wait is "
+            "said, and the row's load average is recorded beside it.",
+            show_default=True,
+        ),
+    ] = 120.0,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write every row here.")] = None,
     markdown: Annotated[
         Path | None, typer.Option("--markdown", help="Write the table (benchmarks/README.md's).")

@@ -40,7 +40,7 @@ SLOW_LINK_BITS_PER_S = 5e6
 #: A 2-core machine with a load average under 2 leaves our client and node a core
 #: each most of the time; the wait is bounded so a busy day still ends with a table.
 QUIET_LOAD_DEFAULT = 2.0
-QUIET_WAIT_S_DEFAULT = 900.0
+QUIET_WAIT_S_DEFAULT = 120.0
 #: How often the load is looked at while waiting.
 QUIET_POLL_S = 10.0
 
