@@ -394,8 +394,8 @@ def sim_predict_bench_command(
     quiet_wait: Annotated[
         float,
         typer.Option(
-            help="... for at most this many seconds per row (0: do not wait); the wait is "
-            "said, and the row's load average is recorded beside it.",
+            help="Wait at most this many seconds per row for --quiet-load (0: do not "
+            "wait); the wait is said, and the row's load average is recorded beside it.",
             show_default=True,
         ),
     ] = 120.0,
