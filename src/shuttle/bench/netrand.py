@@ -161,7 +161,7 @@ def make_file(path: Path, nbytes: int) -> None:
 def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Run the benchmark; returns the report (figures and configuration)."""
     pb = config.page_bytes
-    modes = ["local_cold", "remote_cold", "local", "remote_warm"] + (
+    modes = ["local_cold", "remote_cold", "local", "remote_warm", "remote_miss"] + (
         ["redis"] if config.redis else []
     )
     if config.tls:
@@ -234,6 +234,11 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                     # Warm: the pages were just read; a second pass finds them cached.
                     timed_run(pages, fetchers["local"], pb, samples["local"])
                     timed_run(pages, fetchers["remote"], pb, samples["remote_warm"])
+                    # A node-cache miss over a page-cache hit: the node's block cache
+                    # emptied (no key given: the OS page cache is kept), the same pages
+                    # again; the file's pages are still in the kernel's page cache.
+                    client.drop_caches([])
+                    timed_run(pages, fetchers["remote"], pb, samples["remote_miss"])
                     if resp is not None:
                         timed_run(pages, fetchers["redis"], pb, samples["redis"])
                     if tls_client is not None:
@@ -255,6 +260,7 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                         page_bytes=pb,
                         seed=config.seed,
                         drop_caches=lambda: client.drop_caches([KEY]),
+                        warm_page_cache=lambda start, stop: _warm_page_cache(client, start, stop),
                         node_counters=lambda: _inline_counters(client),
                     )
             node_stats = client.node_stats(client.nodes[0])
@@ -272,6 +278,9 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
     for mode, s in samples.items():
         report[mode] = s.summary()
     report["remote_over_local_p50"] = report["remote_warm"]["p50_us"] / report["local"]["p50_us"]
+    report["remote_miss_over_remote_warm_p50"] = (
+        report["remote_miss"]["p50_us"] / report["remote_warm"]["p50_us"]
+    )
     report["remote_cold_over_local_cold_p50"] = (
         report["remote_cold"]["p50_us"] / report["local_cold"]["p50_us"]
     )
@@ -322,6 +331,17 @@ def _inline_counters(client: Client) -> dict[str, int]:
         "inline": int(server.get("inline", 0)),
         "declined": int(server.get("inline_declined", {}).get("read", 0)),
     }
+
+
+#: Reads of this size pass the node's block cache by (over ``cache_read_bytes_max``).
+_UNCACHED_READ_BYTES = 1 << 20
+
+
+def _warm_page_cache(client: Client, start: int, stop: int) -> None:
+    """Bring bytes ``[start, stop)`` of the file into the node's OS page cache and not
+    into its block cache: reads larger than the node caches go straight to the file."""
+    for offset in range(start, stop, _UNCACHED_READ_BYTES):
+        client.read(KEY, offset, min(_UNCACHED_READ_BYTES, stop - offset))
 
 
 def _remote_fetch(client: Client, pb: int) -> Fetch:
