@@ -42,9 +42,10 @@ from shuttle.store.rados_locality import PrimaryLocator
 STAT_CHUNKS_MAX = 8192
 
 #: Reads up to this size are tried on the event loop: a block-cache hit is served
-#: faster than a hop to the thread pool takes. Only a hit is answered there (all the
-#: range's blocks resident): a miss would read the disk on the loop and stall every
-#: other connection, so it goes to a thread, as do larger reads (streaming).
+#: faster than a hop to the thread pool takes, and so is a miss the kernel's page cache
+#: can answer (read there with RWF_NOWAIT, :mod:`shuttle.store.nowait`). A read that
+#: would wait for the disk goes to a thread, so that it never stalls the node's other
+#: connections, as do larger reads (streaming).
 INLINE_READ_BYTES_MAX = 64 << 10
 
 
@@ -220,8 +221,13 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
         else read_lane
     )
 
+    # A miss of the block cache that the page cache can answer (a local store's files,
+    # where the platform can tell): read on the loop too, never waiting for the disk.
+    read_nowait = getattr(store, "read_nowait", None)
+
     def read_cached(args: dict[str, Any], payload: bytes) -> Reply | None:
-        """The read lane's call for a request that came the general way."""
+        """``read`` on the event loop: a block-cache hit (the read lane's call), else a
+        miss the page cache holds; None sends it to the thread pool."""
         key, offset, length = args.get("key"), args.get("offset", 0), args.get("length")
         version = args.get("expected_version")
         if (
@@ -231,6 +237,8 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
             and (version is None or type(version) is int)
         ):
             data = lane(key, offset, length, version)
+            if data is None and read_nowait is not None and length <= INLINE_READ_BYTES_MAX:
+                data = read_nowait(key, offset, length, version)
             if data is not None:
                 return Reply(None, data)
         return None

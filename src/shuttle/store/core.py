@@ -63,6 +63,7 @@ from shuttle.store.journal import Journal
 from shuttle.store.keys import parent_keys
 from shuttle.store.layout import Layout
 from shuttle.store.locks import KeyLocks, RWLock
+from shuttle.store.nowait import NowaitReads
 from shuttle.store.paths import SafeRoot, fsync_dir, pwrite_all
 from shuttle.store.recovery import (
     RecoveryReport,
@@ -191,6 +192,9 @@ class StoreCore:
                 self.counters,
                 self.config.cache_read_bytes_max,
             )
+            #: Block-cache misses read on the event loop when the page cache has them
+            #: (ObjectStore.read_nowait, a node's read lane).
+            self.nowait = NowaitReads()
             self.durability = CheckpointSync(self.paths, self.attrs.path_of, self.config.sync_mode)
             log.info("store %s: checkpoints sync by %s", self.layout.root, self.durability.mode)
             self.uploads = UploadTable(self.layout.uploads_dir)

@@ -50,6 +50,17 @@ class RWLock:
                     self._readers_waiting -= 1
             self._readers += 1
 
+    def try_acquire_read(self) -> bool:
+        """Take the lock shared if no writer holds it or waits for it, and say whether
+        it was taken: never waits for a writer, so an event loop may call it (the
+        node's reads of the page cache there, :mod:`shuttle.store.nowait`). The
+        condition's mutex is only ever held for a few instructions."""
+        with self._cond:
+            if self._writer or self._writers_waiting:
+                return False
+            self._readers += 1
+            return True
+
     def release_read(self) -> None:
         with self._cond:
             self._readers -= 1

@@ -151,6 +151,83 @@ class ObjectStore(StoreCore):
             return self.cached_reads.read(key, offset, length, expected_version)
         return None
 
+    def read_nowait(
+        self, key: str, offset: int, length: int, expected_version: int | None = None
+    ) -> bytes | None:
+        """:meth:`read` of ``[offset, offset+length)`` when the kernel's page cache holds
+        the blocks it needs, else None; never waits for the disk or for a writer, so an
+        event loop may call it after :meth:`read_cached` missed (a node does, and sends
+        only what this declines to its thread pool). Never raises: None for anything
+        unusual too, which :meth:`read` then answers or raises.
+
+        Exactly the thread path's read, but for how the file is read: under the key's
+        lock held shared (taken only if no writer holds it or waits), the same checks,
+        and the same :meth:`BlockCache.read <shuttle.blockcache.BlockCache.read>` call,
+        whose fetch hands over the blocks read beforehand with ``RWF_NOWAIT``
+        (:mod:`shuttle.store.nowait`): the cache's fill rules and counters see a fetch
+        like any other. A read the kernel could not answer whole counts nothing here.
+        """
+        nowait = self.nowait
+        if not (
+            nowait.enabled
+            and type(key) is str
+            and type(offset) is int
+            and type(length) is int
+            and (expected_version is None or type(expected_version) is int)
+            and 0 < length <= self.config.cache_read_bytes_max
+            and offset >= 0
+            and not self._closed
+        ):
+            return None
+        # The key is not validated: only a valid key has attributes in memory, and any
+        # other declines here and is checked on the usual way (as in read_cached).
+        if not isinstance(self.attrs.peek(key), StoredAttrs):
+            return None  # unknown, absent, or attributes still on disk: the usual way
+        lock = self._locks.lock_for(key)
+        if not lock.try_acquire_read():
+            return None  # a change under way or waiting: it may take a while
+        try:
+            rec = self.attrs.peek(key)  # again, now that no change can run
+            if not isinstance(rec, StoredAttrs) or rec.stale_chunks:
+                return None
+            if expected_version is not None and expected_version != rec.version:
+                return None  # the usual way raises the mismatch
+            end = min(rec.size, offset + length)
+            if offset >= end:
+                return None
+            cached = bool(self.cache.capacity_bytes)
+            if cached:  # the blocks the cache would fetch, read whole
+                bsz = self.cache.block_size_bytes
+                start, stop = offset // bsz * bsz, min(((end - 1) // bsz + 1) * bsz, rec.size)
+            else:
+                start, stop = offset, end
+            try:
+                fd = self.paths.open_file(key, os.O_RDONLY)
+            except (ShuttleError, OSError):
+                return None  # the usual way says what is wrong
+            try:
+                blocks = nowait.read(fd, start, stop)
+            except OSError:
+                return None
+            finally:
+                os.close(fd)
+            if blocks is None:
+                return None  # not (all) resident: the thread pool reads it
+            if not cached:
+                data = blocks
+            else:
+                data = self.cache.read(
+                    key,
+                    offset,
+                    end - offset,
+                    rec.size,
+                    lambda lo, hi: blocks[lo - start : hi - start],
+                )
+            self.counters.read_done(len(data))
+            return data
+        finally:
+            lock.release_read()
+
     def read(
         self,
         key: str,
@@ -734,6 +811,7 @@ class ObjectStore(StoreCore):
             "pending_bytes": self.journal.size_bytes,
         }
         out["cache"] = self.cache.stats().as_dict()
+        out["nowait"] = self.nowait.stats()
         out["uploads_open"] = len(self.uploads)
         space = self.space.snapshot()
         # The journal's share of the used space: a second copy of small puts and range

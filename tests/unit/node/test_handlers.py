@@ -3,6 +3,7 @@ the paging of long chunk lists."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from shuttle.errors import InvalidArgumentError, UnknownOperationError
 from shuttle.net.registry import Mode, OperationRegistry, Reply
 from shuttle.node import handlers
 from shuttle.store import ObjectStore
+from shuttle.store.nowait import NowaitReads
 
 
 @pytest.fixture
@@ -69,10 +71,34 @@ def test_small_reads_and_cached_stats_run_inline(registry: OperationRegistry) ->
     assert stat.inline is not None and stat.inline({"key": "../bad"}, b"") is None
 
 
-def test_only_a_read_the_block_cache_holds_is_answered_inline(tmp_path: Path) -> None:
-    """A miss must not read the disk on the event loop: the inline call answers None
-    (the node then sends the read to its thread pool) and reads nothing."""
+def would_block(fd: int, buffer: bytearray, offset: int) -> int:
+    """RWF_NOWAIT's answer when the blocks are not in the page cache."""
+    raise BlockingIOError(errno.EAGAIN, "would block")
+
+
+def test_a_miss_the_page_cache_holds_is_answered_inline(tmp_path: Path) -> None:
     store = ObjectStore(tmp_path / "data")
+    reg = OperationRegistry()
+    handlers.register_storage_ops(reg, store)
+    data = os.urandom(300 << 10)
+    store.put("k", data)
+    store.read("k", 0, len(data), use_cache=False)  # in the page cache
+    store.cache.clear()
+    inline = reg.get("read").inline
+    assert inline is not None
+    args = {"key": "k", "offset": 60 << 10, "length": 8 << 10}  # spans two blocks
+    out = inline(args, b"")
+    assert isinstance(out, Reply) and out.payload == data[60 << 10 : 68 << 10]
+    assert store.nowait.served == 1 and store.cache.stats().bytes_from_disk == 128 << 10
+    assert inline({"key": "k", "offset": 0, "length": 128 << 10}, b"") is None  # over 64 KiB
+
+
+def test_a_read_that_would_block_is_not_answered_inline(tmp_path: Path) -> None:
+    """A miss the kernel would read from the disk must not be read on the event loop:
+    the inline call answers None (the node then sends the read to its thread pool) and
+    reads nothing."""
+    store = ObjectStore(tmp_path / "data")
+    store.nowait = NowaitReads(would_block)
     reg = OperationRegistry()
     handlers.register_storage_ops(reg, store)
     data = os.urandom(300 << 10)  # several 64 KiB blocks
