@@ -138,6 +138,8 @@ class NodeProtocol(asyncio.Protocol):
         #: ``read``'s call for the read lane (None: reads go the general way).
         read_op = server.registry.find("read")
         self.read_lane: ReadLane | None = None if read_op is None else read_op.read_lane
+        #: ``read``'s call for a miss of the lane's block cache (None: the pool reads it).
+        self.read_miss: ReadLane | None = None if read_op is None else read_op.read_miss
         # What the housekeeping sweep last saw: since when a partial frame has not
         # grown, since when nothing has happened.
         now = time.monotonic()
@@ -397,10 +399,19 @@ class NodeProtocol(asyncio.Protocol):
             return
         try:
             data = lane(key, offset, length, version)
+            if data is None:
+                # Not all in the block cache: read it here if the page cache has it all,
+                # which costs far less than the hop to the pool and back.
+                miss = self.read_miss
+                if miss is not None:
+                    data = miss(key, offset, length, version)
         except Exception:  # it should not raise; the usual way answers what went wrong
             data = None
         if data is None or self.closed:
-            self._dispatch(rid, "read", read_args(key, offset, length, version), b"")
+            # Both tries made: the usual way goes straight to the pool.
+            self._dispatch(
+                rid, "read", read_args(key, offset, length, version), b"", inline_tried=True
+            )
             return
         counters = self.counters
         counters.requests += 1
@@ -549,8 +560,16 @@ class NodeProtocol(asyncio.Protocol):
             self._handshake_timer.cancel()
             self._handshake_timer = None
 
-    def _dispatch(self, rid: int, name: str, args: dict[str, Any], payload: Payload) -> None:
-        """Run request ``rid`` (operation ``name``) and answer it, now or when it is done."""
+    def _dispatch(
+        self,
+        rid: int,
+        name: str,
+        args: dict[str, Any],
+        payload: Payload,
+        inline_tried: bool = False,
+    ) -> None:
+        """Run request ``rid`` (operation ``name``) and answer it, now or when it is done;
+        ``inline_tried``: the read lane has just tried what the inline call would."""
         server = self.server
         counters = server.counters
         counters.requests += 1
@@ -577,17 +596,18 @@ class NodeProtocol(asyncio.Protocol):
             args[PRINCIPAL_ARG] = principal  # whatever the client put there
         inline = op.inline
         if inline is not None:
-            # The node's one inline-answer path. On the event loop, inside
-            # data_received's CPU account: no second account, no Future, no closure.
-            try:
-                out = inline(args, payload if type(payload) is bytes else bytes(payload))
-            except Exception as exc:  # every failure is answered, typed
-                self._send_error(rid, server.error_for(op.name, exc))
-                return
-            if out is not None:
-                counters.inline += 1
-                self._send_reply(rid, out.result, out.payload)
-                return
+            if not inline_tried:
+                # The node's one inline-answer path. On the event loop, inside
+                # data_received's CPU account: no second account, no Future, no closure.
+                try:
+                    out = inline(args, payload if type(payload) is bytes else bytes(payload))
+                except Exception as exc:  # every failure is answered, typed
+                    self._send_error(rid, server.error_for(op.name, exc))
+                    return
+                if out is not None:
+                    counters.inline += 1
+                    self._send_reply(rid, out.result, out.payload)
+                    return
             # Not answerable from memory (a block-cache miss, a large read, a stat that
             # must read its attributes): the operation runs its usual way.
             counters.inline_declined[name] += 1

@@ -117,6 +117,11 @@ class Operation:
     #: ``(key, offset, length, expected_version)`` → the bytes, or None to run it the
     #: usual way. Never raises; called on the event loop.
     read_lane: ReadLane | None = None
+    #: ``read`` only: the read lane's second try when ``read_lane`` found the range not
+    #: all in the block cache, for a miss that can still be answered without waiting
+    #: (the page cache, :mod:`shuttle.store.nowait`); same shape and rules. None: a
+    #: miss runs the usual way.
+    read_miss: ReadLane | None = None
     #: What a principal needs to call it (see the module docstring); the server runs it
     #: for connections authenticated as a principal only.
     guard: Guard | None = None
@@ -173,6 +178,7 @@ class OperationRegistry:
         inline_try: InlineTry | None = None,
         per_connection: bool = False,
         read_lane: ReadLane | None = None,
+        read_miss: ReadLane | None = None,
         guard: Guard | None = None,
         wants_principal: bool = False,
     ) -> None:
@@ -192,6 +198,8 @@ class OperationRegistry:
         inline = _inline_call(handler, mode, inline_when, inline_try)
         if read_lane is not None and (name != "read" or inline_try is None):
             raise ConfigError(f"operation {name!r}: only read, with inline_try, has a read lane")
+        if read_miss is not None and read_lane is None:
+            raise ConfigError(f"operation {name!r}: a read_miss call needs a read lane")
         self._ops[name] = Operation(
             name,
             handler,
@@ -201,6 +209,7 @@ class OperationRegistry:
             per_connection,
             inline=inline,
             read_lane=read_lane,
+            read_miss=read_miss,
             guard=guard or admin_only(name),
             wants_principal=wants_principal,
         )

@@ -225,6 +225,14 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
     # where the platform can tell): read on the loop too, never waiting for the disk.
     read_nowait = getattr(store, "read_nowait", None)
 
+    def read_miss(key: str, offset: int, length: int, version: int | None) -> bytes | None:
+        """The read lane's call when ``lane`` missed: the page cache's answer, or None
+        (the thread pool reads it)."""
+        if read_nowait is not None and length <= INLINE_READ_BYTES_MAX:
+            data: bytes | None = read_nowait(key, offset, length, version)
+            return data
+        return None
+
     def read_cached(args: dict[str, Any], payload: bytes) -> Reply | None:
         """``read`` on the event loop: a block-cache hit (the read lane's call), else a
         miss the page cache holds; None sends it to the thread pool."""
@@ -237,8 +245,8 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
             and (version is None or type(version) is int)
         ):
             data = lane(key, offset, length, version)
-            if data is None and read_nowait is not None and length <= INLINE_READ_BYTES_MAX:
-                data = read_nowait(key, offset, length, version)
+            if data is None:
+                data = read_miss(key, offset, length, version)
             if data is not None:
                 return Reply(None, data)
         return None
@@ -370,7 +378,15 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
     )
     add("chunks", chunks, Mode.THREAD, guard=reads("key", "list the chunks of"))
     add("stat_many", stat_many, Mode.THREAD, guard=reads_each("keys", "stat"))
-    add("read", read, Mode.THREAD, inline_try=read_cached, read_lane=lane, guard=reads())
+    add(
+        "read",
+        read,
+        Mode.THREAD,
+        inline_try=read_cached,
+        read_lane=lane,
+        read_miss=read_miss,
+        guard=reads(),
+    )
     add("write", write, Mode.THREAD, guard=writes())
     add("put", put, Mode.THREAD, guard=writes("key", "put"))
     add("create", create, Mode.THREAD, guard=writes("key", "create"))
