@@ -77,3 +77,28 @@ def test_a_large_read_always_takes_the_pool(conn: BlockingConnection) -> None:
     after = stats(conn)["server"]
     assert after["inline"] == before["inline"] + 1  # only the stats call
     assert after["inline_declined"]["read"] == before["inline_declined"]["read"] + 1
+
+
+@pytest.mark.parametrize(
+    ("offset", "length"),
+    [(4096 * 53, 4096), ((192 << 10) - 100, 8192), (512 << 10, 64 << 10)],
+)
+def test_a_block_cache_miss_the_page_cache_holds_is_answered_inline(
+    conn: BlockingConnection, offset: int, length: int
+) -> None:
+    """The issue-26 miss path: the node's block cache emptied but not the OS page cache
+    (``cache.drop`` naming no key), the read is answered on the event loop with the
+    same bytes, the block cache filled as the pool would have filled it."""
+    read(conn, offset, length)  # its blocks in the page cache (and the block cache)
+    conn.call("cache.drop", {"keys": []})
+    before = stats(conn)
+    read(conn, offset, length)
+    after = stats(conn)
+    nowait = after["store"]["nowait"]
+    assert nowait["unsupported"] is None, nowait  # ext4, xfs, tmpfs... all have it
+    assert nowait["served"] == before["store"]["nowait"]["served"] + 1
+    assert after["server"]["inline_declined"] == before["server"]["inline_declined"]
+    assert after["server"]["inline"] == before["server"]["inline"] + 2  # read and stats
+    assert after["store"]["cache"]["misses"] > before["store"]["cache"]["misses"]
+    read(conn, offset, length)  # and now a block-cache hit
+    assert stats(conn)["store"]["nowait"]["served"] == nowait["served"]

@@ -791,6 +791,10 @@ class ObjectStore(StoreCore):
         for key in keys:
             fd = self.paths.open_file(validate_key(key), os.O_RDONLY)
             try:
+                # Written back first: the kernel keeps dirty pages through DONTNEED, and
+                # a node reads what the page cache holds on its event loop (nowait.py),
+                # so a "cold" read of a just-written object would not be cold at all.
+                os.fdatasync(fd)
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 dropped += 1
             finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shuttle.errors import InvalidArgumentError, UnknownOperationError
+from shuttle.errors import ConfigError, InvalidArgumentError, UnknownOperationError
 from shuttle.net.registry import Mode, OperationRegistry, Reply
 from shuttle.node import handlers
 from shuttle.store import ObjectStore
@@ -119,3 +119,19 @@ def test_a_read_that_would_block_is_not_answered_inline(tmp_path: Path) -> None:
     assert inline({"key": "k", "offset": 0, "length": 1 << 20}, b"") is None  # too big
     assert inline({"key": "k", "offset": -1, "length": 10}, b"") is None  # the pool says why
     assert inline({"key": "nope", "offset": 0, "length": 10}, b"") is None
+
+
+def test_a_read_miss_call_needs_the_read_lane() -> None:
+    reg = OperationRegistry()
+
+    def nothing(key: str, offset: int, length: int, version: int | None) -> bytes | None:
+        return None
+
+    with pytest.raises(ConfigError, match="a read_miss call needs a read lane"):
+        reg.add(
+            "read",
+            lambda args, payload: Reply(None, b""),
+            Mode.THREAD,
+            inline_try=lambda args, payload: None,
+            read_miss=nothing,
+        )
