@@ -41,7 +41,13 @@ def test_netrand_smoke_writes_every_section(tmp_path: Path) -> None:
         assert rep["node"]["remote_warm"]["inline"] + rep["node"]["remote_warm"]["pooled"] == 30 * n
     assert two["mixed_warm"]["requests"] == two["mixed_cold"]["requests"] == 30
     assert two["node"]["remote_cold"]["pooled"] > 0  # cold reads went to the thread pool
-    for section in ("local", "local_cold", "remote_cold", "remote_warm", "redis"):
+    # Half warm, half node-cache misses the page cache holds: all on the event loop.
+    assert two["mixed_paged_warm"]["requests"] == two["mixed_paged_cold"]["requests"] == 30
+    assert two["mixed_paged"]["requests"] == 60 and two["mixed_paged_over_warm"] > 0
+    assert two["node"]["mixed_paged"] == {"inline": 60, "pooled": 0}
+    assert two["mixed_over_warm"] > 0 and "mixed_paged" not in one
+    assert report["remote_miss_over_remote_warm_p50"] > 0
+    for section in ("local", "local_cold", "remote_cold", "remote_warm", "remote_miss", "redis"):
         figures = report[section]
         assert figures["samples"] == 60
         for name in ("p50_us", "p90_us", "p99_us", "max_us", "mean_us", "pages_per_s"):
