@@ -19,6 +19,7 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from shuttle.runtime.jail_enter import JailSpec
@@ -139,10 +140,17 @@ def new_spec(
     return JailSpec(uid, uid, processes_max, tmp_bytes, cgroups)
 
 
-def release(spec: JailSpec, *, wait_s: float = CGROUP_REMOVE_WAIT_S) -> list[str]:
-    """Remove an ended jail's cgroups; returns those that could not be removed yet."""
+def release(
+    spec: JailSpec,
+    *,
+    wait_s: float = CGROUP_REMOVE_WAIT_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
+    """Remove an ended jail's cgroups; returns those that could not be removed yet.
+    ``clock`` and ``sleep``: for tests (a fake clock)."""
     left = [path for path in spec.cgroups if os.path.isdir(path)]
-    deadline = time.monotonic() + wait_s
+    deadline = clock() + wait_s
     pause_s = 0.001
     while left:
         still = []
@@ -154,9 +162,9 @@ def release(spec: JailSpec, *, wait_s: float = CGROUP_REMOVE_WAIT_S) -> list[str
             except OSError:
                 still.append(path)
         left = still
-        if not left or time.monotonic() >= deadline:
+        if not left or clock() >= deadline:
             break
-        time.sleep(pause_s)  # the kernel is still tearing the namespace down
+        sleep(pause_s)  # the kernel is still tearing the namespace down
         pause_s = min(pause_s * 2, 0.05)
     return left
 

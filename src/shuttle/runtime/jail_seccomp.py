@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from typing import Any
 
 #: Calls refused with EPERM, whatever their arguments.
 REFUSED = (
@@ -107,6 +108,13 @@ def load_filter() -> None:
 
     Needs ``no_new_privs`` (or ``CAP_SYS_ADMIN``). ``OSError`` if libseccomp is
     missing or the kernel refuses the filter; the caller reports what is missing."""
+    build_filter().load()
+
+
+def build_filter() -> Any:
+    """The filter as libseccomp holds it before loading (a ``pyseccomp.SyscallFilter``:
+    its ``export_pfc`` prints the rules, which is how the tests read the policy);
+    ``OSError`` if libseccomp is missing."""
     try:
         import pyseccomp as seccomp
     except (ImportError, OSError) as exc:  # pyseccomp loads libseccomp.so.2 with ctypes
@@ -130,7 +138,7 @@ def load_filter() -> None:
     # socket(domain, ...) and socketpair(domain, ...): Unix sockets only.
     for call in ("socket", "socketpair"):
         flt.add_rule(refuse, call, seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
-    flt.load()
+    return flt
 
 
 def _bits(mask: int) -> list[int]:
