@@ -106,6 +106,18 @@ def load_test_map(path: Path = MODULES_FILE) -> dict[str, list[str]]:
     return out
 
 
+def load_setup_seconds(module: str, path: Path = MODULES_FILE) -> float:
+    """``setup_s`` of ``module`` in ``modules.toml``: seconds each mutant's run spends
+    before its tests, beyond what mutmut measured for them (a test that starts the
+    session's Ceph: mutmut's first run started it once for all), added to its timeout
+    so that a mutant is not counted as hanging for it. 1 s (mutmut's) if not given."""
+    entry = tomllib.loads(path.read_text()).get(module, {})
+    value = entry.get("setup_s", 1.0) if isinstance(entry, dict) else 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ToolError(f'{path}: ["{module}"] setup_s must be a number of seconds ≥ 0')
+    return float(value)
+
+
 def guess_tests(path: str, tree: Path = ROOT) -> list[str]:
     """The unit test files that import ``path``'s module (by its dotted name or as
     ``from <package> import <module>``)."""
@@ -437,7 +449,7 @@ def markdown(report: Report) -> str:
 # --- running mutmut -------------------------------------------------------------------------
 
 
-def mutmut_config(path: str, tests: Sequence[str]) -> str:
+def mutmut_config(path: str, tests: Sequence[str], setup_s: float = 1.0) -> str:
     """The ``[tool.mutmut]`` section of the work directory's pyproject.toml."""
     return "\n".join(
         [
@@ -455,13 +467,24 @@ def mutmut_config(path: str, tests: Sequence[str]) -> str:
             'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:xdist", '
             f'"-o", "timeout={TEST_TIMEOUT_S}", "--hypothesis-seed=27"]',
             f"timeout_multiplier = {TIMEOUT_MULTIPLIER}",
+            # Added to the tests' own time before multiplying: set-up they need anew in
+            # each mutant's run (load_setup_seconds).
+            f"timeout_constant = {setup_s}",
             "use_git_change_detection = false",
             "",
         ]
     )
 
 
-def prepare(workdir: Path, path: str, tests: Sequence[str], *, fresh: bool, tree: Path) -> None:
+def prepare(
+    workdir: Path,
+    path: str,
+    tests: Sequence[str],
+    *,
+    fresh: bool,
+    tree: Path,
+    setup_s: float = 1.0,
+) -> None:
     """A work directory holding links to the sources and tests and a pyproject.toml with
     the project's pytest settings and this run's mutmut section."""
     if fresh and workdir.exists():
@@ -476,7 +499,7 @@ def prepare(workdir: Path, path: str, tests: Sequence[str], *, fresh: bool, tree
         raise ToolError(
             "pyproject.toml has a [tool.mutmut] section; scripts/mutate.py writes its own"
         )
-    (workdir / "pyproject.toml").write_text(project + mutmut_config(path, tests))
+    (workdir / "pyproject.toml").write_text(project + mutmut_config(path, tests, setup_s))
     # Tests that read the sample traces find them beside tests/, as in the repository.
     (workdir / "mutants").mkdir(exist_ok=True)
     data = workdir / "mutants" / "data"
@@ -579,7 +602,8 @@ def mutate_module(
     elif sample is not None:
         every = list_mutant_names(path, tree)
         names = sorted(random.Random(seed).sample(every, min(sample, len(every))))
-    prepare(workdir, path, tests, fresh=not survivors_only, tree=tree)
+    setup_s = load_setup_seconds(path)
+    prepare(workdir, path, tests, fresh=not survivors_only, tree=tree, setup_s=setup_s)
     started = time.monotonic()
     print(f"mutate: {path} against {' '.join(tests)}", flush=True)
     run_mutmut(workdir, path, names, jobs)

@@ -131,3 +131,18 @@ def test_modules_are_named_by_path_or_dotted_name() -> None:
     assert mutate.slug("src/shuttle/objects/fs/dirblocks.py") == "objects.fs.dirblocks"
     with pytest.raises(mutate.ToolError, match="not a module under src/shuttle"):
         mutate.module_path("src/shuttle/no_such_module.py")
+
+
+def test_a_modules_set_up_time_goes_into_its_timeout(tmp_path: Path) -> None:
+    listed = tmp_path / "modules.toml"
+    listed.write_text(
+        '["src/a.py"]\ntests = ["t"]\nsetup_s = 30\n\n["src/b.py"]\ntests = ["t"]\n'
+        '\n["src/c.py"]\ntests = ["t"]\nsetup_s = "long"\n'
+    )
+    assert mutate.load_setup_seconds("src/a.py", listed) == 30.0
+    assert mutate.load_setup_seconds("src/b.py", listed) == 1.0  # mutmut's own
+    assert mutate.load_setup_seconds("src/unlisted.py", listed) == 1.0
+    with pytest.raises(mutate.ToolError, match=r'\["src/c.py"\] setup_s must be a number'):
+        mutate.load_setup_seconds("src/c.py", listed)
+    assert "timeout_constant = 30.0\n" in mutate.mutmut_config("src/a.py", ["t"], 30.0)
+    assert mutate.load_setup_seconds("src/shuttle/node/principal_store.py") >= 10

@@ -339,6 +339,12 @@ class LocalCeph:
             if _pid_runs(pid, self.conf_path):
                 os.kill(pid, signal.SIGKILL)
                 _wait_gone(pid, self._procs.get(name), 10.0, self.conf_path)
+        # Reap the daemons this process started: a zombie left behind is reaped by the
+        # next wait for any child, which then gets a pid it never started (mutmut's
+        # runner does so, and stops).
+        for proc in self._procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=1.0)
         self.pids.clear()
         self._procs.clear()
         if (self.root / STATE_FILE).exists():
