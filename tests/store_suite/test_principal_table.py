@@ -58,6 +58,14 @@ def test_every_gateway_reads_the_table_one_stored(stores: list[RadosStore]) -> N
     assert raw == TWO.encode()
 
 
+def test_a_gateways_own_change_is_not_a_change_meanwhile(stores: list[RadosStore]) -> None:
+    backend = RadosBackend(stores[0])
+    backend.load()
+    backend.save(ONE)
+    backend.save(TWO)  # over its own: the version it stored is the one it expects
+    assert RadosBackend(stores[1]).load() == TWO
+
+
 @pytest.mark.parametrize("first_made", [True, False])
 def test_a_change_over_a_table_changed_meanwhile_is_refused(
     stores: list[RadosStore], first_made: bool
