@@ -20,6 +20,7 @@ Layout:
 * ``listing``    listing by prefix, in key order, in pages
 * ``stats``      store-level counters
 * ``fastread``   a cache-hit read without the key's lock (compiled; the node's read lane)
+* ``nowait``     a block-cache miss the page cache holds, read on the loop (RWF_NOWAIT)
 * ``core``       opening, recovery, checkpoints and the guards every change goes through
 * ``objects``    :class:`ObjectStore`, the public API tying the above together
 * ``interface``  :class:`Store`, what a node needs of a store (local and RADOS keep it)
