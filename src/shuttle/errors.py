@@ -242,6 +242,16 @@ class MigrationError(RemoteError):
     code = "migration_failed"
 
 
+class ObjectInDoubtError(RemoteError):
+    """The object's place or state is in doubt for longer than a caller waits: a
+    migration awaits its home's answer, or a durable object could not reach its home
+    to make a call's change durable (the call may or may not have taken effect).
+    Nothing was guessed; try again once the home is reachable."""
+
+    code = "object_in_doubt"
+    exit_code = 6
+
+
 class NodeBusyError(RemoteError):
     """The node is out of a shared resource for now (connections, upload sessions,
     file descriptors); nothing was changed. Retry later, or raise the node's limit."""

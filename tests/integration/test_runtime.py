@@ -240,11 +240,11 @@ def test_a_stale_location_hint_is_corrected_through_the_home(nodes: Nodes) -> No
         counter = home.create(Counter, at="n1")
         stranger = other.bm.ref(counter.rid, counter.home_address)
         assert stranger.add(1) == 1  # `other` learns the hint n1 from the home
-        assert other.bm.hints[counter.rid] == "n1"
+        assert other.bm.table.where(counter.rid) == "n1"
         home.migrate(counter, "n2")  # n1 moves it and tells the home; no forwarding kept
         locates = home._server.counters.by_op["object.locate"]
         assert stranger.add(1) == 2  # n1: not here, ask home; home: n2
-        assert other.bm.hints[counter.rid] == "n2"
+        assert other.bm.table.where(counter.rid) == "n2"
         assert home._server.counters.by_op["object.locate"] == locates + 1
 
 

@@ -215,6 +215,7 @@ class NodeConfig:
             adaptive=self.adaptive,
             lease_s=self.lease_s,
             decision_log=self.data_dir / ".shuttle" / "runtime" / "placement.jsonl",
+            durable_dir=self.data_dir / ".shuttle" / "runtime" / "objects",
         )
 
     def admission(self) -> ServerLimits:

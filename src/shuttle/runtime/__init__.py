@@ -28,9 +28,16 @@ Layout (one module per concept; docs/runtime.md explains the model):
   (``osd_lua`` holds the Lua)
 * ``digest``     what one run-time saw over a window, as the resource managers read it
 * ``planner``    the resource manager: digests → stacks → decisions, decision log
-* ``hosting``    the objects hosted on one run-time, their gates and managers
-* ``binding``    the binding manager: location tables, invocation, hosting
-* ``migration``  moving a live object, step by step (source and target sides)
+* ``hosting``    making, restoring and ending hosted objects (the one builder of
+  :class:`~shuttle.runtime.hosting.Hosted`), their managers and sandboxes
+* ``locations``  the location table: hosted, homed (with epochs), hints, migrating
+* ``moves``      the record of migrations: events, last moves, failures
+* ``binding``    the binding manager: ids, invocation, over the three above
+* ``migration_machine`` a migration as a state machine with no I/O (events in,
+  instructions out)
+* ``migration``  its executor, and the target's and the home's side of a move
+* ``durable``    durable objects: records at their home, leases, re-activation
+* ``faultpoints`` test hooks that hold a migration at a named step (the fault tier)
 * ``peers``      connections to other run-times, one per peer and acting principal
 * ``authority``  who an object's calls act for (its creator), what a principal may call
 * ``service``    the run-time's operations on the wire, periodic work

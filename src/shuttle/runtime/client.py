@@ -50,10 +50,11 @@ from shuttle.runtime import migration, values
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.digest import CONSOLE_PREFIX, build_digest
-from shuttle.runtime.hosting import POLICIES, HomeEntry, MigrationEvent, code_hash
+from shuttle.runtime.hosting import POLICIES
 from shuttle.runtime.ids import APPLICATION_PREFIX, ObjectId
 from shuttle.runtime.mobile import MobileObject
 from shuttle.runtime.monitor import ResourceMonitor
+from shuttle.runtime.moves import MigrationEvent
 from shuttle.runtime.peers import Peers
 from shuttle.runtime.refs import Ref
 from shuttle.runtime.service import Ticker, register_runtime_ops
@@ -144,6 +145,8 @@ class Runtime:
         self._active_since: dict[str, float] = {}
         self._reported: set[str] = set()
         self._last_digest = 0.0
+        #: Durable objects this application made: their homes are nodes (rid.home).
+        self._durable: set[ObjectId] = set()
         self._closed = False
         self._start()
 
@@ -264,33 +267,58 @@ class Runtime:
         *,
         at: str | None = None,
         placement: str = "auto",
+        durable: bool | None = None,
+        home: str | None = None,
         **params: Any,
     ) -> Ref:
         """A new object of built-in type ``kind`` (a name) or of a class of yours
         (shipped by value to a node), made here or on node ``at``.
 
-        ``placement``: ``auto`` (the run-time may move it) or ``static`` (it stays)."""
+        ``placement``: ``auto`` (the run-time may move it) or ``static`` (it stays).
+        ``durable`` (default: the class's ``durable``): its state is written to its
+        home node's disk before each call that changed it is answered, and its home
+        brings it back from there if the node it runs on dies (docs/runtime.md,
+        "Durable objects"). Its home is node ``home``, or ``at``, or the cluster's
+        node for its id; a durable object's home must be up for it to be made."""
         if placement not in POLICIES:
             raise InvalidArgumentError(f"placement must be one of {POLICIES}, not {placement!r}")
-        cls, type_name = self.bm.resolve_type(kind)
+        cls, type_name = self.bm.hosting.resolve_type(kind)
+        if durable is None:
+            durable = bool(cls.durable)
         code: bytes | None = None
         if not type_name:
             from shuttle.runtime.sandbox import ship_class
 
             code = ship_class(cls)
-            self.bm.shipped_classes[code_hash(code)] = cls
-        rid = self.bm.new_id()
+            self.bm.hosting.shipped(cls, code)
         target = self.id if at in (None, "client", self.id) else at
-        if target == self.id:
-            self.bm.host_new(rid, self.address, cls, type_name, code, params, placement)
+        assert target is not None
+        if target != self.id:
+            self._known_node(target)
+        if durable:
+            home = home or (target if target != self.id else None)
+            if home is None:
+                home = self.node_for(f".shuttle/durable/{secrets.token_hex(8)}")
+            self._known_node(home)
+            rid = self.bm.new_id(home)
         else:
-            assert target is not None
-            if self.peers.address_of(target) is None:
-                known = ", ".join(n.node_id for n in self.nodes)
-                raise InvalidArgumentError(
-                    f"no node {target!r} in this cluster; its nodes: {known}"
-                )
-            self.bm.homed[rid] = HomeEntry(target, type_name or cls.__qualname__)
+            rid = self.bm.new_id()
+        home_address = self.peers.address_of(rid.home) or self.address
+        if target == self.id:
+            self.bm.host_new(
+                rid,
+                home_address,
+                cls,
+                type_name,
+                code,
+                params,
+                placement,
+                durable=durable,
+                app=self.id,
+            )
+        else:
+            if not durable:
+                self.bm.table.created_at(rid, target, type_name or cls.__qualname__, False)
             try:
                 self.bm.run(
                     self.peers.call(
@@ -298,10 +326,11 @@ class Runtime:
                         "object.create",
                         {
                             "rid": str(rid),
-                            "home_address": self.address,
+                            "home_address": home_address,
                             "type": type_name,
                             "policy": placement,
                             "params": values.pack(params),
+                            "durable": durable,
                             "from": self.id,
                             "from_address": self.address,
                         },
@@ -309,17 +338,25 @@ class Runtime:
                     )
                 )
             except BaseException:
-                self.bm.homed.pop(rid, None)
+                self.bm.table.creation_failed(rid)
                 raise
-        return self.bm.ref(rid, self.address)
+        if durable:
+            self._durable.add(rid)
+            self.bm.table.heard(rid, target)
+        return self.bm.ref(rid, home_address)
+
+    def _known_node(self, node_id: str) -> None:
+        if self.peers.address_of(node_id) is None:
+            known = ", ".join(n.node_id for n in self.nodes)
+            raise InvalidArgumentError(f"no node {node_id!r} in this cluster; its nodes: {known}")
 
     @contextlib.contextmanager
     def console(self, name: str = "main") -> Iterator[Ref]:
         """Run the block as console ``name``: calls it makes outside any object are
         the console's, which is where the run-time's stacks begin."""
         rid = ObjectId(self.id, f"{CONSOLE_PREFIX}{name}")
-        if rid not in self.bm.homed:
-            self.bm.homed[rid] = HomeEntry(self.id, "console")
+        if self.bm.table.home_entry(rid) is None:
+            self.bm.table.created_at(rid, self.id, "console", False)
         with self.monitor.console(str(rid)) if self.monitoring else contextlib.nullcontext():
             yield self.bm.ref(rid, self.address)
 
@@ -375,20 +412,25 @@ class Runtime:
 
     def _destroy_once(self, ref: Ref) -> bool:
         """One attempt: False if the object was not where we looked (it moved)."""
-        where = self.where(ref)
-        if where == self.id:
-            return self.bm.destroy_hosted(ref.rid)
-        reply = self.bm.run(self.peers.call(where, "object.destroy", {"rid": str(ref.rid)}))
-        if (reply.result or {}).get("destroyed"):
-            self.bm.homed.pop(ref.rid, None)
+        rid = ref.rid
+        if self.bm.table.hosted(rid) is not None:
+            done = self.bm.destroy_hosted(rid)
+        else:
+            # A durable object's home ends it wherever it runs; others, where they are.
+            where = rid.home if rid in self._durable else self.where(ref)
+            reply = self.bm.run(self.peers.call(where, "object.destroy", {"rid": str(rid)}))
+            done = bool((reply.result or {}).get("destroyed"))
+        if done:
+            self.bm.table.forgotten(rid)
+            self._durable.discard(rid)
             return True
-        self.bm.hints.pop(ref.rid, None)
+        self.bm.table.hint_failed(rid)
         return False
 
     @property
     def events(self) -> list[MigrationEvent]:
         """Migrations this run-time took part in (as source or target), oldest first."""
-        return list(self.bm.events)
+        return self.bm.history.events()
 
     # --- digests ------------------------------------------------------------------------
 
@@ -430,7 +472,12 @@ class Runtime:
             self._active_since.setdefault(c, now)
         targets = {ObjectId.parse(callee).home for _, callee in window.edges}
         targets = {t for t in targets if t != self.id and self.peers.address_of(t) is not None}
-        hosting = {e.location for e in list(self.bm.homed.values()) if e.location != self.id}
+        hosting = {
+            e.location for _, e in self.bm.table.homed_items() if e.location not in (self.id, "")
+        }
+        # A durable object's home hears from its application too (or it forgets it).
+        hosting |= {rid.home for rid in self._durable}
+        hosting = {t for t in hosting if self.peers.address_of(t) is not None}
         targets |= hosting
         if not targets:
             return
@@ -476,7 +523,12 @@ class Runtime:
         """Carry out a node's decision about an object hosted here."""
         rid = ObjectId.parse(str(decision.get("rid", "")))
         target = str(decision.get("to", ""))
-        if self._closed or rid not in self.bm.hosted or rid in self.bm.migrating or not target:
+        if (
+            self._closed
+            or self.bm.table.hosted(rid) is None
+            or self.bm.table.is_migrating(rid)
+            or not target
+        ):
             return
         loop = asyncio.get_running_loop()
         task = loop.create_task(self._migrate_quietly(rid, target, str(decision.get("reason", ""))))
@@ -500,14 +552,19 @@ class Runtime:
             with contextlib.suppress(Exception):  # migrations under way end or roll back
                 self.bm.run(self._settle(), timeout_s=CLOSE_SETTLE_S)
         nodes: set[str] = set()
-        for rid, entry in list(self.bm.homed.items()):
-            if entry.location in (self.id, "") or rid.local.startswith(CONSOLE_PREFIX):
-                continue
-            nodes.add(entry.location)
+        remote = [
+            (rid, entry.location)
+            for rid, entry in self.bm.table.homed_items()
+            if entry.location not in (self.id, "") and not rid.local.startswith(CONSOLE_PREFIX)
+        ]
+        # A durable object is ended by its home, wherever it runs (unless it is here).
+        remote += [(rid, rid.home) for rid in self._durable if self.bm.table.hosted(rid) is None]
+        for rid, location in remote:
+            nodes.add(location)
             for attempt in range(CLOSE_DESTROY_ATTEMPTS):
                 try:
                     self.bm.run(
-                        self.peers.call(entry.location, "object.destroy", {"rid": str(rid)}),
+                        self.peers.call(location, "object.destroy", {"rid": str(rid)}),
                         timeout_s=5.0,
                     )
                     break
@@ -517,7 +574,7 @@ class Runtime:
                             "could not destroy %s on %s (%s); its node drops it when the "
                             "lease runs out",
                             rid,
-                            entry.location,
+                            location,
                             exc,
                         )
                     else:
@@ -525,9 +582,12 @@ class Runtime:
         for node in nodes | {n.node_id for n in self.nodes}:
             with contextlib.suppress(ShuttleError, OSError, TimeoutError):
                 self.bm.run(self.peers.call(node, "runtime.bye", {"runtime": self.id}), 2.0)
-        for rid in list(self.bm.hosted):
+        for rid in self.bm.table.hosted_ids():
             with contextlib.suppress(ShuttleError):
-                self.bm.release(rid, destroyed=not rid.is_anchored)
+                if rid in self._durable:
+                    self.bm.destroy_hosted(rid)  # its home forgets it too
+                else:
+                    self.bm.release(rid, destroyed=not rid.is_anchored)
         loop = self._loop
         if loop is not None and not loop.is_closed() and self._stop is not None:
             loop.call_soon_threadsafe(self._stop.set)

@@ -65,6 +65,9 @@ class RuntimeConfig:
     adaptive: bool = True
     #: Where a node appends its placement decisions (JSON lines); None: memory only.
     decision_log: Path | None = None
+    #: Where a node keeps its durable objects' records (docs/runtime.md, "Durable
+    #: objects"); None (a client's run-time): it is the home of none.
+    durable_dir: Path | None = None
 
     def __post_init__(self) -> None:
         self.placement()  # validates window and threshold

@@ -149,11 +149,11 @@ def build_digest(
     """What run-time ``bm`` saw over ``window``, for the resource managers."""
     now = time.monotonic()
     objects = []
-    for rid, hosted in list(bm.hosted.items()):
+    for rid, hosted in bm.table.hosted_items():
         key = str(rid)
         counters = window.objects.get(key)
-        moved = bm.moves.get(key)
-        failed = bm.failures.get(key)
+        moved_age = bm.history.moved_age_s(key, now)
+        failed_age, failures = bm.history.failures(key, now)
         objects.append(
             {
                 "rid": key,
@@ -162,12 +162,14 @@ def build_digest(
                 "cpu_s": counters.cpu_s if counters else 0.0,
                 "calls": counters.calls if counters else 0,
                 "memory_bytes": hosted.memory_bytes(),
-                "movable": hosted.movable and rid not in bm.migrating,
-                "checkpoint_bytes": bm.estimate_checkpoint_bytes(hosted) if hosted.movable else 0,
+                "movable": hosted.movable and not bm.table.is_migrating(rid),
+                "checkpoint_bytes": (
+                    bm.hosting.estimate_checkpoint_bytes(hosted) if hosted.movable else 0
+                ),
                 "quiesce_s": None,
-                "moved_age_s": None if moved is None else round(now - moved[0], 3),
-                "failed_age_s": None if failed is None else round(now - failed[0], 3),
-                "failures": 0 if failed is None else failed[1],
+                "moved_age_s": None if moved_age is None else round(moved_age, 3),
+                "failed_age_s": None if failed_age is None else round(failed_age, 3),
+                "failures": failures,
             }
         )
     edges = [
@@ -183,6 +185,9 @@ def build_digest(
         }
         for (caller, callee), e in window.edges.items()
     ]
+    consoles = sorted(
+        str(rid) for rid, _ in bm.table.homed_items() if rid.local.startswith(CONSOLE_PREFIX)
+    )
     return {
         "runtime": bm.id,
         "address": bm.address,
@@ -191,13 +196,7 @@ def build_digest(
         "span_s": window.span_s,
         "objects": objects,
         "edges": edges,
-        "consoles": sorted(str(rid) for rid in bm.homed if rid.local.startswith(CONSOLE_PREFIX)),
+        "consoles": consoles,
         "links": links or {},
-        "quiesce_s": bm_quiesce_s(bm),
+        "quiesce_s": bm.history.mean_quiesce_s(),
     }
-
-
-def bm_quiesce_s(bm: BindingManager) -> float | None:
-    """Mean quiesce time of this run-time's recent migrations (the model's history)."""
-    times = [e.quiesce_s for e in list(bm.events) if e.ok and e.source == bm.id]
-    return sum(times[-20:]) / len(times[-20:]) if times else None

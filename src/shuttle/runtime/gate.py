@@ -10,6 +10,9 @@ object elsewhere (it left). Its lifecycle is a table, applied in one place:
     OPEN --quiesce-----> QUIESCING       (block new calls, drain active ones)
     QUIESCING --reopen-> OPEN            (cancelled: drain too slow, or the move failed)
     QUIESCING --retire-> RETIRED         (the object left; held calls re-resolve)
+    OPEN --retire------> RETIRED         (a stale copy told to stop, or the object
+                                          ended: calls inside finish, new ones look
+                                          elsewhere)
 
 While QUIESCING drains active calls, a call that says it is *admitted* (a method the
 object lists in ``quiesce_admits``: a callback an active call may be waiting for, via
@@ -43,6 +46,7 @@ TRANSITIONS: dict[tuple[GateState, str], GateState] = {
     (GateState.OPEN, "quiesce"): GateState.QUIESCING,
     (GateState.QUIESCING, "reopen"): GateState.OPEN,
     (GateState.QUIESCING, "retire"): GateState.RETIRED,
+    (GateState.OPEN, "retire"): GateState.RETIRED,
 }
 
 #: Longest a call waits at a closed gate (a migration's drain, transfer and restore

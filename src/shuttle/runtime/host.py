@@ -81,6 +81,7 @@ class NodeRuntime:
             sandbox_limits=sandbox_limits,
             is_node=True,
             principals=principals,
+            durable_dir=self.config.durable_dir,
         )
         self.ticker = Ticker(self.monitor, self.config.window_s)
         self.manager = ResourceManager(
@@ -97,11 +98,12 @@ class NodeRuntime:
             self.bm.host_anchored(ObjectId.service(node_id, name), obj)
         register_runtime_ops(registry, self.bm, manager=self.manager)
         self._task: asyncio.Task[None] | None = None
+        self.started = time.monotonic()
 
     def _principals_changed(self, table: PrincipalTable) -> None:
         """Connections to other run-times acting for a removed principal are closed
         (the nodes at their other ends close them too; this frees ours at once)."""
-        acting_for = {p for p in (h.principal for h in list(self.bm.hosted.values())) if p}
+        acting_for = {h.principal for _, h in self.bm.table.hosted_items() if h.principal}
         for name in acting_for - set(table.names()):
             loop = self.bm.loop
             if loop is not None:
@@ -113,11 +115,11 @@ class NodeRuntime:
     def stats(self) -> dict[str, Any]:
         """The ``runtime`` section of ``node.stats``."""
         return {
-            "hosted": len(self.bm.hosted),
+            "hosted": len(self.bm.table.hosted_ids()),
             "load": round(self.ticker.load, 4),
             "speed": self.bm.speed,
             "evaluations": self.manager.evaluations,
-            "migrations": sum(1 for e in self.bm.events if e.ok),
+            "migrations": sum(1 for e in self.bm.history.events() if e.ok),
             "shipped_code": self.bm.accepts_shipped,
         }
 
@@ -125,6 +127,7 @@ class NodeRuntime:
         """The node listens at ``address``: start the periodic work."""
         loop = asyncio.get_running_loop()
         self.bm.attach_loop(loop, address)
+        self.bm.durability.start()
         self._task = loop.create_task(self._tick_forever())
 
     async def _tick_forever(self) -> None:
@@ -140,22 +143,39 @@ class NodeRuntime:
                     self.config.lease_s,
                 )
                 try:
-                    await loop.run_in_executor(self.control, self.bm.destroy_hosted, rid)
+                    await loop.run_in_executor(self.control, self._drop, rid)
                 except ShuttleError as exc:  # busy or moving: next tick
                     log.info("dropping %s later: %s", rid, exc)
 
     def expired_leases(self) -> list[ObjectId]:
-        """Hosted objects whose home (an application's run-time) has gone silent: not
-        heard from (a digest every H while it has objects here) for ``lease_s``."""
+        """Objects whose application's run-time has gone silent: not heard from (a
+        digest every H while it has objects here or homed here) for ``lease_s``. Hosted
+        ones, and durable ones this node is the home of wherever they run."""
         now = time.monotonic()
         out = []
-        for rid, hosted in list(self.bm.hosted.items()):
-            if rid.home == self.bm.id or hosted.gate.closed or rid in self.bm.migrating:
+        for rid, hosted in self.bm.table.hosted_items():
+            if hosted.app == self.bm.id or hosted.gate.closed or self.bm.table.is_migrating(rid):
                 continue
-            heard = max(self.manager.heard.get(rid.home, 0.0), hosted.arrived_at)
+            heard = max(self.manager.heard.get(hosted.app, 0.0), hosted.arrived_at)
+            if now - heard > self.config.lease_s:
+                out.append(rid)
+        started = self.started
+        for rid, entry in self.bm.table.homed_items():
+            app = self.bm.durability.app_of(rid)
+            if not entry.durable or not app or app == self.bm.id or entry.location == self.bm.id:
+                continue
+            heard = max(self.manager.heard.get(app, 0.0), started, entry.since)
             if now - heard > self.config.lease_s:
                 out.append(rid)
         return out
+
+    def _drop(self, rid: ObjectId) -> None:
+        """An object of a silent application ends here (hosted, or homed durable)."""
+        if self.bm.table.hosted(rid) is not None:
+            self.bm.destroy_hosted(rid)
+        elif rid.home == self.bm.id:
+            self.bm.table.forgotten(rid)
+            self.bm.durability.forget(rid)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -166,7 +186,7 @@ class NodeRuntime:
             task.cancel()
         await asyncio.gather(*self.bm.tasks, return_exceptions=True)
         loop = asyncio.get_running_loop()
-        for rid in list(self.bm.hosted):
+        for rid in self.bm.table.hosted_ids():
             if not rid.is_anchored:
                 await loop.run_in_executor(self.control, self.bm.release, rid)
         await self.peers.close()

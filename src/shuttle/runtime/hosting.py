@@ -1,69 +1,80 @@
-"""Hosting (ABACUS 4.2, 5.1): the objects that run on one run-time, and its tables.
+"""Hosting (ABACUS 4.2): making, restoring, checkpointing and ending the objects that
+run on one run-time.
 
-:class:`Hosting` keeps, for one run-time (a storage node's or a client's), the
-objects running here (each a :class:`Hosted` behind its
-:class:`~shuttle.runtime.gate.Gate`), the homes it keeps for objects it created,
-its hints and forwarding pointers for the others, one
-:class:`~shuttle.runtime.mobile.ObjectManager` per type, and the record of recent
-migrations. It makes, restores, checkpoints and ends objects: built-in objects and a
-client's own classes in this process; classes shipped to a node in a sandboxed worker
-process (:mod:`shuttle.runtime.sandbox`).
+:class:`Hosting` is the one place a :class:`Hosted` is built, whether the object is
+new (:meth:`Hosting.make`), arrives by migration or comes back from a durable
+checkpoint (:meth:`Hosting.restore`), or is one of a node's anchored objects
+(:meth:`Hosting.anchor`): one rule for what a hosted object may do (take calls
+side by side, be written to disk after a call), read from its class, or from the
+worker that runs a shipped class. Built-in objects and a client's own classes run in
+this process, under one :class:`~shuttle.runtime.mobile.ObjectManager` per type;
+classes shipped to a node run in a sandboxed worker (:mod:`shuttle.runtime.sandbox`).
 
-The binding manager (:mod:`shuttle.runtime.binding`) builds on it to find objects and
-call them; migration (:mod:`shuttle.runtime.migration`) moves them between hosts.
+It keeps no table of where objects are: that is :mod:`shuttle.runtime.locations`.
 """
 
 from __future__ import annotations
 
-import abc
 import hashlib
 import logging
+import math
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from shuttle.errors import (
     InvalidArgumentError,
     NotPermittedError,
-    ObjectBusyError,
     ObjectFailedError,
     ShuttleError,
 )
 from shuttle.net.principals import PrincipalBook
 from shuttle.runtime import values
 from shuttle.runtime.authority import acting_for
-from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.gate import Gate, GateState
 from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.locations import FIRST_EPOCH
 from shuttle.runtime.mobile import MobileObject, ObjectManager, builtin_type, type_label
-from shuttle.runtime.monitor import ResourceMonitor
-from shuttle.runtime.refs import Ref
+from shuttle.runtime.refs import Invoker, Ref
 
 log = logging.getLogger("shuttle.runtime")
 
-#: Recent migrations kept for ``shuttle objects --watch`` and the decision log.
-EVENTS_MAX = 1000
 #: Placement policies: ``auto`` lets the run-time move the object; ``static`` keeps
 #: it where it was created (``--placement client|server``).
 POLICIES = ("auto", "static")
 
 
 @dataclass
-class HomeEntry:
-    """What a home knows of an object it created."""
+class Stage:
+    """How a staged arrival came: the move that brought it, from where, at which
+    epoch the source held it; and whether its commit at the home was asked for."""
 
-    location: str
-    type_label: str
-    created_at: float = field(default_factory=time.time)
-    #: The principal that created it (None: unrestricted); see runtime/authority.py.
-    principal: str | None = None
+    mid: str
+    source: str
+    from_epoch: int
+    staged_at: float = field(default_factory=time.monotonic)
+    #: The commit went out: the outcome is the home's to say, never ours to guess.
+    committing: bool = False
+
+
+@dataclass
+class PersistState:
+    """A durable copy's writes (group commit: a call is answered once a checkpoint
+    taken after it ended is on its home's disk; one write may cover several calls)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    counts: threading.Lock = field(default_factory=threading.Lock)
+    #: Calls ended, and the count covered by the last checkpoint written.
+    ended: int = 0
+    written: int = 0
+    #: Hash of the last checkpoint written (an unchanged state is not written again).
+    last_hash: bytes = b""
 
 
 @dataclass
 class Hosted:
-    """An object running on this run-time."""
+    """An object running (or staged, arriving) on this run-time."""
 
     rid: ObjectId
     home_address: str
@@ -78,13 +89,24 @@ class Hosted:
     migratable: bool
     policy: str
     gate: Gate
+    #: Thread-safe objects (the storage object) take calls concurrently.
+    concurrent: bool = False
+    #: Written to its home's disk before a changing call is answered.
+    durable: bool = False
+    #: Methods that change nothing a durable object writes.
+    readonly: frozenset[str] = frozenset()
+    #: The activation this copy belongs to (see docs/runtime.md, "Fencing").
+    epoch: int = FIRST_EPOCH
+    #: Until when (monotonic) this copy may serve without hearing from its home: a
+    #: durable object's lease; infinite where no one else can bring it back.
+    lease_until: float = math.inf
+    #: The application run-time the object belongs to (whose silence ends it).
+    app: str = ""
     lock: threading.RLock = field(default_factory=threading.RLock)
     #: The call chain inside the object now (calls of the same chain re-enter), and
     #: the thread it entered on.
     owner: str | None = None
     owner_thread: int | None = None
-    #: Thread-safe objects (the storage object) take calls concurrently.
-    concurrent: bool = False
     arrived_at: float = field(default_factory=time.monotonic)
     arrived_from: str | None = None
     #: Why it migrated here (the source's reason), for the arrival's event.
@@ -94,6 +116,11 @@ class Hosted:
     #: unrestricted). Kept across migrations: it is the identity the source's run-time
     #: authenticates as when it installs the object at the target.
     principal: str | None = None
+    #: A staged arrival's move (None once it serves), and the move that brought the
+    #: copy that serves (a repeated activate is answered from it).
+    stage: Stage | None = None
+    arrival_mid: str = ""
+    persist: PersistState = field(default_factory=PersistState)
 
     @property
     def sandboxed(self) -> bool:
@@ -102,6 +129,14 @@ class Hosted:
     @property
     def movable(self) -> bool:
         return self.migratable and self.policy == "auto"
+
+    @property
+    def staged(self) -> bool:
+        return self.gate.state is GateState.STAGED
+
+    def serving(self, now: float) -> bool:
+        """Whether this copy takes calls now: open, and (durable) within its lease."""
+        return self.gate.state is GateState.OPEN and now < self.lease_until
 
     def memory_bytes(self) -> int:
         try:
@@ -118,100 +153,52 @@ def admitted_while_quiescing(hosted: Hosted, method: str) -> bool:
     return method in getattr(type(hosted.impl), "quiesce_admits", frozenset())
 
 
-@dataclass(frozen=True)
-class MigrationEvent:
-    """One migration that happened (or failed), for logs, ``--watch`` and ``--json``."""
-
-    t: float
-    rid: str
-    source: str
-    target: str
-    ok: bool
-    reason: str
-    elapsed_s: float = 0.0
-    quiesce_s: float = 0.0
-    checkpoint_bytes: int = 0
-    error: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "t": round(self.t, 6),
-            "rid": self.rid,
-            "from": self.source,
-            "to": self.target,
-            "ok": self.ok,
-            "reason": self.reason,
-            "elapsed_s": round(self.elapsed_s, 6),
-            "quiesce_s": round(self.quiesce_s, 6),
-            "checkpoint_bytes": self.checkpoint_bytes,
-            "error": self.error,
-        }
-
-
 def code_hash(code: bytes) -> str:
     return hashlib.blake2b(code, digest_size=16).hexdigest()
 
 
-class Hosting(abc.ABC):
-    """The objects running on run-time ``runtime_id``, and where it knows others are."""
+class Hosting:
+    """Makes and ends the objects of run-time ``runtime_id``; ``invoker`` is what their
+    references call through (the binding manager)."""
 
     def __init__(
         self,
         runtime_id: str,
+        invoker: Invoker,
         *,
-        config: RuntimeConfig,
-        monitor: ResourceMonitor,
         speed: float = 1.0,
         accepts_shipped: bool = False,
         sandbox_limits: Any = None,
         is_node: bool = False,
         principals: PrincipalBook | None = None,
     ) -> None:
-        self.id = runtime_id
+        self.runtime_id = runtime_id
+        self.invoker = invoker
         #: A node's principals (None: a client's run-time, or a node without a key),
         #: against which the calls of principals' objects are checked.
         self.principals = principals
-        self.address = ""
-        self.config = config
-        self.monitor = monitor
-        #: Raw CPU speed R relative to the reference machine (a node's --cpu-factor).
         self.speed = speed
-        #: Extra CPU to burn per CPU second of object work (a slower node), 1/R - 1.
-        self.burn_ratio = max(0.0, 1.0 / speed - 1.0)
         self.accepts_shipped = accepts_shipped
         self.sandbox_limits = sandbox_limits
         self.is_node = is_node
         self._lock = threading.Lock()
-        self.hosted: dict[ObjectId, Hosted] = {}
-        self.hints: dict[ObjectId, str] = {}
-        self.homed: dict[ObjectId, HomeEntry] = {}
-        #: Where objects that left went, kept until their home has been told.
-        self.forwarding: dict[ObjectId, str] = {}
-        self.managers: dict[type[MobileObject], ObjectManager] = {}
+        self._managers: dict[type[MobileObject], ObjectManager] = {}
         #: Classes this run-time shipped (by code hash): the only shipped code a
         #: client run-time accepts back.
-        self.shipped_classes: dict[str, type[MobileObject]] = {}
-        self.events: deque[MigrationEvent] = deque(maxlen=EVENTS_MAX)
-        #: Objects with a migration under way (not to be decided about again).
-        self.migrating: set[ObjectId] = set()
-        #: Last time each object moved to or from here, and from where it came.
-        self.moves: dict[str, tuple[float, str]] = {}
-        #: Failed migrations per object: (time of the last failure, failures in a row).
-        self.failures: dict[str, tuple[float, int]] = {}
-
-    @abc.abstractmethod
-    def invoke(self, ref: Ref, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Call ``method`` of the object ``ref`` names, wherever it runs: the binding
-        manager's job (a sandboxed object's references call out through it)."""
+        self._shipped: dict[str, type[MobileObject]] = {}
 
     def manager_for(self, cls: type[MobileObject]) -> ObjectManager:
         with self._lock:
-            manager = self.managers.get(cls)
+            manager = self._managers.get(cls)
             if manager is None:
-                manager = self.managers[cls] = (cls.manager_class or ObjectManager)(cls, self.id)
+                manager = self._managers[cls] = (cls.manager_class or ObjectManager)(
+                    cls, self.runtime_id
+                )
             return manager
 
-    # --- creation --------------------------------------------------------------------
+    def shipped(self, cls: type[MobileObject], code: bytes) -> None:
+        """This client run-time ships ``cls`` as ``code``: it takes it back later."""
+        self._shipped[code_hash(code)] = cls
 
     def resolve_type(self, kind: str | type[MobileObject]) -> tuple[type[MobileObject], str]:
         """(class, built-in name or "" for a shipped class)."""
@@ -233,7 +220,55 @@ class Hosting(abc.ABC):
                 pass
         return kind, ""
 
-    def host_new(
+    # --- the one builder --------------------------------------------------------------
+
+    @staticmethod
+    def _hosted(
+        rid: ObjectId,
+        home_address: str,
+        impl: Any,
+        manager: ObjectManager | None,
+        *,
+        type_name: str,
+        code: bytes | None,
+        policy: str,
+        gate: GateState,
+        durable: bool,
+        epoch: int,
+        app: str,
+        **extra: Any,
+    ) -> Hosted:
+        """Every Hosted is built here. What the object may do comes from its class in
+        this process; a shipped object's worker says its label and whether it may
+        move, and it takes one call at a time (its worker is one thread)."""
+        if manager is not None:
+            cls = type(impl)
+            label, migratable = type_label(cls), bool(cls.migratable)
+            concurrent = bool(cls.concurrent)
+            readonly = frozenset(cls.readonly)
+        else:
+            label, migratable = str(impl.type_label), bool(impl.migratable)
+            concurrent, readonly = False, frozenset()
+        return Hosted(
+            rid,
+            home_address,
+            impl,
+            manager,
+            label,
+            type_name,
+            code,
+            migratable,
+            policy,
+            Gate(gate),
+            concurrent=concurrent,
+            durable=durable,
+            readonly=readonly,
+            epoch=epoch,
+            app=app or rid.home,
+            **extra,
+        )
+
+    def make(
         self,
         rid: ObjectId,
         home_address: str,
@@ -242,28 +277,55 @@ class Hosting(abc.ABC):
         code: bytes | None,
         params: dict[str, Any],
         policy: str,
+        *,
+        durable: bool = False,
+        app: str = "",
         principal: str | None = None,
     ) -> Hosted:
-        """Make an object here (on an executor thread): in this process, or in a
-        sandbox if it is shipped code arriving at a node (``cls`` None: the class is
-        only ever unpickled inside the sandbox). It acts for ``principal``, its
-        creator (None: unrestricted), from its ``__init__`` on."""
+        """A new object (on an executor thread): in this process, or in a sandbox if
+        it is shipped code arriving at a node (``cls`` None: the class is only ever
+        unpickled inside the sandbox). Not yet in any table. It acts for ``principal``,
+        its creator (None: unrestricted), from its ``__init__`` on."""
         if policy not in POLICIES:
             raise InvalidArgumentError(
                 f"placement policy must be one of {POLICIES}, not {policy!r}"
             )
-        self._refuse_taken(rid)
+        if rid.is_anchored:
+            raise InvalidArgumentError(f"{rid} names one of a node's anchored objects")
+        params = values.bind_refs(params, self.invoker)
         self.check_creation(principal, cls, code, rid)
-        with acting_for(principal):
-            hosted = self._make(rid, home_address, cls, type_name, code, params, policy)
-        hosted.principal = principal
-        with self._lock:
-            self.hosted[rid] = hosted
-            self.hints.pop(rid, None)
-            self.forwarding.pop(rid, None)
-            if rid.home == self.id:
-                self.homed[rid] = HomeEntry(self.id, hosted.type_label, principal=principal)
-        return hosted
+        manager: ObjectManager | None
+        if code is not None and self.is_node:
+            with acting_for(principal):  # its __init__'s calls act for its creator
+                impl: Any = self._start_sandbox(rid, code, params=params)
+            manager = None
+        else:
+            if cls is None:
+                raise InvalidArgumentError(f"object {rid}: no class to make it from")
+            manager = self.manager_for(cls)
+            try:
+                with acting_for(principal):
+                    impl = manager.create(rid, self.invoker, params)
+            except ShuttleError:
+                raise
+            except Exception as exc:
+                raise ObjectFailedError(
+                    f"creating {type_label(cls)} failed: {type(exc).__name__}: {exc}"
+                ) from exc
+        return self._hosted(
+            rid,
+            home_address,
+            impl,
+            manager,
+            type_name=type_name,
+            code=code,
+            policy=policy,
+            gate=GateState.OPEN,
+            durable=durable,
+            epoch=FIRST_EPOCH,
+            app=app,
+            principal=principal,
+        )
 
     def check_creation(
         self,
@@ -288,49 +350,7 @@ class Hosting(abc.ABC):
         elif who.removed:
             raise who.refusal(f"make object {rid}", "read")
 
-    def _make(
-        self,
-        rid: ObjectId,
-        home_address: str,
-        cls: type[MobileObject] | None,
-        type_name: str,
-        code: bytes | None,
-        params: dict[str, Any],
-        policy: str,
-    ) -> Hosted:
-        params = values.bind_refs(params, self)
-        manager: ObjectManager | None
-        if code is not None and self.is_node:
-            impl: Any = self._start_sandbox(rid, code, params=params)
-            manager, label, migratable = None, impl.type_label, bool(impl.migratable)
-        else:
-            if cls is None:
-                raise InvalidArgumentError(f"object {rid}: no class to make it from")
-            manager = self.manager_for(cls)
-            label, migratable = type_label(cls), bool(cls.migratable)
-            try:
-                impl = manager.create(rid, self, params)
-            except ShuttleError:
-                raise
-            except Exception as exc:
-                raise ObjectFailedError(
-                    f"creating {type_label(cls)} failed: {type(exc).__name__}: {exc}"
-                ) from exc
-        return Hosted(
-            rid,
-            home_address,
-            impl,
-            manager,
-            label,
-            type_name,
-            code,
-            migratable,
-            policy,
-            Gate(),
-            concurrent=bool(cls.concurrent) if cls is not None and manager is not None else False,
-        )
-
-    def host_arrival(
+    def restore(
         self,
         rid: ObjectId,
         home_address: str,
@@ -338,90 +358,92 @@ class Hosting(abc.ABC):
         code: bytes | None,
         checkpoint: bytes,
         policy: str,
-        source: str,
+        *,
+        gate: GateState,
+        durable: bool,
+        epoch: int,
+        app: str,
+        arrived_from: str | None = None,
+        stage: Stage | None = None,
         principal: str | None = None,
     ) -> Hosted:
-        """Restore an object that is migrating here, behind a closed (staged) gate; it
-        acts for ``principal`` (whose connection brought it; None: unrestricted)."""
-        if rid in self.hosted:
-            raise InvalidArgumentError(f"object {rid} is already hosted here")
+        """An object restored from ``checkpoint``: arriving by migration (``gate``
+        STAGED) or brought back by its home from its durable state (OPEN). It acts
+        for ``principal`` (whose connection brought it, or who made it; None:
+        unrestricted)."""
         if rid.is_anchored:
             raise InvalidArgumentError(f"{rid} is one of a node's anchored objects; it never moves")
+        if policy not in POLICIES:
+            raise InvalidArgumentError(f"object {rid}: policy must be one of {POLICIES}")
+        manager: ObjectManager | None
         self.check_creation(principal, builtin_type(type_name) if type_name else None, code, rid)
-        with acting_for(principal):
-            hosted = self._arrive(rid, home_address, type_name, code, checkpoint, policy, source)
-        hosted.principal = principal
-        with self._lock:
-            self.hosted[rid] = hosted
-        return hosted
-
-    def _arrive(
-        self,
-        rid: ObjectId,
-        home_address: str,
-        type_name: str,
-        code: bytes | None,
-        checkpoint: bytes,
-        policy: str,
-        source: str,
-    ) -> Hosted:
         if type_name:
             cls = builtin_type(type_name)
-            manager: ObjectManager | None = self.manager_for(cls)
-            assert manager is not None
-            try:
-                impl: Any = manager.adopt(rid, self, checkpoint)
-            except ShuttleError:
-                raise
-            except Exception as exc:
-                raise ObjectFailedError(
-                    f"restoring {type_name} object {rid} failed: {type(exc).__name__}: {exc}"
-                ) from exc
-            label, migratable = type_label(cls), bool(cls.migratable)
         elif code is None:
             raise InvalidArgumentError(f"object {rid} arrived with neither a type nor code")
         elif self.is_node:
-            impl, manager = self._start_sandbox(rid, code, checkpoint=checkpoint), None
-            label, migratable = impl.type_label, impl.migratable
+            cls = None
         else:
-            cls = self.shipped_classes.get(code_hash(code))  # type: ignore[assignment]
-            if cls is None:
+            shipped = self._shipped.get(code_hash(code))
+            if shipped is None:
                 raise NotPermittedError(
                     f"object {rid} carries a class this client never shipped; a client "
                     "run-time only takes back its own classes"
                 )
+            cls = shipped
+        if cls is None:
+            assert code is not None
+            with acting_for(principal):
+                impl: Any = self._start_sandbox(rid, code, checkpoint=checkpoint)
+            manager = None
+        else:
             manager = self.manager_for(cls)
             try:
-                impl = manager.adopt(rid, self, checkpoint)
+                with acting_for(principal):
+                    impl = manager.adopt(rid, self.invoker, checkpoint)
+            except ShuttleError:
+                raise
             except Exception as exc:
                 raise ObjectFailedError(
                     f"restoring {type_label(cls)} object {rid} failed: {type(exc).__name__}: {exc}"
                 ) from exc
-            label, migratable = type_label(cls), bool(cls.migratable)
-        return Hosted(
+        return self._hosted(
             rid,
             home_address,
             impl,
             manager,
-            label,
-            type_name,
-            code,
-            migratable,
-            policy,
-            Gate(GateState.STAGED),
-            concurrent=bool(getattr(impl, "concurrent", False)) and manager is not None,
-            arrived_from=source,
+            type_name=type_name,
+            code=code,
+            policy=policy,
+            gate=gate,
+            durable=durable,
+            epoch=epoch,
+            app=app,
+            arrived_from=arrived_from,
             checkpoint_bytes=len(checkpoint),
+            stage=stage,
+            principal=principal,
         )
 
-    def _refuse_taken(self, rid: ObjectId) -> None:
-        """An id names one object: refuse to make another under it."""
-        if rid in self.hosted or (rid.home == self.id and rid in self.homed):
-            raise InvalidArgumentError(
-                f"object id {rid} is taken here; every object needs an id of its own"
-            )
-        if rid.is_anchored:
-            raise InvalidArgumentError(f"{rid} names one of a node's anchored objects")
+    def anchor(self, rid: ObjectId, obj: MobileObject, address: str) -> Hosted:
+        """An anchored object made by the run-time itself (a node's storage object):
+        it never moves and is never shipped."""
+        manager = self.manager_for(type(obj))
+        obj.attach(rid, self.invoker)
+        manager.register(rid, obj)
+        return self._hosted(
+            rid,
+            address,
+            obj,
+            manager,
+            type_name=obj.type_name,
+            code=None,
+            policy="static",
+            gate=GateState.OPEN,
+            durable=type(obj).durable,
+            epoch=FIRST_EPOCH,
+            app=rid.home,
+        )
 
     def _start_sandbox(
         self,
@@ -433,8 +455,8 @@ class Hosting(abc.ABC):
     ) -> Any:
         if not self.accepts_shipped:
             raise NotPermittedError(
-                f"node {self.id} was started without a cluster key, so it does not run "
-                "shipped code; start it with --key-file (`shuttle cluster up` does), or "
+                f"node {self.runtime_id} was started without a cluster key, so it does not "
+                "run shipped code; start it with --key-file (`shuttle cluster up` does), or "
                 "use a built-in object type"
             )
         from shuttle.runtime.sandbox import SandboxedObject, SandboxLimits
@@ -452,24 +474,56 @@ class Hosting(abc.ABC):
 
     def _callout(self, ref: Ref, method: str, args: Any, kwargs: dict[str, Any]) -> Any:
         """A sandboxed object's call through one of its references."""
-        return self.invoke(
-            ref.bind(self),
+        invoker = self.invoker
+        return invoker.invoke(
+            ref.bind(invoker),
             method,
-            tuple(values.bind_refs(list(args), self)),
-            values.bind_refs(kwargs, self),
+            tuple(values.bind_refs(list(args), invoker)),
+            values.bind_refs(kwargs, invoker),
         )
 
-    def release(self, rid: ObjectId, *, destroyed: bool = False) -> Hosted | None:
-        """Stop hosting ``rid`` (it left, or, with ``destroyed``, it ends for good and
-        is told first: :meth:`MobileObject.destroying`); its process, if any, ends."""
-        if destroyed:
-            hosted = self.hosted.get(rid)
-            if hosted is not None:
-                self.tell_destroyed(hosted)
-        hosted = self.unhost(rid)
-        if hosted is not None:
-            self.close_impl(hosted)
-        return hosted
+    # --- state and endings --------------------------------------------------------------
+
+    @staticmethod
+    def checkpoint_of(hosted: Hosted, *, durable_part: bool = False) -> bytes:
+        """The hosted object's state (for a move: no call active, its gate is closed);
+        with ``durable_part``, what a durable object writes after a call."""
+        try:
+            impl = hosted.impl
+            data = (
+                impl.durable_checkpoint()
+                if durable_part and hosted.manager is not None
+                else impl.checkpoint()
+            )
+        except ShuttleError:
+            raise
+        except Exception as exc:
+            raise ObjectFailedError(
+                f"checkpoint of {hosted.rid} ({hosted.type_label}) raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise ObjectFailedError(
+                f"checkpoint of {hosted.rid} ({hosted.type_label}) returned "
+                f"{type(data).__name__}, not bytes"
+            )
+        if not durable_part:
+            hosted.checkpoint_bytes = len(data)
+        return bytes(data)
+
+    @staticmethod
+    def estimate_checkpoint_bytes(hosted: Hosted) -> int:
+        """The size a migration would ship, measured when the object is idle."""
+        if hosted.manager is None:
+            return hosted.checkpoint_bytes or hosted.memory_bytes()
+        if hosted.lock.acquire(blocking=False):
+            try:
+                hosted.checkpoint_bytes = len(hosted.impl.checkpoint())
+            except Exception:  # a racing or failing checkpoint: keep the last size
+                pass
+            finally:
+                hosted.lock.release()
+        return hosted.checkpoint_bytes
 
     @staticmethod
     def tell_destroyed(hosted: Hosted) -> None:
@@ -483,149 +537,14 @@ class Hosting(abc.ABC):
         except Exception as exc:
             log.warning("object %s, ending, could not tidy up: %s", hosted.rid, exc)
 
-    def unhost(self, rid: ObjectId) -> Hosted | None:
-        """Take ``rid`` out of the tables at once (calls stop finding it here)."""
-        with self._lock:
-            hosted = self.hosted.pop(rid, None)
-        if hosted is not None and hosted.manager is not None:
-            hosted.manager.release(rid)
-        return hosted
-
     @staticmethod
-    def close_impl(hosted: Hosted) -> None:
-        """End what ran the object (a shipped object's worker process; may block)."""
-        if hosted.manager is None:
-            try:
-                hosted.impl.close()
-            except Exception as exc:  # closing a dead worker: nothing left to do
-                log.debug("closing sandbox of %s: %s", hosted.rid, exc)
-
-    def destroy_hosted(self, rid: ObjectId) -> bool:
-        """End object ``rid`` if it runs here, after its active calls drain (executor
-        thread). Later calls get :class:`ObjectNotFoundError` from its home."""
-        hosted = self.hosted.get(rid)
-        if hosted is not None:
-            if rid.is_anchored or getattr(type(hosted.impl), "anchored", False):
-                raise InvalidArgumentError(
-                    f"{rid} is anchored (one of a node's own objects); it cannot be destroyed"
-                )
-            if hosted.gate.closed or rid in self.migrating:
-                raise ObjectBusyError(
-                    f"object {rid} is moving or arriving; destroy it once it has settled"
-                )
-            if hosted.gate.quiesce(self.config.drain_timeout_s) is None:
-                raise ObjectBusyError(
-                    f"object {rid} is busy: its calls did not finish within "
-                    f"{self.config.drain_timeout_s:g} s; try again"
-                )
-            self.tell_destroyed(hosted)
-            self.unhost(rid)
-            hosted.gate.retire()
-            self.close_impl(hosted)
-            self.monitor.forget(str(rid))
-        if rid.home == self.id:
-            self.homed.pop(rid, None)
-        return hosted is not None
-
-    def host_anchored(self, rid: ObjectId, obj: MobileObject) -> Hosted:
-        """Host an anchored object made by the run-time itself (a node's storage
-        object): it never moves and is never shipped."""
-        manager = self.manager_for(type(obj))
-        obj.attach(rid, self)
-        manager.register(rid, obj)
-        hosted = Hosted(
-            rid,
-            self.address,
-            obj,
-            manager,
-            type_label(type(obj)),
-            obj.type_name,
-            None,
-            False,
-            "static",
-            Gate(),
-            concurrent=type(obj).concurrent,
-        )
-        with self._lock:
-            self.hosted[rid] = hosted
-            if rid.home == self.id:
-                self.homed[rid] = HomeEntry(self.id, hosted.type_label)
-        return hosted
-
-    def checkpoint_of(self, hosted: Hosted) -> bytes:
-        """The hosted object's state (no call active: the gate is quiescing)."""
+    def close(hosted: Hosted) -> None:
+        """End what ran the object: its manager forgets it; a shipped object's worker
+        process ends (may block). Call once it is out of the location table."""
+        if hosted.manager is not None:
+            hosted.manager.release(hosted.rid)
+            return
         try:
-            data = hosted.impl.checkpoint()
-        except ShuttleError:
-            raise
-        except Exception as exc:
-            raise ObjectFailedError(
-                f"checkpoint of {hosted.rid} ({hosted.type_label}) raised "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise ObjectFailedError(
-                f"checkpoint of {hosted.rid} ({hosted.type_label}) returned "
-                f"{type(data).__name__}, not bytes"
-            )
-        hosted.checkpoint_bytes = len(data)
-        return bytes(data)
-
-    def estimate_checkpoint_bytes(self, hosted: Hosted) -> int:
-        """The size a migration would ship, measured when the object is idle."""
-        if hosted.manager is None:
-            return hosted.checkpoint_bytes or hosted.memory_bytes()
-        if hosted.lock.acquire(blocking=False):
-            try:
-                hosted.checkpoint_bytes = len(hosted.impl.checkpoint())
-            except Exception:  # a racing or failing checkpoint: keep the last size
-                pass
-            finally:
-                hosted.lock.release()
-        return hosted.checkpoint_bytes
-
-    def note_move(self, rid: ObjectId, source: str) -> None:
-        self.moves[str(rid)] = (time.monotonic(), source)
-
-    def record(self, event: MigrationEvent) -> None:
-        self.events.append(event)
-        if event.source == self.id:
-            if event.ok:
-                self.failures.pop(event.rid, None)
-            else:
-                _, count = self.failures.get(event.rid, (0.0, 0))
-                self.failures[event.rid] = (time.monotonic(), count + 1)
-        while len(self.moves) > EVENTS_MAX:
-            self.moves.pop(next(iter(self.moves)))
-        level = logging.INFO if event.ok else logging.WARNING
-        log.log(
-            level,
-            "migration %s %s -> %s %s (%.3f s%s)",
-            event.rid,
-            event.source,
-            event.target,
-            "done" if event.ok else "failed",
-            event.elapsed_s,
-            f": {event.error}" if event.error else f"; {event.reason}",
-        )
-
-    def describe(self) -> list[dict[str, Any]]:
-        """The objects hosted here, JSON-ready (``shuttle objects``)."""
-        now = time.monotonic()
-        out = []
-        for rid, h in list(self.hosted.items()):
-            out.append(
-                {
-                    "rid": str(rid),
-                    "type": h.type_label,
-                    "host": self.id,
-                    "home": rid.home,
-                    "state": h.gate.state.value,
-                    "policy": h.policy if h.migratable else "anchored",
-                    "sandboxed": h.sandboxed,
-                    "memory_bytes": h.memory_bytes(),
-                    "since_s": round(now - h.arrived_at, 3),
-                    "arrived_from": h.arrived_from,
-                }
-            )
-        return out
+            hosted.impl.close()
+        except Exception as exc:  # closing a dead worker: nothing left to do
+            log.debug("closing sandbox of %s: %s", hosted.rid, exc)

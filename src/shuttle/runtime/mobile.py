@@ -47,6 +47,7 @@ RUNTIME_METHODS = frozenset(
         "attach",
         "methods",
         "destroying",
+        "durable_checkpoint",
     }
 )
 
@@ -83,6 +84,13 @@ class MobileObject:
     #: False: only an unrestricted caller (the cluster key's holder) may create one (an
     #: object that reaches data other than through the storage object: ``osdgrep``).
     principals_may_create: ClassVar[bool] = True
+    #: True: made durable (``Runtime.create(..., durable=True)`` says so for one
+    #: object): its state is written to its home's disk before a call that changed it
+    #: is answered, and its home brings it back from there if its node dies.
+    durable: ClassVar[bool] = False
+    #: Methods that never change what :meth:`durable_checkpoint` saves: a durable
+    #: object's calls of these are answered without writing anything.
+    readonly: ClassVar[frozenset[str]] = frozenset()
 
     _rid: ObjectId | None = None
     _invoker: Invoker | None = None
@@ -153,6 +161,13 @@ class MobileObject:
         if not isinstance(state, dict):
             raise InvalidArgumentError(f"checkpoint of {type(self).__name__} is not a map")
         self.set_state(state)
+
+    def durable_checkpoint(self) -> bytes:
+        """What a durable object must not lose, as :meth:`restore` takes it back: the
+        whole :meth:`checkpoint` by default. Override to leave out what can be rebuilt
+        (a cache): it is written after every call that changed it. A concurrent
+        object's override must be safe while other calls run."""
+        return self.checkpoint()
 
     def memory_bytes(self) -> int:
         """Memory the object holds (buffers, caches), for the placement model's memory

@@ -24,7 +24,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from shuttle.errors import NotPermittedError, UnreachableError
+from shuttle.errors import NotPermittedError, RequestTimeoutError, UnreachableError
 from shuttle.net.addresses import parse_address
 from shuttle.net.aio import AsyncConnection
 from shuttle.net.profiles import LinkProfile
@@ -38,6 +38,16 @@ from shuttle.wire.events import Payload
 #: A migration or an invocation over the slowest profile (1 Mb/s) with a 16 MiB
 #: frame takes about 134 s; calls between run-times may take that long.
 REQUEST_TIMEOUT_S = 180.0
+#: Control messages between run-times (a migration's activate, commit and questions
+#: in doubt; a durable object's lease and writes) are small and must not wait behind
+#: a long call, nor for minutes on a peer that is cut off: they travel on a
+#: connection of their own, and one that gets no answer in this long is dropped
+#: (what it asked is then in doubt, which the protocol is built for). A round trip
+#: on a loaded loopback takes milliseconds; a LAN profile's, a few.
+CONTROL_TIMEOUT_S = 5.0
+#: The rate a control message's payload is assumed to cross at when the link's is
+#: not known (a checkpoint to install or to write at a home).
+CONTROL_BYTES_PER_S_MIN = 1_000_000
 
 
 class Peers:
@@ -64,8 +74,9 @@ class Peers:
         self.request_timeout_s = request_timeout_s
         self._addresses: dict[str, str] = {}
         self._links: dict[str, LinkProfile | None] = {}
-        #: By (run-time id, the principal the calls on it act for; None: our own key).
-        self._conns: dict[tuple[str, str | None], AsyncConnection] = {}
+        #: By (run-time id, the principal the calls on it act for (None: our own key),
+        #: whether it carries control messages).
+        self._conns: dict[tuple[str, str | None, bool], AsyncConnection] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
     def learn(self, runtime_id: str, address: str, link: LinkProfile | None = None) -> None:
@@ -87,15 +98,21 @@ class Peers:
             self._addresses[runtime_id] = address
             self._drop(runtime_id)
 
-    def _drop(self, runtime_id: str) -> None:
-        """Forget the connections to a run-time and close them (on the loop, once
-        nothing uses them)."""
-        for slot in [s for s in self._conns if s[0] == runtime_id]:
+    def _drop(self, runtime_id: str, *, control: bool | None = None) -> None:
+        """Forget the connections to a run-time (only its control connections, or only
+        its others, if ``control`` says) and close them (on the loop, once nothing uses
+        them)."""
+        for slot in [s for s in self._conns if s[0] == runtime_id and control in (None, s[2])]:
             self._close_later(self._conns.pop(slot))
 
     def drop_principal(self, principal: str) -> None:
         """Close the connections that act for ``principal`` (it was removed)."""
         for slot in [s for s in self._conns if s[1] == principal]:
+            self._close_later(self._conns.pop(slot))
+
+    def _forget(self, conn: AsyncConnection) -> None:
+        """Forget and close this one connection (the next call dials again)."""
+        for slot in [s for s, c in self._conns.items() if c is conn]:
             self._close_later(self._conns.pop(slot))
 
     def _close_later(self, conn: AsyncConnection) -> None:
@@ -116,11 +133,12 @@ class Peers:
     def known(self) -> dict[str, str]:
         return dict(self._addresses)
 
-    def connection(self, runtime_id: str) -> AsyncConnection:
+    def connection(self, runtime_id: str, *, control: bool = False) -> AsyncConnection:
         """The connection to ``runtime_id`` for calls acting for the current principal
-        (:func:`~shuttle.runtime.authority.acting`)."""
+        (:func:`~shuttle.runtime.authority.acting`); ``control``: the one for control
+        messages (:data:`CONTROL_TIMEOUT_S`)."""
         principal = acting() if self.derive is not None else None
-        slot = (runtime_id, principal)
+        slot = (runtime_id, principal, control)
         conn = self._conns.get(slot)
         if conn is None:
             key, name = self.key, self.principal
@@ -161,6 +179,39 @@ class Peers:
         """One request to run-time ``runtime_id``; its typed error, or UnreachableError."""
         return await self.connection(runtime_id).call(op, args, payload)
 
+    async def control(
+        self,
+        runtime_id: str,
+        op: str,
+        args: dict[str, Any],
+        payload: Payload = b"",
+        *,
+        timeout_s: float | None = None,
+    ) -> Response:
+        """A control message to ``runtime_id`` (see :data:`CONTROL_TIMEOUT_S`): its
+        typed error, :class:`UnreachableError`, or :class:`RequestTimeoutError` when
+        no answer came in time (the connection is then dropped: the next message
+        dials again). Whether an unanswered message took effect is unknown."""
+        if timeout_s is None:
+            timeout_s = self.control_timeout_s(runtime_id, len(payload))
+        conn = self.connection(runtime_id, control=True)
+        try:
+            return await asyncio.wait_for(conn.call(op, args, payload), timeout_s)
+        except TimeoutError:
+            self._forget(conn)
+            raise RequestTimeoutError(
+                f"run-time {runtime_id} did not answer {op} within {timeout_s:g} s"
+            ) from None
+
+    def control_timeout_s(self, runtime_id: str, nbytes: int) -> float:
+        """How long a control message carrying ``nbytes`` may take to ``runtime_id``:
+        the base, plus its payload at (a quarter of) the link's rate."""
+        profile = self._links.get(runtime_id)
+        rate = CONTROL_BYTES_PER_S_MIN
+        if profile is not None and profile.bandwidth_bits_per_s:
+            rate = min(rate, int(profile.bandwidth_bits_per_s / 8))
+        return CONTROL_TIMEOUT_S + 4 * nbytes / rate
+
     async def close(self) -> None:
-        conns, self._conns = self._conns, {}
-        await asyncio.gather(*(c.close() for c in conns.values()), return_exceptions=True)
+        conns, self._conns = list(self._conns.values()), {}
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)

@@ -222,7 +222,7 @@ class ResourceManager:
                 wait = max(0.0, e.get("stall_s", 0.0) - e.get("far_s", 0.0)) / seen
                 m.edge_wait_per_s[key] = m.edge_wait_per_s.get(key, 0.0) + wait
         # Objects hosted here are here, whatever an older digest says.
-        for rid in self.bm.hosted:
+        for rid in self.bm.table.hosted_ids():
             m.host[str(rid)] = self.bm.id
         del window
         return m
@@ -333,7 +333,7 @@ class ResourceManager:
         """Objects not to move now: moving already, moved less than a residence ago,
         or failed to move recently (back-off doubling with each failure)."""
         residence = self.config.residence_after_move_s
-        pinned = {str(r) for r in self.bm.migrating}
+        pinned = {str(r) for r in self.bm.table.migrating_ids()}
         for rid, info in m.info.items():
             age = info.get("moved_age_s")
             if age is not None and age < residence:

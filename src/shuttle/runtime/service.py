@@ -7,10 +7,18 @@ run-time's) operation registry, and the periodic work every run-time does.
 ``object.locate``   where an object is (its home answers with authority)
 ``object.moved``    tell an object's home where it went
 ``object.install``  stage an object migrating here (its checkpoint and code)
-``object.activate`` the staged object starts serving
-``object.abort``    drop a staged object (its migration failed at the source)
+``object.activate`` the staged object serves, if its home commits the move
+``object.abort``    drop a staged object unless it serves (asked by a source in doubt)
+``object.commit``   at an object's home: a move takes effect (or is refused)
+``object.resolve``  at an object's home: did a move take effect? (fences it if not)
+``object.register`` at a durable object's home: it was made elsewhere; record it
+``object.persist``  at a durable object's home: write its state (its host's call changed it)
+``object.renew``    at a durable object's home: its host keeps serving it (a lease)
+``object.ended``    at a durable object's home: it was destroyed where it ran
+``object.probe``    whether an object runs here, at which epoch, and whether it serves
+``object.fence``    stop a copy older than an epoch (its home brought it back elsewhere)
 ``object.migrate``  move an object hosted here to another run-time
-``object.destroy``  end an object hosted here
+``object.destroy``  end an object hosted here (at a durable object's home: wherever it is)
 ``runtime.digest``  a client's statistics; the answer carries its placement decisions
 ``runtime.objects`` the objects hosted here, their costs and edges, recent migrations
 ``runtime.log``     the placement decision log
@@ -27,6 +35,7 @@ and ``runtime.log`` describe everyone's objects: cluster operations (``admin``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -44,7 +53,7 @@ from shuttle.net.registry import Mode, OperationRegistry, Reply, arg, principal_
 from shuttle.runtime import migration, values
 from shuttle.runtime.authority import acting_for
 from shuttle.runtime.binding import BindingManager
-from shuttle.runtime.hosting import POLICIES, HomeEntry, admitted_while_quiescing
+from shuttle.runtime.hosting import POLICIES, admitted_while_quiescing
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.load import LoadSampler
 from shuttle.runtime.mobile import builtin_type
@@ -135,16 +144,30 @@ def register_runtime_ops(
             cls, code = None, payload
         else:
             raise InvalidArgumentError("object.create needs a built-in type or a shipped class")
+        durable = arg(args, "durable", bool, False)
+        app = arg(args, "from", str, "")
         hosted = await in_control(
-            bm.host_new, rid, home_address, cls, type_name, code, params, policy, _name(principal)
+            lambda: bm.host_new(
+                rid,
+                home_address,
+                cls,
+                type_name,
+                code,
+                params,
+                policy,
+                durable=durable,
+                app=app,
+                principal=_name(principal),
+            )
         )
-        return {"rid": str(rid), "host": bm.id, "type": hosted.type_label}
+        return {"rid": str(rid), "host": bm.id, "type": hosted.type_label, "epoch": hosted.epoch}
 
     async def invoke(args: dict[str, Any], payload: bytes) -> Any:
         """Call a method of an object hosted here; ``{s: moved, to}`` if it is not here."""
         rid = _rid(args)
         method = arg(args, "method", str)
         chain = arg(args, "chain", str, "")
+        epoch = arg(args, "epoch", int, 0)
         learn_caller(args)
         if not payload:
             call: Any = [[], {}]
@@ -162,20 +185,27 @@ def register_runtime_ops(
             raise InvalidArgumentError(
                 "object.invoke payload must be [args (a list), kwargs (a map of names)]"
             )
-        hosted = bm.hosted.get(rid)
+        hosted = bm.table.hosted(rid)
         if hosted is not None and hosted.gate.closed:
             # Held on the loop, not on a thread.
             await hosted.gate.wait_open(admit=admitted_while_quiescing(hosted, method))
-        status, value, own_s = await in_executor(
-            bm.serve_invoke, rid, method, call[0], call[1], chain, _name(principal_of(args))
+        status, value, own_s, served_epoch = await in_executor(
+            bm.serve_invoke,
+            rid,
+            method,
+            call[0],
+            call[1],
+            chain,
+            epoch,
+            _name(principal_of(args)),
         )
         if status == "moved":
             return value
         # t: the call's own seconds here, which the caller's monitor tells apart from
-        # the network's in its stall.
+        # the network's in its stall; e: the epoch of the copy that served.
         served = round(own_s, 6)
         if isinstance(value, bytes | bytearray | memoryview):
-            return Reply({"s": "ok", "raw": True, "t": served}, value)
+            return Reply({"s": "ok", "raw": True, "t": served, "e": served_epoch}, value)
         packed = values.pack(value)
         if len(packed) > PAYLOAD_BYTES_MAX:
             raise LimitExceededError(
@@ -183,33 +213,43 @@ def register_runtime_ops(
                 " bytes one answer carries; have it return its result in pieces (an offset "
                 "and a length per call)"
             )
-        return Reply({"s": "ok", "t": served}, packed)
+        return Reply({"s": "ok", "t": served, "e": served_epoch}, packed)
 
     async def locate(args: dict[str, Any], payload: bytes) -> Any:
         """Where an object runs, as this run-time knows it (with authority at its home)."""
         rid = _rid(args)
-        where, authoritative = bm.locate_here(rid)
+        failed_at = arg(args, "failed_at", str, "")
+        if failed_at and rid.home == bm.id:
+            await bm.durability.suspect(rid, failed_at)
+        where, authoritative, epoch = bm.table.locate_here(rid)
         address = bm.address if where == bm.id else (bm.peers.address_of(where) if where else None)
-        return {"location": where, "address": address or "", "authoritative": authoritative}
+        out: dict[str, Any] = {
+            "location": where,
+            "address": address or "",
+            "authoritative": authoritative,
+            "epoch": epoch,
+        }
+        if rid.home == bm.id and bm.durability.recovering(rid):
+            out["recovering"] = True
+            out["retry_after_s"] = bm.durability.retry_after_s(rid)
+        return out
 
     async def moved(args: dict[str, Any], payload: bytes) -> Any:
-        """At an object's home: it now runs at ``location``."""
+        """At an object's home: it was lost where it ran (``location`` ""), told by
+        that run-time (``from``)."""
         rid = _rid(args)
         location = arg(args, "location", str)
         if rid.home != bm.id:
             raise InvalidArgumentError(f"{bm.id} is not the home of {rid}")
-        known = bm.homed.get(rid)
-        require_owner(principal_of(args), known.principal if known else None, rid, "relocate")
-        if not location:  # lost where it ran (e.g. stopped while checkpointed)
-            bm.homed.pop(rid, None)
-            return None
-        if args.get("address"):
-            learn(location, str(args["address"]), principal_of(args))
-        entry = bm.homed.get(rid)
-        if entry is None:
-            bm.homed[rid] = HomeEntry(location, "?", principal=_name(principal_of(args)))
-        else:
-            entry.location = location
+        entry = bm.table.home_entry(rid)
+        require_owner(principal_of(args), entry.principal if entry else None, rid, "relocate")
+        if location:
+            raise InvalidArgumentError(
+                "object.moved only reports a loss (location ''): a move takes effect "
+                "at the home through object.commit"
+            )
+        if entry is not None and entry.location == arg(args, "from", str, entry.location):
+            bm.table.forgotten(rid)
         return None
 
     async def install(args: dict[str, Any], payload: bytes) -> Any:
@@ -222,20 +262,147 @@ def register_runtime_ops(
             migration.install(bm, args, payload, principal)
 
     def own_hosted(args: dict[str, Any], what: str) -> ObjectId:
+        """The object's id, if the caller may ``what`` the copy hosted here."""
         rid = _rid(args)
-        hosted = bm.hosted.get(rid)
+        hosted = bm.table.hosted(rid)
         if hosted is not None:
             require_owner(principal_of(args), hosted.principal, rid, what)
         return rid
 
+    def own_homed(args: dict[str, Any], what: str) -> ObjectId:
+        """The object's id, if the caller may ``what`` the object homed here (the
+        home's record says whose it is)."""
+        rid = _rid(args)
+        entry = bm.table.home_entry(rid)
+        if entry is not None:
+            require_owner(principal_of(args), entry.principal, rid, what)
+        return rid
+
     async def activate(args: dict[str, Any], payload: bytes) -> Any:
-        """Let a staged object serve."""
-        migration.activate(bm, own_hosted(args, "activate"))
-        return None
+        """Let a staged object serve, if its home commits the move."""
+        return await migration.activate(bm, own_hosted(args, "activate"), arg(args, "mid", str))
 
     async def abort(args: dict[str, Any], payload: bytes) -> Any:
-        """Drop a staged object; ``{active: true}`` if it already serves here."""
-        return await in_control(migration.abort, bm, own_hosted(args, "abort the move of"))
+        """Drop a staged object unless it serves: active, aborted or unknown."""
+        return await in_control(
+            migration.abort, bm, own_hosted(args, "abort the move of"), arg(args, "mid", str)
+        )
+
+    async def commit(args: dict[str, Any], payload: bytes) -> Any:
+        """At the object's home: the move ``mid`` takes effect, or is refused."""
+        rid = own_homed(args, "move")
+        target = arg(args, "target", str)
+        if args.get("address"):
+            address = str(args["address"])
+            parse_address(address, "object.commit address")
+            learn(target, address, principal_of(args))
+        return await in_control(
+            migration.commit_here,
+            bm,
+            rid,
+            arg(args, "mid", str),
+            arg(args, "source", str),
+            arg(args, "epoch", int),
+            target,
+        )
+
+    async def resolve(args: dict[str, Any], payload: bytes) -> Any:
+        """At the object's home: did move ``mid`` take effect? (Never later if not.)"""
+        return await in_control(
+            migration.resolve_here,
+            bm,
+            own_homed(args, "move"),
+            arg(args, "mid", str),
+            arg(args, "from", str, ""),
+        )
+
+    async def register(args: dict[str, Any], payload: bytes) -> Any:
+        """At a durable object's home: it was made on ``from``; record it."""
+        rid = _rid(args)
+        if rid.home != bm.id:
+            raise InvalidArgumentError(f"{bm.id} is not the home of {rid}")
+        learn_caller(args)
+        body = values.unpack(payload) if payload else None
+        if not isinstance(body, dict) or not isinstance(body.get("checkpoint"), bytes):
+            raise InvalidArgumentError("object.register payload must hold a checkpoint")
+        code = body.get("code")
+        if code is not None and not isinstance(code, bytes):
+            raise InvalidArgumentError("object.register: code must be bytes or nil")
+        location = arg(args, "from", str)
+        label = arg(args, "label", str, "?")
+        bm.table.created_at(rid, location, label, True, _name(principal_of(args)))
+        try:
+            await in_control(
+                lambda: bm.durability.recorded(
+                    rid,
+                    type_name=arg(args, "type", str, ""),
+                    type_label=label,
+                    code=code,
+                    policy=arg(args, "policy", str, "auto"),
+                    home_address=arg(args, "home_address", str, ""),
+                    app=arg(args, "app", str, ""),
+                    location=location,
+                    checkpoint=body["checkpoint"],
+                )
+            )
+        except BaseException:
+            bm.table.creation_failed(rid)
+            raise
+        return {"recorded": str(rid)}
+
+    async def persist(args: dict[str, Any], payload: bytes) -> Any:
+        """At a durable object's home: its host's write of its state."""
+        return await in_control(
+            bm.durability.on_persist,
+            own_homed(args, "write the state of"),
+            arg(args, "epoch", int),
+            arg(args, "from", str),
+            bytes(payload),
+        )
+
+    async def renew(args: dict[str, Any], payload: bytes) -> Any:
+        """At durable objects' home: their host keeps serving them."""
+        items = args.get("items")
+        if not isinstance(items, list) or not all(
+            isinstance(i, list) and len(i) == 2 and isinstance(i[1], int) for i in items
+        ):
+            raise InvalidArgumentError("object.renew items must be [[rid, epoch], ...]")
+        parsed = [(ObjectId.parse(str(r)), e) for r, e in items]
+        return bm.durability.on_renew(parsed, arg(args, "from", str))
+
+    async def ended(args: dict[str, Any], payload: bytes) -> Any:
+        """At a durable object's home: it was destroyed where it ran."""
+        rid = own_homed(args, "end")
+        entry = bm.table.home_entry(rid)
+        if entry is not None and entry.epoch == arg(args, "epoch", int, entry.epoch):
+            bm.table.forgotten(rid)
+            await in_control(bm.durability.forget, rid)
+        return None
+
+    async def probe(args: dict[str, Any], payload: bytes) -> Any:
+        """Whether object ``rid`` runs here, at which epoch, and whether it serves."""
+        rid = _rid(args)
+        hosted = bm.table.hosted(rid)
+        if hosted is None:
+            return {"hosted": False}
+        return {
+            "hosted": True,
+            "state": hosted.gate.state.value,
+            "epoch": hosted.epoch,
+            "serving": hosted.serving(time.monotonic()),
+            "durable": hosted.durable,
+            "lease_left_s": bm.durability.lease_left_s(hosted),
+        }
+
+    async def fence(args: dict[str, Any], payload: bytes) -> Any:
+        """Stop the copy here if it is older than ``epoch`` (told by its home)."""
+        rid = own_hosted(args, "stop")
+        epoch = arg(args, "epoch", int)
+        hosted = bm.table.hosted(rid)
+        if hosted is not None and hosted.epoch < epoch and not hosted.staged:
+            await in_control(bm.retire, hosted)
+            return {"stopped": True}
+        return {"stopped": False}
 
     async def migrate(args: dict[str, Any], payload: bytes) -> Any:
         """Move an object hosted here to run-time ``to``."""
@@ -243,8 +410,8 @@ def register_runtime_ops(
         target = arg(args, "to", str)
         if args.get("to_address"):
             learn(target, str(args["to_address"]), principal_of(args))
-        if rid not in bm.hosted:
-            where, _ = bm.locate_here(rid)
+        if bm.table.hosted(rid) is None:
+            where = bm.table.where(rid)
             return {"moved": False, "location": where, "reason": f"not hosted on {bm.id}"}
         event = await migration.migrate_out(bm, rid, target, arg(args, "reason", str, "requested"))
         return {"moved": True, **event.to_json()}
@@ -252,6 +419,23 @@ def register_runtime_ops(
     async def destroy(args: dict[str, Any], payload: bytes) -> Any:
         """End an object hosted here."""
         rid = own_hosted(args, "destroy")
+        entry = bm.table.home_entry(rid)
+        if entry is not None:
+            require_owner(principal_of(args), entry.principal, rid, "destroy")
+        if (
+            bm.table.hosted(rid) is None
+            and entry is not None
+            and entry.durable
+            and entry.location not in ("", bm.id)
+        ):
+            # The home of a durable object ends it wherever it runs, then forgets it
+            # (a copy it cannot reach stops at its next renewal: unknown here). The
+            # call acts for the object's principal, as every call about it does.
+            with contextlib.suppress(ShuttleError, OSError), acting_for(entry.principal):
+                await bm.peers.call(entry.location, "object.destroy", {"rid": str(rid)})
+            bm.table.forgotten(rid)
+            await in_control(bm.durability.forget, rid)
+            return {"destroyed": True}
         destroyed = await in_control(bm.destroy_hosted, rid)
         return {"destroyed": destroyed}
 
@@ -263,11 +447,8 @@ def register_runtime_ops(
         if not isinstance(body, dict):
             raise InvalidArgumentError("runtime.digest payload must be a map")
         decisions, local = await in_control(manager.receive, body)
-        loop = asyncio.get_running_loop()
         for rid_text, target, reason in local:
-            task = loop.create_task(_move_quietly(bm, ObjectId.parse(rid_text), target, reason))
-            bm.tasks.add(task)
-            task.add_done_callback(bm.tasks.discard)
+            bm.spawn(_move_quietly(bm, ObjectId.parse(rid_text), target, reason))
         return {"decisions": decisions, "window_s": bm.config.window_s}
 
     async def bye(args: dict[str, Any], payload: bytes) -> Any:
@@ -304,7 +485,7 @@ def register_runtime_ops(
                 }
                 for (a, b), e in window.edges.items()
             ],
-            "events": [e.to_json() for e in list(bm.events)[-50:]],
+            "events": [e.to_json() for e in bm.history.events()[-50:]],
             "clients": {},
         }
         if manager is not None:
@@ -331,6 +512,14 @@ def register_runtime_ops(
         ("object.install", install, True),
         ("object.activate", activate, True),
         ("object.abort", abort, True),
+        ("object.commit", commit, True),
+        ("object.resolve", resolve, True),
+        ("object.register", register, True),
+        ("object.persist", persist, True),
+        ("object.renew", renew, True),
+        ("object.ended", ended, True),
+        ("object.probe", probe, False),
+        ("object.fence", fence, True),
         ("object.migrate", migrate, True),
         ("object.destroy", destroy, True),
         ("runtime.digest", digest, True),

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shuttle.errors import InvalidArgumentError, LocalProtocolError
-from shuttle.runtime import migration, values
+from shuttle.runtime import values
 from shuttle.runtime.gate import Gate, GateState
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.refs import Ref
@@ -126,15 +126,3 @@ def test_gate_transitions_outside_the_table_are_refused() -> None:
     gate.activate()
     with pytest.raises(LocalProtocolError):
         gate.activate()
-
-
-def test_migration_steps_follow_the_table_and_fail_only_before_the_target_serves() -> None:
-    m = migration.Migration(ObjectId("c", "1"), "c", "n1", "test")
-    for step in ("quiesce", "checkpoint", "install"):
-        m.step(step)
-    m.step("activate")
-    with pytest.raises(LocalProtocolError):
-        m.step("fail")  # once the target serves, the move has happened
-    m.step("switch")
-    m.step("inform")
-    assert m.state == migration.DONE

@@ -469,7 +469,8 @@ def test_a_call_that_gives_way_lets_the_drain_end_and_runs_again() -> None:
         rid = bm.new_id()
         bm.host_new(rid, "", Yielding, "", None, {}, "auto")
         ref = bm.ref(rid, "127.0.0.1:1")
-        hosted = bm.hosted[rid]
+        hosted = bm.table.hosted(rid)
+        assert hosted is not None
         obj = hosted.impl
         result: list[int] = []
         caller = threading.Thread(target=lambda: result.append(ref.update()))

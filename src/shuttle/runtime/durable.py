@@ -1,0 +1,663 @@
+"""Durable objects: state on the home's disk, leases, and coming back after a crash.
+
+An object created ``durable=True`` (and the built-in directory object) has a storage
+node as its *home*. The home keeps a :class:`Record` of it on disk
+(``DATA/.shuttle/runtime/objects``): how to make it, where it runs, at which epoch,
+and its last durable checkpoint. Three rules make it survive its node:
+
+* **Written before answered.** After a call that may have changed it (any method not
+  in its class's ``readonly``), its host takes :meth:`MobileObject.durable_checkpoint`
+  and, if it differs from the last one written, has the home write it (``fdatasync``)
+  before the call is answered. Calls running side by side share one write (group
+  commit). The home takes a write only from the current activation: a stale copy's
+  write is refused, and its call goes to the current one instead.
+* **Leases.** A host other than the home serves the object only within a lease
+  (:data:`LEASE_S`) from the last time its home confirmed it (a write, a commit of a
+  move to it, or a renewal every :data:`RENEW_EVERY_S`); past it, calls wait while
+  it asks again. The home waits the lease out (and :data:`REACTIVATE_MARGIN_S`) after
+  its last confirmation before it brings the object back anywhere else. So a host cut
+  off from its home has stopped serving before a new activation starts: never two.
+* **Re-activation.** When a host dies (a probe finds the object gone there, or its
+  lease runs out) the home makes the object again *on itself*, from the last
+  checkpoint, at a new epoch, same id; callers that found it gone ask the home and
+  wait meanwhile. A home that restarts reads its records back and brings back at
+  once the objects that ran on itself.
+
+An acknowledged call's change is on the home's disk, so no re-activation loses it;
+an unacknowledged call may or may not be there. Records are two alternating slots
+per object, each ``u32 length | u32 crc32 | msgpack``, the newer whole one wins:
+one ``fdatasync`` per write, no rename.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+import os
+import struct
+import threading
+import time
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from shuttle.errors import (
+    InvalidArgumentError,
+    ObjectInDoubtError,
+    ShuttleError,
+    StorageIOError,
+)
+from shuttle.runtime import faultpoints, values
+from shuttle.runtime.gate import GateState
+from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.locations import FIRST_EPOCH, HomeEntry
+
+if TYPE_CHECKING:
+    from shuttle.runtime.binding import BindingManager
+    from shuttle.runtime.hosting import Hosted
+
+log = logging.getLogger("shuttle.runtime")
+
+#: How long a host may serve a durable object without word from its home. Long
+#: enough that a renewal every second survives a few lost ones on a loaded machine,
+#: short enough that callers of an object whose node died wait seconds, not minutes.
+LEASE_S = 4.0
+#: How often a host renews its durable objects' leases (a quarter of the lease).
+RENEW_EVERY_S = 1.0
+#: What the home adds to a lease before it brings an object back elsewhere: two
+#: machines' clocks may run at slightly different rates over a lease.
+REACTIVATE_MARGIN_S = 1.0
+#: How often a home looks for durable objects to bring back.
+HOME_CHECK_EVERY_S = 0.5
+#: Longest a call waits for its change to be written at an unreachable home before
+#: the caller is told it is in doubt.
+PERSIST_WAIT_S = 30.0
+#: After a re-activation fails (the home cannot make the object: shipped code on a
+#: node without a key, say), it is not tried again for this long.
+REACTIVATE_RETRY_S = 10.0
+
+_HEADER = struct.Struct("<II")
+
+
+@dataclass
+class Record:
+    """A durable object as its home keeps it on disk."""
+
+    rid: str
+    type_name: str
+    type_label: str
+    code: bytes | None
+    policy: str
+    home_address: str
+    app: str
+    location: str
+    epoch: int
+    last_commit: str
+    checkpoint: bytes
+    seq: int = 0
+
+    def pack(self) -> bytes:
+        body = msgpack.packb(asdict(self), use_bin_type=True)
+        return _HEADER.pack(len(body), zlib.crc32(body)) + body
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Record | None:
+        """The record in ``data``, or None if it is torn (cut short, bad checksum)."""
+        if len(data) < _HEADER.size:
+            return None
+        length, crc = _HEADER.unpack_from(data)
+        body = data[_HEADER.size : _HEADER.size + length]
+        if len(body) != length or zlib.crc32(body) != crc:
+            return None
+        try:
+            return cls(**msgpack.unpackb(body, raw=False))
+        except (ValueError, TypeError, msgpack.UnpackException):
+            return None
+
+
+class RecordFiles:
+    """The records of one home, two slots per object (``LOCAL.0``, ``LOCAL.1``)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def _slots(self, rid: str) -> tuple[Path, Path]:
+        local = ObjectId.parse(rid).local
+        return self.directory / f"{local}.0", self.directory / f"{local}.1"
+
+    def write(self, record: Record) -> None:
+        """Durable when it returns (the other slot keeps the previous record)."""
+        path = self._slots(record.rid)[record.seq % 2]
+        new = not path.exists()
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, record.pack())
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            if new:  # the file's name must survive a crash too
+                dfd = os.open(self.directory, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+        except OSError as exc:
+            raise StorageIOError(
+                f"cannot write durable object {record.rid}'s record in {self.directory}: "
+                f"{exc.strerror or exc}"
+            ) from exc
+
+    def delete(self, rid: str) -> None:
+        for path in self._slots(rid):
+            path.unlink(missing_ok=True)
+
+    def load_all(self) -> list[Record]:
+        """The newest whole record of every object (torn slots are skipped)."""
+        best: dict[str, Record] = {}
+        for path in sorted(self.directory.glob("*.[01]")):
+            record = Record.unpack(path.read_bytes())
+            if record is None:
+                log.warning("durable record %s is torn; the other slot is used", path)
+                continue
+            old = best.get(record.rid)
+            if old is None or record.seq > old.seq:
+                best[record.rid] = record
+        return list(best.values())
+
+
+class Durability:
+    """Durable objects of one run-time: as their home (records, leases granted,
+    re-activation) and as their host (writes, leases held)."""
+
+    def __init__(self, bm: BindingManager, directory: Path | None) -> None:
+        self.bm = bm
+        self.files = RecordFiles(directory) if directory is not None else None
+        self._records: dict[ObjectId, Record] = {}
+        #: When (monotonic, here) each durable object's lease was last granted.
+        self._granted: dict[ObjectId, float] = {}
+        #: Objects whose host failed and whose lease still runs (callers wait).
+        self._suspect: dict[ObjectId, float] = {}
+        self._failed: dict[ObjectId, float] = {}
+        self._locks: dict[ObjectId, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        self._started = time.monotonic()
+
+    # --- shared -------------------------------------------------------------------------
+
+    def lock_for(self, rid: ObjectId) -> threading.Lock:
+        """Orders one object's changes at its home: writes, commits, resolutions."""
+        with self._locks_lock:
+            lock = self._locks.get(rid)
+            if lock is None:
+                lock = self._locks[rid] = threading.Lock()
+            return lock
+
+    @property
+    def is_home(self) -> bool:
+        return self.files is not None
+
+    def start(self) -> None:
+        """On the run-time's loop: read the records back and start the periodic work."""
+        if self.files is not None:
+            for record in self.files.load_all():
+                rid = ObjectId.parse(record.rid)
+                self._records[rid] = record
+                entry = HomeEntry(record.location, record.type_label, record.epoch, True)
+                entry.last_commit = record.last_commit
+                self.bm.table.restored_home(rid, entry)
+                # What ran elsewhere may run on: count its lease from now.
+                self._granted[rid] = time.monotonic()
+            if self._records:
+                log.info("home of %d durable object(s), read back", len(self._records))
+            self.bm.spawn(self._home_forever())
+        self.bm.spawn(self._renew_forever())
+
+    # --- the home's side ------------------------------------------------------------------
+
+    def _write(self, rid: ObjectId, **changes: Any) -> Record:
+        assert self.files is not None
+        record = self._records[rid]
+        fresh = Record(**{**asdict(record), **changes, "seq": record.seq + 1})
+        self.files.write(fresh)
+        self._records[rid] = fresh
+        return fresh
+
+    def granted(self, rid: ObjectId) -> None:
+        """At the home: the object's lease counts from now (its host heard from us)."""
+        if rid in self._records:
+            self._granted[rid] = time.monotonic()
+
+    def recorded(
+        self,
+        rid: ObjectId,
+        *,
+        type_name: str,
+        type_label: str,
+        code: bytes | None,
+        policy: str,
+        home_address: str,
+        app: str,
+        location: str,
+        checkpoint: bytes,
+    ) -> None:
+        """At the home: durable object ``rid`` (made here, or described by its host)
+        now exists at ``location``, epoch 1: on disk before this returns."""
+        if self.files is None:
+            raise InvalidArgumentError(
+                f"{self.bm.id} keeps no durable objects (it has no data directory); a "
+                "durable object's home must be a storage node"
+            )
+        record = Record(
+            str(rid),
+            type_name,
+            type_label,
+            code,
+            policy,
+            home_address,
+            app,
+            location,
+            FIRST_EPOCH,
+            "",
+            checkpoint,
+        )
+        with self.lock_for(rid):
+            self._records[rid] = record
+            self._write(rid)
+            if location != self.bm.id:
+                self._granted[rid] = time.monotonic()
+
+    def forget(self, rid: ObjectId) -> None:
+        """At the home: the object ended for good."""
+        with self.lock_for(rid):
+            if self._records.pop(rid, None) is not None and self.files is not None:
+                self.files.delete(str(rid))
+            self._granted.pop(rid, None)
+            self._suspect.pop(rid, None)
+
+    def commit(self, rid: ObjectId, mid: str, source: str, from_epoch: int, target: str) -> Any:
+        """At the home: the commit of a move (see :meth:`LocationTable.commit_move`);
+        a durable object's record is on disk with the new place before it takes
+        effect. The caller holds :meth:`lock_for` ``(rid)``."""
+        table = self.bm.table
+        entry = table.home_entry(rid)
+        if entry is None or not entry.durable or rid not in self._records:
+            return table.commit_move(rid, mid, source, from_epoch, target)
+        if entry.last_commit != mid and (
+            mid in entry.fenced or entry.location != source or entry.epoch != from_epoch
+        ):
+            return table.commit_move(rid, mid, source, from_epoch, target)  # its refusal
+        if entry.last_commit != mid:
+            self._write(rid, location=target, epoch=entry.epoch + 1, last_commit=mid)
+        done = table.commit_move(rid, mid, source, from_epoch, target)
+        if done.ok:
+            self._granted[rid] = time.monotonic()
+            self._suspect.pop(rid, None)
+        return done
+
+    def on_persist(
+        self, rid: ObjectId, epoch: int, sender: str, checkpoint: bytes
+    ) -> dict[str, Any]:
+        """At the home: a host's write of its durable object's state."""
+        with self.lock_for(rid):
+            entry = self.bm.table.home_entry(rid)
+            stale = self._stale(rid, entry, epoch, sender)
+            if stale is not None:
+                return stale
+            self._write(rid, checkpoint=checkpoint)
+            self._granted[rid] = time.monotonic()
+        return {"ok": True, "lease_s": LEASE_S}
+
+    def on_renew(self, items: list[tuple[ObjectId, int]], sender: str) -> dict[str, Any]:
+        """At the home: a host asks to keep serving these copies."""
+        out: dict[str, Any] = {}
+        now = time.monotonic()
+        for rid, epoch in items:
+            stale = self._stale(rid, self.bm.table.home_entry(rid), epoch, sender)
+            if stale is None:
+                self._granted[rid] = now
+                out[str(rid)] = {"ok": True}
+            else:
+                out[str(rid)] = stale
+        return out
+
+    def _stale(
+        self, rid: ObjectId, entry: HomeEntry | None, epoch: int, sender: str
+    ) -> dict[str, Any] | None:
+        if entry is None or rid not in self._records:
+            return {"stale": True, "location": "", "epoch": 0}
+        if entry.location != sender or entry.epoch != epoch:
+            return {"stale": True, "location": entry.location, "epoch": entry.epoch}
+        return None
+
+    def recovering(self, rid: ObjectId) -> bool:
+        """At the home: callers must wait (its host failed, its lease still runs)."""
+        return rid in self._suspect
+
+    def retry_after_s(self, rid: ObjectId) -> float:
+        granted = self._granted.get(rid, self._started)
+        left = granted + LEASE_S + REACTIVATE_MARGIN_S - time.monotonic()
+        return max(0.1, min(left, 2.0))
+
+    async def suspect(self, rid: ObjectId, failed_at: str) -> None:
+        """At the home: a caller found ``rid`` unreachable or gone at ``failed_at``.
+        A durable object is brought back at once if its host no longer has it, once
+        its lease runs out if the host cannot be reached."""
+        entry = self.bm.table.home_entry(rid)
+        if entry is None or not entry.durable or rid not in self._records:
+            return
+        location, epoch = entry.location, entry.epoch
+        if location != failed_at:
+            return  # it moved on since
+        if location == self.bm.id:
+            if self.bm.table.hosted(rid) is None:
+                await self._reactivate(rid, location, epoch)
+            return
+        if self._lease_over(rid):
+            await self._reactivate(rid, location, epoch)
+            return
+        try:
+            reply = await self.bm.peers.control(location, "object.probe", {"rid": str(rid)})
+            probe = reply.result if isinstance(reply.result, dict) else {}
+        except (ShuttleError, OSError):
+            self._suspect[rid] = time.monotonic()  # unreachable: wait out its lease
+            return
+        if not probe.get("hosted") or int(probe.get("epoch", 0)) < epoch:
+            await self._reactivate(rid, location, epoch)  # it restarted without it
+        else:
+            self._suspect.pop(rid, None)
+
+    def _lease_over(self, rid: ObjectId) -> bool:
+        granted = self._granted.get(rid, self._started)
+        return time.monotonic() > granted + LEASE_S + REACTIVATE_MARGIN_S
+
+    async def _home_forever(self) -> None:
+        while True:
+            await asyncio.sleep(HOME_CHECK_EVERY_S)
+            try:
+                await self._check_homed()
+            except Exception:  # a bug here must not end the home's duties
+                log.exception("durable objects' check failed")
+
+    async def _check_homed(self) -> None:
+        now = time.monotonic()
+        for rid, entry in self.bm.table.homed_items():
+            if not entry.durable or rid not in self._records:
+                continue
+            if now < self._failed.get(rid, 0.0):
+                continue
+            if entry.location == self.bm.id:
+                if self.bm.table.hosted(rid) is None:
+                    await self._reactivate(rid, entry.location, entry.epoch)
+            elif self._lease_over(rid):
+                await self._reactivate(rid, entry.location, entry.epoch)
+
+    async def _reactivate(self, rid: ObjectId, location: str, epoch: int) -> None:
+        try:
+            await self.bm.in_control(self._reactivate_here, rid, location, epoch)
+        except ShuttleError as exc:
+            self._failed[rid] = time.monotonic() + REACTIVATE_RETRY_S
+            log.error("cannot bring durable object %s back here: %s", rid, exc)
+            return
+        if location != self.bm.id:
+            self.bm.spawn(self._fence(location, rid))
+
+    def _reactivate_here(self, rid: ObjectId, location: str, epoch: int) -> None:
+        """Make ``rid`` again here from its record, at a new epoch (control thread)."""
+        bm = self.bm
+        faultpoints.reached("home-reactivate", str(rid))
+        with self.lock_for(rid):
+            entry = bm.table.home_entry(rid)
+            record = self._records.get(rid)
+            if (
+                entry is None
+                or record is None
+                or (entry.location, entry.epoch)
+                != (
+                    location,
+                    epoch,
+                )
+            ):
+                return  # someone else moved it meanwhile
+            if location == bm.id and bm.table.hosted(rid) is not None:
+                return
+            new_epoch = epoch + 1
+            self._write(rid, location=bm.id, epoch=new_epoch, last_commit="")
+            hosted = bm.hosting.restore(
+                rid,
+                record.home_address,
+                record.type_name,
+                record.code,
+                record.checkpoint,
+                record.policy,
+                gate=GateState.OPEN,
+                durable=True,
+                epoch=new_epoch,
+                app=record.app,
+                arrived_from=location,
+            )
+            hosted.persist.last_hash = hashlib.blake2b(record.checkpoint).digest()
+            old = bm.table.hosted(rid)
+            if old is not None:  # a stale stage of it: this activation replaces it
+                bm.retire(old)
+            bm.table.reactivation(rid, bm.id)
+            bm.table.reactivated_here(hosted)
+            self._suspect.pop(rid, None)
+            self._granted.pop(rid, None)
+        log.warning(
+            "durable object %s brought back on %s at epoch %d from its last checkpoint "
+            "(it ran on %s at epoch %d)",
+            rid,
+            bm.id,
+            new_epoch,
+            location,
+            epoch,
+        )
+
+    async def _fence(self, location: str, rid: ObjectId) -> None:
+        """Tell the old host to stop its copy (it has stopped serving already, its
+        lease having run out; this only tidies up)."""
+        epoch = self.bm.table.known_epoch(rid)
+        with contextlib.suppress(ShuttleError, OSError):  # it learns at its next renewal
+            await self.bm.peers.control(location, "object.fence", {"rid": str(rid), "epoch": epoch})
+
+    def app_of(self, rid: ObjectId) -> str:
+        record = self._records.get(rid)
+        return record.app if record is not None else ""
+
+    # --- the host's side ------------------------------------------------------------------
+
+    def register(self, hosted: Hosted) -> None:
+        """A durable object was made here: its home records it before it serves
+        (executor thread)."""
+        checkpoint = self.bm.hosting.checkpoint_of(hosted, durable_part=True)
+        hosted.persist.last_hash = hashlib.blake2b(checkpoint).digest()
+        rid = hosted.rid
+        if rid.home == self.bm.id:
+            self.recorded(
+                rid,
+                type_name=hosted.type_name,
+                type_label=hosted.type_label,
+                code=hosted.code,
+                policy=hosted.policy,
+                home_address=hosted.home_address,
+                app=hosted.app,
+                location=self.bm.id,
+                checkpoint=checkpoint,
+            )
+            return
+        sent = time.monotonic()
+        self.bm.run(
+            self.bm.peers.control(
+                rid.home,
+                "object.register",
+                {
+                    "rid": str(rid),
+                    "type": hosted.type_name,
+                    "label": hosted.type_label,
+                    "policy": hosted.policy,
+                    "home_address": hosted.home_address,
+                    "app": hosted.app,
+                    "from": self.bm.id,
+                    "from_address": self.bm.address,
+                },
+                values.pack({"code": hosted.code, "checkpoint": checkpoint}),
+            )
+        )
+        hosted.lease_until = sent + LEASE_S
+
+    def persist(self, hosted: Hosted) -> bool:
+        """After a call that may have changed durable ``hosted``: its state is on its
+        home's disk when this returns True; False: the copy is stale (its home holds
+        another activation) and must end. Raises :class:`ObjectInDoubtError` if the
+        home cannot be reached for :data:`PERSIST_WAIT_S`."""
+        state = hosted.persist
+        with state.counts:
+            state.ended += 1
+            mine = state.ended
+        with state.lock:
+            if state.written >= mine:
+                return True  # a write that began after this call ended covers it
+            with state.counts:
+                covered = state.ended
+            data = self.bm.hosting.checkpoint_of(hosted, durable_part=True)
+            digest = hashlib.blake2b(data).digest()
+            if digest != state.last_hash:
+                faultpoints.reached("persist", str(hosted.rid))
+                if not self._write_state(hosted, data):
+                    return False
+                state.last_hash = digest
+            state.written = covered
+            return True
+
+    def _write_state(self, hosted: Hosted, data: bytes) -> bool:
+        rid = hosted.rid
+        if rid.home == self.bm.id:
+            reply = self.on_persist(rid, hosted.epoch, self.bm.id, data)
+            return bool(reply.get("ok"))
+        deadline = time.monotonic() + PERSIST_WAIT_S
+        pause = 0.05
+        while True:
+            sent = time.monotonic()
+            try:
+                resp = self.bm.run(
+                    self.bm.peers.control(
+                        rid.home,
+                        "object.persist",
+                        {"rid": str(rid), "epoch": hosted.epoch, "from": self.bm.id},
+                        data,
+                    )
+                )
+            except (ShuttleError, OSError) as exc:
+                if isinstance(exc, ShuttleError) and exc.code in ("invalid_argument",):
+                    raise
+                if time.monotonic() + pause > deadline:
+                    raise ObjectInDoubtError(
+                        f"durable object {rid} could not write its state at its home "
+                        f"{rid.home} for {PERSIST_WAIT_S:g} s ({exc}); the call may or may "
+                        "not have taken effect; try again once the home is reachable"
+                    ) from exc
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                continue
+            result = resp.result if isinstance(resp.result, dict) else {}
+            if result.get("ok"):
+                hosted.lease_until = sent + LEASE_S
+                return True
+            return False
+
+    def renew_now(self, hosted: Hosted) -> bool:
+        """A call found ``hosted``'s lease run out: ask its home now (executor thread).
+        True: it serves again; False: it is stale and ended."""
+        deadline = time.monotonic() + PERSIST_WAIT_S
+        pause = 0.05
+        while time.monotonic() >= hosted.lease_until:
+            if self.bm.table.hosted(hosted.rid) is not hosted:
+                return False
+            try:
+                self.bm.run(self._renew(hosted.rid.home, [hosted]))
+            except (ShuttleError, OSError) as exc:
+                if time.monotonic() + pause > deadline:
+                    raise ObjectInDoubtError(
+                        f"durable object {hosted.rid} has not heard from its home "
+                        f"{hosted.rid.home} for {LEASE_S + PERSIST_WAIT_S:g} s ({exc}); it "
+                        "serves no calls until it does; try again once the home is reachable"
+                    ) from exc
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+        return self.bm.table.hosted(hosted.rid) is hosted
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(RENEW_EVERY_S)
+            by_home: dict[str, list[Hosted]] = {}
+            for rid, hosted in self.bm.table.hosted_items():
+                if hosted.durable and rid.home != self.bm.id and not hosted.staged:
+                    by_home.setdefault(rid.home, []).append(hosted)
+            if by_home:
+                await asyncio.gather(
+                    *(self._renew_quietly(home, copies) for home, copies in by_home.items())
+                )
+
+    async def _renew_quietly(self, home: str, copies: list[Hosted]) -> None:
+        try:
+            await self._renew(home, copies)
+        except (ShuttleError, OSError) as exc:
+            log.info("lease renewal at %s failed: %s", home, exc)
+
+    async def _renew(self, home: str, copies: list[Hosted]) -> None:
+        sent = time.monotonic()
+        reply = await self.bm.peers.control(
+            home,
+            "object.renew",
+            {"items": [[str(h.rid), h.epoch] for h in copies], "from": self.bm.id},
+            timeout_s=min(LEASE_S / 2, self.bm.peers.control_timeout_s(home, 0)),
+        )
+        answers = reply.result if isinstance(reply.result, dict) else {}
+        for hosted in copies:
+            answer = answers.get(str(hosted.rid), {})
+            if isinstance(answer, dict) and answer.get("ok"):
+                hosted.lease_until = max(hosted.lease_until, sent + LEASE_S)
+            elif isinstance(answer, dict) and answer.get("stale"):
+                self._stop_stale(hosted, answer)
+
+    def _stop_stale(self, hosted: Hosted, answer: dict[str, Any]) -> None:
+        """The home says another activation is current: this copy stops."""
+        if self.bm.table.hosted(hosted.rid) is not hosted:
+            return
+        log.warning(
+            "durable object %s: this copy (epoch %d) is stale, its home holds it on %s at "
+            "epoch %s; it stops",
+            hosted.rid,
+            hosted.epoch,
+            answer.get("location") or "nowhere",
+            answer.get("epoch"),
+        )
+        if hosted.gate.state is GateState.QUIESCING:
+            return  # a migration in doubt settles it with the home itself
+        self.bm.retire(hosted)
+        if answer.get("location"):
+            self.bm.table.heard(hosted.rid, str(answer["location"]), int(answer.get("epoch", 0)))
+
+    def tell_home_ended(self, hosted: Hosted) -> None:
+        """A durable object hosted here was destroyed: its home forgets it."""
+        try:
+            self.bm.run(
+                self.bm.peers.control(
+                    hosted.rid.home, "object.ended", {"rid": str(hosted.rid), "epoch": hosted.epoch}
+                )
+            )
+        except (ShuttleError, OSError) as exc:
+            log.info("could not tell %s's home it ended (%s); it forgets it later", hosted.rid, exc)
+
+    def lease_left_s(self, hosted: Hosted) -> float | None:
+        if math.isinf(hosted.lease_until):
+            return None
+        return round(hosted.lease_until - time.monotonic(), 3)
