@@ -76,6 +76,14 @@ def serve(
             "many seconds (default 30)."
         ),
     ] = None,
+    durable_lease: Annotated[
+        float | None,
+        typer.Option(
+            help="Run-time: seconds a node serves another home's durable object without "
+            "word from that home; as a home, how long it waits before bringing back one "
+            "whose node went silent (default 4)."
+        ),
+    ] = None,
     adapt: Annotated[
         bool,
         typer.Option(
@@ -247,6 +255,7 @@ def serve(
         "object_memory_bytes": object_memory,
         "adaptive": None if adapt else False,
         "lease_s": lease,
+        "durable_lease_s": durable_lease,
         "sandbox_memory_bytes": sandbox_memory,
         "sandbox_cpu_s": sandbox_cpu,
         "sandbox_wall_s": sandbox_wall,

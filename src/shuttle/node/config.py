@@ -24,6 +24,7 @@ from shuttle.net.cpu import parse_speed_factor
 from shuttle.net.server import EXECUTOR_THREADS
 from shuttle.node.callbacks import CALLBACK_TERM_S_DEFAULT, CALLBACK_TERM_S_MAX
 from shuttle.runtime.config import (
+    DURABLE_LEASE_S_DEFAULT,
     LEASE_S_DEFAULT,
     THRESHOLD_FRACTION_DEFAULT,
     WINDOW_S_DEFAULT,
@@ -104,6 +105,8 @@ class NodeConfig:
     adaptive: bool = True
     #: Objects of an application's run-time not heard from for this long are dropped.
     lease_s: float = LEASE_S_DEFAULT
+    #: A durable object's lease: how long a host serves it without word from its home.
+    durable_lease_s: float = DURABLE_LEASE_S_DEFAULT
     #: Limits of each shipped object's worker process.
     sandbox_memory_bytes: int = SANDBOX_MEMORY_BYTES_DEFAULT
     sandbox_cpu_s: float = SANDBOX_CPU_S_DEFAULT
@@ -214,6 +217,7 @@ class NodeConfig:
             object_memory_bytes=self.object_memory_bytes,
             adaptive=self.adaptive,
             lease_s=self.lease_s,
+            durable_lease_s=self.durable_lease_s,
             decision_log=self.data_dir / ".shuttle" / "runtime" / "placement.jsonl",
             durable_dir=self.data_dir / ".shuttle" / "runtime" / "objects",
         )

@@ -457,9 +457,10 @@ class BindingManager:
             except UnreachableError:
                 # Ask the home, saying where the call failed: it knows better, or (a
                 # durable object whose node died) brings it back elsewhere.
+                before = self.table.known_epoch(rid)
                 self.table.hint_failed(rid)
                 home_says = self._locate(rid, where, deadline)
-                if home_says == where:
+                if home_says == where and self.table.known_epoch(rid) <= before:
                     raise
                 continue
             if status == "ok":
@@ -473,9 +474,11 @@ class BindingManager:
             entry = self.table.home_entry(rid)
             if home_says == where or (entry is not None and entry.location == where):
                 # The home itself sent us to ``where``, which does not have it: tell
-                # the home (a durable object is brought back), or it was lost.
+                # the home (a durable object is brought back: a newer epoch), or it
+                # was lost.
+                before = self.table.known_epoch(rid)
                 home_says = self._locate(rid, where, deadline)
-                if home_says == where:
+                if home_says == where and self.table.known_epoch(rid) <= before:
                     raise ObjectNotFoundError(
                         f"object {rid} was lost: its home says it runs on {where}, but "
                         f"{where} does not host it (did {where} restart?); create it again"

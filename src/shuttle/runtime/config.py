@@ -33,6 +33,12 @@ STAGED_TTL_S_DEFAULT = 30.0
 #: from for this long: the application died or lost the node. Clients send a digest
 #: every H to the nodes that host their objects, busy or not.
 LEASE_S_DEFAULT = 30.0
+#: A durable object's lease (docs/runtime.md, "Durable objects"): a host serves it this
+#: long without word from its home, which waits it out before bringing the object
+#: back elsewhere. Long enough that a renewal every quarter of it survives a few lost
+#: ones on a loaded machine; short enough that the callers of an object whose node
+#: died wait seconds, not minutes.
+DURABLE_LEASE_S_DEFAULT = 4.0
 #: A migration that failed is not tried again for this long, doubled after each
 #: further failure (capped at 16 times): a move that cannot work must not quiesce
 #: the object every window.
@@ -57,6 +63,7 @@ class RuntimeConfig:
     drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT
     staged_ttl_s: float = STAGED_TTL_S_DEFAULT
     lease_s: float = LEASE_S_DEFAULT
+    durable_lease_s: float = DURABLE_LEASE_S_DEFAULT
     retry_after_s: float = RETRY_AFTER_S_DEFAULT
     #: Memory a node lends to hosted mobile objects (None: no limit).
     object_memory_bytes: int | None = None
@@ -79,6 +86,8 @@ class RuntimeConfig:
             raise ConfigError("run-time setting digest_interval_s must be > 0 seconds")
         if not (self.lease_s > 0 and self.retry_after_s >= 0):
             raise ConfigError("lease_s must be > 0 and retry_after_s ≥ 0 seconds")
+        if not (math.isfinite(self.durable_lease_s) and self.durable_lease_s > 0):
+            raise ConfigError(f"durable_lease_s must be > 0 seconds, got {self.durable_lease_s!r}")
         if not self.drain_timeout_s > 0:
             raise ConfigError(f"drain_timeout_s must be > 0 seconds, got {self.drain_timeout_s!r}")
         if self.object_memory_bytes is not None and self.object_memory_bytes < 0:

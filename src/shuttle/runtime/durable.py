@@ -12,11 +12,12 @@ and its last durable checkpoint. Three rules make it survive its node:
   commit). The home takes a write only from the current activation: a stale copy's
   write is refused, and its call goes to the current one instead.
 * **Leases.** A host other than the home serves the object only within a lease
-  (:data:`LEASE_S`) from the last time its home confirmed it (a write, a commit of a
-  move to it, or a renewal every :data:`RENEW_EVERY_S`); past it, calls wait while
-  it asks again. The home waits the lease out (and :data:`REACTIVATE_MARGIN_S`) after
-  its last confirmation before it brings the object back anywhere else. So a host cut
-  off from its home has stopped serving before a new activation starts: never two.
+  (``durable_lease_s``, 4 s, as the home says in every grant) from the last time its
+  home confirmed it (a write, a commit of a move to it, or a renewal every quarter
+  lease); past it, calls wait while it asks again. The home waits the lease out (and
+  :data:`REACTIVATE_MARGIN_S`) after its last confirmation before it brings the object
+  back anywhere else. So a host cut off from its home has stopped serving before a
+  new activation starts: never two.
 * **Re-activation.** When a host dies (a probe finds the object gone there, or its
   lease runs out) the home makes the object again *on itself*, from the last
   checkpoint, at a new epoch, same id; callers that found it gone ask the home and
@@ -64,12 +65,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("shuttle.runtime")
 
-#: How long a host may serve a durable object without word from its home. Long
-#: enough that a renewal every second survives a few lost ones on a loaded machine,
-#: short enough that callers of an object whose node died wait seconds, not minutes.
-LEASE_S = 4.0
-#: How often a host renews its durable objects' leases (a quarter of the lease).
-RENEW_EVERY_S = 1.0
+#: Renewals per lease (a host renews every quarter of it: three may be lost).
+RENEWALS_PER_LEASE = 4
 #: What the home adds to a lease before it brings an object back elsewhere: two
 #: machines' clocks may run at slightly different rates over a lease.
 REACTIVATE_MARGIN_S = 1.0
@@ -189,6 +186,8 @@ class Durability:
         self._locks: dict[ObjectId, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._started = time.monotonic()
+        #: The lease this run-time grants as a home (a host uses what its home says).
+        self.lease_s = bm.config.durable_lease_s
 
     # --- shared -------------------------------------------------------------------------
 
@@ -313,7 +312,7 @@ class Durability:
                 return stale
             self._write(rid, checkpoint=checkpoint)
             self._granted[rid] = time.monotonic()
-        return {"ok": True, "lease_s": LEASE_S}
+        return {"ok": True, "lease_s": self.lease_s}
 
     def on_renew(self, items: list[tuple[ObjectId, int]], sender: str) -> dict[str, Any]:
         """At the home: a host asks to keep serving these copies."""
@@ -323,7 +322,7 @@ class Durability:
             stale = self._stale(rid, self.bm.table.home_entry(rid), epoch, sender)
             if stale is None:
                 self._granted[rid] = now
-                out[str(rid)] = {"ok": True}
+                out[str(rid)] = {"ok": True, "lease_s": self.lease_s}
             else:
                 out[str(rid)] = stale
         return out
@@ -343,7 +342,7 @@ class Durability:
 
     def retry_after_s(self, rid: ObjectId) -> float:
         granted = self._granted.get(rid, self._started)
-        left = granted + LEASE_S + REACTIVATE_MARGIN_S - time.monotonic()
+        left = granted + self.lease_s + REACTIVATE_MARGIN_S - time.monotonic()
         return max(0.1, min(left, 2.0))
 
     async def suspect(self, rid: ObjectId, failed_at: str) -> None:
@@ -376,7 +375,7 @@ class Durability:
 
     def _lease_over(self, rid: ObjectId) -> bool:
         granted = self._granted.get(rid, self._started)
-        return time.monotonic() > granted + LEASE_S + REACTIVATE_MARGIN_S
+        return time.monotonic() > granted + self.lease_s + REACTIVATE_MARGIN_S
 
     async def _home_forever(self) -> None:
         while True:
@@ -494,7 +493,7 @@ class Durability:
             )
             return
         sent = time.monotonic()
-        self.bm.run(
+        reply = self.bm.run(
             self.bm.peers.control(
                 rid.home,
                 "object.register",
@@ -511,7 +510,7 @@ class Durability:
                 values.pack({"code": hosted.code, "checkpoint": checkpoint}),
             )
         )
-        hosted.lease_until = sent + LEASE_S
+        hosted.lease_until = sent + granted_lease_s(reply.result, self.lease_s)
 
     def persist(self, hosted: Hosted) -> bool:
         """After a call that may have changed durable ``hosted``: its state is on its
@@ -569,7 +568,7 @@ class Durability:
                 continue
             result = resp.result if isinstance(resp.result, dict) else {}
             if result.get("ok"):
-                hosted.lease_until = sent + LEASE_S
+                hosted.lease_until = sent + granted_lease_s(result, self.lease_s)
                 return True
             return False
 
@@ -587,7 +586,7 @@ class Durability:
                 if time.monotonic() + pause > deadline:
                     raise ObjectInDoubtError(
                         f"durable object {hosted.rid} has not heard from its home "
-                        f"{hosted.rid.home} for {LEASE_S + PERSIST_WAIT_S:g} s ({exc}); it "
+                        f"{hosted.rid.home} for {self.lease_s + PERSIST_WAIT_S:g} s ({exc}); it "
                         "serves no calls until it does; try again once the home is reachable"
                     ) from exc
                 time.sleep(pause)
@@ -596,7 +595,7 @@ class Durability:
 
     async def _renew_forever(self) -> None:
         while True:
-            await asyncio.sleep(RENEW_EVERY_S)
+            await asyncio.sleep(self.lease_s / RENEWALS_PER_LEASE)
             by_home: dict[str, list[Hosted]] = {}
             for rid, hosted in self.bm.table.hosted_items():
                 if hosted.durable and rid.home != self.bm.id and not hosted.staged:
@@ -618,13 +617,14 @@ class Durability:
             home,
             "object.renew",
             {"items": [[str(h.rid), h.epoch] for h in copies], "from": self.bm.id},
-            timeout_s=min(LEASE_S / 2, self.bm.peers.control_timeout_s(home, 0)),
+            timeout_s=min(self.lease_s / 2, self.bm.peers.control_timeout_s(home, 0)),
         )
         answers = reply.result if isinstance(reply.result, dict) else {}
         for hosted in copies:
             answer = answers.get(str(hosted.rid), {})
             if isinstance(answer, dict) and answer.get("ok"):
-                hosted.lease_until = max(hosted.lease_until, sent + LEASE_S)
+                lease_s = granted_lease_s(answer, self.lease_s)
+                hosted.lease_until = max(hosted.lease_until, sent + lease_s)
             elif isinstance(answer, dict) and answer.get("stale"):
                 self._stop_stale(hosted, answer)
 
@@ -661,3 +661,11 @@ class Durability:
         if math.isinf(hosted.lease_until):
             return None
         return round(hosted.lease_until - time.monotonic(), 3)
+
+
+def granted_lease_s(answer: Any, default: float) -> float:
+    """The lease a home's answer grants (its own setting), or ``default``."""
+    lease = answer.get("lease_s") if isinstance(answer, dict) else None
+    if isinstance(lease, int | float) and not isinstance(lease, bool) and 0 < lease < math.inf:
+        return float(lease)
+    return default

@@ -440,7 +440,9 @@ class Hosting:
             code=None,
             policy="static",
             gate=GateState.OPEN,
-            durable=type(obj).durable,
+            # An anchored object never moves and is made again by its node at start: a
+            # durable one (the atomicity object's log) keeps its own state on disk.
+            durable=False,
             epoch=FIRST_EPOCH,
             app=rid.home,
         )

@@ -47,7 +47,7 @@ from shuttle.net.addresses import parse_address
 from shuttle.runtime import faultpoints, values
 from shuttle.runtime.authority import ACTING
 from shuttle.runtime.binding import BindingManager
-from shuttle.runtime.durable import LEASE_S
+from shuttle.runtime.durable import granted_lease_s
 from shuttle.runtime.gate import GateState
 from shuttle.runtime.hosting import POLICIES, Hosted, Stage
 from shuttle.runtime.ids import ObjectId
@@ -451,7 +451,9 @@ async def activate(bm: BindingManager, rid: ObjectId, mid: str) -> dict[str, Any
         ) from exc
     if answer.get("ok"):
         await faultpoints.areached("open", str(rid))
-        _open(bm, hosted, int(answer["epoch"]), sent)
+        _open(
+            bm, hosted, int(answer["epoch"]), sent + granted_lease_s(answer, bm.durability.lease_s)
+        )
         return {"active": True, "epoch": hosted.epoch}
     await bm.in_control(drop_stage, bm, hosted)
     return {
@@ -484,16 +486,15 @@ async def _commit(bm: BindingManager, hosted: Hosted, stage: Stage) -> dict[str,
     return reply.result if isinstance(reply.result, dict) else {}
 
 
-def _open(bm: BindingManager, hosted: Hosted, epoch: int, lease_from: float) -> None:
-    """The home committed the move: the staged copy serves at ``epoch``."""
+def _open(bm: BindingManager, hosted: Hosted, epoch: int, lease_until: float) -> None:
+    """The home committed the move: the staged copy serves at ``epoch`` (a durable
+    one of another home's, until ``lease_until``)."""
     if bm.table.hosted(hosted.rid) is not hosted or not hosted.staged:
         return
     assert hosted.stage is not None
     hosted.arrival_mid = hosted.stage.mid
     hosted.stage = None
-    hosted.lease_until = (
-        lease_from + LEASE_S if hosted.durable and hosted.rid.home != bm.id else math.inf
-    )
+    hosted.lease_until = lease_until if hosted.durable and hosted.rid.home != bm.id else math.inf
     bm.table.activated_here(hosted.rid, epoch)
     hosted.arrived_at = time.monotonic()
     hosted.gate.activate()
@@ -555,7 +556,8 @@ async def _watch_stage(bm: BindingManager, hosted: Hosted) -> None:
             log.info("staged %s: its home cannot say yet (%s)", hosted.rid, exc)
             continue
         if answer.get("committed") and answer.get("location") == bm.id:
-            _open(bm, hosted, int(answer.get("epoch", 0)), sent)
+            lease_until = sent + granted_lease_s(answer, bm.durability.lease_s)
+            _open(bm, hosted, int(answer.get("epoch", 0)), lease_until)
         else:
             await bm.in_control(drop_stage, bm, hosted)
         return
@@ -587,6 +589,7 @@ def commit_here(
         "epoch": done.epoch,
         "location": done.location,
         "reason": done.reason,
+        "lease_s": bm.durability.lease_s,
     }
 
 
@@ -603,4 +606,5 @@ def resolve_here(bm: BindingManager, rid: ObjectId, mid: str, asker: str) -> dic
         "location": answer.location,
         "epoch": answer.epoch,
         "known": answer.known,
+        "lease_s": bm.durability.lease_s,
     }

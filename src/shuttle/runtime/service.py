@@ -348,7 +348,7 @@ def register_runtime_ops(
         except BaseException:
             bm.table.creation_failed(rid)
             raise
-        return {"recorded": str(rid)}
+        return {"recorded": str(rid), "lease_s": bm.durability.lease_s}
 
     async def persist(args: dict[str, Any], payload: bytes) -> Any:
         """At a durable object's home: its host's write of its state."""

@@ -39,6 +39,14 @@ one short lock never held across an outgoing call.
 the promises belong to the reference, not the host, and a callback that arrives while
 the object moves waits at its gate and is delivered wherever it lands.
 
+**Durable.** A directory object is durable (docs/runtime.md, "Durable objects"): if
+the node it runs on dies, its home brings it back, same id, so the isolation
+objects' callbacks still reach it. What it must not lose is only what it was made
+with (the volume and the isolation objects): every update it acknowledged is in the
+directory's blocks, committed and durable at their node before it returned, and its
+cache and counters are rebuilt from there. So no call changes its durable part, and
+none waits for a write.
+
 **Serialisation (ABACUS 6.5).** Directory objects on one run-time share a manager
 whose per-directory locks order their updates of one directory: moved to the
 directory's node, the clients' objects take turns locally instead of retrying over
@@ -88,6 +96,7 @@ from shuttle.objects.fs.dirblocks import (
     split_path,
     stored_body_bytes,
 )
+from shuttle.runtime import values
 from shuttle.runtime.mobile import CallMoved, MobileObject, ObjectManager, builtin
 from shuttle.runtime.refs import Ref
 from shuttle.store.keys import validate_key
@@ -169,6 +178,9 @@ class DirectoryObject(MobileObject):
     # waits for this one's; two objects moving at once must not hold each other's.
     quiesce_admits = frozenset({"invalidate"})
     manager_class = DirectoryManager
+    durable = True
+    #: No call changes what a directory object must keep (see "Durable" above).
+    readonly = frozenset({"mkdir", "create", "lookup", "listdir", "remove", "invalidate", "stats"})
 
     def __init__(self, volume: str, isolations: dict[str, Ref]) -> None:
         if not isinstance(volume, str) or not volume:
@@ -210,8 +222,14 @@ class DirectoryObject(MobileObject):
             state["cache"] = [[k, off, c.raw, c.ts] for (k, off), c in self._cache.items()]
         return state
 
+    def durable_checkpoint(self) -> bytes:
+        return values.pack({"volume": self.volume, "isolations": self.isolations})
+
     def set_state(self, state: dict[str, Any]) -> None:
         cache = state.pop("cache", [])
+        # Brought back from its durable part: counters start again.
+        state.setdefault("counters", dict.fromkeys(COUNTERS, 0))
+        state.setdefault("timeline", [])
         super().set_state(state)
         self._setup()
         for key, offset, raw, ts in cache:
