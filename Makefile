@@ -1,7 +1,7 @@
 # The two commands (see README):
 #   make demo   set everything up, then run Shuttle's main job on a local cluster
 #   make test   set everything up with test tools, then lint, type-check and test
-.PHONY: demo test test-powerloss mutate mutate-sample sim-validate setup setup-dev lint lock clean compiled
+.PHONY: demo test test-powerloss test-faults mutate mutate-sample sim-validate setup setup-dev lint lock clean compiled
 
 demo: setup
 	.venv/bin/shuttle demo
@@ -47,6 +47,13 @@ sim-validate: setup-dev
 	mkdir -p benchmarks/results
 	.venv/bin/shuttle bench sim-predict --json benchmarks/results/sim-predict.json \
 		--markdown benchmarks/results/sim-predict.md $(SIM_VALIDATE_ARGS)
+
+# Fault tier (needs root: network namespaces): four nodes, POINTS faults, each at a
+# step of the migration protocol in turn (kill -9 or a cut-off source, target or home);
+# writes its figures to FAULTS_JSON.
+FAULTS_JSON ?= benchmarks/results/faults.json
+test-faults: setup-dev
+	.venv/bin/python -m tests.faults --points $(POINTS) --json $(FAULTS_JSON) $(FAULTS_ARGS)
 
 setup:
 	scripts/setup.sh

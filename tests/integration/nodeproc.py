@@ -26,6 +26,7 @@ class NodeProcess:
         env: dict[str, str] | None = None,
         side_dir: Path | None = None,
         prefix: list[str] | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         """``side_dir``: where the log and the ready file go (default: beside the data
         directory; a test on a small file system keeps them off it)."""
@@ -34,6 +35,8 @@ class NodeProcess:
         #: A command the node runs under (``prlimit --nofile=256``, say).
         self.prefix = prefix or []
         self.port = port
+        #: Where it listens (a namespaced node listens on its namespace's address).
+        self.host = host
         self.extra = extra or []
         #: Variables added to the node's environment (a test crash point, say); change
         #: it between restarts to start the node differently.
@@ -43,7 +46,7 @@ class NodeProcess:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self) -> NodeProcess:
         ready = self.side_dir / f"{self.data_dir.name}.ready"
@@ -59,7 +62,7 @@ class NodeProcess:
                     "--data",
                     str(self.data_dir),
                     "--listen",
-                    f"127.0.0.1:{self.port}",
+                    f"{self.host}:{self.port}",
                     "--node-id",
                     self.data_dir.name,
                     "--ready-file",

@@ -12,6 +12,8 @@ Layout:
 * ``netrand_clients``  ``bench netrand --clients N``: the same fetches from N clients
   at once (throughput, p50, p99), against Redis with as many
 * ``stream``   ``bench stream``: one large object streamed, against raw TCP
+* ``durable``  ``bench durable``: what a durable object's write before each answer
+  costs a call, at its home, at another node and at the client
 * ``hostile``  ``bench hostile``: what stalled, non-reading and idle clients cost a node
 * ``flood``    ``bench flood``: a key holder's connect and put under connections that never
   authenticate (limits before authentication)

@@ -432,6 +432,44 @@ def jail(
         f"worst put+get {pat['worst_put_get_s'] * 1e3:.1f} ms "
         f"({'within' if pat['within_target'] else 'OVER'} the 50 ms target)"
     )
+
+
+@app.command("durable")
+def durable(
+    calls: Annotated[int, typer.Option(min=1, help="Calls per timed round.")] = 50,
+    rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds per case.")] = 6,
+    link: Annotated[
+        str | None, typer.Option(help="The client's link profile (lan, wan, ...; default none).")
+    ] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+) -> None:
+    """What durability costs a call: a durable object's changing call (its state
+    written at its home before the answer) against the same call of a plain object,
+    at its home node, at another node and at the client (two local nodes)."""
+    from shuttle.bench.durable import run as run_durable
+
+    console = Console()
+    with console.status("durable") as status:
+        report = run_durable(
+            calls=calls,
+            rounds=rounds,
+            link=link,
+            progress=lambda msg: status.update(f"durable: {msg}"),
+        )
+    table = Table(title="a call of a durable object against a plain one (median µs per call)")
+    for col in ("where", "change: durable", "plain", "ratio", "read: durable", "plain", "ratio"):
+        table.add_column(col, justify="right")
+    for case, r in report["cases"].items():
+        table.add_row(
+            case.replace("_", " "),
+            f"{r['changing_call_durable_us']:.0f}",
+            f"{r['changing_call_plain_us']:.0f}",
+            f"{r['changing_ratio']:.2f}",
+            f"{r['read_durable_us']:.0f}",
+            f"{r['read_plain_us']:.0f}",
+            f"{r['read_ratio']:.2f}",
+        )
+    console.print(table)
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {json_path}")

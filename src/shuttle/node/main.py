@@ -38,7 +38,7 @@ from shuttle.node.principal_store import (
     refresh_forever,
     register_principal_ops,
 )
-from shuttle.objects.fs import node_services
+from shuttle.objects.fs import node_services, recover_services
 from shuttle.objects.storage import StorageObject
 from shuttle.runtime.host import NodeRuntime
 from shuttle.store import StoreConfig
@@ -168,6 +168,8 @@ async def serve(config: NodeConfig) -> None:
             tls=peer_tls,
         )
         runtime.start(f"{host}:{port}")
+        # Holders of promises from before a restart are called back (writes wait).
+        recovering = loop.run_in_executor(None, recover_services, services)
         server.add_stats_source("runtime", runtime.stats)
         if key is None:
             log.info("no cluster key: any client may read and write data; shipped code is refused")
@@ -200,6 +202,7 @@ async def serve(config: NodeConfig) -> None:
             else None
         )
         await stop.wait()
+        recovering.cancel()
         log.info("stop signal received; shutting down")
         sweeper.cancel()
         if refresher is not None:

@@ -44,6 +44,7 @@ from shuttle.errors import (
     LocalProtocolError,
     ObjectBusyError,
     ObjectFailedError,
+    ObjectInDoubtError,
     ObjectNotFoundError,
     RequestTimeoutError,
     ShuttleError,
@@ -62,7 +63,7 @@ from shuttle.runtime.locations import LocationTable
 from shuttle.runtime.mobile import CallMoved, MobileObject
 from shuttle.runtime.monitor import ResourceMonitor
 from shuttle.runtime.moves import MoveHistory
-from shuttle.runtime.peers import Peers
+from shuttle.runtime.peers import NotSent, Peers
 from shuttle.runtime.refs import Ref
 
 log = logging.getLogger("shuttle.runtime")
@@ -276,9 +277,9 @@ class BindingManager:
     def retire(self, hosted: Hosted) -> None:
         """End this copy here without telling it anything (it left, or went stale):
         out of the table first, then its gate (held calls look for it again)."""
-        self.table.left(hosted.rid)
-        if hosted.gate.state is not GateState.RETIRED:
-            hosted.gate.retire()
+        self.table.left(hosted.rid, hosted)
+        if not hosted.gate.retire():
+            return  # another path ended it first (and closes it)
         self.hosting.close(hosted)
         self.monitor.forget(str(hosted.rid))
 
@@ -454,7 +455,7 @@ class BindingManager:
                 continue
             try:
                 status, value = self._invoke_remote(where, rid, method, args, kwargs, caller)
-            except UnreachableError:
+            except NotSent:
                 # Ask the home, saying where the call failed: it knows better, or (a
                 # durable object whose node died) brings it back elsewhere.
                 before = self.table.known_epoch(rid)
@@ -463,6 +464,12 @@ class BindingManager:
                 if home_says == where and self.table.known_epoch(rid) <= before:
                     raise
                 continue
+            except UnreachableError as exc:
+                # It left, and no answer came: it may have run. Never run it twice.
+                raise ObjectInDoubtError(
+                    f"the call {method} of object {rid} on {where} got no answer ({exc}); "
+                    "it may or may not have taken effect: check before repeating it"
+                ) from exc
             if status == "ok":
                 return value
             moved_to = value.get("to")
@@ -534,7 +541,7 @@ class BindingManager:
         epoch = self.table.known_epoch(rid)
         if epoch:
             args["epoch"] = epoch
-        resp = await self.peers.call(where, "object.invoke", args, packed)
+        resp = await self.peers.call_or_not_sent(where, "object.invoke", args, packed)
         result = resp.result if isinstance(resp.result, dict) else {}
         if result.get("s") == "moved":
             return "moved", result, 0.0

@@ -2,7 +2,8 @@
 
 When the environment variable :data:`FAULT_DIR_ENV` names a directory, every step
 of the migration protocol (:data:`POINTS`) checks for a file ``POINT.arm`` there
-before it is performed. If one exists (naming no object, or this one), the step is
+before it is performed (the variable is read at each check, so a process may set
+it while it runs). If one exists (naming no object, or this one), the step is
 *reached*: the file is taken, ``POINT.hit`` is written (the object's id and this
 process's id) and the step waits until ``POINT.go`` appears (or
 :data:`HOLD_S_MAX` passes), so that the tier (``tests/faults``) can kill or cut
@@ -46,13 +47,14 @@ POINTS = (
     "persist",
 )
 
-_DIR = os.environ.get(FAULT_DIR_ENV)
-FAULT_DIR = Path(_DIR) if _DIR else None
+
+def _directory() -> Path | None:
+    value = os.environ.get(FAULT_DIR_ENV)
+    return Path(value) if value else None
 
 
-def _take(point: str, rid: str) -> Path | None:
-    assert FAULT_DIR is not None
-    arm = FAULT_DIR / f"{point}.arm"
+def _take(directory: Path, point: str, rid: str) -> Path | None:
+    arm = directory / f"{point}.arm"
     try:
         wanted = arm.read_text().strip()
     except FileNotFoundError:
@@ -63,15 +65,16 @@ def _take(point: str, rid: str) -> Path | None:
         arm.unlink()
     except FileNotFoundError:
         return None  # another thread took it
-    (FAULT_DIR / f"{point}.hit").write_text(f"{rid} {os.getpid()}\n")
-    return FAULT_DIR / f"{point}.go"
+    (directory / f"{point}.hit").write_text(f"{rid} {os.getpid()}\n")
+    return directory / f"{point}.go"
 
 
 def reached(point: str, rid: str) -> None:
     """Step ``point`` of object ``rid``'s migration is about to happen (a thread)."""
-    if FAULT_DIR is None:
+    directory = _directory()
+    if directory is None:
         return
-    go = _take(point, rid)
+    go = _take(directory, point, rid)
     deadline = time.monotonic() + HOLD_S_MAX
     while go is not None and not go.exists() and time.monotonic() < deadline:
         time.sleep(POLL_S)
@@ -81,9 +84,10 @@ def reached(point: str, rid: str) -> None:
 
 async def areached(point: str, rid: str) -> None:
     """:func:`reached`, on the event loop (waiting does not block it)."""
-    if FAULT_DIR is None:
+    directory = _directory()
+    if directory is None:
         return
-    go = _take(point, rid)
+    go = _take(directory, point, rid)
     deadline = time.monotonic() + HOLD_S_MAX
     while go is not None and not go.exists() and time.monotonic() < deadline:
         await asyncio.sleep(POLL_S)

@@ -156,6 +156,12 @@ class Gate:
         with self._cond:
             self._apply("activate")
 
-    def retire(self) -> None:
+    def retire(self) -> bool:
+        """The object is gone from here (held calls look elsewhere). False if it was
+        already: two parts of the run-time may find out at once (a stale copy told to
+        stop while its move settles), and the second has nothing to do."""
         with self._cond:
+            if self._state is GateState.RETIRED:
+                return False
             self._apply("retire")
+            return True

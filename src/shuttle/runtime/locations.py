@@ -261,10 +261,13 @@ class LocationTable:
                 self._hints.pop(rid, None)
             return hosted
 
-    def left(self, rid: ObjectId) -> Hosted | None:
+    def left(self, rid: ObjectId, copy: Hosted | None = None) -> Hosted | None:
         """The object stopped running here (destroyed, lost, or a stale copy told to
-        stop); its home entry, if any, is the caller's to change."""
+        stop); its home entry, if any, is the caller's to change. With ``copy``: only
+        if that copy is the one the table holds (not a newer arrival)."""
         with self._lock:
+            if copy is not None and self._hosted.get(rid) is not copy:
+                return None
             return self._hosted.pop(rid, None)
 
     def forgotten(self, rid: ObjectId) -> None:

@@ -327,8 +327,8 @@ class _Executor:
         # First out of the table, then wake the held calls: they go on (to the home,
         # which learnt first where it went; a source keeps no forwarding pointer).
         bm.table.moved_out(self.rid, self.target, epoch)
-        hosted.gate.retire()
-        bm.spawn(bm.in_control(bm.hosting.close, hosted))
+        if hosted.gate.retire():
+            bm.spawn(bm.in_control(bm.hosting.close, hosted))
         bm.monitor.forget(str(self.rid))
         bm.spawn(self._nudge_target())
 
@@ -421,8 +421,7 @@ def install(
 
 def drop_stage(bm: BindingManager, hosted: Hosted) -> None:
     """A stage that will never serve goes (control thread)."""
-    if bm.table.stage_dropped(hosted):
-        hosted.gate.retire()
+    if bm.table.stage_dropped(hosted) and hosted.gate.retire():
         bm.hosting.close(hosted)
 
 

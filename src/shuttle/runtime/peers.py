@@ -50,6 +50,11 @@ CONTROL_TIMEOUT_S = 5.0
 CONTROL_BYTES_PER_S_MIN = 1_000_000
 
 
+class NotSent(UnreachableError):
+    """No connection to the peer could be made: the request never left, so it may be
+    sent elsewhere without running twice."""
+
+
 class Peers:
     """Run-time id → address, link and connection."""
 
@@ -178,6 +183,19 @@ class Peers:
     ) -> Response:
         """One request to run-time ``runtime_id``; its typed error, or UnreachableError."""
         return await self.connection(runtime_id).call(op, args, payload)
+
+    async def call_or_not_sent(
+        self, runtime_id: str, op: str, args: dict[str, Any], payload: Payload = b""
+    ) -> Response:
+        """:meth:`call`, telling apart a request that never left (:class:`NotSent`: no
+        connection could be made) from one whose answer was lost (another
+        :class:`UnreachableError`: it may have run)."""
+        conn = self.connection(runtime_id)
+        try:
+            await conn.connect()
+        except UnreachableError as exc:
+            raise NotSent(str(exc)) from exc
+        return await conn.call(op, args, payload)
 
     async def control(
         self,

@@ -233,3 +233,25 @@ def test_a_lapsed_promise_is_renewed_and_a_node_restart_is_found_out() -> None:
     later[0] = 2e9
     assert a.read(0, 4) == b"yyyy"  # lapsed: the timestamp is the new node's
     assert a.stats()["installation_reads"] == 1
+
+
+def test_with_its_promise_log_a_restarted_node_tells_every_cache_at_once(tmp_path: Any) -> None:
+    """The same restart, but the isolation object keeps its holders on disk (as a
+    node's does): the new one calls a back before b's write, so a never serves the
+    stale block, not even within its promise's lifetime."""
+    from shuttle.objects.fs.holders import HolderLog
+
+    rt, (a, b), _, disk = setup(2)
+    store = MemoryStore()
+    log = tmp_path / "promises.log"
+    iso = IsolationObject(store, MemoryAtomicity(store), HolderLog(log))  # type: ignore[arg-type]
+    rt.add(ObjectId("n1", "isolation"), iso)
+    a.write(0, b"x" * BLOCK)
+    assert a.read(0, 4) == b"xxxx" and a.stats()["cached_blocks"] == 1
+    again = IsolationObject(store, MemoryAtomicity(store), HolderLog(log))  # type: ignore[arg-type]
+    rt.add(ObjectId("n1", "isolation"), again)  # the node restarts on the same data
+    again.recover()
+    assert a.stats()["cached_blocks"] == 0  # told: every block of the file is stale
+    b.write(0, b"y" * BLOCK)
+    assert bytes(disk[:4]) == b"yyyy"
+    assert a.read(0, 4) == b"yyyy"

@@ -156,3 +156,52 @@ def test_promises_on_data_stored_elsewhere_and_the_changes_that_break_them(
         iso.changed("f", 0, 0)
     with pytest.raises(InvalidArgumentError, match="promise: offset must be an integer"):
         iso.promise("f", -1, 10, a)  # type: ignore[arg-type]
+
+
+class Told:
+    """An invoker that records the calls made through its references."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, tuple[Any, ...]]] = []
+
+    def invoke(self, ref: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self.calls.append((str(ref.rid), method, args))
+        return None
+
+
+def test_a_restarted_node_calls_back_every_holder_before_it_takes_a_write(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    """Promises live in memory, their holders and keys on disk: after a restart the
+    isolation object tells every holder from before that all its blocks of each key
+    are stale, and a write waits until it has."""
+    from shuttle.objects.fs.holders import HolderLog
+    from shuttle.runtime.refs import Ref
+
+    path = tmp_path / "promises.log"
+    told = Told()
+    iso = IsolationObject(store, AtomicityObject(store, tmp_path / "log"), HolderLog(path))
+    iso.attach(ObjectId("n1", "isolation"), told)
+    cache = Ref(ObjectId("c1", "cache-1"), "127.0.0.1:9", told)
+    directory = Ref(ObjectId("c2", "dir-1"), "127.0.0.1:8", told)
+    iso.read("f", 0, 4096, cache)
+    iso.read("f", 4096, 4096, cache)  # the same key: no second record
+    iso.promise("g", 0, 4096, cache)
+    iso.read("vol/.dirs/root", 0, 4096, directory)
+    size = path.stat().st_size
+    assert size > 0
+    # The node restarts: nothing in memory, the log read back.
+    again = IsolationObject(store, AtomicityObject(store, tmp_path / "log"), HolderLog(path))
+    again.attach(ObjectId("n1", "isolation"), told)
+    writer = __import__("threading").Thread(target=lambda: again.write("f", 0, b"new"))
+    writer.start()
+    writer.join(0.2)
+    assert writer.is_alive()  # held until the holders are told
+    again.recover()
+    writer.join(10)
+    assert sorted(told.calls) == [
+        ("c1/cache-1", "invalidate", ("f", [])),
+        ("c1/cache-1", "invalidate", ("g", [])),
+        ("c2/dir-1", "invalidate", ("vol/.dirs/root", [])),
+    ]
+    assert path.stat().st_size == 0  # a fresh log: those promises are gone

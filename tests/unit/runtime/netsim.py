@@ -6,9 +6,9 @@ cut-off run-time exactly where a test wants it.
 Every message goes through :meth:`Net.deliver`: arguments and payloads cross as
 msgpack would carry them, a typed error comes back as the same class, and
 :attr:`Net.rule` (``(source, target, op) -> "ok" | "drop" | "lose_reply"``) decides
-its fate: ``drop``, the request never arrives (the caller sees an unreachable
-peer); ``lose_reply``, it runs and its answer is lost (the caller sees the same).
-A run-time in :attr:`Net.down` gets nothing and answers nothing.
+its fate: ``drop``, the request never arrives; ``lose_reply``, it runs and its
+answer is lost (the caller cannot tell the two apart: an unreachable peer). A
+run-time in :attr:`Net.down` cannot be connected to (:class:`NotSent`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from shuttle.net.registry import OperationRegistry, Reply
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.monitor import ResourceMonitor
-from shuttle.runtime.peers import Peers
+from shuttle.runtime.peers import NotSent, Peers
 from shuttle.runtime.service import register_runtime_ops
 from shuttle.wire import Response
 
@@ -79,8 +79,10 @@ class Net:
             "down" if target in self.down or source in self.down else self.rule(source, target, op)
         )
         self.log.append((source, target, op, fate))
-        if fate in ("down", "drop"):
-            raise UnreachableError(f"{target} cannot be reached ({fate})")
+        if fate == "down":
+            raise NotSent(f"{target} cannot be reached")
+        if fate == "drop":
+            raise UnreachableError(f"the request to {target} was lost")
         args = msgpack.unpackb(msgpack.packb(args, use_bin_type=True), raw=False)
         handler = self.registries[target].get(op).handler
         try:
@@ -105,6 +107,11 @@ class NetPeers(Peers):
         self.me = me
 
     async def call(
+        self, runtime_id: str, op: str, args: dict[str, Any], payload: Any = b""
+    ) -> Response:
+        return await self.net.deliver(self.me, runtime_id, op, args, payload)
+
+    async def call_or_not_sent(
         self, runtime_id: str, op: str, args: dict[str, Any], payload: Any = b""
     ) -> Response:
         return await self.net.deliver(self.me, runtime_id, op, args, payload)

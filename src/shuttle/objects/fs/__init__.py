@@ -16,6 +16,8 @@ Layout:
 * ``directory``    hierarchical names over directory blocks
 * ``dirblocks``    directory blocks and the blocks an update writes (pure)
 * ``isolation``    the node service: callbacks and optimistic concurrency control
+* ``holders``      which holders hold promises on which keys, on disk (the isolation
+  object's durable part)
 * ``atomicity``    the node service: all-or-nothing updates through a shared log
 * ``volume``       the file system as an application uses it: :class:`Volume`
 """
@@ -28,6 +30,7 @@ from shuttle.objects.fs.atomicity import AtomicityObject
 from shuttle.objects.fs.cache import CacheObject
 from shuttle.objects.fs.directory import DirectoryObject
 from shuttle.objects.fs.file import FileObject
+from shuttle.objects.fs.holders import HolderLog
 from shuttle.objects.fs.isolation import IsolationObject
 from shuttle.objects.fs.raid import Raid5Object
 from shuttle.runtime.mobile import MobileObject
@@ -41,7 +44,16 @@ def node_services(store: Store, data_dir: Path) -> dict[str, MobileObject]:
     """The anchored objects a node hosts for the file system, by name. Recovery of
     updates a crash cut short happens here, before the node serves anything."""
     atomicity = AtomicityObject(store, data_dir / FS_STATE_DIR / "atomicity.log")
-    return {"atomicity": atomicity, "isolation": IsolationObject(store, atomicity)}
+    holders = HolderLog(data_dir / FS_STATE_DIR / "promises.log")
+    return {"atomicity": atomicity, "isolation": IsolationObject(store, atomicity, holders)}
+
+
+def recover_services(services: dict[str, MobileObject]) -> None:
+    """Once the node's run-time runs (a thread): the isolation object calls back the
+    holders of promises from before a restart, then lets writes through."""
+    isolation = services.get("isolation")
+    if isinstance(isolation, IsolationObject):
+        isolation.recover()
 
 
 __all__ = [
@@ -52,4 +64,5 @@ __all__ = [
     "IsolationObject",
     "Raid5Object",
     "node_services",
+    "recover_services",
 ]

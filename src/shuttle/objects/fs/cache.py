@@ -279,9 +279,12 @@ class CacheObject(MobileObject):
         return int(self.isolation.size(self.key))
 
     def invalidate(self, key: str, offsets: list[int]) -> None:
-        """The isolation object's callback: our copies of ``offsets`` are stale."""
+        """The isolation object's callback: our copies of ``offsets`` are stale (none
+        given: every block, as a node that restarted says)."""
         with self._lock:
-            for o in offsets:
+            if not offsets:
+                self._generation += 1  # reads in flight install nothing either
+            for o in offsets or list(self.index):
                 self._epoch[o] = self._epoch.get(o, 0) + 1
                 if self._drop(o):
                     self.invalidations += 1

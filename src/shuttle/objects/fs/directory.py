@@ -356,9 +356,12 @@ class DirectoryObject(MobileObject):
         return removed
 
     def invalidate(self, key: str, offsets: list[int]) -> None:
-        """The isolation object's callback: blocks ``offsets`` of ``key`` changed."""
+        """The isolation object's callback: blocks ``offsets`` of ``key`` changed (none
+        given: every block of ``key``, as a node that restarted says)."""
         with self._lock:
             self._inval_seq += 1
+            if not offsets:
+                offsets = sorted({o for k, o in self._cache if k == key})
             for offset in offsets:
                 if self._watchers:
                     self._inval_at[(key, offset)] = self._inval_seq

@@ -24,6 +24,14 @@ blocks changed, re-reads them and retries. Checks and updates run under one lock
 commits are serialisable in timestamp order. Callbacks are broken after the lock is
 let go (a holder being told may itself be waiting to commit), but before the call
 returns.
+
+**Durable.** The promises live in memory, but which holder holds promises on which
+key is on disk (:mod:`shuttle.objects.fs.holders`), written before the read that
+made the first of them is answered. A node that restarts calls every holder back
+for every key it held (:meth:`recover`: ``invalidate(key, [])``, all its blocks)
+before it lets a write through: no holder keeps serving a block changed after the
+restart. (The atomicity object is durable by its log; the timestamps by the clock,
+which starts past every timestamp handed out before.)
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from shuttle.errors import (
     ShuttleError,
 )
 from shuttle.objects.fs.atomicity import AtomicityObject, check_writes
+from shuttle.objects.fs.holders import HolderLog
 from shuttle.runtime.authority import Needs, acting, acting_for, each, needs
 from shuttle.runtime.mobile import MobileObject, builtin
 from shuttle.runtime.refs import Ref
@@ -55,6 +64,9 @@ CALLBACK_RETRY_S = 0.05
 READ_BYTES_MAX = 4 << 20
 #: Largest range one ``changed`` names (a RAID 5 write takes up to 16 MiB).
 CHANGE_BYTES_MAX = 64 << 20
+#: Longest a write waits for a restarted node's callbacks to every holder from before
+#: (each holder is tried CALLBACK_ATTEMPTS times; one that cannot be told is dropped).
+RECOVERY_WAIT_S = 60.0
 
 Block = tuple[str, int]
 
@@ -98,9 +110,16 @@ class IsolationObject(MobileObject):
         "commit": needs(read=[each("reads")], write=[each("writes")]),
     }
 
-    def __init__(self, store: Store, atomicity: AtomicityObject) -> None:
+    def __init__(
+        self, store: Store, atomicity: AtomicityObject, holders: HolderLog | None = None
+    ) -> None:
         self._store = store
         self._atomicity = atomicity
+        self._log = holders
+        #: Set once every holder from before a restart was called back: writes wait.
+        self._recovered = threading.Event()
+        if holders is None or not holders.before_restart:
+            self._recovered.set()
         self._lock = threading.Lock()
         self._start = time.time_ns()
         self._clock = self._start
@@ -131,7 +150,10 @@ class IsolationObject(MobileObject):
             extents[offset] = max(extents.get(offset, 0), length)
             if holder is not None:
                 self._hold(block, str(holder.rid), holder)
-            return [data, self._ts.get(block, self._start)]
+            answer = [data, self._ts.get(block, self._start)]
+        if holder is not None:
+            self._remember(holder, key)
+        return answer
 
     def promise(self, key: str, offset: int, length: int, holder: Ref) -> int:
         """A callback promise on block ``(key, offset)`` of ``length`` bytes whose data
@@ -145,7 +167,55 @@ class IsolationObject(MobileObject):
             extents = self._extents.setdefault(key, {})
             extents[offset] = max(extents.get(offset, 0), length)
             self._hold(block, str(holder.rid), holder)
-            return self._ts.get(block, self._start)
+            stamp = self._ts.get(block, self._start)
+        self._remember(holder, key)
+        return stamp
+
+    def _remember(self, holder: Ref, key: str) -> None:
+        """On disk before the promise is answered: ``holder`` holds one on ``key``."""
+        if self._log is None:
+            return
+        self._log.remember(str(holder.rid), holder, key)
+        if self._log.needs_compaction:
+            self._log.restart_from(self._current_holders())
+
+    def _current_holders(self) -> dict[str, tuple[Ref, set[str]]]:
+        with self._lock:
+            out: dict[str, tuple[Ref, set[str]]] = {}
+            for (key, _), held in self._holders.items():
+                for hid, ref in held.items():
+                    out.setdefault(hid, (ref, set()))[1].add(key)
+            return out
+
+    def _await_recovery(self) -> None:
+        if not self._recovered.wait(RECOVERY_WAIT_S):
+            log.warning(
+                "writes go ahead before every holder from before the restart was called "
+                "back (%.0f s); a holder not told yet may serve a stale block until its "
+                "promise expires",
+                RECOVERY_WAIT_S,
+            )
+            self._recovered.set()
+
+    def recover(self) -> None:
+        """After a restart (on a thread, once the node's run-time runs): call every
+        holder from before back for every key it held, then let writes through."""
+        if self._log is None or self._recovered.is_set():
+            return
+        holders = self._log.holders_before_restart(self._invoker)  # type: ignore[arg-type]
+        told = 0
+        for hid, ref, keys in holders:
+            for key in keys:
+                if not self._tell(hid, ref, key, []):
+                    break
+                told += 1
+        self._log.restart_from({})
+        self._recovered.set()
+        log.info(
+            "promises from before the restart: %d holders called back (%d keys)",
+            len(holders),
+            told,
+        )
 
     def changed(self, key: str, offset: int, length: int, writer: Ref | None = None) -> int:
         """Bytes ``[offset, offset + length)`` of ``key`` changed elsewhere (a RAID 5
@@ -156,6 +226,7 @@ class IsolationObject(MobileObject):
         the range is not remembered as a block (blocks never read need no stamp)."""
         _check_block(key, offset, "changed")
         _check_length(length, "changed", CHANGE_BYTES_MAX)
+        self._await_recovery()
         me = None if writer is None else str(writer.rid)
         to_break: dict[str, tuple[Ref, list[Block]]] = {}
         with self._lock:
@@ -165,6 +236,8 @@ class IsolationObject(MobileObject):
             self._stamp(key, offset, length, writer, me, to_break, record=writer is not None)
             self.commits += 1
             stamp = self._clock
+        if writer is not None:
+            self._remember(writer, key)
         self._break(to_break)
         return stamp
 
@@ -224,6 +297,7 @@ class IsolationObject(MobileObject):
                 )
             checks.append((_check_block(r[0], r[1], "commit"), r[2]))
         blocks = check_writes(writes)
+        self._await_recovery()
         me = None if writer is None else str(writer.rid)
         to_break: dict[str, tuple[Ref, list[Block]]] = {}
         with self._lock:
@@ -242,6 +316,9 @@ class IsolationObject(MobileObject):
                 stamps.append(self._clock)
                 self._stamp(key, offset, len(data), writer, me, to_break)
             self.commits += 1
+        if writer is not None:
+            for key in {w[0] for w in blocks}:
+                self._remember(writer, key)
         self._break(to_break)
         return {"ok": True, "timestamps": stamps}
 
