@@ -280,8 +280,16 @@ class BindingManager:
         self.table.left(hosted.rid, hosted)
         if not hosted.gate.retire():
             return  # another path ended it first (and closes it)
-        self.hosting.close(hosted)
         self.monitor.forget(str(hosted.rid))
+        if hosted.gate.active == 0:
+            self.hosting.close(hosted)
+        else:  # calls inside (perhaps the caller's own) finish before it goes
+            self.control.submit(self._close_when_idle, hosted)
+
+    def _close_when_idle(self, hosted: Hosted) -> None:
+        if not hosted.gate.wait_idle(self.config.drain_timeout_s):
+            log.warning("closing %s with calls still inside it", hosted.rid)
+        self.hosting.close(hosted)
 
     def release(self, rid: ObjectId, *, destroyed: bool = False) -> Hosted | None:
         """Stop hosting ``rid`` (the run-time closes; with ``destroyed`` it ends for
@@ -684,8 +692,7 @@ class BindingManager:
         disk before the call is answered. A stale copy (another activation is
         current) ends, and the call goes to the current one."""
         if not self.durability.persist(hosted):
-            self.retire(hosted)
-            raise _Retired
+            raise _Retired  # the stale copy ended; its call never reached the home
 
     def _call_impl(
         self,

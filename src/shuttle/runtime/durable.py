@@ -25,9 +25,8 @@ and its last durable checkpoint. Three rules make it survive its node:
   once the objects that ran on itself.
 
 An acknowledged call's change is on the home's disk, so no re-activation loses it;
-an unacknowledged call may or may not be there. Records are two alternating slots
-per object, each ``u32 length | u32 crc32 | msgpack``, the newer whole one wins:
-one ``fdatasync`` per write, no rename.
+an unacknowledged call may or may not be there. The records on disk:
+:mod:`shuttle.runtime.durable_records`.
 """
 
 from __future__ import annotations
@@ -37,27 +36,23 @@ import contextlib
 import hashlib
 import logging
 import math
-import os
-import struct
 import threading
 import time
-import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import msgpack
 
 from shuttle.errors import (
     InvalidArgumentError,
     ObjectInDoubtError,
     ShuttleError,
-    StorageIOError,
 )
 from shuttle.runtime import faultpoints, values
+from shuttle.runtime.durable_records import Record, RecordFiles
 from shuttle.runtime.gate import GateState
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.locations import FIRST_EPOCH, HomeEntry
+from shuttle.runtime.peers import NotSent
 
 if TYPE_CHECKING:
     from shuttle.runtime.binding import BindingManager
@@ -78,96 +73,6 @@ PERSIST_WAIT_S = 30.0
 #: After a re-activation fails (the home cannot make the object: shipped code on a
 #: node without a key, say), it is not tried again for this long.
 REACTIVATE_RETRY_S = 10.0
-
-_HEADER = struct.Struct("<II")
-
-
-@dataclass
-class Record:
-    """A durable object as its home keeps it on disk."""
-
-    rid: str
-    type_name: str
-    type_label: str
-    code: bytes | None
-    policy: str
-    home_address: str
-    app: str
-    location: str
-    epoch: int
-    last_commit: str
-    checkpoint: bytes
-    seq: int = 0
-
-    def pack(self) -> bytes:
-        body = msgpack.packb(asdict(self), use_bin_type=True)
-        return _HEADER.pack(len(body), zlib.crc32(body)) + body
-
-    @classmethod
-    def unpack(cls, data: bytes) -> Record | None:
-        """The record in ``data``, or None if it is torn (cut short, bad checksum)."""
-        if len(data) < _HEADER.size:
-            return None
-        length, crc = _HEADER.unpack_from(data)
-        body = data[_HEADER.size : _HEADER.size + length]
-        if len(body) != length or zlib.crc32(body) != crc:
-            return None
-        try:
-            return cls(**msgpack.unpackb(body, raw=False))
-        except (ValueError, TypeError, msgpack.UnpackException):
-            return None
-
-
-class RecordFiles:
-    """The records of one home, two slots per object (``LOCAL.0``, ``LOCAL.1``)."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-
-    def _slots(self, rid: str) -> tuple[Path, Path]:
-        local = ObjectId.parse(rid).local
-        return self.directory / f"{local}.0", self.directory / f"{local}.1"
-
-    def write(self, record: Record) -> None:
-        """Durable when it returns (the other slot keeps the previous record)."""
-        path = self._slots(record.rid)[record.seq % 2]
-        new = not path.exists()
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, record.pack())
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-            if new:  # the file's name must survive a crash too
-                dfd = os.open(self.directory, os.O_RDONLY)
-                try:
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
-        except OSError as exc:
-            raise StorageIOError(
-                f"cannot write durable object {record.rid}'s record in {self.directory}: "
-                f"{exc.strerror or exc}"
-            ) from exc
-
-    def delete(self, rid: str) -> None:
-        for path in self._slots(rid):
-            path.unlink(missing_ok=True)
-
-    def load_all(self) -> list[Record]:
-        """The newest whole record of every object (torn slots are skipped)."""
-        best: dict[str, Record] = {}
-        for path in sorted(self.directory.glob("*.[01]")):
-            record = Record.unpack(path.read_bytes())
-            if record is None:
-                log.warning("durable record %s is torn; the other slot is used", path)
-                continue
-            old = best.get(record.rid)
-            if old is None or record.seq > old.seq:
-                best[record.rid] = record
-        return list(best.values())
 
 
 class Durability:
@@ -317,14 +222,16 @@ class Durability:
     def on_renew(self, items: list[tuple[ObjectId, int]], sender: str) -> dict[str, Any]:
         """At the home: a host asks to keep serving these copies."""
         out: dict[str, Any] = {}
-        now = time.monotonic()
         for rid, epoch in items:
-            stale = self._stale(rid, self.bm.table.home_entry(rid), epoch, sender)
-            if stale is None:
-                self._granted[rid] = now
-                out[str(rid)] = {"ok": True, "lease_s": self.lease_s}
-            else:
-                out[str(rid)] = stale
+            # Under the object's lock: a re-activation decided meanwhile either sees
+            # this grant (and does not happen) or happened (and this says stale).
+            with self.lock_for(rid):
+                stale = self._stale(rid, self.bm.table.home_entry(rid), epoch, sender)
+                if stale is None:
+                    self._granted[rid] = time.monotonic()
+                    out[str(rid)] = {"ok": True, "lease_s": self.lease_s}
+                else:
+                    out[str(rid)] = stale
         return out
 
     def _stale(
@@ -360,7 +267,7 @@ class Durability:
                 await self._reactivate(rid, location, epoch)
             return
         if self._lease_over(rid):
-            await self._reactivate(rid, location, epoch)
+            await self._reactivate(rid, location, epoch, lease_over=True)
             return
         try:
             reply = await self.bm.peers.control(location, "object.probe", {"rid": str(rid)})
@@ -368,9 +275,11 @@ class Durability:
         except (ShuttleError, OSError):
             self._suspect[rid] = time.monotonic()  # unreachable: wait out its lease
             return
-        if not probe.get("hosted") or int(probe.get("epoch", 0)) < epoch:
+        if not probe.get("hosted"):
             await self._reactivate(rid, location, epoch)  # it restarted without it
         else:
+            # Something is there (a stage about to open, say): only its lease can
+            # tell, so the caller waits for it.
             self._suspect.pop(rid, None)
 
     def _lease_over(self, rid: ObjectId) -> bool:
@@ -396,11 +305,13 @@ class Durability:
                 if self.bm.table.hosted(rid) is None:
                     await self._reactivate(rid, entry.location, entry.epoch)
             elif self._lease_over(rid):
-                await self._reactivate(rid, entry.location, entry.epoch)
+                await self._reactivate(rid, entry.location, entry.epoch, lease_over=True)
 
-    async def _reactivate(self, rid: ObjectId, location: str, epoch: int) -> None:
+    async def _reactivate(
+        self, rid: ObjectId, location: str, epoch: int, *, lease_over: bool = False
+    ) -> None:
         try:
-            await self.bm.in_control(self._reactivate_here, rid, location, epoch)
+            await self.bm.in_control(self._reactivate_here, rid, location, epoch, lease_over)
         except ShuttleError as exc:
             self._failed[rid] = time.monotonic() + REACTIVATE_RETRY_S
             log.error("cannot bring durable object %s back here: %s", rid, exc)
@@ -408,8 +319,12 @@ class Durability:
         if location != self.bm.id:
             self.bm.spawn(self._fence(location, rid))
 
-    def _reactivate_here(self, rid: ObjectId, location: str, epoch: int) -> None:
-        """Make ``rid`` again here from its record, at a new epoch (control thread)."""
+    def _reactivate_here(
+        self, rid: ObjectId, location: str, epoch: int, lease_over: bool = False
+    ) -> None:
+        """Make ``rid`` again here from its record, at a new epoch (control thread).
+        ``lease_over``: decided because the host's lease ran out, which is checked
+        again under the object's lock (a renewal may have come meanwhile)."""
         bm = self.bm
         faultpoints.reached("home-reactivate", str(rid))
         with self.lock_for(rid):
@@ -427,6 +342,8 @@ class Durability:
                 return  # someone else moved it meanwhile
             if location == bm.id and bm.table.hosted(rid) is not None:
                 return
+            if lease_over and not self._lease_over(rid):
+                return  # renewed meanwhile: it serves there
             new_epoch = epoch + 1
             self._write(rid, location=bm.id, epoch=new_epoch, last_commit="")
             hosted = bm.hosting.restore(
@@ -515,8 +432,10 @@ class Durability:
     def persist(self, hosted: Hosted) -> bool:
         """After a call that may have changed durable ``hosted``: its state is on its
         home's disk when this returns True; False: the copy is stale (its home holds
-        another activation) and must end. Raises :class:`ObjectInDoubtError` if the
-        home cannot be reached for :data:`PERSIST_WAIT_S`."""
+        another activation), it ended, and the call never reached the home: it may
+        run on the current copy. Raises :class:`ObjectInDoubtError` if the home
+        cannot be reached for :data:`PERSIST_WAIT_S`, or if the copy turned out stale
+        after a write whose answer was lost (the call may be in the home's record)."""
         state = hosted.persist
         with state.counts:
             state.ended += 1
@@ -530,19 +449,35 @@ class Durability:
             digest = hashlib.blake2b(data).digest()
             if digest != state.last_hash:
                 faultpoints.reached("persist", str(hosted.rid))
-                if not self._write_state(hosted, data):
+                try:
+                    written = self._write_state(hosted, data)
+                except _LostAnswer as lost:
+                    state.doubtful = covered
+                    raise lost.error from None
+                if not written:
+                    self.bm.retire(hosted)
+                    if mine <= state.doubtful:
+                        raise ObjectInDoubtError(
+                            f"durable object {hosted.rid}: this copy turned out stale after "
+                            "a write of its state whose answer was lost; the call may or may "
+                            "not have taken effect: check before repeating it"
+                        )
                     return False
                 state.last_hash = digest
             state.written = covered
             return True
 
     def _write_state(self, hosted: Hosted, data: bytes) -> bool:
+        """One durable state at the home: True written, False stale. Raises
+        :class:`_LostAnswer` (wrapping the caller's error) when the home cannot be
+        reached in time, or answered "stale" after an attempt that may have landed."""
         rid = hosted.rid
         if rid.home == self.bm.id:
             reply = self.on_persist(rid, hosted.epoch, self.bm.id, data)
             return bool(reply.get("ok"))
         deadline = time.monotonic() + PERSIST_WAIT_S
         pause = 0.05
+        uncertain = False
         while True:
             sent = time.monotonic()
             try:
@@ -557,11 +492,15 @@ class Durability:
             except (ShuttleError, OSError) as exc:
                 if isinstance(exc, ShuttleError) and exc.code in ("invalid_argument",):
                     raise
+                # Not NotSent: the write may have landed and its answer been lost.
+                uncertain = uncertain or not isinstance(exc, NotSent)
                 if time.monotonic() + pause > deadline:
-                    raise ObjectInDoubtError(
-                        f"durable object {rid} could not write its state at its home "
-                        f"{rid.home} for {PERSIST_WAIT_S:g} s ({exc}); the call may or may "
-                        "not have taken effect; try again once the home is reachable"
+                    raise _LostAnswer(
+                        ObjectInDoubtError(
+                            f"durable object {rid} could not write its state at its home "
+                            f"{rid.home} for {PERSIST_WAIT_S:g} s ({exc}); the call may or "
+                            "may not have taken effect; try again once the home is reachable"
+                        )
                     ) from exc
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
@@ -570,6 +509,15 @@ class Durability:
             if result.get("ok"):
                 hosted.lease_until = sent + granted_lease_s(result, self.lease_s)
                 return True
+            if uncertain:
+                self.bm.retire(hosted)
+                raise _LostAnswer(
+                    ObjectInDoubtError(
+                        f"durable object {rid}: its home holds another activation, and an "
+                        "earlier write of this copy's state went unanswered; the call may "
+                        "or may not have taken effect: check before repeating it"
+                    )
+                )
             return False
 
     def renew_now(self, hosted: Hosted) -> bool:
@@ -661,6 +609,14 @@ class Durability:
         if math.isinf(hosted.lease_until):
             return None
         return round(hosted.lease_until - time.monotonic(), 3)
+
+
+class _LostAnswer(Exception):
+    """A durable write's outcome is unknown; ``error`` is what the caller gets."""
+
+    def __init__(self, error: ObjectInDoubtError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def granted_lease_s(answer: Any, default: float) -> float:

@@ -148,6 +148,18 @@ class Gate:
                 self._draining = False
         return time.monotonic() - start
 
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no call is inside (after the gate retired: before what ran the
+        object is closed under them). False if some still were after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._active:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
     def reopen(self) -> None:
         with self._cond:
             self._apply("reopen")

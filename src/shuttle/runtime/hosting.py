@@ -70,6 +70,9 @@ class PersistState:
     written: int = 0
     #: Hash of the last checkpoint written (an unchanged state is not written again).
     last_hash: bytes = b""
+    #: Calls covered by a write whose answer was lost: it may have reached the home.
+    #: If the copy then turns out stale, those calls are in doubt, never run again.
+    doubtful: int = 0
 
 
 @dataclass

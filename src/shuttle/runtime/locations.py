@@ -252,14 +252,18 @@ class LocationTable:
                 raise ObjectBusyError(f"object {hosted.rid} is already hosted here")
             self._hosted[hosted.rid] = hosted
 
-    def moved_out(self, rid: ObjectId, target: str, epoch: int) -> Hosted | None:
-        """The move to ``target`` took effect (at ``epoch``): the object leaves. Only
-        its home keeps where it went (it recorded it first)."""
+    def moved_out(self, copy: Hosted, target: str, epoch: int) -> bool:
+        """The move of ``copy`` to ``target`` took effect (at ``epoch``): it leaves.
+        Only its home keeps where it went (it recorded it first). False if the table
+        holds another copy by now (its home brought it back here meanwhile: that one
+        stays)."""
         with self._lock:
-            hosted = self._hosted.pop(rid, None)
-            if rid.home != self.runtime_id:
-                self._hints.pop(rid, None)
-            return hosted
+            if self._hosted.get(copy.rid) is not copy:
+                return False
+            del self._hosted[copy.rid]
+            if copy.rid.home != self.runtime_id:
+                self._hints.pop(copy.rid, None)
+            return True
 
     def left(self, rid: ObjectId, copy: Hosted | None = None) -> Hosted | None:
         """The object stopped running here (destroyed, lost, or a stale copy told to

@@ -326,7 +326,7 @@ class _Executor:
         bm, hosted = self.bm, self.hosted
         # First out of the table, then wake the held calls: they go on (to the home,
         # which learnt first where it went; a source keeps no forwarding pointer).
-        bm.table.moved_out(self.rid, self.target, epoch)
+        bm.table.moved_out(hosted, self.target, epoch)
         if hosted.gate.retire():
             bm.spawn(bm.in_control(bm.hosting.close, hosted))
         bm.monitor.forget(str(self.rid))

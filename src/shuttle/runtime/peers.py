@@ -207,14 +207,23 @@ class Peers:
         timeout_s: float | None = None,
     ) -> Response:
         """A control message to ``runtime_id`` (see :data:`CONTROL_TIMEOUT_S`): its
-        typed error, :class:`UnreachableError`, or :class:`RequestTimeoutError` when
-        no answer came in time (the connection is then dropped: the next message
-        dials again). Whether an unanswered message took effect is unknown."""
+        typed error, :class:`NotSent` (no connection: it never left),
+        :class:`UnreachableError`, or :class:`RequestTimeoutError` when no answer came
+        in time (the connection is then dropped: the next message dials again).
+        Whether a message that left and got no answer took effect is unknown."""
         if timeout_s is None:
             timeout_s = self.control_timeout_s(runtime_id, len(payload))
         conn = self.connection(runtime_id, control=True)
+
+        async def send() -> Response:
+            try:
+                await conn.connect()
+            except UnreachableError as exc:
+                raise NotSent(str(exc)) from exc
+            return await conn.call(op, args, payload)
+
         try:
-            return await asyncio.wait_for(conn.call(op, args, payload), timeout_s)
+            return await asyncio.wait_for(send(), timeout_s)
         except TimeoutError:
             self._forget(conn)
             raise RequestTimeoutError(

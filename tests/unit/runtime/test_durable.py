@@ -14,7 +14,7 @@ import pytest
 
 from shuttle.runtime import migration, mobile, values
 from shuttle.runtime.config import RuntimeConfig
-from shuttle.runtime.durable import Record, RecordFiles
+from shuttle.runtime.durable_records import Record, RecordFiles
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import MobileObject
 from tests.unit.runtime.netsim import Net
@@ -208,5 +208,42 @@ def test_a_durable_object_needs_a_node_for_its_home(tmp_path: Path) -> None:
         net.add("c1", config=CONFIG)
         with pytest.raises(Exception, match="home must be a storage node"):
             await make_journal(net, "c1", "c1")
+
+    scenario(tmp_path, body)
+
+
+def test_a_write_whose_answer_was_lost_then_found_stale_is_in_doubt_not_repeated(
+    tmp_path: Path,
+) -> None:
+    """n2's write of append(2) reaches the home but its answer is lost; n2 is then
+    cut off from the home long enough that the home brings the object back from that
+    very record. n2's next try hears "stale": append(2) is in the record, so running
+    it again on the current copy would append it twice. The caller is told it is in
+    doubt instead."""
+    from shuttle.errors import ObjectInDoubtError
+
+    async def body(net: Net, pool: ThreadPoolExecutor) -> None:
+        home = net.add("n1", durable_dir=tmp_path / "n1", config=CONFIG)
+        net.add("n2", durable_dir=tmp_path / "n2", config=CONFIG)
+        client = net.add("c1", config=CONFIG)
+        home.durability.start()
+        rid = await make_journal(net, "n2", "n1")
+        await on(pool, lambda: client.ref(rid).append(1))
+        cut = {"on": False}
+
+        def rule(source: str, target: str, op: str) -> str:
+            if source == "n2" and target == "n1":
+                if op == "object.persist" and not cut["on"]:
+                    cut["on"] = True
+                    return "lose_reply"
+                if cut["on"] and home.table.hosted(rid) is None:
+                    return "drop"  # cut off until the home has brought it back
+            return "ok"
+
+        net.rule = rule
+        with pytest.raises(ObjectInDoubtError, match="may or may not have taken effect"):
+            await on(pool, lambda: client.ref(rid).append(2))
+        net.rule = lambda *_: "ok"
+        assert await on(pool, lambda: client.ref(rid).items()) == [1, 2]
 
     scenario(tmp_path, body)
