@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import tempfile
 import time
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fault tier: cannot run: {reason}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.ERROR)
+    # A SIGTERM ends the run through its finally clauses: nodes killed, namespaces gone.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="shuttle-faults-", dir=args.workdir) as tmp:
         last = [time.monotonic()]
 

@@ -85,17 +85,6 @@ def test_kill_9_of_its_home_and_node_brings_it_back_from_disk(nodes: Nodes) -> N
         assert journal.append(10) == 11
 
 
-def test_a_non_durable_object_is_still_reported_lost(nodes: Nodes) -> None:
-    from shuttle.errors import ObjectNotFoundError
-
-    with nodes.runtime() as rt:
-        journal = rt.create(Journal, at="n2", durable=False)
-        journal.append(1)
-        nodes.procs[1].restart()
-        with pytest.raises(ObjectNotFoundError, match=r"lost.*did n2 restart"):
-            journal.append(2)
-
-
 def test_a_directory_object_comes_back_after_its_node_dies(nodes: Nodes) -> None:
     """A directory object (durable by its class) runs on n2 with its home and its
     volume's root on n1; n2 is killed: the home brings it back, same id, and every

@@ -85,6 +85,7 @@ from shuttle.runtime.migration_machine import (
     WaitOver,
 )
 from shuttle.runtime.moves import MigrationEvent
+from shuttle.runtime.peers import NotSent
 
 log = logging.getLogger("shuttle.runtime")
 
@@ -441,6 +442,12 @@ async def activate(bm: BindingManager, rid: ObjectId, mid: str) -> dict[str, Any
     sent = time.monotonic()
     try:
         answer = await _commit(bm, hosted, stage)
+    except NotSent as exc:
+        # No connection to the home: the commit never left, and never will (the
+        # stage is dropped), so this is a refusal the source can act on.
+        stage.committing = False
+        await bm.in_control(drop_stage, bm, hosted)
+        return {"active": False, "refused": f"its home {rid.home} cannot be reached ({exc})"}
     except (ShuttleError, OSError) as exc:
         # It may or may not have reached the home: never guess; ask it until it says.
         bm.spawn(_watch_stage(bm, hosted))

@@ -250,3 +250,23 @@ def test_moves_under_any_schedule_of_losses_keep_one_copy_and_every_acknowledged
             net.rule = rule
 
     scenario(body)
+
+
+def test_a_home_that_cannot_be_reached_at_all_refuses_the_move_at_once() -> None:
+    """The target cannot even connect to the object's home: its commit never left,
+    so the move is refused (not in doubt) and the source serves again at once."""
+
+    async def body(net: Net, pool: ThreadPoolExecutor) -> None:
+        client, n1 = net.add("c1"), net.add("n1")
+        net.add("n2")
+        rid = make_counter(client)
+        await migration.migrate_out(client, rid, "n1")
+        net.rule = lambda source, target, op: "ok"
+        net.down.add("c1")  # the home: nobody can connect to it
+        with pytest.raises(MigrationError, match="cannot be reached"):
+            await migration.migrate_out(n1, rid, "n2")
+        assert serving(net, rid) == ["n1"]
+        assert net.runtimes["n2"].table.hosted(rid) is None  # the stage is gone
+        assert not any(op == "object.resolve" for _, _, op, _ in net.log)
+
+    scenario(body)
