@@ -14,8 +14,10 @@ from shuttle.runtime.mobile import MobileObject
 from tests.integration.nodeproc import NodeProcess
 from tests.integration.test_runtime import SANDBOX, Nodes
 
-#: A short lease, so that a node's death is waited out in about two seconds.
-LEASE = ["--durable-lease", "1"]
+#: A short lease, so that a node's death is waited out in about two seconds; and a
+#: short application lease (the default is 30 s), so that a node that wrongly took a
+#: live application for a dead one would drop its objects within the test.
+LEASE = ["--durable-lease", "1", "--lease", "2"]
 
 
 class Journal(MobileObject):
@@ -66,6 +68,20 @@ def test_kill_9_of_its_node_loses_no_acknowledged_call(nodes: Nodes) -> None:
         assert rt.where(journal) == "n1"
         nodes.procs[1].start()  # n2 back: the object stays where its home made it
         assert journal.append(21) == 22
+
+
+def test_a_live_application_keeps_its_durable_object_on_a_node_that_is_not_its_home(
+    nodes: Nodes,
+) -> None:
+    """The application's digests go to the object's home (n1), not to n2 where it
+    runs: n2 must not take that silence for the application's death (its home
+    judges), or the object would be dropped after the application lease."""
+    with nodes.runtime(window_s=0.25) as rt:
+        journal = rt.create(Journal, at="n2", home="n1")
+        journal.append(1)
+        time.sleep(3.0)  # over the 2 s application lease, idle
+        assert journal.items() == [1]
+        assert rt.where(journal) == "n2"
 
 
 def test_kill_9_of_its_home_and_node_brings_it_back_from_disk(nodes: Nodes) -> None:

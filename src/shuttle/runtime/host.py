@@ -135,11 +135,11 @@ class NodeRuntime:
         while True:
             await asyncio.sleep(self.ticker.interval_s)
             self.ticker.tick()
-            for rid in self.expired_leases():
+            for rid, app in self.expired_leases():
                 log.warning(
-                    "dropping %s: its home %s has not been heard from for %.0f s",
+                    "dropping %s: its application %s has not been heard from for %.0f s",
                     rid,
-                    rid.home,
+                    app,
                     self.config.lease_s,
                 )
                 try:
@@ -147,33 +147,39 @@ class NodeRuntime:
                 except ShuttleError as exc:  # busy or moving: next tick
                     log.info("dropping %s later: %s", rid, exc)
 
-    def expired_leases(self) -> list[ObjectId]:
+    def expired_leases(self) -> list[tuple[ObjectId, str]]:
         """Objects whose application's run-time has gone silent: not heard from (a
-        digest every H while it has objects here or homed here) for ``lease_s``. Hosted
-        ones, and durable ones this node is the home of wherever they run."""
+        digest every H to the nodes its objects run on and to its durable objects'
+        homes) for ``lease_s``, with that application. A durable object is its home's
+        to judge (the home hears the application; the node it runs on may not): the
+        home drops it wherever it runs, and its copy there stops at its next renewal."""
         now = time.monotonic()
         out = []
         for rid, hosted in self.bm.table.hosted_items():
             if hosted.app == self.bm.id or hosted.gate.closed or self.bm.table.is_migrating(rid):
                 continue
+            if hosted.durable:
+                continue  # below, at its home
             heard = max(self.manager.heard.get(hosted.app, 0.0), hosted.arrived_at)
             if now - heard > self.config.lease_s:
-                out.append(rid)
-        started = self.started
+                out.append((rid, hosted.app))
         for rid, entry in self.bm.table.homed_items():
             app = self.bm.durability.app_of(rid)
-            if not entry.durable or not app or app == self.bm.id or entry.location == self.bm.id:
+            if not entry.durable or not app or app == self.bm.id:
                 continue
-            heard = max(self.manager.heard.get(app, 0.0), started, entry.since)
+            if self.bm.table.is_migrating(rid):
+                continue
+            heard = max(self.manager.heard.get(app, 0.0), self.started, entry.since)
             if now - heard > self.config.lease_s:
-                out.append(rid)
+                out.append((rid, app))
         return out
 
     def _drop(self, rid: ObjectId) -> None:
-        """An object of a silent application ends here (hosted, or homed durable)."""
+        """An object of a silent application ends (hosted here, or a durable one homed
+        here: forgotten, so its copy elsewhere hears "stale" and stops)."""
         if self.bm.table.hosted(rid) is not None:
             self.bm.destroy_hosted(rid)
-        elif rid.home == self.bm.id:
+        if rid.home == self.bm.id:
             self.bm.table.forgotten(rid)
             self.bm.durability.forget(rid)
 
