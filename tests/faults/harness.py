@@ -232,6 +232,8 @@ class Tier:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
+        #: Non-durable counters lost with their node, to be made again.
+        self._lost_counters = 0
 
     # --- the application's objects and its calls ------------------------------------------
 
@@ -256,6 +258,15 @@ class Tier:
 
     def _calls(self) -> None:
         while not self._stop.is_set():
+            if self._lost_counters:
+                try:
+                    counter = self._new_counter()
+                except ShuttleError:
+                    pass  # its node is down: next round
+                else:
+                    with self._lock:
+                        self._lost_counters -= 1
+                        self.objects.append(counter)
             for obj in list(self.objects):
                 if self._stop.is_set():
                     return
@@ -294,7 +305,7 @@ class Tier:
                 else:
                     self.report.non_durable_lost += 1
                     self.objects.remove(obj)
-                    self.objects.append(self._new_counter())
+                    self._lost_counters += 1  # made again by the worker, when it can
                 return
             if not isinstance(exc, CLEAR) or not str(exc):
                 self.report.unclear_errors += 1

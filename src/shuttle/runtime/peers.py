@@ -21,6 +21,7 @@ holds the key over the very TLS channel instead (:mod:`shuttle.net.tls`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -222,13 +223,21 @@ class Peers:
                 raise NotSent(str(exc)) from exc
             return await conn.call(op, args, payload)
 
+        task = asyncio.get_running_loop().create_task(send())
         try:
-            return await asyncio.wait_for(send(), timeout_s)
-        except TimeoutError:
-            self._forget(conn)
-            raise RequestTimeoutError(
-                f"run-time {runtime_id} did not answer {op} within {timeout_s:g} s"
-            ) from None
+            done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(BaseException):  # what it ended with is moot now
+            await task
+        self._forget(conn)
+        raise RequestTimeoutError(
+            f"run-time {runtime_id} did not answer {op} within {timeout_s:g} s"
+        )
 
     def control_timeout_s(self, runtime_id: str, nbytes: int) -> float:
         """How long a control message carrying ``nbytes`` may take to ``runtime_id``:
