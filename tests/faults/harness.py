@@ -514,13 +514,15 @@ class Tier:
     def _check_journal(self, obj: Tracked) -> None:
         if not obj.durable:
             return
+        # What was acknowledged before the read: the read must show all of it (an
+        # append acknowledged while the read runs may not be in it yet).
+        with self._lock:
+            acked = list(obj.acked)
         try:
             items = obj.ref.items()
         except ShuttleError as exc:
             self._failed(obj, exc)
             return
-        with self._lock:
-            acked = list(obj.acked)
         seen: set[int] = set()
         for x in items:
             if x in seen and x not in obj.duplicates:
@@ -531,7 +533,10 @@ class Tier:
         lost = [(v, p) for v, p in acked if p > len(items) or items[p - 1] != v]
         if lost:
             self.report.lost_acknowledged_calls += len(lost)
-            self.report.problem(f"{obj.name}: acknowledged appends missing: {lost[:5]}")
+            self.report.problem(
+                f"{obj.name}: acknowledged appends (value, position) missing: {lost[:5]} "
+                f"from {len(items)} items"
+            )
         # Checked once: a later point checks only what was acknowledged since.
         with self._lock:
             obj.acked = [a for a in obj.acked if a not in acked]

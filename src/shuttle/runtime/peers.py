@@ -224,6 +224,9 @@ class Peers:
             return await conn.call(op, args, payload)
 
         task = asyncio.get_running_loop().create_task(send())
+        # However it ends, its end is taken here (no "exception never retrieved"):
+        # whoever awaited it may have gone (a handler cancelled with its connection).
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
         try:
             done, _ = await asyncio.wait({task}, timeout=timeout_s)
         except asyncio.CancelledError:
