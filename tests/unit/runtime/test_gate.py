@@ -340,6 +340,8 @@ def test_every_transition_in_the_table_and_no_other() -> None:
         (GateState.OPEN, "quiesce"): GateState.QUIESCING,
         (GateState.QUIESCING, "reopen"): GateState.OPEN,
         (GateState.QUIESCING, "retire"): GateState.RETIRED,
+        # A stale copy told to stop (fencing: its home holds a newer activation).
+        (GateState.OPEN, "retire"): GateState.RETIRED,
     }
     events: dict[str, Callable[[Gate], object]] = {
         "activate": Gate.activate,
@@ -351,7 +353,11 @@ def test_every_transition_in_the_table_and_no_other() -> None:
         for event, apply in events.items():
             gate = Gate(state)
             expected = TRANSITIONS.get((state, event))
-            if expected is None:
+            if state is GateState.RETIRED and event == "retire":
+                # Two parts of the run-time may find out at once; the second does nothing.
+                assert gate.retire() is False
+                assert gate.state is state
+            elif expected is None:
                 with pytest.raises(
                     LocalProtocolError, match=f"gate: cannot {event} in state {state.value}"
                 ):
