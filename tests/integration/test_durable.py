@@ -101,6 +101,28 @@ def test_kill_9_of_its_home_and_node_brings_it_back_from_disk(nodes: Nodes) -> N
         assert journal.append(10) == 11
 
 
+def test_a_principal_s_durable_object_comes_back_acting_for_it(tmp_path: Path) -> None:
+    """A principal's durable object is recorded at its home as that principal's (the
+    host registers it acting for its creator, docs/security.md); its node is killed: the
+    home brings it back acting for the same principal, so the principal's calls go on
+    (an object brought back as nobody's would refuse them: it belongs to its owner)."""
+    from tests.integration.test_principals import KeyedCluster
+
+    cluster = KeyedCluster(tmp_path, extra=(*SANDBOX, *LEASE))
+    try:
+        owner = cluster.add("owner", "--read", "data/", "--ship")
+        with cluster.runtime(owner) as rt:
+            journal = rt.create(Journal, at="n2", home="n1")
+            for i in range(5):
+                assert journal.append(i) == i + 1
+            cluster.procs[1].kill()  # n2, where it runs
+            assert journal.append(5) == 6
+            assert journal.items() == list(range(6))
+            assert rt.where(journal) == "n1"
+    finally:
+        cluster.stop()
+
+
 def test_a_directory_object_comes_back_after_its_node_dies(nodes: Nodes) -> None:
     """A directory object (durable by its class) runs on n2 with its home and its
     volume's root on n1; n2 is killed: the home brings it back, same id, and every

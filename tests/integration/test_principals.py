@@ -45,12 +45,12 @@ class KeyedCluster:
     """Keyed node processes and the cluster file an administrator holds (with the
     cluster key): what ``shuttle cluster user`` works on."""
 
-    def __init__(self, tmp: Path, count: int = 2) -> None:
+    def __init__(self, tmp: Path, count: int = 2, extra: tuple[str, ...] = ()) -> None:
         self.tmp = tmp
         self.key_file = tmp / "cluster.key"
         self.key = auth.write_key_file(self.key_file)
         self.procs = [
-            NodeProcess(tmp / f"n{i + 1}", extra=["--key-file", str(self.key_file)])
+            NodeProcess(tmp / f"n{i + 1}", extra=["--key-file", str(self.key_file), *extra])
             for i in range(count)
         ]
         starters = [threading.Thread(target=p.start) for p in self.procs]
@@ -326,7 +326,7 @@ def test_a_principal_may_not_call_another_principal_s_object(cluster: KeyedClust
         with pytest.raises(AuthenticationError, match=r"serves principal 'owner"):
             stolen.read("secret/b.txt")
         # ...and the node that runs it refuses the thief's call.
-        rt_thief.bm.hints[peek.rid] = node
+        rt_thief.bm.table.heard(peek.rid, node)
         with pytest.raises(NotPermittedError, match=r"belongs to principal 'owner"):
             stolen.read("secret/b.txt")
         assert peek.read("secret/b.txt") == DATA["secret/b.txt"]  # its owner still may

@@ -48,6 +48,7 @@ from shuttle.errors import (
     ShuttleError,
 )
 from shuttle.runtime import faultpoints, values
+from shuttle.runtime.authority import acting_for
 from shuttle.runtime.durable_records import Record, RecordFiles
 from shuttle.runtime.gate import GateState
 from shuttle.runtime.ids import ObjectId
@@ -114,7 +115,13 @@ class Durability:
             for record in self.files.load_all():
                 rid = ObjectId.parse(record.rid)
                 self._records[rid] = record
-                entry = HomeEntry(record.location, record.type_label, record.epoch, True)
+                entry = HomeEntry(
+                    record.location,
+                    record.type_label,
+                    record.epoch,
+                    True,
+                    principal=record.principal,
+                )
                 entry.last_commit = record.last_commit
                 self.bm.table.restored_home(rid, entry)
                 # What ran elsewhere may run on: count its lease from now.
@@ -151,9 +158,11 @@ class Durability:
         app: str,
         location: str,
         checkpoint: bytes,
+        principal: str | None = None,
     ) -> None:
         """At the home: durable object ``rid`` (made here, or described by its host)
-        now exists at ``location``, epoch 1: on disk before this returns."""
+        now exists at ``location``, epoch 1, acting for ``principal`` (its creator):
+        on disk before this returns."""
         if self.files is None:
             raise InvalidArgumentError(
                 f"{self.bm.id} keeps no durable objects (it has no data directory); a "
@@ -171,6 +180,7 @@ class Durability:
             FIRST_EPOCH,
             "",
             checkpoint,
+            principal=principal,
         )
         with self.lock_for(rid):
             self._records[rid] = record
@@ -358,6 +368,7 @@ class Durability:
                 epoch=new_epoch,
                 app=record.app,
                 arrived_from=location,
+                principal=record.principal,
             )
             hosted.persist.last_hash = hashlib.blake2b(record.checkpoint).digest()
             old = bm.table.hosted(rid)
@@ -381,7 +392,10 @@ class Durability:
         """Tell the old host to stop its copy (it has stopped serving already, its
         lease having run out; this only tidies up)."""
         epoch = self.bm.table.known_epoch(rid)
-        with contextlib.suppress(ShuttleError, OSError):  # it learns at its next renewal
+        record = self._records.get(rid)
+        principal = record.principal if record is not None else None
+        # It learns at its next renewal if this does not arrive.
+        with contextlib.suppress(ShuttleError, OSError), acting_for(principal):
             await self.bm.peers.control(location, "object.fence", {"rid": str(rid), "epoch": epoch})
 
     def app_of(self, rid: ObjectId) -> str:
@@ -407,10 +421,18 @@ class Durability:
                 app=hosted.app,
                 location=self.bm.id,
                 checkpoint=checkpoint,
+                principal=hosted.principal,
             )
             return
         sent = time.monotonic()
-        reply = self.bm.run(
+        # For its creator: the home records whom the call authenticated as.
+        with acting_for(hosted.principal):
+            reply = self._register_at_home(hosted, checkpoint)
+        hosted.lease_until = sent + granted_lease_s(reply.result, self.lease_s)
+
+    def _register_at_home(self, hosted: Hosted, checkpoint: bytes) -> Any:
+        rid = hosted.rid
+        return self.bm.run(
             self.bm.peers.control(
                 rid.home,
                 "object.register",
@@ -427,7 +449,6 @@ class Durability:
                 values.pack({"code": hosted.code, "checkpoint": checkpoint}),
             )
         )
-        hosted.lease_until = sent + granted_lease_s(reply.result, self.lease_s)
 
     def persist(self, hosted: Hosted) -> bool:
         """After a call that may have changed durable ``hosted``: its state is on its
@@ -481,16 +502,19 @@ class Durability:
         while True:
             sent = time.monotonic()
             try:
-                resp = self.bm.run(
-                    self.bm.peers.control(
-                        rid.home,
-                        "object.persist",
-                        {"rid": str(rid), "epoch": hosted.epoch, "from": self.bm.id},
-                        data,
+                with acting_for(hosted.principal):
+                    resp = self.bm.run(
+                        self.bm.peers.control(
+                            rid.home,
+                            "object.persist",
+                            {"rid": str(rid), "epoch": hosted.epoch, "from": self.bm.id},
+                            data,
+                        )
                     )
-                )
             except (ShuttleError, OSError) as exc:
-                if isinstance(exc, ShuttleError) and exc.code in ("invalid_argument",):
+                # Refused (a bad request, or the home will not take this principal's
+                # write): it never will, so waiting for the home would not help.
+                if isinstance(exc, ShuttleError) and exc.code in REFUSALS:
                     raise
                 # Not NotSent: the write may have landed and its answer been lost.
                 uncertain = uncertain or not isinstance(exc, NotSent)
@@ -529,7 +553,8 @@ class Durability:
             if self.bm.table.hosted(hosted.rid) is not hosted:
                 return False
             try:
-                self.bm.run(self._renew(hosted.rid.home, [hosted]))
+                with acting_for(hosted.principal):
+                    self.bm.run(self._renew(hosted.rid.home, [hosted]))
             except (ShuttleError, OSError) as exc:
                 if time.monotonic() + pause > deadline:
                     raise ObjectInDoubtError(
@@ -544,18 +569,24 @@ class Durability:
     async def _renew_forever(self) -> None:
         while True:
             await asyncio.sleep(self.lease_s / RENEWALS_PER_LEASE)
-            by_home: dict[str, list[Hosted]] = {}
+            # One renewal per home and principal: each acts for the objects' creator,
+            # whose own objects only it may renew.
+            by_home: dict[tuple[str, str | None], list[Hosted]] = {}
             for rid, hosted in self.bm.table.hosted_items():
                 if hosted.durable and rid.home != self.bm.id and not hosted.staged:
-                    by_home.setdefault(rid.home, []).append(hosted)
+                    by_home.setdefault((rid.home, hosted.principal), []).append(hosted)
             if by_home:
                 await asyncio.gather(
-                    *(self._renew_quietly(home, copies) for home, copies in by_home.items())
+                    *(
+                        self._renew_quietly(home, principal, copies)
+                        for (home, principal), copies in by_home.items()
+                    )
                 )
 
-    async def _renew_quietly(self, home: str, copies: list[Hosted]) -> None:
+    async def _renew_quietly(self, home: str, principal: str | None, copies: list[Hosted]) -> None:
         try:
-            await self._renew(home, copies)
+            with acting_for(principal):
+                await self._renew(home, copies)
         except (ShuttleError, OSError) as exc:
             log.info("lease renewal at %s failed: %s", home, exc)
 
@@ -597,11 +628,14 @@ class Durability:
     def tell_home_ended(self, hosted: Hosted) -> None:
         """A durable object hosted here was destroyed: its home forgets it."""
         try:
-            self.bm.run(
-                self.bm.peers.control(
-                    hosted.rid.home, "object.ended", {"rid": str(hosted.rid), "epoch": hosted.epoch}
+            with acting_for(hosted.principal):
+                self.bm.run(
+                    self.bm.peers.control(
+                        hosted.rid.home,
+                        "object.ended",
+                        {"rid": str(hosted.rid), "epoch": hosted.epoch},
+                    )
                 )
-            )
         except (ShuttleError, OSError) as exc:
             log.info("could not tell %s's home it ended (%s); it forgets it later", hosted.rid, exc)
 
@@ -609,6 +643,10 @@ class Durability:
         if math.isinf(hosted.lease_until):
             return None
         return round(hosted.lease_until - time.monotonic(), 3)
+
+
+#: Error codes with which a home refuses a write for good (no retry changes them).
+REFUSALS = frozenset({"invalid_argument", "not_permitted"})
 
 
 class _LostAnswer(Exception):

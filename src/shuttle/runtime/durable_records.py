@@ -43,6 +43,9 @@ class Record:
     last_commit: str
     checkpoint: bytes
     seq: int = 0
+    #: The principal that created it (None: unrestricted): brought back, it acts for
+    #: the same one (runtime/authority.py). Records written before principals: None.
+    principal: str | None = None
 
     def pack(self) -> bytes:
         body = msgpack.packb(asdict(self), use_bin_type=True)

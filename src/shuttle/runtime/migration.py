@@ -45,7 +45,7 @@ from shuttle.errors import (
 )
 from shuttle.net.addresses import parse_address
 from shuttle.runtime import faultpoints, values
-from shuttle.runtime.authority import ACTING
+from shuttle.runtime.authority import ACTING, acting_for
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.durable import granted_lease_s
 from shuttle.runtime.gate import GateState
@@ -477,18 +477,20 @@ async def _commit(bm: BindingManager, hosted: Hosted, stage: Stage) -> dict[str,
             commit_here, bm, rid, stage.mid, stage.source, stage.from_epoch, bm.id
         )
         return result
-    reply = await bm.peers.control(
-        rid.home,
-        "object.commit",
-        {
-            "rid": str(rid),
-            "mid": stage.mid,
-            "source": stage.source,
-            "epoch": stage.from_epoch,
-            "target": bm.id,
-            "address": bm.address,
-        },
-    )
+    # As every message about the object, for its principal (the home checks it).
+    with acting_for(hosted.principal):
+        reply = await bm.peers.control(
+            rid.home,
+            "object.commit",
+            {
+                "rid": str(rid),
+                "mid": stage.mid,
+                "source": stage.source,
+                "epoch": stage.from_epoch,
+                "target": bm.id,
+                "address": bm.address,
+            },
+        )
     return reply.result if isinstance(reply.result, dict) else {}
 
 
@@ -557,7 +559,7 @@ async def _watch_stage(bm: BindingManager, hosted: Hosted) -> None:
         pause = min(pause * 2, STAGE_ASK_PAUSE_S_MAX)
         sent = time.monotonic()
         try:
-            answer = await _resolve_at_home(bm, hosted.rid, stage.mid)
+            answer = await _resolve_at_home(bm, hosted, stage.mid)
         except (ShuttleError, OSError) as exc:
             log.info("staged %s: its home cannot say yet (%s)", hosted.rid, exc)
             continue
@@ -569,13 +571,15 @@ async def _watch_stage(bm: BindingManager, hosted: Hosted) -> None:
         return
 
 
-async def _resolve_at_home(bm: BindingManager, rid: ObjectId, mid: str) -> dict[str, Any]:
+async def _resolve_at_home(bm: BindingManager, hosted: Hosted, mid: str) -> dict[str, Any]:
+    rid = hosted.rid
     if rid.home == bm.id:
         result: dict[str, Any] = await bm.in_control(resolve_here, bm, rid, mid, bm.id)
         return result
-    reply = await bm.peers.control(
-        rid.home, "object.resolve", {"rid": str(rid), "mid": mid, "from": bm.id}
-    )
+    with acting_for(hosted.principal):
+        reply = await bm.peers.control(
+            rid.home, "object.resolve", {"rid": str(rid), "mid": mid, "from": bm.id}
+        )
     return reply.result if isinstance(reply.result, dict) else {}
 
 

@@ -343,6 +343,7 @@ def register_runtime_ops(
                     app=arg(args, "app", str, ""),
                     location=location,
                     checkpoint=body["checkpoint"],
+                    principal=_name(principal_of(args)),
                 )
             )
         except BaseException:
@@ -368,6 +369,10 @@ def register_runtime_ops(
         ):
             raise InvalidArgumentError("object.renew items must be [[rid, epoch], ...]")
         parsed = [(ObjectId.parse(str(r)), e) for r, e in items]
+        for rid, _ in parsed:  # a host renews each principal's objects as that principal
+            entry = bm.table.home_entry(rid)
+            if entry is not None:
+                require_owner(principal_of(args), entry.principal, rid, "renew the lease of")
         return bm.durability.on_renew(parsed, arg(args, "from", str))
 
     async def ended(args: dict[str, Any], payload: bytes) -> Any:

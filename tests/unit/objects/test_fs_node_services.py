@@ -205,3 +205,36 @@ def test_a_restarted_node_calls_back_every_holder_before_it_takes_a_write(
         ("c2/dir-1", "invalidate", ("vol/.dirs/root", [])),
     ]
     assert path.stat().st_size == 0  # a fresh log: those promises are gone
+
+
+def test_callbacks_after_a_restart_act_for_the_principal_each_promise_was_made_for(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    """A principal's cache is reached only as that principal (its run-time serves no one
+    else): the log keeps whom each holder's promises were made for, and the calls back
+    after a restart act for it, as they would have before."""
+    from shuttle.objects.fs.holders import HolderLog
+    from shuttle.runtime.authority import acting, acting_for
+    from shuttle.runtime.refs import Ref
+
+    class ToldAs(Told):
+        def invoke(
+            self, ref: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> Any:
+            self.calls.append((str(ref.rid), method, (acting(),)))
+            return None
+
+    path = tmp_path / "promises.log"
+    told = ToldAs()
+    iso = IsolationObject(store, AtomicityObject(store, tmp_path / "log"), HolderLog(path))
+    iso.attach(ObjectId("n1", "isolation"), told)
+    with acting_for("alice"):
+        iso.read("f", 0, 4096, Ref(ObjectId("c1", "cache-1"), "127.0.0.1:9", told))
+    iso.read("g", 0, 4096, Ref(ObjectId("c2", "cache-2"), "127.0.0.1:8", told))  # unrestricted
+    again = IsolationObject(store, AtomicityObject(store, tmp_path / "log"), HolderLog(path))
+    again.attach(ObjectId("n1", "isolation"), told)
+    again.recover()
+    assert sorted(told.calls) == [
+        ("c1/cache-1", "invalidate", ("alice",)),
+        ("c2/cache-2", "invalidate", (None,)),
+    ]

@@ -185,6 +185,55 @@ def test_a_home_read_back_from_disk_brings_back_what_ran_on_it(tmp_path: Path) -
     scenario(tmp_path, body)
 
 
+def test_a_restarted_home_brings_an_object_back_acting_for_its_creator(tmp_path: Path) -> None:
+    """The record keeps the principal that made the object: brought back from disk, it
+    acts for the same one (its calls are checked against that principal's caps), never
+    with the node's own rights nor as nobody's."""
+
+    async def body(net: Net, pool: ThreadPoolExecutor) -> None:
+        n1 = net.add("n1", durable_dir=tmp_path / "n1", config=CONFIG)
+        client = net.add("c1", config=CONFIG)
+        rid = n1.new_id("n1")
+        await on(
+            pool,
+            lambda: n1.host_new(
+                rid,
+                n1.address,
+                Journal,
+                "test-journal",
+                None,
+                {},
+                "auto",
+                durable=True,
+                principal="alice",
+            ),
+        )
+        assert record(tmp_path, "n1", rid).principal == "alice"
+        del net.runtimes["n1"]  # n1 restarts on the same directory
+        again = net.add("n1", durable_dir=tmp_path / "n1", config=CONFIG)
+        again.durability.start()
+        entry = again.table.home_entry(rid)
+        assert entry is not None and entry.principal == "alice"
+        assert await on(pool, lambda: client.ref(rid).append(1)) == 1
+        copy = again.table.hosted(rid)
+        assert copy is not None and copy.epoch == 2 and copy.principal == "alice"
+
+    scenario(tmp_path, body)
+
+
+def test_a_record_from_before_principals_reads_back_as_unrestricted(tmp_path: Path) -> None:
+    import msgpack
+
+    files = RecordFiles(tmp_path)
+    base = Record("n1/d1", "t", "t", None, "auto", "", "c", "n1", 1, "", b"one")
+    fields = {k: v for k, v in base.__dict__.items() if k != "principal"}
+    body = msgpack.packb(fields, use_bin_type=True)
+    header = __import__("struct").pack("<II", len(body), __import__("zlib").crc32(body))
+    (tmp_path / "d1.0").write_bytes(header + body)
+    (found,) = files.load_all()
+    assert found.principal is None and found.checkpoint == b"one"
+
+
 def test_a_durable_object_moves_with_its_lease_and_its_home_s_record(tmp_path: Path) -> None:
     async def body(net: Net, pool: ThreadPoolExecutor) -> None:
         net.add("n1", durable_dir=tmp_path / "n1", config=CONFIG)

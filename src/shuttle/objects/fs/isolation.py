@@ -175,16 +175,17 @@ class IsolationObject(MobileObject):
         """On disk before the promise is answered: ``holder`` holds one on ``key``."""
         if self._log is None:
             return
-        self._log.remember(str(holder.rid), holder, key)
+        hid = str(holder.rid)
+        self._log.remember(hid, holder, key, self._acting.get(hid))
         if self._log.needs_compaction:
             self._log.restart_from(self._current_holders())
 
-    def _current_holders(self) -> dict[str, tuple[Ref, set[str]]]:
+    def _current_holders(self) -> dict[str, tuple[Ref, set[str], str | None]]:
         with self._lock:
-            out: dict[str, tuple[Ref, set[str]]] = {}
+            out: dict[str, tuple[Ref, set[str], str | None]] = {}
             for (key, _), held in self._holders.items():
                 for hid, ref in held.items():
-                    out.setdefault(hid, (ref, set()))[1].add(key)
+                    out.setdefault(hid, (ref, set(), self._acting.get(hid)))[1].add(key)
             return out
 
     def _await_recovery(self) -> None:
@@ -204,7 +205,9 @@ class IsolationObject(MobileObject):
             return
         holders = self._log.holders_before_restart(self._invoker)  # type: ignore[arg-type]
         told = 0
-        for hid, ref, keys in holders:
+        for hid, ref, keys, principal in holders:
+            with self._lock:  # its callbacks act for the principal it held them for
+                self._acting[hid] = principal
             for key in keys:
                 if not self._tell(hid, ref, key, []):
                     break
