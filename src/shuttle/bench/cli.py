@@ -435,6 +435,7 @@ def jail(
 
 
 @app.command("durable")
+@benchmark("bench durable")
 def durable(
     calls: Annotated[int, typer.Option(min=1, help="Calls per timed round.")] = 50,
     rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds per case.")] = 6,
@@ -449,13 +450,8 @@ def durable(
     from shuttle.bench.durable import run as run_durable
 
     console = Console()
-    with console.status("durable") as status:
-        report = run_durable(
-            calls=calls,
-            rounds=rounds,
-            link=link,
-            progress=lambda msg: status.update(f"durable: {msg}"),
-        )
+    with bench_status("durable", console) as update:
+        report = run_durable(calls=calls, rounds=rounds, link=link, progress=update)
     table = Table(title="a call of a durable object against a plain one (median µs per call)")
     for col in ("where", "change: durable", "plain", "ratio", "read: durable", "plain", "ratio"):
         table.add_column(col, justify="right")

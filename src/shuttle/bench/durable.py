@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from shuttle.bench.session import scratch_dir
 from shuttle.cluster import local
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.mobile import MobileObject
@@ -67,7 +67,7 @@ def run(
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """Two local nodes, and the cases above; returns the report."""
-    scratch = Path(tempfile.mkdtemp(prefix="shuttle-bench-durable-", dir=workdir))
+    scratch = scratch_dir("shuttle-bench-durable-", workdir)  # gone however the run ends
     report: dict[str, Any] = {"calls_per_round": calls, "rounds": rounds, "link": link}
     try:
         cluster = local.up(scratch / "cluster", nodes=2)
