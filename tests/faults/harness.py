@@ -54,8 +54,10 @@ from shuttle.errors import (
     ShuttleError,
     UnreachableError,
 )
+from shuttle.net import certs
 from shuttle.net.aio import AsyncConnection
 from shuttle.net.auth import write_key_file
+from shuttle.net.tls import ClientTls
 from shuttle.runtime import faultpoints
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.config import RuntimeConfig
@@ -205,6 +207,10 @@ class Tier:
         self.random = random.Random(seed)
         self.key_file = work / "cluster.key"
         self.key = write_key_file(self.key_file)
+        # The nodes listen beyond loopback (the bridge), so with TLS, as a cluster made
+        # by `shuttle cluster up --tls` does: a CA and a certificate per node.
+        ca = certs.make_ca(work / "tls")
+        self.tls = ClientTls(ca.cert)
         # This process performs the steps of objects at the client: its hooks too.
         self._env_before = os.environ.get(faultpoints.FAULT_DIR_ENV)
         os.environ[faultpoints.FAULT_DIR_ENV] = str(self._dir("client"))
@@ -213,11 +219,19 @@ class Tier:
         for i, name in enumerate(self.names):
             fault_dir = work / "points" / name
             fault_dir.mkdir(parents=True)
+            pair = certs.make_node_cert(ca, work / "tls", name, lab.addresses[i])
             self.procs[name] = NodeProcess(
                 work / name,
                 host=lab.addresses[i],
                 prefix=lab.prefix(i),
-                extra=["--key-file", str(self.key_file), "--durable-lease", str(DURABLE_LEASE_S)],
+                extra=[
+                    "--key-file",
+                    str(self.key_file),
+                    "--durable-lease",
+                    str(DURABLE_LEASE_S),
+                    *("--tls-cert", str(pair.cert), "--tls-key", str(pair.key)),
+                    *("--ca-file", str(ca.cert)),
+                ],
                 env={faultpoints.FAULT_DIR_ENV: str(fault_dir)},
             )
             self._start(name)
@@ -226,6 +240,7 @@ class Tier:
             key=self.key,
             listen_host=lab.bridge_address,
             config=RuntimeConfig(durable_lease_s=DURABLE_LEASE_S),
+            tls=self.tls,
         )
         self.objects: list[Tracked] = []
         self._values = itertools.count(1)
@@ -321,7 +336,12 @@ class Tier:
             if not proc.alive():
                 return name, None
             conn = AsyncConnection(
-                proc.host, proc.port, key=self.key, connect_timeout_s=1.0, request_timeout_s=2.0
+                proc.host,
+                proc.port,
+                key=self.key,
+                connect_timeout_s=1.0,
+                request_timeout_s=2.0,
+                tls=self.tls,
             )
             try:
                 reply = await asyncio.wait_for(conn.call("object.probe", {"rid": str(rid)}), 3.0)
