@@ -42,6 +42,7 @@ from typing import Any
 
 from shuttle.errors import (
     InvalidArgumentError,
+    ObjectInDoubtError,
     RemoteProtocolError,
     RequestTimeoutError,
     UnreachableError,
@@ -66,8 +67,9 @@ WRITE_LOCK_STRIPES = 16
 #: which bounds how long a cache can miss a restart of its node (the node forgets its
 #: promises; it cannot call back what it forgot).
 PROMISE_LIFETIME_S = 30.0
-#: Errors of a call whose node may be gone or restarted (and its promises with it).
-_NODE_FAILURES = (UnreachableError, RequestTimeoutError, RemoteProtocolError)
+#: Errors of a call whose node may be gone or restarted (and its promises with it): a
+#: call in doubt left and got no answer (the run-time never repeats it).
+NODE_FAILURES = (UnreachableError, RequestTimeoutError, RemoteProtocolError, ObjectInDoubtError)
 
 
 class SharedBlockCache:
@@ -296,7 +298,7 @@ class CacheObject(MobileObject):
             held = [[self.key, offset] for offset in self.index]
             self.index.clear()
         if held:
-            with contextlib.suppress(UnreachableError, RequestTimeoutError, RemoteProtocolError):
+            with contextlib.suppress(*NODE_FAILURES):
                 self.isolation.release(held, self._holder())
 
     def stats(self) -> dict[str, Any]:
@@ -340,7 +342,7 @@ class CacheObject(MobileObject):
             else:  # the promise first: a write that lands after it calls back
                 try:
                     ts = self.isolation.promise(self.key, start, self.block_bytes, self._holder())
-                except _NODE_FAILURES:
+                except NODE_FAILURES:
                     # No one can keep a promise: read through the RAID object (it
                     # survives a lost node), cache nothing.
                     self._forget_all()
@@ -358,7 +360,7 @@ class CacheObject(MobileObject):
         After a restart of its node it never is (timestamps start at the boot)."""
         try:
             now_ts = int(self.isolation.promise(self.key, start, self.block_bytes, self._holder()))
-        except _NODE_FAILURES:
+        except NODE_FAILURES:
             self._forget_all()
             return False  # the fetch decides: a RAID file reads through, a plain one fails
         with self._lock:
@@ -407,7 +409,7 @@ class CacheObject(MobileObject):
         revalidates after losing its server the same way), then raise."""
         try:
             yield
-        except _NODE_FAILURES:
+        except NODE_FAILURES:
             self._forget_all()
             raise
 

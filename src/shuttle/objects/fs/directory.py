@@ -71,13 +71,10 @@ from shuttle.errors import (
     InvalidArgumentError,
     NotFoundError,
     ObjectBusyError,
-    RemoteProtocolError,
-    RequestTimeoutError,
     ServerError,
-    UnreachableError,
     UsageError,
 )
-from shuttle.objects.fs.cache import PROMISE_LIFETIME_S
+from shuttle.objects.fs.cache import NODE_FAILURES, PROMISE_LIFETIME_S
 from shuttle.objects.fs.dirblocks import (
     BLOCK_BYTES,
     ROOT_ID,
@@ -379,7 +376,7 @@ class DirectoryObject(MobileObject):
             by_node.setdefault(self._node(key), []).append([key, offset])
         me = self.self_ref()
         for node, held in sorted(by_node.items()):
-            with contextlib.suppress(UnreachableError, RequestTimeoutError, RemoteProtocolError):
+            with contextlib.suppress(*NODE_FAILURES):
                 self.isolations[node].release(held, me)
 
     def stats(self) -> dict[str, Any]:
@@ -449,7 +446,7 @@ class DirectoryObject(MobileObject):
         revalidates after losing its server the same way)."""
         try:
             yield
-        except (UnreachableError, RequestTimeoutError, RemoteProtocolError):
+        except NODE_FAILURES:
             node = self._node(key)
             with self._lock:
                 for block in [b for b in self._cache if self._node(b[0]) == node]:
