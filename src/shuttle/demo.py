@@ -17,18 +17,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import blake3
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-from rich.table import Table
 
-from shuttle.client.client import Client
-from shuttle.cluster import local
-from shuttle.cluster.clusterfile import ClusterFile
 from shuttle.errors import ShuttleError
+
+if TYPE_CHECKING:
+    from shuttle.cluster.clusterfile import ClusterFile
+
+# ``shuttle`` builds its command tree from ``demo``'s signature whenever it starts: the
+# client and the node processes come in when the demo runs (test_cli_start.py).
 
 console = Console()
 
@@ -67,6 +67,9 @@ def demo(
 ) -> None:
     """Start a local cluster, load a real data set, read it back, verify it, and show
     that a node killed with SIGKILL comes back with all of its data."""
+    from shuttle.cluster import local
+    from shuttle.cluster.clusterfile import ClusterFile
+
     source = (data or default_dataset()).resolve()
     files = dataset_files(source)
     if not files:
@@ -94,6 +97,13 @@ def _key(source: Path, f: Path) -> str:
 
 
 def _run(cluster: ClusterFile, source: Path, files: list[Path], total_bytes: int) -> None:
+    import blake3
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from rich.table import Table
+
+    from shuttle.client.client import Client
+    from shuttle.cluster import local
+
     client = Client(cluster.addresses(), key=cluster.key(), tls=cluster.client_tls())
     pool = ThreadPoolExecutor(THREADS)
     progress = Progress(

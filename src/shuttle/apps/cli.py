@@ -9,24 +9,30 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console, Group
-from rich.live import Live
+from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from shuttle.apps.grep import PLACEMENTS, ceph_sites, expand_keys, run_grep
-from shuttle.client.cli import ClusterOpt, KeyFileOpt, LinkOpt, NodeOpt
-from shuttle.client.client import Client
-from shuttle.client.connect import connect
+from shuttle.client.cli import ClusterOpt, KeyFileOpt, LinkOpt, NodeOpt, connect
 from shuttle.errors import InvalidArgumentError, ShuttleError
-from shuttle.objects.grep import BATCH_BYTES_DEFAULT
-from shuttle.objects.lines import BLOCK_BYTES_DEFAULT
-from shuttle.runtime import values
-from shuttle.runtime.config import RuntimeConfig
-from shuttle.runtime.ids import ObjectId
+
+if TYPE_CHECKING:
+    from rich.console import Group
+
+    from shuttle.client.client import Client
+
+# The command tree is built from these signatures whenever ``shuttle`` starts: the
+# run-time, the grep application and the built-in objects come in when a command runs
+# (tests/unit/test_cli_start.py). So the defaults are written here, as their modules
+# define them (the same test checks they agree):
+#: ``shuttle.apps.grep.PLACEMENTS``
+PLACEMENTS = ("client", "server", "osd", "auto")
+#: ``shuttle.objects.lines.BLOCK_BYTES_DEFAULT``
+BLOCK_BYTES_DEFAULT = 64 << 10
+#: ``shuttle.objects.grep.BATCH_BYTES_DEFAULT``
+BATCH_BYTES_DEFAULT = 256 << 10
 
 console = Console()
 err = Console(stderr=True)
@@ -85,7 +91,9 @@ def grep(
     moves it next to the data when the saved transfer outweighs the cost. Exit
     status: 0 lines matched, 1 none, 2+ as the other commands.
     """
+    from shuttle.apps.grep import ceph_sites, expand_keys, run_grep
     from shuttle.runtime.client import Runtime
+    from shuttle.runtime.config import RuntimeConfig
 
     if placement not in PLACEMENTS:
         raise InvalidArgumentError(
@@ -143,6 +151,8 @@ def grep(
 
 
 def _runtime_call(client: Client, node_id: str, op: str, args: dict[str, Any]) -> Any:
+    from shuttle.runtime import values
+
     response = client.connection(client.node(node_id)).call(op, args)
     return values.unpack(response.payload)
 
@@ -171,6 +181,11 @@ def _short(rid: str) -> str:
 
 
 def _tables(views: dict[str, dict[str, Any]], show_all: bool) -> Group:
+    from rich.console import Group
+    from rich.table import Table
+
+    from shuttle.runtime.ids import ObjectId
+
     objects = Table(title="objects (rates over the last window H)", title_justify="left")
     for col in (
         "object",
@@ -301,6 +316,8 @@ def objects(
             for e in _events(views)[-10:]:
                 console.print(_event_line(e), highlight=False)
             return
+        from rich.live import Live
+
         shown: set[tuple[Any, ...]] = set()
         with Live(console=console, refresh_per_second=max(1, int(1 / interval))) as live:
             try:

@@ -11,15 +11,17 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from shuttle.client.cli import ClusterOpt, KeyFileOpt, LinkOpt, NodeOpt
-from shuttle.objects.fs.volume import Volume
-from shuttle.runtime.config import RuntimeConfig
+
+if TYPE_CHECKING:
+    # The file system and the run-time come in when a command runs, not to build the
+    # command tree (tests/unit/test_cli_start.py).
+    from shuttle.objects.fs.volume import Volume
 
 app = typer.Typer(
     help="The object-based file system (ABACUS 4.3.1): directories and files whose "
@@ -49,6 +51,9 @@ def _volume(
     volume: str,
     placement: str,
 ) -> Iterator[Volume]:
+    from shuttle.objects.fs.volume import Volume
+    from shuttle.runtime.config import RuntimeConfig
+
     with Volume.connect(
         node=node,
         cluster=cluster,
@@ -94,6 +99,8 @@ def ls(
             if recursive
             else [(f"{path.rstrip('/')}/{e.name}", e) for e in fs.ls(path)]
         )
+        from rich.table import Table
+
         table = Table(box=None, show_header=True)
         for col in ("name", "type", "layout"):
             table.add_column(col)

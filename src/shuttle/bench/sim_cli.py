@@ -21,8 +21,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from shuttle.cluster.clusterfile import cluster_path
 from shuttle.errors import UsageError
+
+# The command tree is built whenever ``shuttle`` starts: the cluster file's reader (and
+# with it the wire and TLS) comes in when a command runs (tests/unit/test_cli_start.py).
 
 out = Console()
 err = Console(stderr=True)
@@ -56,6 +58,8 @@ CpuFactorOpt = Annotated[
 
 
 def _cluster(cluster: Path | None) -> Path:
+    from shuttle.cluster.clusterfile import cluster_path
+
     path = cluster_path(cluster, None)
     if not path.exists():
         raise UsageError(

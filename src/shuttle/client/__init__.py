@@ -22,9 +22,53 @@ Layout:
 * ``cli``      the client commands of ``shuttle`` (put, get, cat, ls, stat, rm, stats)
 """
 
-from shuttle.client.cache import ClientCache
-from shuttle.client.client import Client
-from shuttle.client.connect import connect
-from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shuttle.client.cache import ClientCache
+    from shuttle.client.client import Client
+    from shuttle.client.connect import connect
+    from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
+
+# The names below are imported on first use, not with the package: the ``shuttle``
+# command imports this package's ``cli`` module to build its help and must not pay
+# for the rest (tests/unit/test_cli_start.py).
+_LAZY: dict[str, str] = {
+    "ClientCache": "shuttle.client.cache",
+    "Client": "shuttle.client.client",
+    "connect": "shuttle.client.connect",
+    "Chunk": "shuttle.client.model",
+    "NodeAddress": "shuttle.client.model",
+    "ObjectInfo": "shuttle.client.model",
+    "WriteInfo": "shuttle.client.model",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+class _Package(types.ModuleType):
+    """This package, keeping ``shuttle.client.connect`` the function.
+
+    Importing the submodule ``shuttle.client.connect`` sets the package's attribute
+    ``connect`` to that module; when this package imported it eagerly it rebound the
+    name to the function right after. Imported lazily, the rebinding is refused here
+    instead, so ``from shuttle.client import connect`` is the function, always.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "connect" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = ["Chunk", "Client", "ClientCache", "NodeAddress", "ObjectInfo", "WriteInfo", "connect"]

@@ -16,26 +16,27 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-from rich.table import Table
 
-from shuttle.client.client import Client
-from shuttle.client.connect import connect
-from shuttle.cluster.clusterfile import CLUSTER_ENV
 from shuttle.errors import InvalidArgumentError
-from shuttle.net.auth import KEY_FILE_ENV
-from shuttle.net.tls import CA_FILE_ENV, TLS_ENV
+
+if TYPE_CHECKING:
+    from shuttle.client.client import Client
+
+# The command tree is built from these signatures whenever ``shuttle`` starts, so this
+# module imports only what they need; the client comes in when a command runs
+# (tests/unit/test_cli_start.py). The variables' names, as their modules define them
+# (``shuttle.cluster.clusterfile.CLUSTER_ENV``, ``shuttle.net.auth.KEY_FILE_ENV``; the
+# same test checks they agree):
+CLUSTER_ENV = "SHUTTLE_CLUSTER"
+KEY_FILE_ENV = "SHUTTLE_KEY_FILE"
+#: ``shuttle.net.tls.TLS_ENV`` and ``CA_FILE_ENV`` (TLS would import ssl and cryptography)
+TLS_ENV = "SHUTTLE_TLS"
+CA_FILE_ENV = "SHUTTLE_CA_FILE"
 
 # Keys and paths are data, not Rich markup: a key "logs/[2026]" must print as written.
 console = Console(markup=False)
@@ -78,6 +79,13 @@ LinkOpt = Annotated[
 PROGRESS_BYTES_MIN = 8 << 20
 
 
+def connect(**where: Any) -> Client:
+    """:func:`shuttle.client.connect`, imported when a command runs."""
+    from shuttle.client.connect import connect as connect_client
+
+    return connect_client(**where)
+
+
 def _client(
     node: str | None,
     cluster: Path | None,
@@ -96,6 +104,14 @@ def _progress(total: int, what: str) -> Iterator[Any]:
     if total < PROGRESS_BYTES_MIN or not err.is_terminal:
         yield lambda _n: None
         return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -319,6 +335,8 @@ def stats(
     if as_json:
         print(json.dumps(all_stats, indent=2, default=str))
         return
+    from rich.table import Table
+
     table = Table(title="node counters")
     for col in (
         "node",

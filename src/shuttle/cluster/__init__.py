@@ -12,6 +12,26 @@ Layout:
 * ``cephconf``     the local Ceph's conf, cephx keys and keyrings
 """
 
-from shuttle.cluster.clusterfile import ClusterFile, NodeEntry
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shuttle.cluster.clusterfile import ClusterFile, NodeEntry
+
+# The names below are imported on first use, not with the package: the ``shuttle``
+# command imports this package's ``cli`` module to build its help and must not pay
+# for the rest (tests/unit/test_cli_start.py).
+_LAZY: dict[str, str] = {
+    "ClusterFile": "shuttle.cluster.clusterfile",
+    "NodeEntry": "shuttle.cluster.clusterfile",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = ["ClusterFile", "NodeEntry"]

@@ -3,28 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from shuttle.cluster import ceph as local_ceph
-from shuttle.cluster import local
-from shuttle.cluster import principals as cluster_principals
-from shuttle.cluster.clusterfile import (
-    CLUSTER_ENV,
-    CLUSTER_FILE_NAME,
-    DEFAULT_ROOT,
-    ClusterFile,
-    cluster_path,
-)
 from shuttle.cluster.user_cli import app as user_app
 from shuttle.errors import AuthenticationError, ConfigError, ShuttleError
-from shuttle.net.auth import Credentials
-from shuttle.net.certs import CertPair
-from shuttle.net.profiles import parse_link_profile
+
+if TYPE_CHECKING:
+    from shuttle.cluster.clusterfile import ClusterFile
+
+# The command tree is built whenever ``shuttle`` starts: the node processes, the cluster
+# file's reader and the wire come in when a command runs (tests/unit/test_cli_start.py).
+# So the names the options' help shows are written here, as
+# ``shuttle.cluster.clusterfile`` defines them (the same test checks they agree):
+CLUSTER_ENV = "SHUTTLE_CLUSTER"
+CLUSTER_FILE_NAME = "cluster.toml"
+DEFAULT_ROOT = Path(".shuttle")
 
 app = typer.Typer(
     help="Start, stop and inspect a local cluster of storage nodes.", no_args_is_help=True
@@ -135,6 +132,12 @@ def up(
     with their data. Point clients at the cluster with --cluster FILE or
     `export SHUTTLE_CLUSTER=FILE`.
     """
+    from shuttle.cluster import ceph as local_ceph
+    from shuttle.cluster import local
+    from shuttle.cluster.clusterfile import cluster_path
+    from shuttle.net.certs import CertPair
+    from shuttle.net.profiles import parse_link_profile
+
     try:
         factors = [float(x) for x in cpu_factor.split(",") if x.strip()]
     except ValueError:
@@ -193,6 +196,9 @@ def up(
 def _sync_principals(cluster: ClusterFile) -> None:
     """Nodes that were down while principals changed get the newest table (a node's
     own table survives its restart; this brings a stale one up to date)."""
+    from shuttle.cluster import principals as cluster_principals
+    from shuttle.net.auth import Credentials
+
     key = cluster.key()
     if key is None:
         return
@@ -210,6 +216,8 @@ def _sync_principals(cluster: ClusterFile) -> None:
 
 def _start_ceph(cluster_root: Path, osds: int) -> list[str]:
     """Start (or restart) the cluster's Ceph; the nodes' store flags for its pool."""
+    from shuttle.cluster import ceph as local_ceph
+
     ceph_root = local_ceph.cluster_ceph_root(cluster_root)
     info = local_ceph.LocalCeph(
         ceph_root, osds=osds, report=lambda line: console.print(escape(line), highlight=False)
@@ -225,6 +233,10 @@ def down(cluster: ClusterOpt = None, root: RootOpt = None) -> None:
     """Stop every node of the cluster (SIGTERM, SIGKILL after 10 s). Data stays on disk,
     except a Ceph that `cluster up --ceph` started: its daemons are killed and ROOT/ceph
     (with the objects in it) is removed."""
+    from shuttle.cluster import ceph as local_ceph
+    from shuttle.cluster import local
+    from shuttle.cluster.clusterfile import ClusterFile, cluster_path
+
     path = cluster_path(cluster, root)
 
     def report(line: str) -> None:
@@ -248,6 +260,12 @@ def status(cluster: ClusterOpt = None, root: RootOpt = None) -> None:
 
     Exit status 6 if a node does not answer, 7 if one refuses the cluster file's key.
     """
+    from rich.table import Table
+
+    from shuttle.cluster import ceph as local_ceph
+    from shuttle.cluster import local
+    from shuttle.cluster.clusterfile import ClusterFile, cluster_path
+
     spec = ClusterFile.load(cluster_path(cluster, root))
     table = Table(title=escape(f"cluster {spec.name} ({spec.path})"))
     for col in ("node", "address", "pid", "cpu", "link", "state", "detail"):

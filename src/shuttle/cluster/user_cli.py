@@ -6,18 +6,24 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from shuttle.cluster import principals as ops
-from shuttle.cluster.clusterfile import ClusterFile, cluster_path
 from shuttle.errors import ConfigError, UnreachableError
-from shuttle.net.auth import KEY_FILE_ENV, Credentials, load_credentials
-from shuttle.net.principals import Caps, check_name
+
+if TYPE_CHECKING:
+    from shuttle.cluster import principals as ops
+    from shuttle.cluster.clusterfile import ClusterFile
+    from shuttle.net.auth import Credentials
+    from shuttle.net.principals import Caps
+
+# The command tree is built whenever ``shuttle`` starts: the principals' machinery (the
+# wire, the client connections) comes in when a command runs (test_cli_start.py).
+#: ``shuttle.net.auth.KEY_FILE_ENV`` (the same test checks they agree)
+KEY_FILE_ENV = "SHUTTLE_KEY_FILE"
 
 app = typer.Typer(
     help="Principals: named keys with capabilities (read and write per key prefix, ship "
@@ -76,11 +82,15 @@ AdminOpt = Annotated[
 
 
 def _cluster(cluster: Path | None, root: Path | None) -> ClusterFile:
+    from shuttle.cluster.clusterfile import ClusterFile, cluster_path
+
     return ClusterFile.load(cluster_path(cluster, root))
 
 
 def _credentials(spec: ClusterFile, key_file: Path | None) -> Credentials:
     """The administrator's key: --key-file, else $SHUTTLE_KEY_FILE, else the cluster's."""
+    from shuttle.net.auth import load_credentials
+
     path = key_file or (Path(os.environ[KEY_FILE_ENV]) if os.environ.get(KEY_FILE_ENV) else None)
     path = path or spec.key_file
     if path is None:
@@ -111,6 +121,8 @@ def _report(outcome: ops.Outcome, what: str) -> None:
 
 
 def _caps(read: list[str] | None, write: list[str] | None, ship: bool, admin: bool) -> Caps:
+    from shuttle.net.principals import Caps
+
     return Caps.of(read or [], write or [], ship, admin)
 
 
@@ -135,6 +147,9 @@ def add(
     node checks each of their operations against these caps; `user caps` changes them
     and `user remove` revokes the key, both without restarting anything.
     """
+    from shuttle.cluster import principals as ops
+    from shuttle.net.principals import check_name
+
     check_name(name)
     caps = _caps(read, write, ship, admin)
     spec = _cluster(cluster, root)
@@ -158,6 +173,8 @@ def caps_(
     """Set NAME's caps to exactly the ones given (as `ceph auth caps` does: what is not
     given is taken away). Its key stays the same; every node applies the new caps from
     the principal's next operation, on connections already open too."""
+    from shuttle.cluster import principals as ops
+
     caps = _caps(read, write, ship, admin)
     spec = _cluster(cluster, root)
     outcome = ops.set_caps(spec, _credentials(spec, key_file), name, caps)
@@ -175,6 +192,8 @@ def remove(
     """Remove principal NAME: its key stops working at once. Every node closes its open
     connections and refuses its next ones; objects it made keep running with no rights
     (their calls are refused) until their applications end them."""
+    from shuttle.cluster import principals as ops
+
     spec = _cluster(cluster, root)
     _report(ops.remove(spec, _credentials(spec, key_file), name), f"removed principal {name}")
 
@@ -191,6 +210,8 @@ def key(
 ) -> None:
     """Write principal NAME's key file again (its key is unchanged: to issue a new key,
     remove the principal and add it again)."""
+    from shuttle.cluster import principals as ops
+
     ops.check_key_out(key_out)
     spec = _cluster(cluster, root)
     ops.write_key(key_out, name, ops.fetch_key(spec, _credentials(spec, key_file), name))
@@ -206,6 +227,10 @@ def list_(
 ) -> None:
     """List the principals and their caps (the newest table the nodes hold), and any
     node that holds an older one. Exit status 6 if a node could not be reached."""
+    from rich.table import Table
+
+    from shuttle.cluster import principals as ops
+
     spec = _cluster(cluster, root)
     tables = ops.gather(spec, _credentials(spec, key_file))
     table = ops.newest(tables)
@@ -255,6 +280,8 @@ def sync_(
 ) -> None:
     """Give every node the newest principal table (nodes that were down during a change
     have an older one)."""
+    from shuttle.cluster import principals as ops
+
     spec = _cluster(cluster, root)
     outcome = ops.sync(spec, _credentials(spec, key_file), source)
     _report(outcome, "synced" if outcome.changed else "every node had the newest principals")

@@ -14,13 +14,18 @@ from typing import Annotated, Any
 
 import typer
 
-from shuttle.client.connect import connect
-from shuttle.client.lookaside import StoreSet
-from shuttle.client.validation import VALIDATION_DEFAULT, VALIDATION_ENV
-from shuttle.cluster.clusterfile import CLUSTER_ENV
-from shuttle.faces.fuse import ATTR_TIMEOUT_S_DEFAULT, DIR_TIMEOUT_S_DEFAULT
-from shuttle.faces.mount import MountProcess, serve_mount, unmount
-from shuttle.net.auth import KEY_FILE_ENV
+from shuttle.client.cli import CLUSTER_ENV, KEY_FILE_ENV
+
+# The command tree is built from these signatures whenever ``shuttle`` starts: the FUSE
+# face (pyfuse3, trio) and the client come in when ``mount`` runs
+# (tests/unit/test_cli_start.py). So the defaults are written here, as their modules
+# define them (the same test checks they agree):
+#: ``shuttle.client.validation.VALIDATION_DEFAULT`` and ``VALIDATION_ENV``
+VALIDATION_DEFAULT = "check"
+VALIDATION_ENV = "SHUTTLE_VALIDATION"
+#: ``shuttle.faces.fuse.ATTR_TIMEOUT_S_DEFAULT`` and ``DIR_TIMEOUT_S_DEFAULT``
+ATTR_TIMEOUT_S_DEFAULT = 0.0
+DIR_TIMEOUT_S_DEFAULT = 1.0
 
 
 def mount(
@@ -105,6 +110,8 @@ def mount(
     a file's writes become the whole object when it is closed. Without --foreground
     the mount runs in the background; `shuttle umount MOUNTPOINT` ends it.
     """
+    from shuttle.faces.mount import MountProcess, serve_mount
+
     if not foreground:
         args = _client_args(node, cluster, key_file, link, validation, lookaside)
         args += ["--attr-timeout", str(attr_timeout), "--dir-timeout", str(dir_timeout)]
@@ -122,6 +129,9 @@ def mount(
         level=logging.DEBUG if debug else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from shuttle.client.connect import connect
+    from shuttle.client.lookaside import StoreSet
+
     options: dict[str, Any] = {}
     if validation is not None:
         options["validation"] = validation
@@ -148,6 +158,8 @@ def umount(
     ] = False,
 ) -> None:
     """Unmount a `shuttle mount` (fusermount3 -u); its process then exits."""
+    from shuttle.faces.mount import unmount
+
     unmount(mountpoint, lazy=lazy)
 
 

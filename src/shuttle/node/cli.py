@@ -7,12 +7,12 @@ from typing import Annotated, Any
 
 import typer
 
-from shuttle.net.addresses import parse_address
-from shuttle.node.config import (
-    CACHE_BLOCK_BYTES_DEFAULT,
-    CACHE_BYTES_DEFAULT,
-    NodeConfig,
-)
+# The command tree is built whenever ``shuttle`` starts: the node's configuration (and
+# with it the store, the run-time and the wire) comes in when ``serve`` runs
+# (tests/unit/test_cli_start.py). So the defaults are written here, as
+# ``shuttle.node.config`` defines them (the same test checks they agree):
+CACHE_BYTES_DEFAULT = 64 << 20
+CACHE_BLOCK_BYTES_DEFAULT = 4096
 
 
 def serve(
@@ -245,6 +245,8 @@ def serve(
     comes back (run it again on the same --data) with every acknowledged write and no
     torn object. SIGTERM or Ctrl-C stops it cleanly.
     """
+    from shuttle.net.addresses import parse_address
+    from shuttle.node.config import NodeConfig
     from shuttle.node.main import run
 
     host, port = parse_address(listen)

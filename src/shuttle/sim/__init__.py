@@ -27,8 +27,31 @@ Layout (one concept a module):
 * ``calibrate_cli``  ``shuttle trace calibrate-background`` (the top-level CLI adds it)
 """
 
-from shuttle.sim.config import ExperimentConfig, ServerConfig
-from shuttle.sim.kernel import Kernel
-from shuttle.sim.run import RunResult, simulate_interval
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shuttle.sim.config import ExperimentConfig, ServerConfig
+    from shuttle.sim.kernel import Kernel
+    from shuttle.sim.run import RunResult, simulate_interval
+
+# The names below are imported on first use, not with the package: the ``shuttle``
+# command imports this package's ``cli`` module to build its help and must not pay
+# for the rest (tests/unit/test_cli_start.py).
+_LAZY: dict[str, str] = {
+    "ExperimentConfig": "shuttle.sim.config",
+    "ServerConfig": "shuttle.sim.config",
+    "Kernel": "shuttle.sim.kernel",
+    "RunResult": "shuttle.sim.run",
+    "simulate_interval": "shuttle.sim.run",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = ["ExperimentConfig", "Kernel", "RunResult", "ServerConfig", "simulate_interval"]

@@ -15,11 +15,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from shuttle.sim.calibration import background_load
-from shuttle.sim.config import ServerConfig
-from shuttle.traces.background import BackgroundConfig
+# The command tree is built whenever ``shuttle`` starts: the simulator comes in when the
+# command runs (tests/unit/test_cli_start.py).
 
 console = Console()
 
@@ -45,6 +43,12 @@ def calibrate_background_command(
     metadata hit ratios after a 3-hour warm-up: a check that the defaults make the
     paper's regime reachable (CPU busy at speed 1.0, saturated at half speed).
     """
+    from rich.table import Table
+
+    from shuttle.sim.calibration import background_load
+    from shuttle.sim.config import ServerConfig
+    from shuttle.traces.background import BackgroundConfig
+
     config = replace(BackgroundConfig(), duration_s=hours * 3600.0)
     if rate is not None:
         config = replace(config, request_rate_per_s=rate)

@@ -15,49 +15,22 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
 from shuttle.errors import ConfigError
-from shuttle.sim import prepcache
-from shuttle.sim.config import (
-    ExperimentConfig,
-    ServerConfig,
-    from_mapping,
-    load_tables,
-    replace,
-)
-from shuttle.sim.prepcache import cache_key
-from shuttle.sim.sources import (
-    describe_background,
-    load_background,
-    load_mobile,
-    recording_speed,
-)
-from shuttle.sim.sweep import (
-    CACHE_SIZES_MB,
-    CPU_SPEEDS,
-    DEFAULT_PLACEMENTS,
-    SWEEP_NAMES,
-    Prepared,
-    Sweep,
-    SweepPerf,
-    default_jobs,
-    prepare,
-    run_sweep,
-)
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from shuttle.sim.config import ExperimentConfig, ServerConfig
+    from shuttle.sim.sweep import Sweep, SweepPerf
+
+# The command tree is built whenever ``shuttle`` starts: the simulator (numpy, the
+# sweep's processes) comes in when the command runs (tests/unit/test_cli_start.py).
 
 console = Console()
 if not console.is_terminal:
@@ -149,6 +122,12 @@ def sweep_command(
     the interval's start. Reports its run time, the hit rates of both traffics,
     mean response times, and the background's response time by part.
     """
+    from shuttle.sim import prepcache
+    from shuttle.sim.config import ExperimentConfig, ServerConfig, from_mapping, load_tables
+    from shuttle.sim.prepcache import cache_key
+    from shuttle.sim.sources import describe_background, load_background, load_mobile
+    from shuttle.sim.sweep import SWEEP_NAMES, Prepared, default_jobs, prepare, run_sweep
+
     if which not in SWEEP_NAMES:
         raise ConfigError(f"unknown sweep {which!r}; expected one of {', '.join(SWEEP_NAMES)}")
     tables = load_tables(config, set_ or [])
@@ -250,6 +229,9 @@ def _mobile_speed(
     as measured at the reference CPU), with a warning: a modern machine's think
     times would starve no server.
     """
+    from shuttle.sim.config import replace
+    from shuttle.sim.sources import recording_speed
+
     if "mobile_trace_speed" in server_table:
         mobile_source["trace_speed_from"] = "configuration"
         return server
@@ -270,6 +252,8 @@ def _mobile_speed(
 
 
 def _sweep(which: str, table: dict[str, Any], points: str | None, placements: str | None) -> Sweep:
+    from shuttle.sim.sweep import CACHE_SIZES_MB, CPU_SPEEDS, DEFAULT_PLACEMENTS, Sweep
+
     unknown = set(table) - {"points", "placements"}
     if unknown:
         raise ConfigError(f"unknown [sweep] key(s) {sorted(unknown)}; known: points, placements")
@@ -299,6 +283,15 @@ def _sweep(which: str, table: dict[str, Any], points: str | None, placements: st
 
 
 def _progress() -> Progress:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -347,6 +340,8 @@ def _state(
 
 
 def _intervals_table(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
     table = Table(title="Measured intervals: the busiest, in time order")
     for column in ("#", "start s", "requests", "warm-up records", "warm blocks"):
         table.add_column(column, justify="right")
@@ -362,6 +357,8 @@ def _intervals_table(doc: dict[str, Any]) -> None:
 
 
 def _results_table(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
     table = Table(
         title=f"{doc['sweep']}: pooled over {len(doc['intervals'])} intervals "
         "(app = mobile application; hit% of block requests at the server cache; "

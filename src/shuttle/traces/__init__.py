@@ -18,7 +18,30 @@ Layout:
 * ``cli``         ``shuttle trace ...``
 """
 
-from shuttle.traces.io import read_csv, write_csv
-from shuttle.traces.record import CSV_COLUMNS, Op, TraceRecord
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shuttle.traces.io import read_csv, write_csv
+    from shuttle.traces.record import CSV_COLUMNS, Op, TraceRecord
+
+# The names below are imported on first use, not with the package: the ``shuttle``
+# command imports this package's ``cli`` module to build its help and must not pay
+# for the rest (tests/unit/test_cli_start.py).
+_LAZY: dict[str, str] = {
+    "read_csv": "shuttle.traces.io",
+    "write_csv": "shuttle.traces.io",
+    "CSV_COLUMNS": "shuttle.traces.record",
+    "Op": "shuttle.traces.record",
+    "TraceRecord": "shuttle.traces.record",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = ["CSV_COLUMNS", "Op", "TraceRecord", "read_csv", "write_csv"]

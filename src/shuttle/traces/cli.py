@@ -7,20 +7,19 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from shuttle.traces import io
-from shuttle.traces.formats import READERS, format_names, get_reader, read_trace
-from shuttle.traces.pathfilter import PathFilter, path_filter
-from shuttle.traces.record import TraceRecord
-from shuttle.traces.recorder import record_strace
-from shuttle.traces.strace import StraceReader
-from shuttle.traces.summary import TraceSummary, summarize
+if TYPE_CHECKING:
+    from shuttle.traces.pathfilter import PathFilter
+    from shuttle.traces.record import TraceRecord
+    from shuttle.traces.summary import TraceSummary
+
+# The command tree is built whenever ``shuttle`` starts: the readers and recorders come
+# in when a command runs (tests/unit/test_cli_start.py).
 
 app = typer.Typer(
     help="Record, convert and inspect I/O traces (strace, nfsdump, block traces), record "
@@ -77,6 +76,8 @@ def _skips(reader_skipped: dict[str, int], paths: PathFilter) -> dict[str, int]:
 
 def with_progress(records: Iterable[TraceRecord], label: str) -> Iterator[TraceRecord]:
     """Yield ``records`` while a spinner on stderr counts them."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     columns = (
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -107,6 +108,10 @@ def convert(
     exclude_from: ExcludeFromOpt = None,
 ) -> None:
     """Convert a trace in any supported format to Shuttle's canonical CSV."""
+    from shuttle.traces import io
+    from shuttle.traces.formats import get_reader, read_trace
+    from shuttle.traces.pathfilter import path_filter
+
     reader = get_reader(_format(source, format))
     paths = path_filter(include or (), exclude or (), include_from, exclude_from)
     records = paths.apply(read_trace(source, reader=reader, sort=sort))
@@ -129,6 +134,10 @@ def info(
     exclude_from: ExcludeFromOpt = None,
 ) -> None:
     """Print a trace's record count, duration, clients, files, operation mix and bytes."""
+    from shuttle.traces.formats import get_reader, read_trace
+    from shuttle.traces.pathfilter import path_filter
+    from shuttle.traces.summary import summarize
+
     name = _format(trace, format)
     reader = get_reader(name)
     paths = path_filter(include or (), exclude or (), include_from, exclude_from)
@@ -186,6 +195,11 @@ def record(
 
     Example: shuttle trace record --out cat.csv -- cat /etc/os-release
     """
+    from shuttle.traces import io
+    from shuttle.traces.formats import read_trace
+    from shuttle.traces.recorder import record_strace
+    from shuttle.traces.strace import StraceReader
+
     with tempfile.TemporaryDirectory(prefix="shuttle-trace-") as tmp:
         log = keep_strace or Path(tmp) / "strace.log"
         # With the trace on stdout, the command's own output goes to stderr.
@@ -200,6 +214,8 @@ def record(
 
 
 def _format(path: Path, format: str) -> str:
+    from shuttle.traces.formats import READERS, format_names, get_reader
+
     if format == "auto":
         from shuttle.traces.formats import detect_format
 
@@ -268,6 +284,9 @@ def generate_background_command(
     """
     from dataclasses import replace
 
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from shuttle.traces import io
     from shuttle.traces.agrep import sidecar_path
     from shuttle.traces.background import BackgroundConfig, generate_columns
 

@@ -12,21 +12,28 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-from rich.table import Table
 
-from shuttle.client.lookaside.index import IndexProgress, IndexReport
-from shuttle.client.lookaside.stores import (
-    HOME_ENV,
-    LOOKASIDE_ENV,
-    LookasideStore,
-    StoreSet,
-)
+if TYPE_CHECKING:
+    from shuttle.client.lookaside.index import IndexProgress, IndexReport
+    from shuttle.client.lookaside.stores import LookasideStore, StoreSet
+
+# The command tree is built whenever ``shuttle`` starts: the stores (sqlite, chunking)
+# come in when a command runs (tests/unit/test_cli_start.py). The variables' names, as
+# ``shuttle.client.lookaside.stores`` defines them (the same test checks they agree):
+HOME_ENV = "SHUTTLE_HOME"
+LOOKASIDE_ENV = "SHUTTLE_LOOKASIDE"
+
+
+def _stores() -> StoreSet:
+    from shuttle.client.lookaside.stores import StoreSet
+
+    return StoreSet()
+
 
 app = typer.Typer(
     help=f"Local directories (a USB stick, an older copy of a data set, a previous release) "
@@ -46,6 +53,8 @@ def _progress(store: LookasideStore) -> Iterator[IndexProgress]:
     if not err.is_terminal:
         yield lambda _n: None
         return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
     total = store.index.pending_bytes()
     with Progress(
         "[progress.description]{task.description}",
@@ -76,7 +85,7 @@ def _refresh(store: LookasideStore) -> IndexReport:
 @app.command()
 def add(directory: DirArg) -> None:
     """Add DIRECTORY as a lookaside store and index every file in it."""
-    store = StoreSet().add(directory)
+    store = _stores().add(directory)
     try:
         _refresh(store)
     finally:
@@ -91,7 +100,7 @@ def index(
 ) -> None:
     """Re-index stores: new and changed files (by size and mtime) are chunked again,
     removed files forgotten."""
-    stores = StoreSet()
+    stores = _stores()
     if directory is not None:
         entry = stores.find(directory)
         if entry is None:
@@ -116,7 +125,9 @@ def index(
 @app.command("ls")
 def list_stores() -> None:
     """List the stores: files, chunks and bytes indexed, and when last indexed."""
-    stores = StoreSet()
+    from rich.table import Table
+
+    stores = _stores()
     table = Table(title="lookaside stores")
     for col in ("directory", "files", "chunks", "MB", "last indexed", "state"):
         table.add_column(col, justify="left" if col in ("directory", "state") else "right")
@@ -141,5 +152,5 @@ def list_stores() -> None:
 @app.command()
 def rm(directory: DirArg) -> None:
     """Remove the store DIRECTORY and its index (the directory itself is untouched)."""
-    StoreSet().remove(directory)
+    _stores().remove(directory)
     err.print(f"removed lookaside store {escape(str(directory))}")
