@@ -24,7 +24,7 @@ def test_netrand_smoke_writes_every_section(tmp_path: Path) -> None:
         str(2 << 20),
         "--clients",
         "1,2",
-        "--json",
+        "--json-out",
         str(out),
         timeout=120,
     )
@@ -66,7 +66,7 @@ def test_stream_smoke_compares_with_raw_tcp(tmp_path: Path) -> None:
         str(16 << 20),
         "--repeat",
         "1",
-        "--json",
+        "--json-out",
         str(out),
         timeout=120,
     )
@@ -90,7 +90,7 @@ def test_hostile_smoke_reports_every_figure(tmp_path: Path) -> None:
         "1",
         "--idle",
         "50",
-        "--json",
+        "--json-out",
         str(out),
         timeout=120,
     )
@@ -125,7 +125,7 @@ def test_abacus_filter_smoke_runs_all_placements_and_plots(tmp_path: Path) -> No
         "--cases",
         "1,3",
         "--no-monitor-overhead",
-        "--json",
+        "--json-out",
         str(out),
         timeout=240,
     )
@@ -151,7 +151,7 @@ def test_abacus_competition_smoke(tmp_path: Path) -> None:
         "1",
         "--delay",
         "0.3",
-        "--json",
+        "--json-out",
         str(out),
         timeout=240,
     )
@@ -175,7 +175,7 @@ def test_abacus_swing_smoke(tmp_path: Path) -> None:
         "1",
         "--period",
         "0.5",
-        "--json",
+        "--json-out",
         str(out),
         timeout=240,
     )
@@ -198,7 +198,7 @@ def test_abacus_cache_and_phases_smoke(tmp_path: Path) -> None:
         "1",
         "--records",
         "60",
-        "--json",
+        "--json-out",
         str(out),
         timeout=240,
     )
@@ -222,7 +222,7 @@ def test_abacus_cache_and_phases_smoke(tmp_path: Path) -> None:
         "60",
         "--sequence",
         "insert,scan",
-        "--json",
+        "--json-out",
         str(out),
         timeout=240,
     )
@@ -244,7 +244,7 @@ def test_abacus_raid_and_directory_smoke(tmp_path: Path) -> None:
         "1",
         "--file-bytes",
         str(256 << 10),
-        "--json",
+        "--json-out",
         str(out),
         timeout=240,
     )
@@ -263,7 +263,7 @@ def test_abacus_raid_and_directory_smoke(tmp_path: Path) -> None:
         "1",
         "--files",
         "15",
-        "--json",
+        "--json-out",
         str(out),
         timeout=240,
     )

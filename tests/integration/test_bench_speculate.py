@@ -21,7 +21,7 @@ def test_speculate_smoke_writes_the_report_and_the_plot(tmp_path: Path) -> None:
         "1,4",
         "--cases",
         "10:0,10:0.5",
-        "--json",
+        "--json-out",
         str(out),
         "--plot",
         str(png),

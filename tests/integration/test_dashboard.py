@@ -109,7 +109,7 @@ def test_a_grep_moving_from_the_client_to_a_node_shows_as_a_move(
     # A slow link: the grep object at the client waits on every block, so moving it
     # next to the data pays after the first window and the run-time moves it.
     argv = [sys.executable, "-m", "shuttle", "grep", "--placement", "auto", "-c"]
-    argv += ["--link", "bw=4Mbit,lat=1ms", "--json", str(report), "needle", "logs/words.txt"]
+    argv += ["--link", "bw=4Mbit,lat=1ms", "--json-out", str(report), "needle", "logs/words.txt"]
     grep = subprocess.run(
         argv,
         env={**os.environ, "SHUTTLE_CLUSTER": str(cluster)},

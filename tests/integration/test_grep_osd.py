@@ -66,7 +66,7 @@ def test_the_osd_finds_what_python_finds(rados_node: NodeProcess, tmp_path: Path
     report = tmp_path / "grep.json"
     out = shuttle_cli(
         "grep", NEEDLE, KEY, "--node", rados_node.address, "--placement", "osd",
-        "--json", str(report), timeout=120,
+        "--json-out", str(report), timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr.decode()
     assert sorted(out.stdout.splitlines()) == sorted(_expected(NEEDLE))
@@ -82,7 +82,7 @@ def test_auto_over_a_slow_link_runs_a_fixed_string_at_the_osd(
     report = tmp_path / "grep.json"
     out = shuttle_cli(
         "grep", NEEDLE, KEY, "--node", rados_node.address, "--placement", "auto",
-        "--link", "bw=1Mbit,lat=5ms", "--json", str(report), timeout=120,
+        "--link", "bw=1Mbit,lat=5ms", "--json-out", str(report), timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr.decode()
     assert sorted(out.stdout.splitlines()) == sorted(_expected(NEEDLE))
@@ -101,7 +101,7 @@ def test_auto_with_a_regular_expression_stays_with_the_run_time(
     report = tmp_path / "grep.json"
     pattern = r"ERROR 42\d2"
     out = shuttle_cli(
-        "grep", pattern, KEY, "--node", rados_node.address, "--json", str(report),
+        "grep", pattern, KEY, "--node", rados_node.address, "--json-out", str(report),
         timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr.decode()

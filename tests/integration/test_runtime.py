@@ -354,7 +354,7 @@ def test_shuttle_grep_command_prints_key_line_text_and_writes_its_report(
         address,
         "--placement",
         "server",
-        "--json",
+        "--json-out",
         str(report),
         env=env,
     )

@@ -66,7 +66,7 @@ def grep(
     json_path: Annotated[
         Path | None,
         typer.Option(
-            "--json",
+            "--json-out",
             help="Write a report: placements, elapsed seconds, matches, each migration.",
         ),
     ] = None,

@@ -1,7 +1,7 @@
 """``shuttle bench abacus filter|competition|swing|cache|phases|raid|directory``: ABACUS's
 experiments as commands.
 
-Each prints a table, writes JSON with ``--json FILE`` and a PNG with ``--plot FILE``
+Each prints a table, writes JSON with ``--json-out FILE`` and a PNG with ``--plot FILE``
 (default: beside the JSON), and records its settings in the JSON.
 """
 
@@ -28,9 +28,9 @@ app = typer.Typer(
 #: Tables are wide; a pipe or a log file gets them unwrapped.
 console = Console(width=None if sys.stdout.isatty() else 160)
 
-JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report here.")]
+JsonOpt = Annotated[Path | None, typer.Option("--json-out", help="Write the report here.")]
 PlotOpt = Annotated[
-    Path | None, typer.Option("--plot", help="Write the PNG here (default: beside --json).")
+    Path | None, typer.Option("--plot", help="Write the PNG here (default: beside --json-out).")
 ]
 SizeOpt = Annotated[int, typer.Option("--size", help="Bytes of the object the filters read.")]
 LinkOpt = Annotated[str, typer.Option(help="Client–node link profile (lan: 10 Mbit/s).")]

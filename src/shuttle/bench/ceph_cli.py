@@ -2,7 +2,7 @@
 with the OSD as a third placement site (issue 12; docs/ceph.md).
 
 Each starts its own local Ceph (``--osds``) and nodes, prints a table, and writes JSON
-with ``--json FILE``; whatever it could not measure (no RADOS store in this build, no
+with ``--json-out FILE``; whatever it could not measure (no RADOS store in this build, no
 network namespaces) is named in the output and the JSON's ``skipped`` / ``notes``.
 """
 
@@ -27,7 +27,7 @@ app = typer.Typer(
 )
 console = Console(width=None if sys.stdout.isatty() else 160)
 
-JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report here.")]
+JsonOpt = Annotated[Path | None, typer.Option("--json-out", help="Write the report here.")]
 OsdsOpt = Annotated[int, typer.Option(min=1, max=16, help="OSDs of the local Ceph.")]
 
 

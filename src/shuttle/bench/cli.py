@@ -22,7 +22,7 @@ from shuttle.errors import UsageError
 
 app = typer.Typer(
     help="Run Shuttle's benchmarks on the live system; each prints its figures and "
-    "writes JSON with --json FILE.",
+    "writes JSON with --json-out FILE.",
     no_args_is_help=True,
 )
 
@@ -63,7 +63,9 @@ def shaping(
             "socket, ShapedSocket)."
         ),
     ] = "async",
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json-out", help="Write the report here.")
+    ] = None,
 ) -> None:
     """Emulated link shaping (loopback + token bucket) against kernel tbf shaping
     between network namespaces, for the same profile and the same transfers."""
@@ -189,7 +191,9 @@ def netrand(
             "fetches over TLS against Redis over TLS (target ≤ 1.25) and against no TLS.",
         ),
     ] = False,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json-out", help="Write the report here.")
+    ] = None,
 ) -> None:
     """Random 4 KiB page fetches: local file (pread) against the same file through a
     Shuttle node, cold and warm, with Redis on loopback as the fast-fetch anchor."""
@@ -321,7 +325,9 @@ def hostile(
         int, typer.Option(min=0, help="Connections pipelining 16 MiB reads, never reading.")
     ] = 3,
     idle: Annotated[int, typer.Option(min=0, help="Idle connections opened at the end.")] = 10_000,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json-out", help="Write the report here.")
+    ] = None,
 ) -> None:
     """What hostile clients cost a node: its memory under stalled frames and clients that
     never read (target: < 256 MiB together), a put meanwhile against the same put on the
@@ -367,7 +373,9 @@ def jail(
     link: Annotated[str, typer.Option(help="Link profile of the filter's client.")] = "lan",
     grep_bytes: Annotated[int, typer.Option(min=1 << 16, help="Bytes each pattern scans.")] = 16
     << 20,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json-out", help="Write the report here.")
+    ] = None,
 ) -> None:
     """What the jail of shipped code costs (start-up; ABACUS filter config 1 shipped,
     jailed against --unsafe-code, target within 5 %), and another client's 1 KiB
@@ -482,7 +490,9 @@ def flood(
         int, typer.Option(min=2, help="The node's connection cap (the report's was 64).")
     ] = 64,
     tls: Annotated[bool, typer.Option("--tls", help="The node serves TLS.")] = False,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json-out", help="Write the report here.")
+    ] = None,
 ) -> None:
     """A flood of connections that never authenticate against a key holder's connect and
     1 KiB put (target: at most 100 ms slower than on the quiet node)."""
@@ -534,7 +544,9 @@ def stream(
             "Shuttle without TLS).",
         ),
     ] = False,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json-out", help="Write the report here.")
+    ] = None,
 ) -> None:
     """Stream one large object from a node against a raw TCP transfer of the same bytes
     between two processes (target: Shuttle at least 60% of raw)."""
@@ -600,7 +612,9 @@ def speculate(
     node: Annotated[
         str | None, typer.Option(help="Use this node (HOST:PORT) instead of starting one.")
     ] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json-out", help="Write the report here.")
+    ] = None,
     plot_path: Annotated[
         Path | None, typer.Option("--plot", help="Write a PNG of the paper's graphs here.")
     ] = None,

@@ -61,14 +61,21 @@ def up(
         str, typer.Option(help="CPU speed factor: one for all nodes, or a comma list (1,0.5,1).")
     ] = "1",
     window: Annotated[
-        float | None, typer.Option(help="Run-time: observation window H of every node, seconds.")
+        float | None,
+        typer.Option(
+            help="Run-time: observation window H of every node, seconds (default: the node's, 1)."
+        ),
     ] = None,
     threshold: Annotated[
         float | None,
-        typer.Option(help="Run-time: B_thresh, the fraction of H a migration must save."),
+        typer.Option(
+            help="Run-time: B_thresh, the fraction of H a migration must save (default: "
+            "the node's, 0.3)."
+        ),
     ] = None,
     object_memory: Annotated[
-        int | None, typer.Option(help="Run-time: bytes each node lends to hosted objects.")
+        int | None,
+        typer.Option(help="Run-time: bytes each node lends to hosted objects (default: no limit)."),
     ] = None,
     cache_bytes: Annotated[
         int | None,

@@ -93,15 +93,17 @@ def serve(
     ] = True,
     sandbox_memory: Annotated[
         int | None,
-        typer.Option(help="Shipped objects: address space of each worker, bytes (512 MiB)."),
+        typer.Option(
+            help="Shipped objects: address space of each worker, bytes (default 512 MiB)."
+        ),
     ] = None,
     sandbox_cpu: Annotated[
         float | None,
-        typer.Option(help="Shipped objects: CPU seconds one call may use (30)."),
+        typer.Option(help="Shipped objects: CPU seconds one call may use (default 30)."),
     ] = None,
     sandbox_wall: Annotated[
         float | None,
-        typer.Option(help="Shipped objects: seconds one call may take (300)."),
+        typer.Option(help="Shipped objects: seconds one call may take (default 300)."),
     ] = None,
     unsafe_code: Annotated[
         bool,

@@ -34,7 +34,7 @@ def calibrate_background_command(
         int | None, typer.Option("--cache-blocks", min=1, help="Server cache (default 4096).")
     ] = None,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Also write the estimates here.")
+        Path | None, typer.Option("--json-out", help="Also write the estimates here.")
     ] = None,
 ) -> None:
     """Estimate the server load of the background's busiest intervals.

@@ -34,7 +34,7 @@ def bench_kernel(
     ] = 0.8,
     seed: Annotated[int, typer.Option(help="Seed of the shared random draws.")] = 0,
     json_path: Annotated[
-        Path | None, typer.Option("--json", help="Also write the result here.")
+        Path | None, typer.Option("--json-out", help="Also write the result here.")
     ] = None,
 ) -> None:
     """Time an M/M/1 queue on Shuttle's event kernel and on SimPy, same random draws.
@@ -101,7 +101,7 @@ def cache(
         int, typer.Option("--repeat", min=1, help="Time each replay this often; keep the best.")
     ] = 1,
     json_path: Annotated[
-        Path | None, typer.Option("--json", help="Also write the results here.")
+        Path | None, typer.Option("--json-out", help="Also write the results here.")
     ] = None,
 ) -> None:
     """Replay a block or file trace through a cache policy alone and print hit ratios.

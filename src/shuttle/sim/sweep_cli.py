@@ -87,8 +87,12 @@ def sweep_command(
         str | None,
         typer.Option(help="The mobile program's name in tables and plots (default: its trace's)."),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="The one seed (experiment.seed).")] = None,
-    intervals: Annotated[int | None, typer.Option(help="K busiest intervals.")] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="The one seed (experiment.seed; default 0).")
+    ] = None,
+    intervals: Annotated[
+        int | None, typer.Option(help="K busiest intervals (experiment.intervals; default 6).")
+    ] = None,
     jobs: Annotated[
         int | None, typer.Option(help="Worker processes (default: one per CPU).")
     ] = None,
@@ -96,7 +100,7 @@ def sweep_command(
         Path | None, typer.Option(help="Directory for JSON and PNGs (default results/sim/NAME).")
     ] = None,
     json_path: Annotated[
-        Path | None, typer.Option("--json", help="Results JSON (default OUT/NAME.json).")
+        Path | None, typer.Option("--json-out", help="Results JSON (default OUT/NAME.json).")
     ] = None,
     plots: Annotated[bool, typer.Option(help="Write the PNG figures.")] = True,
     prep_cache: Annotated[

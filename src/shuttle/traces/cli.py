@@ -126,7 +126,7 @@ def info(
     format: FormatOpt = "auto",
     sort: SortOpt = False,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Also write the summary as JSON here.")
+        Path | None, typer.Option("--json-out", help="Also write the summary as JSON here.")
     ] = None,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,

@@ -32,7 +32,7 @@ def test_convert_and_info(tmp_path: Path) -> None:
     records = list(io.read_csv(out))
     assert len(records) == 159
     summary = tmp_path / "info.json"
-    result = runner.invoke(app, ["trace", "info", str(out), "--json", str(summary)])
+    result = runner.invoke(app, ["trace", "info", str(out), "--json-out", str(summary)])
     assert result.exit_code == 0, result.output
     assert "access" in result.output
     data = json.loads(summary.read_text())
@@ -80,7 +80,7 @@ def test_sim_cache_prints_and_writes_json(tmp_path: Path) -> None:
             "1024",
             "-b",
             "4096",
-            "--json",
+            "--json-out",
             str(out),
         ],
     )

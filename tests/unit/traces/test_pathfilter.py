@@ -61,7 +61,7 @@ def test_info_and_convert_filter_and_report(tmp_path: Path) -> None:
     assert "path filter: 3" in result.output
     summary = tmp_path / "info.json"
     result = CliRunner().invoke(
-        app, ["trace", "info", str(trace), "--include", "/data/", "--json", str(summary)]
+        app, ["trace", "info", str(trace), "--include", "/data/", "--json-out", str(summary)]
     )
     assert result.exit_code == 0, result.output
     data = json.loads(summary.read_text())
