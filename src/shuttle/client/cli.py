@@ -335,50 +335,75 @@ def stats(
     if as_json:
         print(json.dumps(all_stats, indent=2, default=str))
         return
+    rows = {node_id: _counters(s) for node_id, s in all_stats.items()}
+    console.print(_stats_table(rows, console.width))
+
+
+#: The columns of ``shuttle stats``, in order (each row is one node).
+STATS_COLUMNS = (
+    "node",
+    "uptime s",
+    "requests",
+    "errors",
+    "connections",
+    "bytes in",
+    "bytes out",
+    "written MB",
+    "cache hit %",
+    "free MB",
+    "journal MB",
+)
+
+
+def _counters(s: dict[str, Any]) -> list[str]:
+    """One node's row of :data:`STATS_COLUMNS` after the node's id."""
+    srv, store = s.get("server", {}), s.get("store", {})
+    cache = store.get("cache", {})
+    looked = cache.get("hits", 0) + cache.get("misses", 0)
+    hit = f"{100 * cache.get('hits', 0) / looked:.1f}" if looked else "-"
+    space = store.get("space", {})
+    free = f"{space['free_bytes'] / 1e6:.1f}" if "free_bytes" in space else "-"
+    # The journal holds a second copy of recent small writes until a checkpoint.
+    journal = (
+        f"{space['journal_bytes'] / 1e6:.1f} ({100 * space['journal_share']:.0f}% of used)"
+        if "journal_bytes" in space
+        else "-"
+    )
+    return [
+        f"{srv.get('uptime_s', 0):.0f}",
+        str(srv.get("requests", 0)),
+        str(srv.get("errors", 0)),
+        _connections(srv),
+        str(srv.get("bytes_in", 0)),
+        str(srv.get("bytes_out", 0)),
+        f"{store.get('bytes_written', 0) / 1e6:.1f}",
+        hit,
+        free,
+        journal,
+    ]
+
+
+def _stats_table(rows: dict[str, list[str]], width: int) -> Any:
+    """A row per node when that fits in ``width`` columns; else a column per node (the
+    counters' names down the side), so no header and no figure is cut at 80 columns."""
+    from rich.measure import Measurement
     from rich.table import Table
 
     table = Table(title="node counters")
-    for col in (
-        "node",
-        "uptime s",
-        "requests",
-        "errors",
-        "connections",
-        "bytes in",
-        "bytes out",
-        "written MB",
-        "cache hit %",
-        "free MB",
-        "journal MB",
-    ):
+    for col in STATS_COLUMNS:
         table.add_column(col, justify="right")
-    for node_id, s in all_stats.items():
-        srv, store = s.get("server", {}), s.get("store", {})
-        cache = store.get("cache", {})
-        looked = cache.get("hits", 0) + cache.get("misses", 0)
-        hit = f"{100 * cache.get('hits', 0) / looked:.1f}" if looked else "-"
-        space = store.get("space", {})
-        free = f"{space['free_bytes'] / 1e6:.1f}" if "free_bytes" in space else "-"
-        # The journal holds a second copy of recent small writes until a checkpoint.
-        journal = (
-            f"{space['journal_bytes'] / 1e6:.1f} ({100 * space['journal_share']:.0f}% of used)"
-            if "journal_bytes" in space
-            else "-"
-        )
-        table.add_row(
-            node_id,
-            f"{srv.get('uptime_s', 0):.0f}",
-            str(srv.get("requests", 0)),
-            str(srv.get("errors", 0)),
-            _connections(srv),
-            str(srv.get("bytes_in", 0)),
-            str(srv.get("bytes_out", 0)),
-            f"{store.get('bytes_written', 0) / 1e6:.1f}",
-            hit,
-            free,
-            journal,
-        )
-    console.print(table)
+    for node_id, cells in rows.items():
+        table.add_row(node_id, *cells)
+    natural = Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+    if natural <= width:
+        return table
+    down = Table(title="node counters")
+    down.add_column("counter", no_wrap=True)
+    for node_id in rows:
+        down.add_column(node_id, justify="right", overflow="fold")
+    for i, name in enumerate(STATS_COLUMNS[1:]):
+        down.add_row(name, *(cells[i] for cells in rows.values()))
+    return down
 
 
 def _connections(server: dict[str, Any]) -> str:

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 CLUSTER_ENV = "SHUTTLE_CLUSTER"
 CLUSTER_FILE_NAME = "cluster.toml"
 DEFAULT_ROOT = Path(".shuttle")
+#: Nodes of a new cluster when --nodes is not given (``shuttle.cluster.local.up``'s).
+NODES_DEFAULT = 3
 
 app = typer.Typer(
     help="Start, stop and inspect a local cluster of storage nodes.", no_args_is_help=True
@@ -51,7 +53,13 @@ RootOpt = Annotated[
 
 @app.command()
 def up(
-    nodes: Annotated[int, typer.Option(help="Number of storage nodes.")] = 3,
+    nodes: Annotated[
+        int | None,
+        typer.Option(
+            help=f"Number of storage nodes of a new cluster (default {NODES_DEFAULT}). An "
+            "existing cluster keeps its nodes: a different number is refused."
+        ),
+    ] = None,
     root: RootOpt = None,
     cluster: ClusterOpt = None,
     base_port: Annotated[
@@ -141,7 +149,7 @@ def up(
     """
     from shuttle.cluster import ceph as local_ceph
     from shuttle.cluster import local
-    from shuttle.cluster.clusterfile import cluster_path
+    from shuttle.cluster.clusterfile import ClusterFile, cluster_path
     from shuttle.net.certs import CertPair
     from shuttle.net.profiles import parse_link_profile
 
@@ -158,13 +166,15 @@ def up(
     if own_ca is not None and tls is False:
         raise ConfigError("--ca-cert signs TLS certificates: leave out --no-tls")
     path = cluster_path(cluster, root)
+    if path.exists() and nodes is not None:
+        _check_node_count(ClusterFile.load(path), nodes)
     cluster_root = (root or path.parent).resolve()
     store_args: list[str] = []
     if ceph or local_ceph.has_cluster_ceph(cluster_root):  # a cluster's Ceph comes back too
         store_args = _start_ceph(cluster_root, ceph_osds)
     result = local.up(
         cluster_root,
-        nodes=nodes,
+        nodes=NODES_DEFAULT if nodes is None else nodes,
         base_port=base_port,
         cpu_factors=factors,
         cache_bytes=cache_bytes,
@@ -198,6 +208,26 @@ def up(
         ca_text = escape(str(result.ca_file))
         console.print(f"TLS:          every connection; CA {ca_text} (named in the cluster file)")
     console.print(f"use it:       export {CLUSTER_ENV}={path_text}")
+
+
+def _check_node_count(existing: ClusterFile, nodes: int) -> None:
+    """``cluster up --nodes N`` on a cluster that has another number of nodes: refused,
+    before anything starts. Keys are placed by rendezvous hashing over the node ids
+    (``client/routing.py``) and nothing moves objects yet, so another node count would
+    hide the objects whose home changed."""
+    have = len(existing.nodes)
+    if nodes == have:
+        return
+    root = existing.root
+    raise ConfigError(
+        f"the cluster {existing.path} has {have} node(s); --nodes {nodes} cannot change it "
+        f"(keys are placed over the nodes there are, and objects are not moved, so "
+        f"{'more' if nodes > have else 'fewer'} nodes would hide some of them). Leave out "
+        f"--nodes to start this cluster's {have} node(s); for {nodes} nodes start a new "
+        f"cluster in another folder (`shuttle cluster up --nodes {nodes} --root "
+        f"{root.parent / (root.name + '-' + str(nodes))}`), or `shuttle cluster down "
+        f"--root {root}` and remove {root} first if its data can go"
+    )
 
 
 def _sync_principals(cluster: ClusterFile) -> None:
@@ -274,9 +304,15 @@ def status(cluster: ClusterOpt = None, root: RootOpt = None) -> None:
     from shuttle.cluster.clusterfile import ClusterFile, cluster_path
 
     spec = ClusterFile.load(cluster_path(cluster, root))
+    # At 80 columns nothing is cut: the address (what a user copies next) stays whole
+    # on one line, and other cells wrap rather than end in "…".
     table = Table(title=escape(f"cluster {spec.name} ({spec.path})"))
+    width = max([len(e.address) for e in spec.nodes] + [len("address")])
     for col in ("node", "address", "pid", "cpu", "link", "state", "detail"):
-        table.add_column(col)
+        if col == "address":
+            table.add_column(col, no_wrap=True, min_width=width)
+        else:
+            table.add_column(col, overflow="fold", min_width=len(col))
     states = local.status(spec)
     for st in states:
         e = st.entry

@@ -110,9 +110,10 @@ def mount(
     a file's writes become the whole object when it is closed. Without --foreground
     the mount runs in the background; `shuttle umount MOUNTPOINT` ends it.
     """
-    from shuttle.faces.mount import MountProcess, serve_mount
+    from shuttle.faces.mount import MountProcess, check_mountpoint, serve_mount
 
     if not foreground:
+        check_mountpoint(mountpoint)  # here, not in the child's log
         args = _client_args(node, cluster, key_file, link, validation, lookaside)
         args += ["--attr-timeout", str(attr_timeout), "--dir-timeout", str(dir_timeout)]
         args += ["--debug"] if debug else []

@@ -66,8 +66,7 @@ def serve_mount(
     if reason is not None:
         raise ConfigError(f"cannot mount: {reason}")
     mountpoint = Path(mountpoint)
-    if not mountpoint.is_dir():
-        raise ConfigError(f"mount point {mountpoint} is not a directory; create it first")
+    check_mountpoint(mountpoint)
     ops = ShuttleOperations(
         client,
         validation=validation,
@@ -107,16 +106,52 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
             return
 
 
-def is_mounted(mountpoint: str | Path) -> bool:
-    """True if something is mounted at ``mountpoint`` (even a mount whose process died,
-    which ``os.path.ismount`` cannot stat)."""
+def check_mountpoint(mountpoint: Path) -> None:
+    """Refuse a mount point a mount would go wrong on, with what to do instead
+    (:class:`ConfigError`, exit status 2): one that is already mounted (a second mount
+    would stack on the first and hide it), one that is not a directory, and a directory
+    that is not empty (the mount would hide its files while it runs)."""
+    mounted = mounted_at(mountpoint)
+    if mounted is not None:
+        source, fstype = mounted
+        how = (
+            f"`shuttle umount {mountpoint}`"
+            if fstype.endswith("shuttle")
+            else f"`umount {mountpoint}`"
+        )
+        raise ConfigError(
+            f"{mountpoint} is already a mount point ({source}, {fstype}); a second mount "
+            f"would hide it. Unmount it first ({how}; if its process died, `shuttle umount "
+            f"--lazy {mountpoint}`) or choose another directory"
+        )
+    if not mountpoint.is_dir():
+        raise ConfigError(f"mount point {mountpoint} is not a directory; create it first")
+    with os.scandir(mountpoint) as entries:
+        names = sorted(entry.name for entry in entries)
+    if names:
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise ConfigError(
+            f"mount point {mountpoint} is not empty ({len(names)} entries: {shown}); the "
+            "mount would hide them while it runs. Mount on an empty directory (mkdir a new "
+            "one), or move the entries away first"
+        )
+
+
+def mounted_at(mountpoint: str | Path) -> tuple[str, str] | None:
+    """(source, file system type) of what is mounted at ``mountpoint``, or None (even a
+    mount whose process died, which ``os.path.ismount`` cannot stat)."""
     target = os.path.realpath(mountpoint)
     with open("/proc/self/mounts") as mounts:
         for line in mounts:
             fields = line.split()
-            if len(fields) > 1 and _unescape(fields[1]) == target:
-                return True
-    return False
+            if len(fields) > 2 and _unescape(fields[1]) == target:
+                return _unescape(fields[0]), fields[2]
+    return None
+
+
+def is_mounted(mountpoint: str | Path) -> bool:
+    """True if something is mounted at ``mountpoint`` (:func:`mounted_at`)."""
+    return mounted_at(mountpoint) is not None
 
 
 def _unescape(field: str) -> str:

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from shuttle.cluster import local
-from shuttle.cluster.cli import app, cluster_path
-from shuttle.cluster.clusterfile import CLUSTER_ENV, ClusterFile, NodeEntry
+from shuttle.cluster.cli import app
+from shuttle.cluster.clusterfile import CLUSTER_ENV, ClusterFile, NodeEntry, cluster_path
 
 
 def test_how_a_cluster_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
