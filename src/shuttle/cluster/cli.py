@@ -46,7 +46,8 @@ RootOpt = Annotated[
     Path | None,
     typer.Option(
         "--root",
-        help=f"Folder of the cluster: its file ({CLUSTER_FILE_NAME}), data directories and logs.",
+        help=f"Folder of the cluster: its file ({CLUSTER_FILE_NAME}), data directories and logs "
+        f"(default: the folder of the cluster file, {DEFAULT_ROOT} for a new one).",
     ),
 ]
 

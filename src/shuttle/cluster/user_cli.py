@@ -40,7 +40,10 @@ ClusterOpt = Annotated[
         "--cluster", help="Cluster file (default: ROOT/cluster.toml, else $SHUTTLE_CLUSTER)."
     ),
 ]
-RootOpt = Annotated[Path | None, typer.Option("--root", help="Folder of the cluster.")]
+RootOpt = Annotated[
+    Path | None,
+    typer.Option("--root", help="Folder of the cluster (its cluster.toml; default: --cluster's)."),
+]
 KeyFileOpt = Annotated[
     Path | None,
     typer.Option(
