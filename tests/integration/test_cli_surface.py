@@ -84,12 +84,16 @@ def test_mount_refuses_a_mounted_or_non_empty_directory(root: Path, tmp_path: Pa
     full = tmp_path / "full"
     full.mkdir()
     (full / "notes.txt").write_text("mine")
-    refused = shuttle_cli("mount", str(full), *cluster)
-    assert refused.returncode == 2
-    assert b"is not empty (1 entries: notes.txt)" in refused.stderr
-    assert not is_mounted(full) and (full / "notes.txt").read_text() == "mine"
-    refused = shuttle_cli("mount", str(full), "--foreground", *cluster)  # the child checks too
-    assert refused.returncode == 2 and b"is not empty" in refused.stderr
+    try:
+        refused = shuttle_cli("mount", str(full), *cluster)
+        assert refused.returncode == 2
+        assert b"is not empty (1 entries: notes.txt)" in refused.stderr
+        assert not is_mounted(full) and (full / "notes.txt").read_text() == "mine"
+        refused = shuttle_cli("mount", str(full), "--foreground", *cluster, timeout=30)
+        assert refused.returncode == 2 and b"is not empty" in refused.stderr  # the child's check
+    finally:
+        if is_mounted(full):  # the check failed: leave no mount behind
+            shuttle_cli("umount", "--lazy", str(full))
 
     mnt = tmp_path / "mnt"
     mnt.mkdir()
