@@ -229,6 +229,8 @@ def json_out_compat(root: Any, ctx: Any, args: list[str]) -> list[str]:
     if "--json-out" not in opts or "--json" in opts:
         return rest
     for i, token in enumerate(rest):
+        if token == "--":  # what follows is arguments, not options
+            break
         if token == "--json" or token.startswith("--json="):
             rest[i] = token.replace("--json", "--json-out", 1)
             err_console.print(

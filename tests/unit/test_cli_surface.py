@@ -97,6 +97,13 @@ def test_the_old_json_file_spelling_still_works_and_says_so(tmp_path: Path) -> N
     assert equals.read_text() == summary.read_text()
     # A command whose --json is a flag keeps it a flag: nothing is rewritten.
     assert cli.json_out_compat(ROOT, None, ["stats", "--json"]) == ["stats", "--json"]
+    # After "--", "--json" is an argument (a pattern to grep for), not the old option.
+    assert cli.json_out_compat(ROOT, None, ["grep", "--", "--json", "k"]) == [
+        "grep",
+        "--",
+        "--json",
+        "k",
+    ]
 
 
 @pytest.mark.parametrize(
