@@ -147,7 +147,7 @@ def test_the_names_and_defaults_the_help_shows_are_their_modules() -> None:
     from shuttle.cluster import clusterfile, user_cli
     from shuttle.faces import cli as faces_cli
     from shuttle.faces import fuse
-    from shuttle.net import auth
+    from shuttle.net import auth, tls
     from shuttle.node import cli as node_cli
     from shuttle.node import config as node_config
     from shuttle.objects import grep as grep_object
@@ -155,6 +155,7 @@ def test_the_names_and_defaults_the_help_shows_are_their_modules() -> None:
 
     assert client_cli.CLUSTER_ENV == cluster_cli.CLUSTER_ENV == clusterfile.CLUSTER_ENV
     assert client_cli.KEY_FILE_ENV == user_cli.KEY_FILE_ENV == auth.KEY_FILE_ENV
+    assert (client_cli.TLS_ENV, client_cli.CA_FILE_ENV) == (tls.TLS_ENV, tls.CA_FILE_ENV)
     assert cluster_cli.CLUSTER_FILE_NAME == clusterfile.CLUSTER_FILE_NAME
     assert cluster_cli.DEFAULT_ROOT == clusterfile.DEFAULT_ROOT
     assert apps_cli.PLACEMENTS == PLACEMENTS

@@ -119,6 +119,12 @@ def test_the_old_json_file_spelling_still_works_and_says_so(tmp_path: Path) -> N
         ("serve", "--sandbox-memory", "512 MiB"),
         ("grep", "--window", f"{WINDOW_S_DEFAULT:g}"),
         ("sim sweep", "--seed", "0"),
+        # TLS (issue 22): on or off is decided by the cluster file or the address.
+        ("cluster up", "--tls", "as the cluster file says"),
+        ("serve", "--tls", "on beyond loopback"),
+        ("serve", "--handshake-timeout", "10"),
+        ("ls", "--tls", "as the cluster file says"),
+        ("get", "--ca-file", "the cluster file's"),
     ],
 )
 def test_options_show_their_defaults(command: str, option: str, default: str) -> None:
