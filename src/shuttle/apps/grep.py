@@ -40,7 +40,7 @@ Match = list[Any]  # [key, line number, line bytes]
 
 @dataclass
 class GrepResult:
-    """What a grep run did (``--json``)."""
+    """What a grep run did (``--json-out``)."""
 
     pattern: str
     placement: str
