@@ -93,7 +93,7 @@ def test_calibrate_then_predict_with_live_runs(cluster: Path, tmp_path: Path) ->
     config_path = tmp_path / "cal.toml"
     measured = tmp_path / "cal.json"
     output = shuttle("sim", "calibrate", "--cluster", str(cluster), "--out", str(config_path),
-                     "--calls", "10", "--json", str(measured), "--link", "lan",
+                     "--calls", "10", "--json-out", str(measured), "--link", "lan",
                      "--no-disk")  # fmt: skip
     assert "node CPU per read request" in output
     cal = json.loads(measured.read_text())
@@ -107,7 +107,7 @@ def test_calibrate_then_predict_with_live_runs(cluster: Path, tmp_path: Path) ->
     report = tmp_path / "predict.json"
     output = shuttle("sim", "predict", "grep", "ab[cd]", "corpus/", "--cluster", str(cluster),
                      "--link", "lan", "--calibration", str(config_path), "--live", "--runs", "1",
-                     "--json", str(report))  # fmt: skip
+                     "--json-out", str(report))  # fmt: skip
     assert "break-even link bandwidth" in output and "simulator error" in output
     data = json.loads(report.read_text())
     assert data["predicted"]["faster"] in ("client", "server")
@@ -132,7 +132,7 @@ def test_the_validation_command_runs_a_row_per_speed_and_link(tmp_path: Path) ->
     report, table = tmp_path / "v.json", tmp_path / "v.md"
     output = shuttle("bench", "sim-predict", "--links", "san", "--speeds", "0.5", "--runs", "1",
                      "--files", "12", "--calls", "5", "--quiet-wait", "0",
-                     "--json", str(report), "--markdown", str(table))  # fmt: skip
+                     "--json-out", str(report), "--markdown", str(table))  # fmt: skip
     data = json.loads(report.read_text())
     (row,) = data["rows"]
     assert (row["link"], row["speed"], row["files"]) == ("san", 0.5, 12)

@@ -182,7 +182,7 @@ def live_grep(
     with tempfile.TemporaryDirectory(prefix="shuttle-predict-") as tmp:
         report = Path(tmp) / "grep.json"
         argv = [sys.executable, "-m", "shuttle", "grep", pattern, *keys]
-        argv += ["--placement", placement, "--count", "--json", str(report)]
+        argv += ["--placement", placement, "--count", "--json-out", str(report)]
         argv += ["--cluster", str(cluster), *grep_options]
         if link is not None:
             argv += ["--link", link]

@@ -176,7 +176,7 @@ def calibrate_command(
         ),
     ] = 200,
     json_path: Annotated[
-        Path | None, typer.Option("--json", help="Also write every measurement here.")
+        Path | None, typer.Option("--json-out", help="Also write every measurement here.")
     ] = None,
 ) -> None:
     """Measure a live node for the simulator: node CPU per read and per request, a
@@ -285,7 +285,9 @@ def predict_command(
     trace_out: Annotated[
         Path | None, typer.Option("--trace-out", help="Keep the recorded trace here.")
     ] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write everything here.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json-out", help="Write everything here.")
+    ] = None,
 ) -> None:
     """Predict where a grep should run: record it, calibrate its nodes, simulate it at
     the client and at the server, and print both run times, the faster side, and the
@@ -403,7 +405,9 @@ def sim_predict_bench_command(
             show_default=True,
         ),
     ] = 120.0,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write every row here.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json-out", help="Write every row here.")
+    ] = None,
     markdown: Annotated[
         Path | None, typer.Option("--markdown", help="Write the table (benchmarks/README.md's).")
     ] = None,
