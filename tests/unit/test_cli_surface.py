@@ -83,7 +83,15 @@ def test_json_is_a_flag_everywhere_and_files_are_json_out() -> None:
                 assert not param.is_flag
                 files.append(name)
     assert {"stat", "stats", "objects", "placement log", "cluster user list"} <= set(flags)
-    assert {"grep", "bench netrand", "bench abacus filter", "sim sweep", "trace info"} <= set(files)
+    assert {
+        "grep",
+        "bench netrand",
+        "bench abacus filter",
+        "bench sim-predict",
+        "sim sweep",
+        "sim predict",
+        "trace info",
+    } <= set(files)
 
 
 def test_the_old_json_file_spelling_still_works_and_says_so(tmp_path: Path) -> None:
