@@ -45,7 +45,7 @@ mutate-sample: setup-dev
 # (--runs 3, --quiet-wait 0, --links lan --speeds 1).
 sim-validate: setup-dev
 	mkdir -p benchmarks/results
-	.venv/bin/shuttle bench sim-predict --json benchmarks/results/sim-predict.json \
+	.venv/bin/shuttle bench sim-predict --json-out benchmarks/results/sim-predict.json \
 		--markdown benchmarks/results/sim-predict.md $(SIM_VALIDATE_ARGS)
 
 # Fault tier (needs root: network namespaces): four nodes, POINTS faults, each at a

@@ -450,7 +450,9 @@ def durable(
     link: Annotated[
         str | None, typer.Option(help="The client's link profile (lan, wan, ...; default none).")
     ] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json-out", help="Write the report here.")
+    ] = None,
 ) -> None:
     """What durability costs a call: a durable object's changing call (its state
     written at its home before the answer) against the same call of a plain object,
