@@ -15,8 +15,8 @@ are done.
 
 from __future__ import annotations
 
+import functools
 import statistics
-import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -33,6 +33,7 @@ from shuttle.bench.abacus import (
     run_filter,
     summary,
 )
+from shuttle.bench.session import run_clients
 from shuttle.net.profiles import parse_link_profile
 from shuttle.runtime.config import RuntimeConfig
 
@@ -96,16 +97,12 @@ def _one(
             except BaseException as exc:
                 errors.append(exc)
 
-        threads = [
-            threading.Thread(target=go, args=(1, placements[0], settings.selectivity_1, 0.0)),
-            threading.Thread(
-                target=go, args=(2, placements[1], settings.selectivity_2, settings.delay_s)
-            ),
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_clients(
+            [
+                functools.partial(go, 1, placements[0], settings.selectivity_1, 0.0),
+                functools.partial(go, 2, placements[1], settings.selectivity_2, settings.delay_s),
+            ]
+        )
         elapsed = time.monotonic() - t0
     if errors:
         raise errors[0]

@@ -14,6 +14,7 @@ and, for the adaptive run, each client's cumulative inserts and retries over tim
 
 from __future__ import annotations
 
+import functools
 import secrets
 import statistics
 import threading
@@ -22,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shuttle.bench.abacus import PLACEMENTS, Bench, Progress, bench_node, migrations_of, summary
+from shuttle.bench.session import run_clients
 from shuttle.net.profiles import parse_link_profile
 from shuttle.runtime.config import RuntimeConfig
 
@@ -111,11 +113,7 @@ def run_inserts(
             errors.append(exc)
             barrier.abort()
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(settings.clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_clients([functools.partial(client, i) for i in range(settings.clients)], barrier)
     if errors:
         raise errors[0]
     results = [r for r in out if r is not None]

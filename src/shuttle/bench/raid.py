@@ -16,6 +16,7 @@ the servers' own fast network.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import statistics
 import threading
@@ -24,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shuttle.bench.abacus import PLACEMENTS, Bench, Progress, bench_node, migrations_of, summary
+from shuttle.bench.session import run_clients
 from shuttle.net.profiles import parse_link_profile
 from shuttle.runtime.config import RuntimeConfig
 
@@ -118,11 +120,7 @@ def run_raid(
             errors.append(exc)
             barrier.abort()
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(settings.clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_clients([functools.partial(client, i) for i in range(settings.clients)], barrier)
     if errors:
         raise errors[0]
     return out

@@ -63,6 +63,25 @@ _active: BenchSession | None = None
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+def run_clients(
+    clients: list[Callable[[], None]], barrier: threading.Barrier | None = None
+) -> None:
+    """Run each client in a thread of its own and wait for them all (each records its
+    own result and error). A benchmark stopped meanwhile (Ctrl-C, SIGTERM) does not wait
+    for its clients: they are daemon threads, and the barrier they start at is broken,
+    so the process can exit while its nodes are taken down under them."""
+    threads = [threading.Thread(target=client, daemon=True) for client in clients]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        if barrier is not None:
+            barrier.abort()
+        raise
+
+
 def scratch_dir(prefix: str, dir: Path | None = None) -> Path:
     """``tempfile.mkdtemp``, removed by the running session when it ends however it
     ends (a benchmark removes it itself when it finishes normally)."""

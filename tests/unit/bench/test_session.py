@@ -3,13 +3,15 @@ run with the same settings, and cleanup of what a benchmark left on any exit."""
 
 from __future__ import annotations
 
+import _thread
 import io
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
-from shuttle.bench.session import BenchSession, scratch_dir
+from shuttle.bench.session import BenchSession, run_clients, scratch_dir
 
 
 @pytest.fixture(autouse=True)
@@ -67,3 +69,35 @@ def test_an_exception_stops_the_children_and_removes_the_scratch() -> None:
 def test_a_scratch_dir_outside_a_session_is_a_plain_temporary_directory(tmp_path: Path) -> None:
     path = scratch_dir("shuttle-test-", tmp_path)
     assert path.is_dir() and path.parent == tmp_path
+
+
+def test_an_interrupted_benchmark_does_not_wait_for_its_clients() -> None:
+    """Ctrl-C while one client waits at the start barrier for one that will never come:
+    the interrupt reaches the caller, the barrier is broken, and the waiting client is
+    a daemon thread (so the process could exit even if it were still blocked)."""
+    barrier = threading.Barrier(3)  # the third party never arrives
+    seen: list[BaseException] = []
+    daemons: list[bool] = []
+    first_started = threading.Event()
+
+    def waiting() -> None:
+        daemons.append(threading.current_thread().daemon)
+        first_started.set()
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError as exc:
+            seen.append(exc)
+
+    def interrupting() -> None:
+        first_started.wait()
+        daemons.append(threading.current_thread().daemon)
+        _thread.interrupt_main()  # as Ctrl-C does, while the caller waits in join
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError as exc:
+            seen.append(exc)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_clients([waiting, interrupting], barrier)
+    assert barrier.broken
+    assert daemons == [True, True]

@@ -43,6 +43,7 @@ from shuttle.errors import (
     NotFoundError,
     ObjectBusyError,
     ObjectFailedError,
+    ObjectInDoubtError,
     ObjectNotFoundError,
     RequestTimeoutError,
     ShuttleError,
@@ -811,7 +812,9 @@ class Raid5Object(MobileObject):
     def _call(self, column: int, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
             return self.storages[column].call(method, *args, **kwargs)
-        except (UnreachableError, RequestTimeoutError) as exc:
+        # A call whose node died with it in flight is in doubt (it may have taken
+        # effect): for the file it is the same column that did not answer.
+        except (UnreachableError, RequestTimeoutError, ObjectInDoubtError) as exc:
             _reraise(
                 exc,
                 f"column {column} of {self.key!r} ({self.storages[column].rid}) did not "
