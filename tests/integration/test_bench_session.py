@@ -19,6 +19,10 @@ from shuttle.bench.session import _children
 START_TIMEOUT_S = 90.0
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -32,6 +36,10 @@ def _start(args: list[str], tmp_path: Path) -> tuple[subprocess.Popen[bytes], Pa
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env=env,
+        # A suite started in the background of a shell inherits SIGINT ignored, and a
+        # Python started so never raises KeyboardInterrupt: give the benchmark the
+        # Ctrl-C a user's terminal gives it.
+        preexec_fn=_sigint_default,
     )
     return proc, scratch
 
