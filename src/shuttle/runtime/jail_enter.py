@@ -99,9 +99,11 @@ STATVFS_TO_MOUNT = {
 }
 #: Devices the interpreter and ordinary libraries open.
 DEVICES = ("null", "zero", "full", "random", "urandom")
-#: Where the new root is built before the pivot (shadowed in the jail's mount
-#: namespace only; the node's /tmp is untouched).
-STAGING = "/tmp"
+#: Where the new root may be built before the pivot: the first of these that exists
+#: and neither holds nor lies inside a path to bind (the root's tmpfs shadows it, in
+#: the jail's mount namespace only; the node's is untouched). /tmp, unless Shuttle
+#: itself lives under /tmp (a checkout in /tmp/x), whose binds it would hide.
+STAGING_CANDIDATES = ("/tmp", "/mnt", "/media", "/srv", "/opt", "/var/tmp")
 #: The jail's host name (its own uts namespace).
 HOSTNAME = b"shuttle-jail"
 #: Exit status of a launcher or init whose jail could not be built.
@@ -293,10 +295,31 @@ def _bind_sources() -> list[str]:
     return kept
 
 
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def staging_for(binds: list[str]) -> str:
+    """Where to build the root: a directory the binds neither sit under nor contain."""
+    for candidate in STAGING_CANDIDATES:
+        if not os.path.isdir(candidate) or os.path.islink(candidate):
+            continue
+        if not any(_within(b, candidate) or _within(candidate, b) for b in binds):
+            return candidate
+    raise JailError(
+        "no directory to build the jail's root in: each of "
+        f"{', '.join(STAGING_CANDIDATES)} is missing or holds the interpreter's files "
+        f"({', '.join(binds)}); create /mnt"
+    )
+
+
 def _build_root(binds: list[str], tmp_bytes: int) -> None:
+    new = staging_for(binds)
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None, "make the node's mounts private")
-    new = STAGING
     _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m", "the root tmpfs")
+    # The private /tmp first: a bind under /tmp (the interpreter in a checkout under
+    # /tmp) then lands inside the private /tmp instead of being hidden under it.
+    _scratch(new, "tmp", tmp_bytes)
     for path in binds:
         target = new + path
         if os.path.isdir(path):
@@ -317,12 +340,7 @@ def _build_root(binds: list[str], tmp_bytes: int) -> None:
         os.symlink(target, f"{new}/dev/{name}")
     os.symlink("/proc/self/fd/1", f"{new}/dev/stdout")
     os.symlink("/proc/self/fd/2", f"{new}/dev/stderr")
-    tmp_options = f"mode=1777,size={max(tmp_bytes, 4096)}"
-    for scratch in ("tmp", "dev/shm"):
-        os.makedirs(f"{new}/{scratch}", exist_ok=True)
-        _mount(
-            "tmpfs", f"{new}/{scratch}", "tmpfs", MS_NOSUID | MS_NODEV, tmp_options, "/" + scratch
-        )
+    _scratch(new, "dev/shm", tmp_bytes)
     os.makedirs(f"{new}/proc", exist_ok=True)
     _mount(
         "proc", f"{new}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "the jail's /proc"
@@ -345,6 +363,13 @@ def _build_root(binds: list[str], tmp_bytes: int) -> None:
         None,
         "a read-only root",
     )
+
+
+def _scratch(new: str, scratch: str, tmp_bytes: int) -> None:
+    """A private, size-bounded tmpfs at ``/scratch`` of the root being built."""
+    os.makedirs(f"{new}/{scratch}", exist_ok=True)
+    options = f"mode=1777,size={max(tmp_bytes, 4096)}"
+    _mount("tmpfs", f"{new}/{scratch}", "tmpfs", MS_NOSUID | MS_NODEV, options, "/" + scratch)
 
 
 def _bind_read_only(source: str, target: str) -> None:
