@@ -23,6 +23,10 @@ def ok(result: object) -> str:
     return result.stdout.decode()  # type: ignore[attr-defined]
 
 
+#: Why this machine cannot mount (None: it can), said as the skip's reason.
+_NO_FUSE = fuse_unavailable_reason()
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A three-node cluster made by ``shuttle cluster up``, as a user makes one."""
@@ -78,7 +82,7 @@ def test_cluster_up_with_another_node_count_says_so_and_changes_nothing(root: Pa
     assert "already running" in ok(shuttle_cli("cluster", "up", "--root", str(root)))
 
 
-@pytest.mark.skipif(fuse_unavailable_reason() is not None, reason="no FUSE here")
+@pytest.mark.skipif(_NO_FUSE is not None, reason=_NO_FUSE or "")
 def test_mount_refuses_a_mounted_or_non_empty_directory(root: Path, tmp_path: Path) -> None:
     cluster = ("--cluster", str(root / "cluster.toml"))
     full = tmp_path / "full"
