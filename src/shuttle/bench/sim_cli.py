@@ -218,6 +218,13 @@ def calibrate_command(
             f"{m['request_header_bytes']:.0f} / {m['reply_header_bytes']:.0f}")),
         ("bucket depth", f"{cal.link.effective_burst_bytes:,} B"),
     ]  # fmt: skip
+    nominal = cal.link.bandwidth_bits_per_s
+    if nominal is not None and "link_bandwidth_bits_per_s" in m:
+        achieved = m["link_bandwidth_bits_per_s"]
+        rows.append((
+            "link rate achieved (profile's)",
+            f"{achieved / 1e6:.3g} Mbit/s ({nominal / 1e6:.3g}, {achieved / nominal:.0%})",
+        ))  # fmt: skip
     if "disk" in m:
         rows.append(
             ("disk per 64 KiB read (cold - warm)", f"{m['disk']['per_read_s'] * 1e3:.3f} ms")

@@ -12,13 +12,15 @@ from shuttle.bench.calibrate import (
     LIVE_BLOCK_BYTES,
     Calibration,
     Timed,
+    achieved_bandwidth_bits_per_s,
     link_residual_s,
     timed_calls,
 )
 from shuttle.bench.corpus import CorpusSpec, corpus_digest, generate_corpus
 from shuttle.bench.predict import burst_for, load_calibration, runtime_model, stack_counts
 from shuttle.errors import ConfigError
-from shuttle.net.profiles import BUILTIN_PROFILES
+from shuttle.net.profiles import BUILTIN_PROFILES, LinkProfile
+from shuttle.sim.link import Link
 from shuttle.sim.workload import Columns
 from shuttle.traces.record import Op, TraceRecord
 
@@ -102,6 +104,45 @@ def test_the_link_residual_replays_the_calls_through_the_bucket() -> None:
     wall_2 = second + lan.latency_s - back + 0.0003
     timed = Timed(0.0, 0.0, 0.0, 0.0, 2, (0.0, back), (one, wall_2), 0)
     assert link_residual_s(timed, lan, 100, 65636, 0.001) == pytest.approx(0.0003)
+
+
+def back_to_back(
+    profile: LinkProfile, rate_bits: float, calls: int, reply: int, node_s: float, extra_s: float
+) -> Timed:
+    """``calls`` reads made back to back over a link that moves ``rate_bits`` a second
+    (with the profile's bucket and latency), each ``extra_s`` beyond the link and node."""
+    link = Link(rate_bits, profile.effective_burst_bytes, profile.latency_s)
+    starts, walls, now = [], [], 0.0
+    for _ in range(calls):
+        arrive = link.up.transmit(now, 100)
+        wall = link.down.transmit(arrive + node_s, reply) - now + extra_s
+        starts.append(now)
+        walls.append(wall)
+        now += wall
+    return Timed(0.0, 0.0, 0.0, 0.0, calls, tuple(starts), tuple(walls), 0)
+
+
+@pytest.mark.parametrize("fraction", [0.55, 0.8, 0.97])
+def test_the_achieved_rate_is_the_one_the_large_reads_moved_at(fraction: float) -> None:
+    lan = BUILTIN_PROFILES["lan"]
+    timed = back_to_back(lan, 10e6 * fraction, 60, 62_500, 0.0002, 0.002)
+    got = achieved_bandwidth_bits_per_s(timed, lan, 100, 62_500, 0.0002, 0.002)
+    assert got == pytest.approx(10e6 * fraction, rel=1e-3)
+    # The calibration's configuration carries it in place of the profile's rate.
+    measured = dict(MEASURED, link_bandwidth_bits_per_s=got)
+    config = Calibration("n1", lan, 1.0, 1.0, measured).server_config()
+    assert config.network_bandwidth_bits_per_s == got
+
+
+def test_the_achieved_rate_is_never_above_the_profiles_nor_below_the_floor() -> None:
+    lan = BUILTIN_PROFILES["lan"]
+    fast = back_to_back(lan, 10e6, 30, 62_500, 0.0002, 0.001)
+    # The per-message residual is larger than the large reads': nothing is charged.
+    assert achieved_bandwidth_bits_per_s(fast, lan, 100, 62_500, 0.0002, 0.002) == 10e6
+    crawl = back_to_back(lan, 10e6 * 0.05, 30, 62_500, 0.0002, 0.0)
+    assert achieved_bandwidth_bits_per_s(crawl, lan, 100, 62_500, 0.0002, 0.0) == 2e6
+    loop = BUILTIN_PROFILES["loopback"]
+    assert achieved_bandwidth_bits_per_s(fast, loop, 100, 62_500, 0.0002, 0.0) is None
 
 
 def test_stack_counts_and_the_runtime_models_two_splits() -> None:
