@@ -109,6 +109,88 @@ def test_a_warm_read_sends_no_stat(trio: Trio) -> None:
     assert _counters(b)["inline_hits"] == after["inline_hits"] + 1
 
 
+def _without_a_watch(b: RadosStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break b's watch and keep it from registering another (as when the channel's PG
+    is down for b): b then trusts nothing it has cached until ``monkeypatch.undo()``."""
+
+    def refuse() -> None:
+        raise b.coherence.rados.Error("injected: the channel cannot be watched")
+
+    monkeypatch.setattr(b.coherence, "_establish", refuse)
+    b.coherence.break_watch()
+    _wait(lambda: not b.coherence.trusted(), "distrusting its cache")
+
+
+def test_an_untrusting_gateway_reads_in_one_round_trip(
+    trio: Trio, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a trusted watch every read asks RADOS, but once only: a block not yet
+    resident is read with the version it is of (no stat before it), a resident one is
+    confirmed with a stat (issue 26: a miss used to cost a stat and then a read)."""
+    a, b, _c = trio
+    data = bytes(range(256)) * 64  # 16 KiB: four blocks
+    a.put("p", data)
+    assert b.read("p", 0, 4096) == data[:4096]
+    _without_a_watch(b, monkeypatch)
+    before = _counters(b)
+    assert b.read("p", 4096, 4096) == data[4096:8192]  # known key, block not resident
+    assert b.read("p", 8192, 100) == data[8192:8292]
+    during = _counters(b)
+    assert during["cold_reads"] - before["cold_reads"] == 2
+    assert during["validations"] == before["validations"]  # not a stat and a read each
+    assert b.read("p", 4096, 4096) == data[4096:8192]  # resident: confirmed by a stat
+    assert _counters(b)["validations"] == during["validations"] + 1
+    assert b.read_cached("p", 4096, 4096) is None  # nothing on trust
+    monkeypatch.undo()
+    _wait(lambda: _trusting(b), "trusting again")
+
+
+def test_a_gateway_trusts_its_cache_as_soon_as_its_probation_ends(trio: Trio) -> None:
+    """Reads during a new watch's probation are confirmed by RADOS; the first read after
+    it confirms the entry for good, and the next ones ask RADOS nothing (issue 26: an
+    entry confirmed late in the probation stayed on the stat path up to RECONFIRM_S
+    longer, so a node's warm reads in its first seconds all cost a round trip)."""
+    a, b, _c = trio
+    data = bytes(range(256)) * 64
+    a.put("r", data)
+    resets = b.coherence.watch_resets
+    b.coherence.break_watch()
+    _wait(lambda: b.coherence.watch_resets > resets, "watching again")
+    # Confirmations shortly before the probation ends (a read, then a stat that makes
+    # the entry's size exact), then reads just after it.
+    _wait(lambda: b.coherence.trust_from - time.monotonic() < 0.5, "near the probation's end")
+    assert b.read("r", 0, 4096) == data[:4096]
+    assert b.read("r", 0, 4096) == data[:4096]
+    _wait(lambda: _trusting(b), "trusting again")
+    before = _counters(b)
+    for _ in range(3):
+        assert b.read("r", 0, 4096) == data[:4096]
+    after = _counters(b)
+    assert after["validations"] - before["validations"] <= 1  # the first one, at most
+    assert after["stat_free_hits"] - before["stat_free_hits"] >= 2
+    assert b.read_cached("r", 0, 4096) == data[:4096]  # and on the node's event loop
+
+
+def test_a_change_through_librados_is_seen_by_an_untrusting_gateway(
+    trio: Trio, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway that cannot trust its watch confirms each read of resident blocks with
+    a stat, so a change that announced nothing to it (written with librados directly)
+    is read at once, never served from its cache; and it caches the new version."""
+    a, b, _c = trio
+    a.put("q", b"1" * 8192)
+    assert b.read("q", 0, 4096) == b"1" * 4096
+    _without_a_watch(b, monkeypatch)
+    assert b.read("q", 0, 4096) == b"1" * 4096  # resident, confirmed
+    a.conn.ioctx().write("q", b"2" * 4096, 0)  # a new RADOS version, announced to no one
+    assert b.read("q", 0, 4096) == b"2" * 4096
+    before = _counters(b)
+    assert b.read("q", 0, 4096) == b"2" * 4096  # resident now: one stat, no read
+    assert _counters(b)["cold_reads"] == before["cold_reads"]
+    monkeypatch.undo()
+    _wait(lambda: _trusting(b), "trusting again")
+
+
 def test_no_kind_of_change_is_followed_by_a_stale_warm_read(
     trio: Trio,
 ) -> None:
@@ -347,13 +429,7 @@ def test_a_gateway_without_a_watch_confirms_every_read(
     a, b, _c = trio
     a.put("k", b"old".ljust(4096))
     b.read("k", 0, 4096)
-
-    def refuse() -> None:
-        raise b.coherence.rados.Error("injected: the channel cannot be watched")
-
-    monkeypatch.setattr(b.coherence, "_establish", refuse)
-    b.coherence.break_watch()
-    _wait(lambda: not b.coherence.trusted(), "distrusting its cache")
+    _without_a_watch(b, monkeypatch)
     a.put("k", b"new".ljust(4096))  # announced to a and c only
     before = _counters(b)
     assert b.read("k", 0, 4096) == b"new".ljust(4096)

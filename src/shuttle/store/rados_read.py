@@ -250,10 +250,13 @@ class VersionedReader:
                 if offset >= end:
                     return b""
                 return self._cached(k, e, generation, offset, end - offset)
-            with self._versions_lock:
-                cold = k not in self._versions
-            if cold or e is not None:  # nothing cached, or past the size known: read
-                return self._read_cold(k, offset, length, expected, generation)
+            if e is None:  # not trusted (no watch, probation): resident blocks, stat'ed
+                data = self._validated_hit(k, offset, length, expected, generation)
+                if data is not None:
+                    return data
+            # Nothing cached, past the size known, not resident, or changed: one read
+            # of the blocks, which reports their version (never a stat and a read).
+            return self._read_cold(k, offset, length, expected, generation)
         t0 = time.monotonic()
         size, version = self.size_version(k)
         self.validations += 1
@@ -271,6 +274,40 @@ class VersionedReader:
         data = self.pipelined(k, offset, end - offset)
         if self.size_version(k)[1] != version:
             raise Raced  # versions only grow: equal before and after means one version
+        return data
+
+    def _validated_hit(
+        self, k: str, offset: int, length: int, expected: int | None, generation: int
+    ) -> bytes | None:
+        """A small read of resident blocks while the cache is not trusted: the blocks,
+        then a ``stat`` (one round trip, no data) that confirms their version is still
+        the current one, or None (not all resident, or the object changed: the caller
+        reads it from RADOS). Versions only grow, so the version RADOS reported for the
+        entry and again now was current all the time between: the blocks were current
+        when the stat answered. The confirmation is recorded, so that a read after the
+        probation trusts the entry at once (``_newer_news``)."""
+        lock = self._locks.lock_for(k)
+        lock_generation, epoch = lock.generation, self._epoch
+        have = self._versions.get(k)
+        if lock_generation & 1 or have is None:
+            return None
+        end = offset + length
+        if have.exact:
+            end = min(end, have.size)
+        elif end > have.size:
+            return None
+        if offset >= end:
+            return None
+        data = self.cache.read_hit(k, offset, end)
+        if data is None or lock.generation != lock_generation or self._epoch != epoch:
+            return None  # not resident, or dropped meanwhile: the blocks may be older
+        t0 = time.monotonic()
+        size, version = self.size_version(k)
+        self.validations += 1
+        check_version_number(k, version, expected)
+        if version != have.version:
+            return None  # changed since it was cached: read the new version
+        self._record(k, Entry(version, size, True, t0), generation)
         return data
 
     def _read_cold(
@@ -318,9 +355,25 @@ class VersionedReader:
         """Cached blocks of version ``seen.version`` only (a key's versions only grow),
         after recording what RADOS reported (``seen``) unless an announcement or a
         reset since ``generation`` says it may be out of date already."""
+        self._record(k, seen, generation)
+        with self._locks.read(k):
+            with self._versions_lock:
+                have = self._versions.get(k)
+                current = have is not None and have.version == seen.version
+            if current:
+                fetch = fetch or self._fetcher(k, seen.version)
+                return self.cache.read(k, offset, n, seen.size, fetch)
+        return self.pipelined(k, offset, n, seen.version)  # not the cached version
+
+    def _record(self, k: str, seen: Entry, generation: int) -> None:
+        """Record what RADOS reported of ``k`` (``seen``): a newer version replaces the
+        entry (and drops its blocks); the same version updates it when it tells more
+        (``_newer_news``). Nothing is recorded if an announcement or a reset since
+        ``generation`` says it may be out of date already."""
+        trust_from = self._trust_floor()
         with self._versions_lock:
             have = self._versions.get(k)
-        if have is None or have.version < seen.version or _newer_news(have, seen):
+        if have is None or have.version < seen.version or _newer_news(have, seen, trust_from):
             with self._locks.write(k), self._versions_lock:
                 have = self._versions.get(k)
                 fresh = generation == self._generation and seen.version >= self._floors.get(k, 0)
@@ -330,16 +383,14 @@ class VersionedReader:
                         self.cache.clear()
                     self._versions[k] = seen
                     self.cache.invalidate(k)  # blocks of an older version
-                elif fresh and have is not None and _newer_news(have, seen):
+                elif fresh and have is not None and _newer_news(have, seen, trust_from):
                     self._versions[k] = _merged(have, seen)
-        with self._locks.read(k):
-            with self._versions_lock:
-                have = self._versions.get(k)
-                current = have is not None and have.version == seen.version
-            if current:
-                fetch = fetch or self._fetcher(k, seen.version)
-                return self.cache.read(k, offset, n, seen.size, fetch)
-        return self.pipelined(k, offset, n, seen.version)  # not the cached version
+
+    def _trust_floor(self) -> float:
+        """Versions RADOS reported before this monotonic time are not trusted (a new
+        watch's probation, or floors forgotten); +inf while no watch is registered."""
+        trust = self.trust
+        return max(trust.trust_from if trust is not None else 0.0, self._trust_from)
 
     def _fetcher(self, k: str, version: int) -> Callable[[int, int], bytes]:
         def fetch(start: int, stop: int) -> bytes:
@@ -374,11 +425,15 @@ class VersionedReader:
         }
 
 
-def _newer_news(have: Entry, seen: Entry) -> bool:
-    """``seen`` (of the same version) tells more than ``have``: the exact size, or a
-    confirmation :data:`RECONFIRM_S` later (not every one: each costs the key's lock)."""
+def _newer_news(have: Entry, seen: Entry, trust_from: float) -> bool:
+    """``seen`` (of the same version) tells more than ``have``: the exact size, a
+    confirmation :data:`RECONFIRM_S` later (not every one: each costs the key's lock),
+    or the first confirmation since ``trust_from`` of an entry confirmed before it
+    (during a probation): from then on the entry is trusted, and its reads ask RADOS
+    nothing, at once rather than up to RECONFIRM_S after the probation ended."""
     return have.version == seen.version and (
         seen.confirmed_s > have.confirmed_s + RECONFIRM_S
+        or have.confirmed_s < trust_from <= seen.confirmed_s
         or (not have.exact and (seen.exact or seen.size > have.size))
     )
 
