@@ -4,8 +4,13 @@ that every site (the OSD's ``osdgrep`` through a node included) finds the same l
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from shuttle.bench.ceph import CephNetrandConfig, run_netrand
 from shuttle.bench.ceph_filter import FilterSettings, run_filter
+from shuttle.errors import ConfigError
 
 
 def test_filter_runs_at_every_site_and_where_the_model_puts_it() -> None:
@@ -33,6 +38,21 @@ def test_netrand_compares_the_nodes_with_librados() -> None:
     assert {"file_node", "librados"} <= set(report["modes"])
     assert ("rados_node" in report["modes"]) != ("rados_node" in report["skipped"])
     assert report["modes"]["librados"]["samples"] == 20
+    if "rados_node" in report["modes"]:
+        # How the RADOS node answered its timed reads: all warm, after its probation,
+        # so all from its cache on its event loop, none confirmed with a stat.
+        counters = report["rados_counters"]["rados_node"]
+        assert counters["timed_reads"] == 20
+        assert counters["inline_hits"] == 20
+        assert counters["validations"] == 0
+        assert counters["at_start"]["probation_s_left"] == 0
+        assert report["target"]["fits_cache"] is True
+        assert "met" in report["target"]
+
+
+def test_netrand_refuses_a_compare_folder_without_shuttle(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no shuttle package there"):
+        CephNetrandConfig(compare_src=str(tmp_path))
 
 
 def test_the_stream_default_fits_one_rados_object() -> None:

@@ -104,14 +104,9 @@ def stand(
                 connect(cluster=file_cluster.path, **client_options)
             )
             if has_rados_store():
-                progress(f"starting a node on the RADOS pool {info.pool}")
-                rados_cluster = local.up(scratch / "rados", nodes=1, node_args=info.store_args())
-                clusters.append(rados_cluster)
-                assert rados_cluster.path is not None
-                bench.clients["rados_node"] = stack.enter_context(
-                    connect(cluster=rados_cluster.path, **client_options)
-                )
                 if compare_src is not None:
+                    # First: with --no-wait-for-trust, this node's probation then ends
+                    # before the other's, which favours the code compared against.
                     progress(f"starting a RADOS node from {compare_src}")
                     bench.clients[COMPARE_MODE] = stack.enter_context(
                         connect(
@@ -119,6 +114,13 @@ def stand(
                             **client_options,
                         )
                     )
+                progress(f"starting a node on the RADOS pool {info.pool}")
+                rados_cluster = local.up(scratch / "rados", nodes=1, node_args=info.store_args())
+                clusters.append(rados_cluster)
+                assert rados_cluster.path is not None
+                bench.clients["rados_node"] = stack.enter_context(
+                    connect(cluster=rados_cluster.path, **client_options)
+                )
             else:
                 bench.skipped["rados_node"] = (
                     "this build's `shuttle serve` has no --store rados:POOL yet; only the "
@@ -139,11 +141,7 @@ def _compare_cluster(scratch: Path, info: CephInfo, src: Path, clusters: list[Cl
     """A one-node cluster on ``info``'s pool (namespace ``compare``) whose node runs the
     code in ``src`` (``PYTHONPATH``: the node process inherits this one's environment);
     returns its cluster file."""
-    if not (src / "shuttle" / "__init__.py").is_file():
-        raise ConfigError(
-            f"--compare {src}: no shuttle package there; give another checkout's src "
-            "folder (git archive main | tar -x -C /tmp/main; --compare /tmp/main/src)"
-        )
+    check_compare_src(src)
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(src.resolve())
     try:
@@ -158,6 +156,15 @@ def _compare_cluster(scratch: Path, info: CephInfo, src: Path, clusters: list[Cl
     clusters.append(cluster)
     assert cluster.path is not None
     return cluster.path
+
+
+def check_compare_src(src: Path) -> None:
+    """ConfigError unless ``src`` holds a ``shuttle`` package to start a node from."""
+    if not (src / "shuttle" / "__init__.py").is_file():
+        raise ConfigError(
+            f"--compare {src}: no shuttle package there; give another checkout's src "
+            "folder (git archive main src | tar -x -C /tmp/main; --compare /tmp/main/src)"
+        )
 
 
 def has_rados_store() -> bool:
@@ -208,6 +215,8 @@ class CephNetrandConfig:
             raise ConfigError(f"--generator must be one of {', '.join(GENERATORS)}")
         if self.pages < 1 or self.rounds < 1 or self.file_bytes < PAGE_BYTES:
             raise ConfigError("--pages and --rounds must be ≥ 1 and --file-bytes ≥ 4096")
+        if self.compare_src is not None:
+            check_compare_src(Path(self.compare_src))
 
 
 #: Seconds to wait for a RADOS node's cache to be trusted (its watch registered and
