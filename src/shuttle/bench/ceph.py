@@ -78,13 +78,15 @@ def stand(
     progress: Progress,
     workdir: Path | None = None,
     compare_src: Path | None = None,
+    node_cache_bytes: int | None = None,
     **client_options: Any,
 ) -> Iterator[Stand]:
     """Start Ceph and the two nodes; yield them with clients; tear it all down.
 
     ``compare_src``: also start a RADOS node (mode ``rados_node_compare``) from another
     checkout's ``src`` folder, on a namespace of its own in the same pool, so that two
-    versions of the node are measured in one run, interleaved."""
+    versions of the node are measured in one run, interleaved. ``node_cache_bytes``:
+    every node's block cache (None: the node's default)."""
     scratch = scratch_dir("shuttle-bench-ceph-", workdir)
     ceph = LocalCeph(scratch / "ceph", osds=osds)
     clusters: list[ClusterFile] = []
@@ -97,7 +99,7 @@ def stand(
         bench = Stand(info, ioctx)
         with contextlib.ExitStack() as stack:
             progress("starting a node on local files")
-            file_cluster = local.up(scratch / "file", nodes=1)
+            file_cluster = local.up(scratch / "file", nodes=1, cache_bytes=node_cache_bytes)
             clusters.append(file_cluster)
             assert file_cluster.path is not None
             bench.clients["file_node"] = stack.enter_context(
@@ -110,12 +112,19 @@ def stand(
                     progress(f"starting a RADOS node from {compare_src}")
                     bench.clients[COMPARE_MODE] = stack.enter_context(
                         connect(
-                            cluster=_compare_cluster(scratch, info, compare_src, clusters),
+                            cluster=_compare_cluster(
+                                scratch, info, compare_src, clusters, node_cache_bytes
+                            ),
                             **client_options,
                         )
                     )
                 progress(f"starting a node on the RADOS pool {info.pool}")
-                rados_cluster = local.up(scratch / "rados", nodes=1, node_args=info.store_args())
+                rados_cluster = local.up(
+                    scratch / "rados",
+                    nodes=1,
+                    node_args=info.store_args(),
+                    cache_bytes=node_cache_bytes,
+                )
                 clusters.append(rados_cluster)
                 assert rados_cluster.path is not None
                 bench.clients["rados_node"] = stack.enter_context(
@@ -137,7 +146,13 @@ def stand(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _compare_cluster(scratch: Path, info: CephInfo, src: Path, clusters: list[ClusterFile]) -> Path:
+def _compare_cluster(
+    scratch: Path,
+    info: CephInfo,
+    src: Path,
+    clusters: list[ClusterFile],
+    cache_bytes: int | None = None,
+) -> Path:
     """A one-node cluster on ``info``'s pool (namespace ``compare``) whose node runs the
     code in ``src`` (``PYTHONPATH``: the node process inherits this one's environment);
     returns its cluster file."""
@@ -146,7 +161,10 @@ def _compare_cluster(scratch: Path, info: CephInfo, src: Path, clusters: list[Cl
     os.environ["PYTHONPATH"] = str(src.resolve())
     try:
         cluster = local.up(
-            scratch / "compare", nodes=1, node_args=info.store_args(COMPARE_NAMESPACE)
+            scratch / "compare",
+            nodes=1,
+            node_args=info.store_args(COMPARE_NAMESPACE),
+            cache_bytes=cache_bytes,
         )
     finally:
         if saved is None:
@@ -209,6 +227,9 @@ class CephNetrandConfig:
     #: reads from a node just started (or whose watch just broke) sees them, and as
     #: this benchmark did before issue 26.
     wait_for_trust: bool = True
+    #: Every node's block cache (None: the node's default, 64 MiB); smaller than the
+    #: pages read (``pages`` × 4 KiB) times the RADOS node's reads that miss it.
+    node_cache_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.generator not in GENERATORS:
@@ -217,6 +238,8 @@ class CephNetrandConfig:
             raise ConfigError("--pages and --rounds must be ≥ 1 and --file-bytes ≥ 4096")
         if self.compare_src is not None:
             check_compare_src(Path(self.compare_src))
+        if self.node_cache_bytes is not None and self.node_cache_bytes < 0:
+            raise ConfigError(f"--node-cache-bytes must be ≥ 0, got {self.node_cache_bytes}")
 
 
 #: Seconds to wait for a RADOS node's cache to be trusted (its watch registered and
@@ -312,7 +335,13 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
     """Random 4 KiB reads: the nodes against librados, interleaved, warm."""
     pages_in_file = config.file_bytes // PAGE_BYTES
     compare = Path(config.compare_src) if config.compare_src else None
-    with stand(config.osds, progress, compare_src=compare, cache_bytes=0) as bench:
+    with stand(
+        config.osds,
+        progress,
+        compare_src=compare,
+        node_cache_bytes=config.node_cache_bytes,
+        cache_bytes=0,
+    ) as bench:
         with tempfile.TemporaryDirectory(prefix="shuttle-bench-ceph-") as tmp:
             path = Path(tmp) / "netrand.dat"
             make_file(path, config.file_bytes)
@@ -323,6 +352,7 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
         ioctx = bench.ioctx
         fetchers["librados"] = lambda p: ioctx.read(OID, PAGE_BYTES, p * PAGE_BYTES)
         samples = {mode: Samples() for mode in fetchers}
+        by_round: dict[str, list[float]] = {mode: [] for mode in fetchers}
         rados_modes = [m for m in bench.clients if m.startswith("rados_node")]
         logs = {mode: CounterLog() for mode in rados_modes}
         for mode in rados_modes:
@@ -341,6 +371,8 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
                     log = logs.get(mode)
                     before = rados_counters(bench.clients[mode]) if log else None
                     timed_run(pages, fetch, PAGE_BYTES, samples[mode])
+                    this_pass = samples[mode].latencies_ns[-len(pages) :]
+                    by_round[mode].append(round(statistics.median(this_pass) / 1e3, 1))
                     if log is not None and before is not None:
                         log.add(len(pages), before, rados_counters(bench.clients[mode]))
         skipped = dict(bench.skipped)
@@ -355,6 +387,8 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
         # How the RADOS node answered its timed (warm) reads: from its cache on the
         # event loop (inline_hits), after a RADOS stat (validations), from RADOS.
         "rados_counters": {m: log.summary() for m, log in logs.items()},
+        # Each timed pass's p50 (µs), round by round: drift, and a node's first rounds.
+        "p50_us_by_round": by_round,
     }
     lib = report["modes"]["librados"]["p50_us"]
     report["p50_over_librados"] = {
@@ -362,6 +396,11 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
     }
     files = report["modes"]["file_node"]["p50_us"]
     report["p50_over_file_node"] = {m: _ratio(report["modes"][m]["p50_us"], files) for m in logs}
+    # The same ratios round by round (each pass against the anchor's pass of the same
+    # round), their median: load that comes and goes on a shared machine hits the
+    # passes of one round alike, so this is the steadier figure.
+    report["p50_over_file_node_paired"] = {m: _paired(by_round, m, "file_node") for m in logs}
+    report["p50_over_librados_paired"] = {m: _paired(by_round, m, "librados") for m in logs}
     if "rados_node" in report["modes"]:
         report["target"] = _netrand_target(
             config.file_bytes,
@@ -370,6 +409,12 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
             report["p50_over_librados"]["rados_node"],
         )
     return report
+
+
+def _paired(by_round: dict[str, list[float]], mode: str, anchor: str) -> float | None:
+    """The median over rounds of ``mode``'s p50 over ``anchor``'s in the same round."""
+    pairs = [a / b for a, b in zip(by_round[mode], by_round[anchor], strict=True) if b]
+    return round(statistics.median(pairs), 3) if pairs else None
 
 
 #: Issue 26's targets for a RADOS node's warm 4 KiB p50: within this factor of a file

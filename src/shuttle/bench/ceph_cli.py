@@ -73,6 +73,14 @@ def netrand(
             "serves (and as this benchmark did before issue 26).",
         ),
     ] = True,
+    node_cache_bytes: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Every node's block cache in bytes (default: the node's, 64 MiB); below "
+            "PAGES × 4 KiB the warm reads miss it.",
+        ),
+    ] = None,
     json_path: JsonOpt = None,
 ) -> None:
     """Random 4 KiB reads: a node on the RADOS store, a node on local files and librados
@@ -88,6 +96,7 @@ def netrand(
         osds=osds,
         compare_src=None if compare is None else str(compare),
         wait_for_trust=wait_for_trust,
+        node_cache_bytes=node_cache_bytes,
     )
     report = run_netrand(config, progress_lines("ceph netrand", console))
     table = Table(title=f"4 KiB random reads, warm: {pages} pages × {rounds} rounds")
@@ -113,17 +122,28 @@ def _rados_counters(report: dict[str, Any]) -> None:
         return
     table = Table(title="RADOS node counters over the timed reads")
     cols = ("timed_reads", "inline_hits", "stat_free_hits", "validations", "cold_reads")
-    for col in ("mode", *cols, "cache_hits", "cache_misses", "inline share", "p50 / file node"):
+    heads = ("inline share", "p50 / file node", "paired", "p50 / librados", "paired")
+    for col in ("mode", *cols, "cache_hits", "cache_misses", *heads):
         table.add_column(col, justify="right")
+    ratios = (
+        "p50_over_file_node",
+        "p50_over_file_node_paired",
+        "p50_over_librados",
+        "p50_over_librados_paired",
+    )
     for mode, c in counters.items():
-        ratio = report.get("p50_over_file_node", {}).get(mode)
+        shown = [report.get(name, {}).get(mode) for name in ratios]
         table.add_row(
             mode,
             *(str(c.get(k, 0)) for k in (*cols, "cache_hits", "cache_misses")),
             f"{c['inline_share']:.3f}",
-            "-" if ratio is None else f"{ratio:.2f}",
+            *("-" if r is None else f"{r:.2f}" for r in shown),
         )
     console.print(table)
+    console.print(
+        "paired: the median over rounds of each round's p50 ratio (steadier under load "
+        "that comes and goes)"
+    )
 
 
 #: The RADOS store's object limit (``store.rados.RADOS_OBJECT_BYTES_MAX``; not imported

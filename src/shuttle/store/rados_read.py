@@ -10,7 +10,11 @@ knows to be current. It knows that in one of two ways:
   to this one, which drops the key (:meth:`VersionedReader.announced`) before the
   change is written. An entry that is still there is current. The node answers such a
   read on its event loop when the blocks are resident (:meth:`VersionedReader.read_cached`).
-* *validated*: otherwise a ``stat`` (one round trip, no data) confirms the version.
+* *validated*: otherwise (no healthy watch, or a new watch's probation) each read asks
+  RADOS once: resident blocks are confirmed by a ``stat`` (one round trip, no data),
+  blocks that are not resident are read with the version they are of (one round trip,
+  never a stat and then a read). The first confirmation after a probation makes the
+  entry trusted at once.
 
 A key with nothing cached costs one round trip: the whole blocks around the range are
 read, and the read reports the version it saw. Versions of a key only grow, which the
