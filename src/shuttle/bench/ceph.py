@@ -15,9 +15,16 @@ drift on a shared machine hits them all alike.
   run (against the windowed librados run beside it) and the most reads the RADOS node
   had waiting on RADOS at once (``reads_in_flight_peak``).
 
-Targets (issue 12): the RADOS-backed node within 1.5× of librados's latency (p50) and
-throughput. When this build's ``shuttle serve`` has no RADOS store yet, the report
-says so and compares the file-backed node with librados only.
+``netrand`` times a RADOS node once its probation is over (its warm reads then ask
+RADOS nothing) and reports how the node answered its timed reads: its counters
+(``rados_counters``: inline hits, validations, cold reads, cache hits and misses, per
+round), each pass's p50 round by round, and the ratios paired by round.
+
+Targets: issue 12, the RADOS-backed node within 1.5× of librados's throughput
+(``stream``); issue 26, its warm 4 KiB p50 within 2× the file node's when the object
+fits the node's block cache, within 1.0× librados's when it does not (``netrand``).
+When this build's ``shuttle serve`` has no RADOS store yet, the report says so and
+compares the file-backed node with librados only.
 """
 
 from __future__ import annotations
