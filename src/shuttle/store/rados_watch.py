@@ -64,6 +64,7 @@ import contextlib
 import ctypes
 import errno
 import logging
+import math
 import threading
 import time
 from typing import Any, Protocol
@@ -319,7 +320,10 @@ class Coherence:
                 age = watch.check().total_seconds()
         out["watch_confirmed_s_ago"] = age
         left = self.trust_from - time.monotonic()
-        out["probation_s_left"] = None if left == float("inf") else round(max(0.0, left), 3)
+        # Rounded up to the millisecond: 0 means over (a reader may act on it at once).
+        out["probation_s_left"] = (
+            None if left == float("inf") else math.ceil(max(0.0, left) * 1e3) / 1e3
+        )
         return out
 
     def _close_watch(self, watch: Any) -> None:
