@@ -14,8 +14,10 @@ Ceph (one OSD) and a node on it, puts a 1 MiB object, and reads one 4 KiB page o
 through the node again and again, asking the node's counters
 (``stats()["store"]["rados"]``) after each read: a read whose ``validations`` grew was
 confirmed with a ``stat``. Prints, per run, the probation left at the first read, the
-reads confirmed after the probation ended, and the seconds from its end to the first
-read that asked RADOS nothing; writes them as JSON.
+reads begun after the probation ended (as the node said before each) that were still
+confirmed, and the seconds from its end to the first read that asked RADOS nothing;
+writes them as JSON. (The node rounds ``probation_s_left`` up to the millisecond: 0
+means over. The code before this branch rounds it to the nearest.)
 """
 
 from __future__ import annotations
@@ -55,23 +57,25 @@ def one_run(src: Path | None) -> dict[str, Any]:
                 make_file(path, OBJECT_BYTES)
                 load(bench, path, lambda _msg: None)
             client = bench.clients["rados_node"]
-            first = _rados(client)
-            left_at_start = first["coherence"]["probation_s_left"]
-            validations = first["validations"]
+            now = _rados(client)
+            left_at_start = now["coherence"]["probation_s_left"]
+            validations = now["validations"]
             ended_s: float | None = None
             after = 0
             free_s: float | None = None
             reads = 0
             t0 = time.monotonic()
             while time.monotonic() - t0 < RUN_LIMIT_S:
+                # Over before this read began (the node's last answer said so): it
+                # counts. ``probation_s_left`` is 0 only once the probation is over.
+                over = now["coherence"]["probation_s_left"] == 0 and now["coherence"]["trusted"]
+                if over and ended_s is None:
+                    ended_s = time.monotonic()
                 client.read(KEY, PAGE_BYTES, PAGE_BYTES)
                 reads += 1
                 now = _rados(client)
                 confirmed = now["validations"] > validations
                 validations = now["validations"]
-                left = now["coherence"]["probation_s_left"]
-                if ended_s is None and left == 0 and now["coherence"]["trusted"]:
-                    ended_s = time.monotonic()
                 if ended_s is not None:
                     if not confirmed:
                         free_s = time.monotonic() - ended_s
