@@ -52,7 +52,9 @@ def _artefacts() -> list[Path]:
     for module in (*compiled.BUILT, compiled.GROUP + "__mypyc"):
         found += compiled.extension_paths(module)
     # Modules dropped from MODULES since the last build leave extensions behind too.
-    old = json.loads(compiled.MANIFEST.read_text()).get("modules", {}) if found else {}
+    # (An interrupted build leaves extensions without a manifest: nothing more to find.)
+    manifest = compiled.MANIFEST.exists()
+    old = json.loads(compiled.MANIFEST.read_text()).get("modules", {}) if manifest else {}
     for module in old:
         found += compiled.extension_paths(module)
     return sorted(set(found))

@@ -95,7 +95,11 @@ class NodeTls:
 
 
 def _serve_argv(
-    entry: NodeEntry, ready_file: Path, key_file: Path | None, tls: NodeTls | None = None
+    entry: NodeEntry,
+    ready_file: Path,
+    key_file: Path | None,
+    tls: NodeTls | None = None,
+    cluster_file: Path | None = None,
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -117,17 +121,25 @@ def _serve_argv(
         argv += ["--cache-bytes", str(entry.cache_bytes)]
     if key_file is not None:
         argv += ["--key-file", str(key_file)]
+        if cluster_file is not None:  # principals changes it missed come from the others
+            argv += ["--cluster-file", str(cluster_file)]
     argv += tls.argv() if tls is not None else ["--no-tls"]
     return argv + list(entry.args)
 
 
 def start_node(
-    entry: NodeEntry, run_dir: Path, key_file: Path | None = None, tls: NodeTls | None = None
+    entry: NodeEntry,
+    run_dir: Path,
+    key_file: Path | None = None,
+    tls: NodeTls | None = None,
+    cluster_file: Path | None = None,
 ) -> NodeEntry:
     """Start one node process (inside its network namespace, if it has one), requiring
-    the key in ``key_file`` of its clients if given, serving TLS with ``tls`` if given."""
+    the key in ``key_file`` of its clients if given, serving TLS with ``tls`` if given;
+    with ``cluster_file`` (and a key) it takes principals changes it missed from the
+    other nodes the file names."""
     prefix = NetnsLab.command(entry.netns, []) if entry.netns else []
-    return _start(entry, run_dir, prefix, key_file, tls)
+    return _start(entry, run_dir, prefix, key_file, tls, cluster_file)
 
 
 def _start(
@@ -136,6 +148,7 @@ def _start(
     prefix: list[str],
     key_file: Path | None = None,
     tls: NodeTls | None = None,
+    cluster_file: Path | None = None,
 ) -> NodeEntry:
     """Start one node process (detached from this one) and wait until it listens.
 
@@ -149,7 +162,7 @@ def _start(
     log = run_dir / f"{entry.id}.log"
     with open(log, "ab") as log_file:
         proc = subprocess.Popen(
-            [*prefix, *_serve_argv(entry, ready, key_file, tls)],
+            [*prefix, *_serve_argv(entry, ready, key_file, tls, cluster_file)],
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -266,7 +279,9 @@ def up(
         if pid_is_node(entry.pid):
             report(f"{entry.id}: already running (pid {entry.pid}) on {entry.address}")
             continue
-        started = start_node(entry, run_dir, cluster.key_file, _node_tls(cluster, entry, ca))
+        started = start_node(
+            entry, run_dir, cluster.key_file, _node_tls(cluster, entry, ca), path.resolve()
+        )
         cluster = cluster.with_node(started)
         cluster.save(path)  # record each node as soon as it runs: `down` can find it
         report(f"{started.id}: started (pid {started.pid}) on {started.address}")

@@ -8,6 +8,7 @@ Layout:
 * ``callback_ops`` the callback operations, and the step that makes writes break promises
 * ``principal_store`` where a node keeps its principals (a file, or the RADOS pool),
   and the operations that change them
+* ``principal_peers`` a node that missed a change of principals takes it from its peers
 * ``main``      ``shuttle serve``: open the store, serve it, stop cleanly on SIGTERM
 * ``cli``       the ``shuttle serve`` command's flags, turned into a :class:`NodeConfig`
 """
