@@ -10,6 +10,8 @@ Layout:
 * ``auth``      cluster-key authentication: key files, proofs, the handshake's checks
 * ``principals``  principals and their caps (cephx-like), derived keys, a node's book,
   the guards operations check a principal's requests with
+* ``principal_limits``  how much of a node each principal may hold (connections,
+  requests in flight, hosted objects)
 * ``tls``       TLS 1.3 contexts and one connection's TLS as bytes in, bytes out (sans-I/O)
 * ``certs``     the cluster's CA and the nodes' certificates (``cluster up --tls``)
 * ``blocking``  a blocking-socket connection to a node (the sync client's transport)

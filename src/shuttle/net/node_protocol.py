@@ -7,7 +7,9 @@ reading replies or its store requests fill its share of the pool, and the server
 housekeeping sweep closes it when a frame stalls, its client stops reading or it
 idles. A connection over the node's cap is answered ``busy`` and closed; one that
 does not finish its handshake within the node's deadline, or waits longest when too
-many are in their handshake, is closed too.
+many are in their handshake, is closed too. A principal's connection and its requests in flight
+count against that principal's share of the node (:mod:`shuttle.net.principal_limits`):
+past it, ``busy`` naming the limit.
 
 On a TLS node the connection's ciphertext goes through a
 :class:`~shuttle.net.tls.TlsChannel` at its two edges (:meth:`data_received` and
@@ -104,6 +106,10 @@ class NodeProtocol(asyncio.Protocol):
         self.encrypted = server.tls is not None
         self.tls: TlsChannel | None = None
         self.binding = b""
+        #: The principal whose share of the node's connections and requests it counts
+        #: against (``RpcServer.load``), once its HELLO is taken; None: the cluster key's
+        #: (not limited) or not yet authenticated.
+        self.load_name: str | None = None
         #: True once its handshake is done (WELCOME sent): from then on it no longer
         #: counts against the node's cap on connections in their handshake.
         self.authenticated = False
@@ -243,6 +249,8 @@ class NodeProtocol(asyncio.Protocol):
         server.counters.connections_open -= 1
         server._protocols.discard(self)
         server.authenticated(self)  # no longer waiting, whatever it was
+        if self.load_name is not None:
+            server.load.give_back("connections", self.load_name)
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
             self._handshake_timer = None
@@ -551,6 +559,14 @@ class NodeProtocol(asyncio.Protocol):
             self._close()
             return
         if principal is not None:
+            try:  # its share of the node's connections (net/principal_limits.py)
+                server.load.take("connections", principal.name)
+            except NodeBusyError as exc:
+                log.info("refusing %s: %s", self.peer, exc)
+                self._write(self.conn.send(ErrorResponse.from_exception(0, exc)))
+                self._close()
+                return
+            self.load_name = principal.name
             self.principal = principal
         welcome = Welcome(version, server.node_id, server.limits.to_wire(), proof)
         self._write(self.conn.send(welcome))
@@ -611,6 +627,13 @@ class NodeProtocol(asyncio.Protocol):
             # Not answerable from memory (a block-cache miss, a large read, a stat that
             # must read its attributes): the operation runs its usual way.
             counters.inline_declined[name] += 1
+        load_name = self.load_name
+        if load_name is not None:
+            try:  # its principal's share of the node's requests in flight
+                server.load.take("requests", load_name)
+            except NodeBusyError as exc:
+                self._send_error(rid, exc)
+                return
         if op.per_connection:
             args[CONNECTION_ARG] = self.number  # whatever the client put there
             self.owns_sessions = True
@@ -621,6 +644,8 @@ class NodeProtocol(asyncio.Protocol):
             try:
                 wait = None if op.before is None else op.before(args)
             except Exception as exc:  # every failure is answered, typed
+                if load_name is not None:
+                    server.load.give_back("requests", load_name)
                 self._send_error(rid, server.error_for(op.name, exc))
                 return
             if wait is None:
@@ -653,6 +678,8 @@ class NodeProtocol(asyncio.Protocol):
         self.pending.discard(fut)
         if counted:
             self.executing -= 1
+        if self.load_name is not None:
+            self.server.load.give_back("requests", self.load_name)
         if self.closed or fut.cancelled():
             return
         exc = fut.exception()

@@ -52,6 +52,7 @@ from shuttle.net.admission import (
     unauthenticated_max,
 )
 from shuttle.net.node_protocol import NodeProtocol
+from shuttle.net.principal_limits import PrincipalLimits, PrincipalLoad
 from shuttle.net.principals import Principal, PrincipalBook, PrincipalTable, anyone
 from shuttle.net.registry import Operation, OperationRegistry, Reply
 from shuttle.net.server_stats import ServerCounters
@@ -106,6 +107,7 @@ class RpcServer:
         principals: PrincipalBook | None = None,
         principal: str | None = None,
         tls: ServerTls | None = None,
+        principal_limits: PrincipalLimits | None = None,
     ) -> None:
         if key is not None and len(key) != auth.KEY_BYTES:
             raise ConfigError(f"a cluster key is {auth.KEY_BYTES} bytes, got {len(key)}")
@@ -137,6 +139,11 @@ class RpcServer:
         self.connections_max = self.admission.connections_max
         #: How many connections may be in their handshake at once (fitted at start).
         self.unauthenticated_max = unauthenticated_max(self.admission, self.connections_max)
+        #: What each principal holds of the node (connections, requests, objects),
+        #: against its share (net/principal_limits.py).
+        self.load = PrincipalLoad(
+            principal_limits or PrincipalLimits(), node_id, self.connections_max
+        )
         #: Connections still in their handshake, oldest first (a dict keeps order).
         self._unauthenticated: dict[NodeProtocol, None] = {}
         #: True while all connections' unsent replies together are over the node's bound.
@@ -170,6 +177,7 @@ class RpcServer:
         out["server"]["unauthenticated"] = len(self._unauthenticated)
         out["server"]["unauthenticated_max"] = self.unauthenticated_max
         out["server"]["tls"] = self.tls is not None
+        out["server"]["principals"] = self.load.stats()
         for name, source in self._stats_sources.items():
             out[name] = source()
         return out
@@ -250,6 +258,7 @@ class RpcServer:
         soft, _hard = raise_descriptor_limit()
         self.connections_max = effective_connections_max(self.admission.connections_max, soft)
         self.unauthenticated_max = unauthenticated_max(self.admission, self.connections_max)
+        self.load.fit(self.connections_max)
         self._server = await loop.create_server(
             lambda: NodeProtocol(self), host, port, reuse_address=True, backlog=512
         )

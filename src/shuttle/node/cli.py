@@ -154,6 +154,23 @@ def serve(
             help="The cluster's CA certificate (PEM): the node checks other nodes with it.",
         ),
     ] = None,
+    cluster_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--cluster-file",
+            help="A cluster file naming the other nodes (`shuttle cluster up` gives its own): "
+            "a node that missed a change of principals (it was down or cut off) takes the "
+            "newest table from them before it listens and every --principals-check seconds.",
+        ),
+    ] = None,
+    principals_check: Annotated[
+        float | None,
+        typer.Option(
+            help="With --cluster-file: seconds between asking the other nodes for a newer "
+            "principal table (default 10): the longest a node that was cut off keeps a "
+            "removed principal's key once it is reachable again."
+        ),
+    ] = None,
     handshake_timeout: Annotated[
         float | None,
         typer.Option(
@@ -174,6 +191,36 @@ def serve(
             help="Connections served at once; more are refused as 'busy' (default 16384, "
             "lowered to fit the descriptor limit)."
         ),
+    ] = None,
+    principal_connections_max: Annotated[
+        int | None,
+        typer.Option(
+            help="Connections one principal may hold; more are refused as 'busy' naming this "
+            "limit (default: a quarter of --connections-max, at most 1024). The cluster key's "
+            "are not limited."
+        ),
+    ] = None,
+    principal_requests_max: Annotated[
+        int | None,
+        typer.Option(
+            help="Requests of one principal in flight at once, over all its connections; "
+            "more are answered 'busy' (default 256)."
+        ),
+    ] = None,
+    requests_max: Annotated[
+        int | None,
+        typer.Option(help="Requests of all principals in flight at once (default 4096)."),
+    ] = None,
+    principal_objects_max: Annotated[
+        int | None,
+        typer.Option(
+            help="Mobile objects one principal may have on this node, made here or moved "
+            "here (default 64)."
+        ),
+    ] = None,
+    objects_max: Annotated[
+        int | None,
+        typer.Option(help="Mobile objects of all principals on this node (default 1024)."),
     ] = None,
     frame_timeout: Annotated[
         float | None,
@@ -270,9 +317,16 @@ def serve(
         "tls_cert": tls_cert,
         "tls_key": tls_key,
         "ca_file": ca_file,
+        "cluster_file": cluster_file,
+        "principals_check_s": principals_check,
         "handshake_timeout_s": handshake_timeout,
         "unauthenticated_max": unauthenticated_max,
         "connections_max": connections_max,
+        "principal_connections_max": principal_connections_max,
+        "principal_requests_max": principal_requests_max,
+        "requests_max": requests_max,
+        "principal_objects_max": principal_objects_max,
+        "objects_max": objects_max,
         "frame_timeout_s": frame_timeout,
         "idle_timeout_s": idle_timeout,
         "callback_term_s": callback_term,

@@ -21,8 +21,16 @@ from shuttle.net.admission import (
     ServerLimits,
 )
 from shuttle.net.cpu import parse_speed_factor
+from shuttle.net.principal_limits import (
+    OBJECTS_MAX,
+    PRINCIPAL_OBJECTS_MAX,
+    PRINCIPAL_REQUESTS_MAX,
+    REQUESTS_MAX,
+    PrincipalLimits,
+)
 from shuttle.net.server import EXECUTOR_THREADS
 from shuttle.node.callbacks import CALLBACK_TERM_S_DEFAULT, CALLBACK_TERM_S_MAX
+from shuttle.node.principal_peers import PEERS_CHECK_S
 from shuttle.runtime.config import (
     DURABLE_LEASE_S_DEFAULT,
     LEASE_S_DEFAULT,
@@ -83,6 +91,12 @@ class NodeConfig:
     tls_key: Path | None = None
     #: The cluster's CA certificate: the node's run-time checks other nodes with it.
     ca_file: Path | None = None
+    # --- principals (docs/security.md, "Principals and capabilities") ---
+    #: A cluster file naming the other nodes: a node that missed a change of principals
+    #: takes the newest table from them at start and every ``principals_check_s``
+    #: (None: only ``shuttle cluster user`` changes its table).
+    cluster_file: Path | None = None
+    principals_check_s: float = PEERS_CHECK_S
     # --- what clients may make the node hold (docs/operations.md) ---
     connections_max: int = CONNECTIONS_MAX
     frame_timeout_s: float = FRAME_TIMEOUT_S
@@ -92,6 +106,13 @@ class NodeConfig:
     #: Connections in their handshake at once (None: a quarter of the connection cap,
     #: at most 1,024); a new one past it closes the one that waited longest.
     unauthenticated_max: int | None = None
+    # --- what each principal may hold (net/principal_limits.py) ---
+    #: Connections per principal (None: a quarter of the connection cap, at most 1,024).
+    principal_connections_max: int | None = None
+    principal_requests_max: int = PRINCIPAL_REQUESTS_MAX
+    requests_max: int = REQUESTS_MAX
+    principal_objects_max: int = PRINCIPAL_OBJECTS_MAX
+    objects_max: int = OBJECTS_MAX
     # --- the run-time of mobile objects (docs/runtime.md) ---
     #: H, the observation window of the resource monitor, seconds.
     window_s: float = WINDOW_S_DEFAULT
@@ -150,7 +171,12 @@ class NodeConfig:
                 f"--callback-term must be in (0, {CALLBACK_TERM_S_MAX:g}] seconds, got "
                 f"{self.callback_term_s:g}"
             )
+        if not self.principals_check_s > 0:
+            raise ConfigError(
+                f"--principals-check must be positive seconds, got {self.principals_check_s:g}"
+            )
         self.admission()
+        self.principal_limits()
         parse_store_spec(self.store)
         if self.key_file is None and not self.insecure and not is_loopback(self.host):
             raise ConfigError(
@@ -236,6 +262,16 @@ class NodeConfig:
             unauthenticated=self.unauthenticated_max,
         )
 
+    def principal_limits(self) -> PrincipalLimits:
+        """What each principal (and all of them together) may hold of the node."""
+        return PrincipalLimits(
+            connections=self.principal_connections_max,
+            requests=self.principal_requests_max,
+            requests_total=self.requests_max,
+            objects=self.principal_objects_max,
+            objects_total=self.objects_max,
+        )
+
     def executor_threads(self) -> int:
         """Threads of the node's pool for blocking requests: the server's default, for
         a disk; more for a RADOS store, whose requests wait on OSDs."""
@@ -285,6 +321,7 @@ class NodeConfig:
             "tls_cert",
             "tls_key",
             "ca_file",
+            "cluster_file",
         ):
             if values.get(key) is not None:
                 values[key] = Path(values[key])

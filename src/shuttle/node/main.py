@@ -32,6 +32,7 @@ from shuttle.node.callback_ops import register_callback_ops
 from shuttle.node.callbacks import PromiseTable
 from shuttle.node.config import NodeConfig
 from shuttle.node.handlers import register_locality_ops, register_storage_ops
+from shuttle.node.principal_peers import PeerCatchUp
 from shuttle.node.principal_store import (
     PrincipalStore,
     backend_for,
@@ -121,6 +122,19 @@ async def serve(config: NodeConfig) -> None:
         principals = PrincipalStore(PrincipalBook(key), backend)
         principals.book.replace(principals.load())
         register_principal_ops(registry, principals, key)
+    # A node that missed a change of principals (down, cut off) takes the newest table
+    # from its peers before it listens, and checks again at an interval.
+    catch_up: PeerCatchUp | None = None
+    if principals is not None and key is not None and config.cluster_file is not None:
+        catch_up = PeerCatchUp(
+            principals,
+            config.cluster_file,
+            config.name,
+            key,
+            peer_tls,
+            interval_s=config.principals_check_s,
+        )
+        await catch_up.catch_up()
     # At factor 1 the node does no accounting at all (two clock reads per request).
     account = cpu.section if cpu.burn_ratio else contextlib.nullcontext
     server = RpcServer(
@@ -132,11 +146,14 @@ async def serve(config: NodeConfig) -> None:
         admission=config.admission(),
         principals=principals.book if principals is not None else None,
         tls=server_tls,
+        principal_limits=config.principal_limits(),
     )
     server.add_stats_source("store", store.stats)
     server.add_stats_source("callbacks", promises.stats)
     if locator is not None:
         server.add_stats_source("locality", locator.stats)
+    if catch_up is not None:
+        server.add_stats_source("principals", catch_up.stats)
     server.add_stats_source("cpu", lambda: {"factor": cpu.factor, **asdict(cpu.counters)})
     runtime: NodeRuntime | None = None
     stop = asyncio.Event()
@@ -166,6 +183,7 @@ async def serve(config: NodeConfig) -> None:
             sandbox_limits=config.sandbox_limits(),
             principals=principals.book if principals is not None else None,
             tls=peer_tls,
+            load=server.load,
         )
         runtime.start(f"{host}:{port}")
         # Holders of promises from before a restart are called back (writes wait).
@@ -201,7 +219,10 @@ async def serve(config: NodeConfig) -> None:
             if principals is not None and rados
             else None
         )
+        asker = loop.create_task(catch_up.run_forever()) if catch_up is not None else None
         await stop.wait()
+        if asker is not None:
+            asker.cancel()
         recovering.cancel()
         log.info("stop signal received; shutting down")
         sweeper.cancel()

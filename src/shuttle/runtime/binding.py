@@ -51,6 +51,7 @@ from shuttle.errors import (
     UnreachableError,
 )
 from shuttle.net.cpu import burn_cpu
+from shuttle.net.principal_limits import PrincipalLoad
 from shuttle.net.principals import PrincipalBook
 from shuttle.runtime import budget, values
 from shuttle.runtime.authority import ACTING, acting, acting_for, check_call
@@ -101,6 +102,7 @@ class BindingManager:
         is_node: bool = False,
         principals: PrincipalBook | None = None,
         durable_dir: Path | None = None,
+        load: PrincipalLoad | None = None,
     ) -> None:
         self.id = runtime_id
         self.address = ""
@@ -131,6 +133,8 @@ class BindingManager:
             sandbox_limits=sandbox_limits,
             is_node=is_node,
             principals=principals,
+            load=load,
+            census=self.table.principals_hosted,
         )
         self.history = MoveHistory(runtime_id)
         self.durability = Durability(self, durable_dir)

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from shuttle.errors import ShuttleError
+from shuttle.net.principal_limits import PrincipalLoad
 from shuttle.net.principals import PrincipalBook, PrincipalTable
 from shuttle.net.registry import OperationRegistry
 from shuttle.net.tls import ClientTls
@@ -53,6 +54,7 @@ class NodeRuntime:
         sandbox_limits: Any = None,
         principals: PrincipalBook | None = None,
         tls: ClientTls | None = None,
+        load: PrincipalLoad | None = None,
     ) -> None:
         self.config = config or RuntimeConfig()
         # Calls acting for a principal authenticate as it (runtime/authority.py).
@@ -82,6 +84,7 @@ class NodeRuntime:
             is_node=True,
             principals=principals,
             durable_dir=self.config.durable_dir,
+            load=load,
         )
         self.ticker = Ticker(self.monitor, self.config.window_s)
         self.manager = ResourceManager(

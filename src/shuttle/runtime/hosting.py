@@ -20,6 +20,9 @@ import logging
 import math
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +32,7 @@ from shuttle.errors import (
     ObjectFailedError,
     ShuttleError,
 )
+from shuttle.net.principal_limits import PrincipalLoad
 from shuttle.net.principals import PrincipalBook
 from shuttle.runtime import values
 from shuttle.runtime.authority import acting_for
@@ -174,8 +178,17 @@ class Hosting:
         sandbox_limits: Any = None,
         is_node: bool = False,
         principals: PrincipalBook | None = None,
+        load: PrincipalLoad | None = None,
+        census: Callable[[], Counter[str]] | None = None,
     ) -> None:
         self.runtime_id = runtime_id
+        #: The node's limits on what each principal holds (None: none), and what each
+        #: principal's objects here number now (the location table's count).
+        self.load = load
+        self.census = census
+        #: Objects being made or restored for each principal (not yet in the table).
+        self._arriving: Counter[str] = Counter()
+        self._room_lock = threading.Lock()
         self.invoker = invoker
         #: A node's principals (None: a client's run-time, or a node without a key),
         #: against which the calls of principals' objects are checked.
@@ -297,6 +310,55 @@ class Hosting:
             raise InvalidArgumentError(f"{rid} names one of a node's anchored objects")
         params = values.bind_refs(params, self.invoker)
         self.check_creation(principal, cls, code, rid)
+        with self._room_for(principal):
+            return self._make(
+                rid,
+                home_address,
+                cls,
+                type_name,
+                code,
+                params,
+                policy,
+                durable=durable,
+                app=app,
+                principal=principal,
+            )
+
+    @contextmanager
+    def _room_for(self, principal: str | None) -> Iterator[None]:
+        """Refuse a principal an object past its share of the node's objects
+        (:class:`NodeBusyError`, net/principal_limits.py); while it is being made it
+        counts, so objects made at once cannot pass the share together."""
+        load, census = self.load, self.census
+        if principal is None or load is None or census is None:
+            yield
+            return
+        with self._room_lock:
+            counts = census() + self._arriving
+            load.check("objects", principal, counts[principal], sum(counts.values()))
+            self._arriving[principal] += 1
+        try:
+            yield
+        finally:
+            with self._room_lock:
+                self._arriving[principal] -= 1
+                if not self._arriving[principal]:
+                    del self._arriving[principal]
+
+    def _make(
+        self,
+        rid: ObjectId,
+        home_address: str,
+        cls: type[MobileObject] | None,
+        type_name: str,
+        code: bytes | None,
+        params: dict[str, Any],
+        policy: str,
+        *,
+        durable: bool,
+        app: str,
+        principal: str | None,
+    ) -> Hosted:
         manager: ObjectManager | None
         if code is not None and self.is_node:
             with acting_for(principal):  # its __init__'s calls act for its creator
@@ -380,53 +442,59 @@ class Hosting:
             raise InvalidArgumentError(f"object {rid}: policy must be one of {POLICIES}")
         manager: ObjectManager | None
         self.check_creation(principal, builtin_type(type_name) if type_name else None, code, rid)
-        if type_name:
-            cls = builtin_type(type_name)
-        elif code is None:
-            raise InvalidArgumentError(f"object {rid} arrived with neither a type nor code")
-        elif self.is_node:
-            cls = None
-        else:
-            shipped = self._shipped.get(code_hash(code))
-            if shipped is None:
-                raise NotPermittedError(
-                    f"object {rid} carries a class this client never shipped; a client "
-                    "run-time only takes back its own classes"
-                )
-            cls = shipped
-        if cls is None:
-            assert code is not None
-            with acting_for(principal):
-                impl: Any = self._start_sandbox(rid, code, checkpoint=checkpoint)
-            manager = None
-        else:
-            manager = self.manager_for(cls)
-            try:
+        # An object arriving by migration takes room in its principal's share (a move
+        # to a node where it has none left fails, and the object stays where it was); a
+        # durable object its home brings back had its room before and is not refused.
+        room = self._room_for(principal) if gate is GateState.STAGED else nullcontext()
+        with room:
+            if type_name:
+                cls = builtin_type(type_name)
+            elif code is None:
+                raise InvalidArgumentError(f"object {rid} arrived with neither a type nor code")
+            elif self.is_node:
+                cls = None
+            else:
+                shipped = self._shipped.get(code_hash(code))
+                if shipped is None:
+                    raise NotPermittedError(
+                        f"object {rid} carries a class this client never shipped; a client "
+                        "run-time only takes back its own classes"
+                    )
+                cls = shipped
+            if cls is None:
+                assert code is not None
                 with acting_for(principal):
-                    impl = manager.adopt(rid, self.invoker, checkpoint)
-            except ShuttleError:
-                raise
-            except Exception as exc:
-                raise ObjectFailedError(
-                    f"restoring {type_label(cls)} object {rid} failed: {type(exc).__name__}: {exc}"
-                ) from exc
-        return self._hosted(
-            rid,
-            home_address,
-            impl,
-            manager,
-            type_name=type_name,
-            code=code,
-            policy=policy,
-            gate=gate,
-            durable=durable,
-            epoch=epoch,
-            app=app,
-            arrived_from=arrived_from,
-            checkpoint_bytes=len(checkpoint),
-            stage=stage,
-            principal=principal,
-        )
+                    impl: Any = self._start_sandbox(rid, code, checkpoint=checkpoint)
+                manager = None
+            else:
+                manager = self.manager_for(cls)
+                try:
+                    with acting_for(principal):
+                        impl = manager.adopt(rid, self.invoker, checkpoint)
+                except ShuttleError:
+                    raise
+                except Exception as exc:
+                    raise ObjectFailedError(
+                        f"restoring {type_label(cls)} object {rid} failed: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
+            return self._hosted(
+                rid,
+                home_address,
+                impl,
+                manager,
+                type_name=type_name,
+                code=code,
+                policy=policy,
+                gate=gate,
+                durable=durable,
+                epoch=epoch,
+                app=app,
+                arrived_from=arrived_from,
+                checkpoint_bytes=len(checkpoint),
+                stage=stage,
+                principal=principal,
+            )
 
     def anchor(self, rid: ObjectId, obj: MobileObject, address: str) -> Hosted:
         """An anchored object made by the run-time itself (a node's storage object):

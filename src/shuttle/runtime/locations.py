@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -115,6 +115,12 @@ class LocationTable:
     def hosted_items(self) -> list[tuple[ObjectId, Hosted]]:
         with self._lock:
             return list(self._hosted.items())
+
+    def principals_hosted(self) -> Counter[str]:
+        """How many objects hosted here act for each principal (the cluster key's not
+        counted): what a principal's share of the node's objects is checked against."""
+        with self._lock:
+            return Counter(h.principal for h in self._hosted.values() if h.principal)
 
     def hosted_ids(self) -> list[ObjectId]:
         with self._lock:

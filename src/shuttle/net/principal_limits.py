@@ -1,0 +1,220 @@
+"""How much of one node each principal may hold: connections, requests in flight and
+hosted objects (docs/security.md, "Principals and capabilities", *Load*).
+
+Caps say what a principal may touch, not how much. Without these limits one principal
+(one key, however many client processes hold it) could take every connection the node
+serves, every request slot and every object the run-time hosts, and keep every other
+principal out. So each principal has its own share of each, and principals together
+have a node-wide bound for the two resources that had none (requests in flight and
+hosted objects; connections already have ``--connections-max``):
+
+* a principal at its own limit is refused with ``busy`` (:class:`NodeBusyError`,
+  exit 8) naming the limit, the flag that sets it and what to do; the other
+  principals are not affected;
+* principals together past the node-wide bound are refused the same way.
+
+The cluster key's connections (the administrator's and the nodes' own work) are
+neither limited nor counted: the administrator must always get through to remove a
+principal that misbehaves, and a node's run-time must reach its peers. Counting costs
+a principal's request one dictionary update each way; the cluster key's none.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Final
+
+from shuttle.errors import ConfigError, NodeBusyError
+
+#: Connections one principal may hold on a node, at most (fitted to a quarter of the
+#: connection cap, :meth:`PrincipalLimits.connections_for`). A client process keeps a
+#: pool of a few connections per node, so 1,024 serve hundreds of one principal's
+#: processes at once; a quarter of the cap leaves three quarters for the others.
+PRINCIPAL_CONNECTIONS_MAX: Final = 1024
+
+#: Requests of one principal in flight on a node at once (taken and not yet answered,
+#: over all its connections; answered-at-once reads from the block cache never count).
+#: A stream keeps 8 in flight (the client's window) and a connection runs 2 store
+#: requests at a time: 256 is 32 streams at full speed, far past what one principal's
+#: work needs on one node, and a sixteenth of the node-wide bound.
+PRINCIPAL_REQUESTS_MAX: Final = 256
+
+#: Requests of all principals in flight on a node at once. Each holds its request's
+#: payload (up to 16 MiB while it waits) and a task; 4,096 keeps that bounded on a node
+#: serving 16,384 connections, most of them idle at any instant.
+REQUESTS_MAX: Final = 4096
+
+#: Mobile objects one principal may have hosted on a node (made there or moved there).
+#: A shipped object is a worker process in a jail, a built-in one a few KB to MBs of
+#: state: 64 is a long pipeline of filters per application and several applications.
+PRINCIPAL_OBJECTS_MAX: Final = 64
+
+#: Mobile objects of all principals hosted on a node. A jailed worker costs a process
+#: and its memory limit (``--sandbox-memory``); 1,024 is what a node can run at all.
+OBJECTS_MAX: Final = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PrincipalLimits:
+    """The limits one node enforces per principal (flags of ``shuttle serve``)."""
+
+    #: Connections per principal (None: fitted to a quarter of the connection cap).
+    connections: int | None = None
+    requests: int = PRINCIPAL_REQUESTS_MAX
+    requests_total: int = REQUESTS_MAX
+    objects: int = PRINCIPAL_OBJECTS_MAX
+    objects_total: int = OBJECTS_MAX
+
+    def __post_init__(self) -> None:
+        for flag, value in (
+            ("--principal-connections-max", self.connections),
+            ("--principal-requests-max", self.requests),
+            ("--requests-max", self.requests_total),
+            ("--principal-objects-max", self.objects),
+            ("--objects-max", self.objects_total),
+        ):
+            if value is not None and value < 1:
+                raise ConfigError(f"{flag} must be ≥ 1, got {value}")
+        if self.requests > self.requests_total or self.objects > self.objects_total:
+            raise ConfigError(
+                "a principal's limit cannot be above the node's: --principal-requests-max "
+                f"{self.requests} ≤ --requests-max {self.requests_total} and "
+                f"--principal-objects-max {self.objects} ≤ --objects-max {self.objects_total}"
+            )
+
+    def connections_for(self, connections_max: int) -> int:
+        """Connections one principal may hold on a node serving ``connections_max``."""
+        if self.connections is not None:
+            return max(1, min(self.connections, connections_max))
+        return max(1, min(PRINCIPAL_CONNECTIONS_MAX, connections_max // 4))
+
+
+class PrincipalLoad:
+    """What the principals hold on one node, counted against :class:`PrincipalLimits`.
+
+    :meth:`take` raises :class:`NodeBusyError` (nothing taken) past a limit;
+    :meth:`give_back` returns what :meth:`take` gave. Thread-safe: objects are made on
+    the pool's threads, connections and requests are counted on the event loop.
+    """
+
+    def __init__(self, limits: PrincipalLimits, node_id: str, connections_max: int) -> None:
+        self.limits = limits
+        self.node_id = node_id
+        self._lock = threading.Lock()
+        self._held: dict[str, Counter[str]] = {
+            "connections": Counter(),
+            "requests": Counter(),
+            "objects": Counter(),
+        }
+        self._totals: Counter[str] = Counter()
+        #: Refusals by kind (``node.stats``).
+        self.refused: Counter[str] = Counter()
+        self.fit(connections_max)
+
+    def fit(self, connections_max: int) -> None:
+        """Fit the connection share to the node's connection cap (known at start)."""
+        self.connections_max = self.limits.connections_for(connections_max)
+
+    def _bounds(self, kind: str) -> tuple[int, int | None, str, str | None]:
+        """(per principal, node-wide or None, their flags) for ``kind``."""
+        lim = self.limits
+        if kind == "connections":
+            return self.connections_max, None, "--principal-connections-max", None
+        if kind == "requests":
+            return lim.requests, lim.requests_total, "--principal-requests-max", "--requests-max"
+        return lim.objects, lim.objects_total, "--principal-objects-max", "--objects-max"
+
+    def take(self, kind: str, name: str) -> None:
+        """Count one more ``kind`` ("connections", "requests", "objects") for principal
+        ``name``; :class:`NodeBusyError` if that would pass its limit or the node's."""
+        own, total, own_flag, total_flag = self._bounds(kind)
+        held = self._held[kind]
+        with self._lock:
+            if held[name] >= own:
+                self.refused[kind] += 1
+                raise NodeBusyError(_refusal(kind, name, own, own_flag, self.node_id))
+            if total is not None and self._totals[kind] >= total:
+                self.refused[kind] += 1
+                raise NodeBusyError(
+                    _refusal_total(kind, name, total, total_flag, held[name], self.node_id)
+                )
+            held[name] += 1
+            self._totals[kind] += 1
+
+    def check(self, kind: str, name: str, held: int, total: int) -> None:
+        """Refuse (:class:`NodeBusyError`) one more ``kind`` for principal ``name``, who
+        holds ``held`` of the ``total`` all principals hold, if that passes a limit:
+        for what is counted elsewhere (hosted objects: the run-time's table)."""
+        own, node_wide, own_flag, total_flag = self._bounds(kind)
+        if held >= own:
+            self.refused[kind] += 1
+            raise NodeBusyError(_refusal(kind, name, own, own_flag, self.node_id))
+        if node_wide is not None and total >= node_wide:
+            self.refused[kind] += 1
+            raise NodeBusyError(
+                _refusal_total(kind, name, node_wide, total_flag, held, self.node_id)
+            )
+
+    def give_back(self, kind: str, name: str) -> None:
+        held = self._held[kind]
+        with self._lock:
+            if held[name] <= 0:
+                raise AssertionError(f"{kind} of principal {name!r} given back twice")
+            held[name] -= 1
+            if not held[name]:
+                del held[name]
+            self._totals[kind] -= 1
+
+    def held(self, kind: str, name: str) -> int:
+        return self._held[kind][name]
+
+    def stats(self) -> dict[str, Any]:
+        lim = self.limits
+        with self._lock:
+            top = {k: dict(c.most_common(5)) for k, c in self._held.items()}
+            totals = dict(self._totals)
+        return {
+            "limits": {
+                "connections": self.connections_max,
+                "requests": lim.requests,
+                "requests_total": lim.requests_total,
+                "objects": lim.objects,
+                "objects_total": lim.objects_total,
+            },
+            "held_total": totals,
+            "held_top": top,
+            "refused": dict(self.refused),
+        }
+
+
+_WHAT: Final = {
+    "connections": "connections",
+    "requests": "requests in flight",
+    "objects": "hosted objects",
+}
+
+_ADVICE: Final = {
+    "connections": "close idle connections (or share one client's pool among threads)",
+    "requests": "wait for answers before sending more",
+    "objects": "end objects it no longer needs",
+}
+
+
+def _refusal(kind: str, name: str, limit: int, flag: str, node_id: str) -> str:
+    return (
+        f"principal {name!r} holds its most {_WHAT[kind]} on node {node_id} ({limit}, "
+        f"{flag}); {_ADVICE[kind]}, or ask the node's operator to raise {flag}. Other "
+        "principals are not affected"
+    )
+
+
+def _refusal_total(
+    kind: str, name: str, limit: int, flag: str | None, held: int, node_id: str
+) -> str:
+    return (
+        f"node {node_id} holds its most {_WHAT[kind]} of all principals together "
+        f"({limit}, {flag}); principal {name!r} holds {held} of them. Retry shortly, or ask "
+        f"the node's operator to raise {flag}"
+    )
