@@ -5,19 +5,25 @@ removed."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from shuttle.cluster import local
 from shuttle.cluster import principals as cluster_ops
 from shuttle.cluster.clusterfile import ClusterFile
 from shuttle.errors import AuthenticationError, UnreachableError
 from shuttle.net import auth
 from shuttle.net.blocking import BlockingConnection
-from tests.integration.test_principals import KeyedCluster
+from shuttle.net.tls import ClientTls
+from tests.integration.nodeproc import shuttle_cli
+from tests.integration.test_principals import KeyedCluster, _no_env
 
 #: The nodes' --principals-check here: a frozen node that comes back must refuse a
 #: removed principal within this (plus one round of asking its peer).
@@ -63,19 +69,54 @@ def _remove_on(cluster: KeyedCluster, nodes: list[int], name: str) -> None:
 
 
 def test_a_node_killed_while_a_principal_was_removed_refuses_it_as_soon_as_it_is_back(
-    cluster: KeyedCluster,
+    tmp_path: Path,
 ) -> None:
-    key_file = cluster.add("mallory", "--read", "data/")
-    down = cluster.procs[1]
-    _ping_as(down.port, key_file)
-    down.kill()
-    removed = cluster.user("remove", "mallory")
-    assert removed.returncode == 6, removed.stderr  # done, but n2 was not reached
-    down.start()
-    # It asked n1 before it listened: the first connection after its restart is refused.
-    with pytest.raises(AuthenticationError, match="knows no principal 'mallory'"):
-        _ping_as(down.port, key_file)
-    assert cluster.user("list").returncode == 0  # every node at the same epoch again
+    """A cluster as `shuttle cluster up --tls` starts it (each node told the cluster
+    file): the node that comes back asks the other, over TLS, before it listens."""
+    root = tmp_path / "c"
+    up = shuttle_cli("cluster", "up", "--nodes", "2", "--root", str(root), "--tls")
+    assert up.returncode == 0, up.stderr.decode()
+    path = root / "cluster.toml"
+    back: subprocess.Popen[bytes] | None = None
+    try:
+        key_file = tmp_path / "mallory.key"
+        add = _user(path, "add", "mallory", "--read", "data/", "--key-out", str(key_file))
+        assert add.returncode == 0, add.stderr.decode()
+        entry = ClusterFile.load(path).node("n2")
+        assert entry.pid is not None
+        argv = Path(f"/proc/{entry.pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        assert b"--cluster-file" in argv  # what `cluster up` gives every keyed node
+        os.kill(entry.pid, signal.SIGKILL)
+        removed = _user(path, "remove", "mallory")
+        assert removed.returncode == 6, removed.stderr  # done, but n2 was not reached
+        ready = Path(os.fsdecode(argv[argv.index(b"--ready-file") + 1]))
+        ready.unlink(missing_ok=True)
+        back = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + WAIT_S
+        while not ready.exists():  # n2 started again, as `cluster up` started it
+            assert back.poll() is None and time.monotonic() < deadline, "n2 did not restart"
+            time.sleep(0.02)
+        port = int(json.loads(ready.read_text())["port"])
+        creds = auth.load_credentials(key_file)
+        stale = BlockingConnection(
+            "127.0.0.1",
+            port,
+            key=creds.key,
+            principal="mallory",
+            tls=ClientTls(root / "tls" / "ca.pem"),
+        )
+        # It asked n1 before it listened: its first connection after the restart is refused.
+        with pytest.raises(AuthenticationError, match="knows no principal 'mallory'"), stale:
+            stale.call("ping")
+    finally:
+        if back is not None:
+            back.kill()
+            back.wait(10)
+        local.down(ClusterFile.load(path))
+
+
+def _user(path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return shuttle_cli("cluster", "user", *args, "--cluster", str(path), env=_no_env())
 
 
 def test_a_node_cut_off_while_a_principal_was_removed_refuses_it_without_a_restart(
