@@ -36,15 +36,16 @@ PRINCIPAL_CONNECTIONS_MAX: Final = 1024
 
 #: Requests of one principal in flight on a node at once (taken and not yet answered,
 #: over all its connections; answered-at-once reads from the block cache never count).
-#: A stream keeps 8 in flight (the client's window) and a connection runs 2 store
-#: requests at a time: 256 is 32 streams at full speed, far past what one principal's
-#: work needs on one node, and a sixteenth of the node-wide bound.
-PRINCIPAL_REQUESTS_MAX: Final = 256
+#: A client in callback mode keeps one long poll (``callback.wait``) in flight per node
+#: all the time, so this is also how many of one principal's clients may hold callback
+#: sessions on a node: as many as its connections (1,024); a stream keeps 8 in flight.
+PRINCIPAL_REQUESTS_MAX: Final = 1024
 
-#: Requests of all principals in flight on a node at once. Each holds its request's
-#: payload (up to 16 MiB while it waits) and a task; 4,096 keeps that bounded on a node
-#: serving 16,384 connections, most of them idle at any instant.
-REQUESTS_MAX: Final = 4096
+#: Requests of all principals in flight on a node at once: one long poll per connection
+#: the node serves (16,384), with room for streams. A store request beyond the two a
+#: connection runs waits in its socket, not here; what waits here is a task and its
+#: arguments (a write's payload while it waits on a callback break).
+REQUESTS_MAX: Final = 32_768
 
 #: Mobile objects one principal may have hosted on a node (made there or moved there).
 #: A shipped object is a worker process in a jail, a built-in one a few KB to MBs of

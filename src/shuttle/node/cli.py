@@ -204,12 +204,12 @@ def serve(
         int | None,
         typer.Option(
             help="Requests of one principal in flight at once, over all its connections; "
-            "more are answered 'busy' (default 256)."
+            "more are answered 'busy' (default 1024)."
         ),
     ] = None,
     requests_max: Annotated[
         int | None,
-        typer.Option(help="Requests of all principals in flight at once (default 4096)."),
+        typer.Option(help="Requests of all principals in flight at once (default 32768)."),
     ] = None,
     principal_objects_max: Annotated[
         int | None,
