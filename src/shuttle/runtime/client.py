@@ -49,7 +49,7 @@ from shuttle.net.tls import ClientTls, ServerTls
 from shuttle.runtime import migration, values
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
-from shuttle.runtime.digest import CONSOLE_PREFIX, build_digest
+from shuttle.runtime.digest import CONSOLE_PREFIX, LinkDigest, build_digest
 from shuttle.runtime.hosting import POLICIES
 from shuttle.runtime.ids import APPLICATION_PREFIX, ObjectId
 from shuttle.runtime.mobile import MobileObject
@@ -447,16 +447,16 @@ class Runtime:
             except Exception:  # a bug here must not stop the application
                 log.exception("run-time periodic work failed")
 
-    def _links(self) -> dict[str, dict[str, Any]]:
+    def _links(self) -> dict[str, LinkDigest]:
         out = {}
         for n in self.nodes:
             link = n.link
             bw = None if link is None else link.bandwidth_bits_per_s
-            out[n.node_id] = {
-                "name": link.name if link is not None else "loopback",
-                "bandwidth_bytes_per_s": None if bw is None else bw / 8,
-                "latency_s": 0.0 if link is None else link.latency_s,
-            }
+            out[n.node_id] = LinkDigest(
+                link.name if link is not None else "loopback",
+                None if bw is None else bw / 8,
+                0.0 if link is None else link.latency_s,
+            )
         return out
 
     async def _maybe_digest(self) -> None:
@@ -507,7 +507,7 @@ class Runtime:
         digest = await loop.run_in_executor(
             self.executor, lambda: build_digest(self.bm, window, self.ticker.load, self._links())
         )
-        packed = values.pack(digest)
+        packed = values.pack(digest.to_wire())
         replies = await asyncio.gather(
             *(self.peers.call(t, "runtime.digest", {}, packed) for t in sorted(targets)),
             return_exceptions=True,

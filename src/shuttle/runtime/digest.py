@@ -1,26 +1,134 @@
 """Digests: what one run-time saw over a window, as the resource managers read it.
 
+A :class:`Digest` is frozen data, parsed once: :meth:`Digest.parse` checks one from
+the wire field by field and fills in the defaults (the only place they live), and
+:meth:`Digest.to_wire` gives back the map :meth:`Digest.parse` takes.
 :func:`build_digest` summarises a run-time's monitor window (its speed and load, the
 objects it hosts with their CPU, memory and checkpoint size, the edges its objects
 called with their bytes, calls and stall, and of that stall the callees' own time
-as they reported it); :func:`parse_digest` checks one from the wire
-field by field before it reaches a planner (:mod:`shuttle.runtime.planner`).
+as they reported it). The planner's input (:mod:`shuttle.runtime.planner_input`)
+reads digests and nothing else of the run-time that sent them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
-from shuttle.errors import InvalidArgumentError
+from shuttle.errors import ConfigError, InvalidArgumentError
 from shuttle.net.addresses import parse_address
-from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.ids import ObjectId
-from shuttle.runtime.monitor import Window
+
+if TYPE_CHECKING:  # build_digest reads them; the types and the parser need neither
+    from shuttle.runtime.binding import BindingManager
+    from shuttle.runtime.monitor import Window
 
 #: Prefix of console objects' local ids.
 CONSOLE_PREFIX = "console-"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectDigest:
+    """One hosted object over the window."""
+
+    rid: str
+    type: str = "?"
+    #: Seconds the object was here to count (None: the whole window).
+    active_s: float | None = None
+    #: Raw CPU seconds at the host (reference seconds are this times its speed).
+    cpu_s: float = 0.0
+    calls: float = 0
+    memory_bytes: int = 0
+    #: Free to move now (its policy is "auto" and it is not moving already).
+    movable: bool = False
+    #: Size of the object's last real checkpoint (a move's, or the one it arrived
+    #: with); 0 before its first.
+    checkpoint_bytes: int = 0
+    #: Not used by the planner (the run-time's mean, :attr:`Digest.quiesce_s`, is):
+    #: kept so the wire format stays as it was.
+    quiesce_s: float | None = None
+    moved_age_s: float | None = None
+    failed_age_s: float | None = None
+    failures: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeDigest:
+    """Calls from ``caller`` to ``callee`` over the window."""
+
+    caller: str
+    callee: str
+    bytes: float = 0
+    calls: float = 0
+    #: Seconds the caller blocked on these calls, and of that the callee's own time.
+    stall_s: float = 0.0
+    far_s: float = 0.0
+    remote: bool = False
+    active_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkDigest:
+    """The sender's link to one node."""
+
+    name: str = ""
+    #: None: unlimited.
+    bandwidth_bytes_per_s: float | None = None
+    latency_s: float = 0.0
+
+
+def _frozen_links(links: Mapping[str, LinkDigest]) -> Mapping[str, LinkDigest]:
+    return MappingProxyType(dict(links))
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    """What run-time ``runtime`` saw over its last window (``span_s`` seconds)."""
+
+    runtime: str
+    address: str = ""
+    speed: float = 1.0
+    load: float = 0.0
+    span_s: float = 0.0
+    #: Mean quiesce time of the sender's recent migrations (None: no history).
+    quiesce_s: float | None = None
+    objects: tuple[ObjectDigest, ...] = ()
+    edges: tuple[EdgeDigest, ...] = ()
+    consoles: tuple[str, ...] = ()
+    #: Read-only: node id -> the sender's link to it.
+    links: Mapping[str, LinkDigest] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.links, MappingProxyType):
+            object.__setattr__(self, "links", _frozen_links(self.links))
+
+    @staticmethod
+    def parse(raw: Any) -> Digest:
+        """Check a digest from the wire field by field; :class:`InvalidArgumentError`
+        names the first bad one (a malformed digest must not reach the planner)."""
+        return _parse(raw)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The plain map :meth:`parse` takes back (msgpack- and JSON-ready)."""
+        return {
+            "runtime": self.runtime,
+            "address": self.address,
+            "speed": self.speed,
+            "load": self.load,
+            "span_s": self.span_s,
+            "quiesce_s": self.quiesce_s,
+            "objects": [_fields(o) for o in self.objects],
+            "edges": [_fields(e) for e in self.edges],
+            "consoles": list(self.consoles),
+            "links": {node: _fields(link) for node, link in self.links.items()},
+        }
+
+
+def _fields(item: ObjectDigest | EdgeDigest | LinkDigest) -> dict[str, Any]:
+    return {name: getattr(item, name) for name in type(item).__slots__}
 
 
 def _number(value: Any, where: str, *, minimum: float = 0.0, optional: bool = False) -> Any:
@@ -30,6 +138,8 @@ def _number(value: Any, where: str, *, minimum: float = 0.0, optional: bool = Fa
         raise InvalidArgumentError(
             f"digest: {where} must be a number ≥ {minimum:g}, got {value!r:.40}"
         )
+    if value == float("inf"):
+        raise InvalidArgumentError(f"digest: {where} must be finite, got {value!r}")
     return value
 
 
@@ -39,114 +149,131 @@ def _string(value: Any, where: str) -> str:
     return value
 
 
-def _maps(raw: dict[str, Any], name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"digest: {where} must be true or false, got {value!r:.40}")
+    return value
+
+
+def _rid(value: Any, where: str) -> str:
+    rid = _string(value, where)
+    try:
+        ObjectId.parse(rid)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"digest: {where}: {exc}") from exc
+    return rid
+
+
+def _maps(raw: Mapping[str, Any], name: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """The maps in list ``raw[name]``, each with where it is (for the error)."""
     items = raw.get(name, [])
-    if not isinstance(items, list):
-        raise InvalidArgumentError(f"digest: {name} must be a list")
+    if not isinstance(items, list | tuple):
+        raise InvalidArgumentError(f"digest: {name} must be a list, got {items!r:.40}")
     for i, item in enumerate(items):
         where = f"{name}[{i}]"
-        if not isinstance(item, dict):
-            raise InvalidArgumentError(f"digest: {where} must be a map")
+        if not isinstance(item, Mapping):
+            raise InvalidArgumentError(f"digest: {where} must be a map, got {item!r:.40}")
         yield where, item
 
 
-def parse_digest(raw: Any) -> dict[str, Any]:
-    """Check a digest from the wire field by field; :class:`InvalidArgumentError`
-    names the first bad one (a malformed digest must not reach the planner)."""
-    if not isinstance(raw, dict):
-        raise InvalidArgumentError("digest must be a map")
+def _parse_object(o: Mapping[str, Any], where: str) -> ObjectDigest:
+    return ObjectDigest(
+        rid=_rid(o.get("rid"), f"{where}.rid"),
+        type=_string(o.get("type", "?"), f"{where}.type"),
+        active_s=_number(o.get("active_s"), f"{where}.active_s", optional=True),
+        cpu_s=_number(o.get("cpu_s", 0.0), f"{where}.cpu_s"),
+        calls=_number(o.get("calls", 0), f"{where}.calls"),
+        memory_bytes=int(_number(o.get("memory_bytes", 0), f"{where}.memory_bytes")),
+        movable=_flag(o.get("movable", False), f"{where}.movable"),
+        checkpoint_bytes=int(_number(o.get("checkpoint_bytes", 0), f"{where}.checkpoint_bytes")),
+        quiesce_s=_number(o.get("quiesce_s"), f"{where}.quiesce_s", optional=True),
+        moved_age_s=_number(o.get("moved_age_s"), f"{where}.moved_age_s", optional=True),
+        failed_age_s=_number(o.get("failed_age_s"), f"{where}.failed_age_s", optional=True),
+        failures=int(_number(o.get("failures", 0), f"{where}.failures")),
+    )
+
+
+def _parse_edge(e: Mapping[str, Any], where: str) -> EdgeDigest:
+    return EdgeDigest(
+        caller=_rid(e.get("caller"), f"{where}.caller"),
+        callee=_rid(e.get("callee"), f"{where}.callee"),
+        bytes=_number(e.get("bytes", 0), f"{where}.bytes"),
+        calls=_number(e.get("calls", 0), f"{where}.calls"),
+        stall_s=_number(e.get("stall_s", 0.0), f"{where}.stall_s"),
+        far_s=_number(e.get("far_s", 0.0), f"{where}.far_s"),
+        remote=_flag(e.get("remote", False), f"{where}.remote"),
+        active_s=_number(e.get("active_s"), f"{where}.active_s", optional=True),
+    )
+
+
+def _parse_link(link: Any, node: str) -> LinkDigest:
+    where = f"links[{node!r:.40}]"
+    if not isinstance(link, Mapping):
+        raise InvalidArgumentError(f"digest: {where} must be a map, got {link!r:.40}")
+    return LinkDigest(
+        name=_string(link.get("name", ""), f"{where}.name"),
+        bandwidth_bytes_per_s=_number(
+            link.get("bandwidth_bytes_per_s"),
+            f"{where}.bandwidth_bytes_per_s",
+            minimum=1e-9,
+            optional=True,
+        ),
+        latency_s=_number(link.get("latency_s", 0.0), f"{where}.latency_s"),
+    )
+
+
+def _parse(raw: Any) -> Digest:
+    if not isinstance(raw, Mapping):
+        raise InvalidArgumentError(f"digest must be a map, got {raw!r:.40}")
     runtime = _string(raw.get("runtime"), "runtime")
     if not runtime or "/" in runtime:
-        raise InvalidArgumentError(f"digest: runtime must be a run-time id, got {runtime!r:.40}")
-    d: dict[str, Any] = {
-        "runtime": runtime,
-        "address": _string(raw.get("address", ""), "address"),
-        "speed": _number(raw.get("speed", 1.0), "speed", minimum=1e-9),
-        "load": _number(raw.get("load", 0.0), "load"),
-        "span_s": _number(raw.get("span_s", 0.0), "span_s"),
-        "quiesce_s": _number(raw.get("quiesce_s"), "quiesce_s", optional=True),
-        "objects": [],
-        "edges": [],
-        "consoles": [],
-        "links": {},
-    }
-    if d["address"]:
-        parse_address(d["address"], "digest address")
-    for where, o in _maps(raw, "objects"):
-        rid = _string(o.get("rid"), f"{where}.rid")
-        ObjectId.parse(rid)
-        d["objects"].append(
-            {
-                "rid": rid,
-                "type": _string(o.get("type", "?"), f"{where}.type"),
-                "active_s": _number(o.get("active_s"), f"{where}.active_s", optional=True),
-                "cpu_s": _number(o.get("cpu_s", 0.0), f"{where}.cpu_s"),
-                "calls": _number(o.get("calls", 0), f"{where}.calls"),
-                "memory_bytes": int(_number(o.get("memory_bytes", 0), f"{where}.memory_bytes")),
-                "movable": bool(o.get("movable", False)),
-                "checkpoint_bytes": int(
-                    _number(o.get("checkpoint_bytes", 0), f"{where}.checkpoint_bytes")
-                ),
-                "quiesce_s": _number(o.get("quiesce_s"), f"{where}.quiesce_s", optional=True),
-                "moved_age_s": _number(o.get("moved_age_s"), f"{where}.moved_age_s", optional=True),
-                "failed_age_s": _number(
-                    o.get("failed_age_s"), f"{where}.failed_age_s", optional=True
-                ),
-                "failures": int(_number(o.get("failures", 0), f"{where}.failures")),
-            }
+        raise InvalidArgumentError(
+            f"digest: runtime must be a run-time id (no '/'), got {runtime!r:.40}"
         )
-    for where, e in _maps(raw, "edges"):
-        caller, callee = (
-            _string(e.get("caller"), f"{where}.caller"),
-            _string(e.get("callee"), f"{where}.callee"),
-        )
-        ObjectId.parse(caller)
-        ObjectId.parse(callee)
-        d["edges"].append(
-            {
-                "caller": caller,
-                "callee": callee,
-                "bytes": _number(e.get("bytes", 0), f"{where}.bytes"),
-                "calls": _number(e.get("calls", 0), f"{where}.calls"),
-                "stall_s": _number(e.get("stall_s", 0.0), f"{where}.stall_s"),
-                "far_s": _number(e.get("far_s", 0.0), f"{where}.far_s"),
-                "remote": bool(e.get("remote", False)),
-                "active_s": _number(e.get("active_s"), f"{where}.active_s", optional=True),
-            }
-        )
+    address = _string(raw.get("address", ""), "address")
+    if address:
+        try:
+            parse_address(address, "address")
+        except ConfigError as exc:  # the sender's fault, not this node's configuration
+            raise InvalidArgumentError(f"digest: {exc}") from exc
     consoles = raw.get("consoles", [])
-    if not isinstance(consoles, list):
-        raise InvalidArgumentError("digest: consoles must be a list")
-    for c in consoles:
-        ObjectId.parse(_string(c, "consoles[]"))
-        d["consoles"].append(c)
+    if not isinstance(consoles, list | tuple):
+        raise InvalidArgumentError(f"digest: consoles must be a list, got {consoles!r:.40}")
     links = raw.get("links", {})
-    if not isinstance(links, dict):
-        raise InvalidArgumentError("digest: links must be a map of node id to link")
-    for node, link in links.items():
-        if not isinstance(link, dict):
-            raise InvalidArgumentError(f"digest: links[{node!r:.20}] must be a map")
-        d["links"][str(node)] = {
-            "name": str(link.get("name", "")),
-            "bandwidth_bytes_per_s": _number(
-                link.get("bandwidth_bytes_per_s"),
-                f"links[{node}].bandwidth",
-                minimum=1e-9,
-                optional=True,
-            ),
-            "latency_s": _number(link.get("latency_s", 0.0), f"links[{node}].latency_s"),
-        }
-    return d
+    if not isinstance(links, Mapping):
+        raise InvalidArgumentError(
+            f"digest: links must be a map of node id to link, got {links!r:.40}"
+        )
+    return Digest(
+        runtime=runtime,
+        address=address,
+        speed=_number(raw.get("speed", 1.0), "speed", minimum=1e-9),
+        load=_number(raw.get("load", 0.0), "load"),
+        span_s=_number(raw.get("span_s", 0.0), "span_s"),
+        quiesce_s=_number(raw.get("quiesce_s"), "quiesce_s", optional=True),
+        objects=tuple(_parse_object(o, where) for where, o in _maps(raw, "objects")),
+        edges=tuple(_parse_edge(e, where) for where, e in _maps(raw, "edges")),
+        consoles=tuple(_rid(c, f"consoles[{i}]") for i, c in enumerate(consoles)),
+        links={
+            _string(node, "links (a node id)"): _parse_link(link, node)
+            for node, link in links.items()
+        },
+    )
 
 
 def build_digest(
     bm: BindingManager,
     window: Window,
     load: float,
-    links: dict[str, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """What run-time ``bm`` saw over ``window``, for the resource managers."""
+    links: Mapping[str, LinkDigest] | None = None,
+) -> Digest:
+    """What run-time ``bm`` saw over ``window``, for the resource managers.
+
+    Reads counters and tables only: no object runs here. A checkpoint's size is the
+    one its last real checkpoint had (:attr:`Hosted.checkpoint_bytes`, set by a move
+    and by an arrival), so an object whose checkpoint fails is not called every
+    window to find out, and its failure shows where a checkpoint is needed: the move
+    fails with the object's error, and its back-off is in the next digest."""
     now = time.monotonic()
     objects = []
     for rid, hosted in bm.table.hosted_items():
@@ -155,48 +282,45 @@ def build_digest(
         moved_age = bm.history.moved_age_s(key, now)
         failed_age, failures = bm.history.failures(key, now)
         objects.append(
-            {
-                "rid": key,
-                "type": hosted.type_label,
-                "active_s": window.active_s.get(key),
-                "cpu_s": counters.cpu_s if counters else 0.0,
-                "calls": counters.calls if counters else 0,
-                "memory_bytes": hosted.memory_bytes(),
-                "movable": hosted.movable and not bm.table.is_migrating(rid),
-                "checkpoint_bytes": (
-                    bm.hosting.estimate_checkpoint_bytes(hosted) if hosted.movable else 0
-                ),
-                "quiesce_s": None,
-                "moved_age_s": None if moved_age is None else round(moved_age, 3),
-                "failed_age_s": None if failed_age is None else round(failed_age, 3),
-                "failures": failures,
-            }
+            ObjectDigest(
+                rid=key,
+                type=hosted.type_label,
+                active_s=window.active_s.get(key),
+                cpu_s=counters.cpu_s if counters else 0.0,
+                calls=counters.calls if counters else 0,
+                memory_bytes=hosted.memory_bytes(),
+                movable=hosted.movable and not bm.table.is_migrating(rid),
+                checkpoint_bytes=bm.hosting.last_checkpoint_bytes(hosted) if hosted.movable else 0,
+                moved_age_s=None if moved_age is None else round(moved_age, 3),
+                failed_age_s=None if failed_age is None else round(failed_age, 3),
+                failures=failures,
+            )
         )
-    edges = [
-        {
-            "caller": caller,
-            "callee": callee,
-            "bytes": e.bytes,
-            "calls": e.calls,
-            "stall_s": e.stall_s,
-            "far_s": e.far_s,
-            "remote": e.remote,
-            "active_s": window.active_s.get((caller, callee)),
-        }
+    edges = tuple(
+        EdgeDigest(
+            caller=caller,
+            callee=callee,
+            bytes=e.bytes,
+            calls=e.calls,
+            stall_s=e.stall_s,
+            far_s=e.far_s,
+            remote=e.remote,
+            active_s=window.active_s.get((caller, callee)),
+        )
         for (caller, callee), e in window.edges.items()
-    ]
+    )
     consoles = sorted(
         str(rid) for rid, _ in bm.table.homed_items() if rid.local.startswith(CONSOLE_PREFIX)
     )
-    return {
-        "runtime": bm.id,
-        "address": bm.address,
-        "speed": bm.speed,
-        "load": load,
-        "span_s": window.span_s,
-        "objects": objects,
-        "edges": edges,
-        "consoles": consoles,
-        "links": links or {},
-        "quiesce_s": bm.history.mean_quiesce_s(),
-    }
+    return Digest(
+        runtime=bm.id,
+        address=bm.address,
+        speed=bm.speed,
+        load=load,
+        span_s=window.span_s,
+        quiesce_s=bm.history.mean_quiesce_s(),
+        objects=tuple(objects),
+        edges=edges,
+        consoles=tuple(consoles),
+        links=links or {},
+    )

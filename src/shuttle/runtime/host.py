@@ -23,7 +23,7 @@ from shuttle.net.registry import OperationRegistry
 from shuttle.net.tls import ClientTls
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
-from shuttle.runtime.digest import build_digest
+from shuttle.runtime.digest import Digest, build_digest
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import MobileObject
 from shuttle.runtime.monitor import ResourceMonitor
@@ -88,8 +88,10 @@ class NodeRuntime:
         )
         self.ticker = Ticker(self.monitor, self.config.window_s)
         self.manager = ResourceManager(
-            self.bm,
+            node_id,
             self.config,
+            peers=self.peers,
+            locations=self.bm.table,
             local_digest=self.local_digest,
             memory_capacity_bytes=self.config.object_memory_bytes,
         )
@@ -112,7 +114,7 @@ class NodeRuntime:
             if loop is not None:
                 loop.call_soon_threadsafe(self.peers.drop_principal, name)
 
-    def local_digest(self) -> dict[str, Any]:
+    def local_digest(self) -> Digest:
         return build_digest(self.bm, self.monitor.window(), self.ticker.load)
 
     def stats(self) -> dict[str, Any]:

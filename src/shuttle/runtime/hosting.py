@@ -585,18 +585,16 @@ class Hosting:
         return bytes(data)
 
     @staticmethod
-    def estimate_checkpoint_bytes(hosted: Hosted) -> int:
-        """The size a migration would ship, measured when the object is idle."""
-        if hosted.manager is None:
-            return hosted.checkpoint_bytes or hosted.memory_bytes()
-        if hosted.lock.acquire(blocking=False):
-            try:
-                hosted.checkpoint_bytes = len(hosted.impl.checkpoint())
-            except Exception:  # a racing or failing checkpoint: keep the last size
-                pass
-            finally:
-                hosted.lock.release()
-        return hosted.checkpoint_bytes
+    def last_checkpoint_bytes(hosted: Hosted) -> int:
+        """The size a migration would ship, as the object's last real checkpoint had
+        it (its last move's, or the one it arrived with): the planner's price of a
+        move, read without running the object. Before its first checkpoint, a
+        shipped object's is priced at the memory its worker holds (it cannot be
+        asked more cheaply) and a built-in one's at 0 (its state is what it was
+        created with; the first move measures it)."""
+        if hosted.checkpoint_bytes or not hosted.sandboxed:
+            return hosted.checkpoint_bytes
+        return hosted.memory_bytes()
 
     @staticmethod
     def tell_destroyed(hosted: Hosted) -> None:

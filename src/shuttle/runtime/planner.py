@@ -1,53 +1,55 @@
 """The resource manager (ABACUS 5.3-5.4 at the server): digests in, decisions out.
 
 Every run-time summarises what its monitor saw over the last window in a *digest*
-(:mod:`shuttle.runtime.digest`): its speed and load, the objects it hosts with their CPU,
-memory and checkpoint size, and the edges its objects called along with their bytes
-and calls. Clients push theirs to the nodes their stacks use every ``H`` (and a new
-stack's first one after ``H/4``); ABACUS's clients did not, and it adapted late.
+(:class:`~shuttle.runtime.digest.Digest`): its speed and load, the objects it hosts
+with their CPU, memory and checkpoint size, and the edges its objects called along
+with their bytes and calls. Clients push theirs to the nodes their stacks use every
+``H`` (and a new stack's first one after ``H/4``); ABACUS's clients did not, and it
+adapted late.
 
-A node's :class:`ResourceManager` merges the fresh digests with its own, finds the
-stacks that end at its storage object (a chain of edges from a client's console),
-turns the counts into the model's inputs (:mod:`shuttle.runtime.placement`) and lets
-:func:`~shuttle.runtime.placement.choose` decide. Moves of objects hosted on a
-client go back to that client in the digest's reply (the client is the source and
-drives the migration); moves of objects hosted here the node starts itself. Every
-evaluation is appended to the decision log with its inputs, the candidate
-placements, their predicted times, and what was done.
-
-Rates, not counts, are merged: each source's counts are divided by the span its
-window covers, summed across sources (an object that just moved appears in both the
-old and the new host's window), and multiplied by ``H`` for the model.
+A node's :class:`ResourceManager` keeps the fresh digests, the clients it heard
+from, the decisions waiting for their client, and the decision log, under one lock.
+The decision itself is pure: :func:`~shuttle.runtime.planner_input.model_input`
+turns the digests, the node's own measurements and its location table's facts into
+the model's stacks, :func:`~shuttle.runtime.placement.choose` decides, and
+:func:`~shuttle.runtime.planner_input.route_moves` says who acts. Moves of objects
+hosted on a client go back to that client in the digest's reply (the client is the
+source and drives the migration); moves of objects hosted here the node starts
+itself. Every evaluation is recorded in the decision log with its inputs, the
+candidate placements, their predicted times, and what was done; the log file is
+written after the lock is let go, so a slow disk delays no digest's evaluation.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from shuttle.errors import InvalidArgumentError
-from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
-from shuttle.runtime.digest import parse_digest
-from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.digest import Digest
+from shuttle.runtime.locations import LocationTable
+from shuttle.runtime.peers import Peers
 from shuttle.runtime.placement import (
-    QUIESCE_S_DEFAULT,
-    EdgeView,
     NodeView,
-    ObjectView,
     Plan,
     StackView,
     choose,
     modelled_stall_s,
     stall_s,
+)
+from shuttle.runtime.planner_input import (
+    ModelInput,
+    NodeFacts,
+    PlannerKnobs,
+    model_input,
+    route_moves,
 )
 
 log = logging.getLogger("shuttle.runtime")
@@ -56,80 +58,82 @@ log = logging.getLogger("shuttle.runtime")
 DIGEST_STALE_WINDOWS = 3.0
 #: Decision-log records kept in memory for ``shuttle placement log``.
 LOG_RECORDS_MAX = 2000
-#: Longest chain followed from a console (a stack deeper than this is a loop).
-STACK_DEPTH_MAX = 16
 #: A decision for a client not delivered within this many windows is dropped: the
 #: conditions it was made for have passed.
 DECISION_TTL_WINDOWS = 2.0
-#: Failed migrations back off up to 2**this times retry_after_s.
-RETRY_DOUBLINGS_MAX = 4
 #: The decision log file is rotated (to .jsonl.1) past this size.
 LOG_FILE_BYTES_MAX = 64 << 20
 
-
-@dataclass
-class _Merged:
-    """Per object and per edge rates, merged from several digests."""
-
-    cpu_ref_per_s: dict[str, float] = field(default_factory=dict)
-    host: dict[str, str] = field(default_factory=dict)
-    info: dict[str, dict[str, Any]] = field(default_factory=dict)
-    edge_bytes_per_s: dict[tuple[str, str], float] = field(default_factory=dict)
-    edge_calls_per_s: dict[tuple[str, str], float] = field(default_factory=dict)
-    #: Seconds per second callers blocked on each remote edge beyond the callee's own
-    #: time (the measured stall less what the callee reported as its own).
-    edge_wait_per_s: dict[tuple[str, str], float] = field(default_factory=dict)
-    quiesce: dict[str, float | None] = field(default_factory=dict)
+Decision = dict[str, str]
+LocalMove = tuple[str, str, str]
 
 
 class ResourceManager:
-    """A node's placement decisions over the stacks that use its storage."""
+    """Node ``node_id``'s placement decisions over the stacks that use its storage.
+
+    ``locations`` is the node's location table (read for the objects hosted here and
+    those moving away), ``peers`` learns where a client listens from its digest,
+    ``local_digest`` gives the node's own digest, ``clock`` (monotonic) ages digests
+    and decisions, and ``wall_clock`` stamps the decision log."""
 
     def __init__(
         self,
-        bm: BindingManager,
+        node_id: str,
         config: RuntimeConfig,
         *,
-        local_digest: Callable[[], dict[str, Any]],
+        peers: Peers,
+        locations: LocationTable,
+        local_digest: Callable[[], Digest],
         memory_capacity_bytes: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        self.bm = bm
+        self.node_id = node_id
         self.config = config
         self.placement = config.placement()
+        self.knobs = PlannerKnobs(
+            config.window_s, config.residence_after_move_s, config.retry_after_s
+        )
+        self.peers = peers
+        self.locations = locations
         self.local_digest = local_digest
         self.memory_capacity_bytes = memory_capacity_bytes
         self.clock = clock
-        self.digests: dict[str, tuple[float, dict[str, Any]]] = {}
+        self.wall_clock = wall_clock
+        self.digests: dict[str, tuple[float, Digest]] = {}
         #: When each client run-time was last heard from (its objects' lease).
         self.heard: dict[str, float] = {}
         #: Decisions for clients, delivered with the reply to their next digest (if
         #: it comes soon enough to still be meant).
-        self.pending: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+        self.pending: dict[str, list[tuple[float, Decision]]] = {}
         self.records: deque[dict[str, Any]] = deque(maxlen=LOG_RECORDS_MAX)
         self.evaluations = 0
         self._seq = 0
         self._lock = threading.Lock()
         self._log_path = config.decision_log
+        #: Records evaluated but not yet in the log file (written in ``seq`` order
+        #: under ``_file_lock``, after ``_lock`` is let go).
+        self._unwritten: list[dict[str, Any]] = []
+        self._file_lock = threading.Lock()
         if self._log_path is not None:
             self._log_path.parent.mkdir(parents=True, exist_ok=True)
 
     # --- digests ---------------------------------------------------------------------
 
-    def receive(
-        self, digest: dict[str, Any]
-    ) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
-        """Take a client's digest; returns (decisions for that client, moves this node
-        must start: (rid, target, reason))."""
-        digest = parse_digest(digest)
-        client = digest["runtime"]
-        if client == self.bm.id:
+    def receive(self, raw: Any) -> tuple[list[Decision], list[LocalMove]]:
+        """Take a client's digest (from the wire: checked here, once); returns
+        (decisions for that client, moves this node must start: (rid, target,
+        reason)). :class:`InvalidArgumentError` names a malformed digest's first bad
+        field; nothing is kept from it."""
+        digest = raw if isinstance(raw, Digest) else Digest.parse(raw)
+        client = digest.runtime
+        if client == self.node_id:
             raise InvalidArgumentError(
                 f"a digest claims to come from {client}, this node itself; a client "
                 "run-time names itself in its digests"
             )
-        if digest["address"]:
-            self.bm.peers.learn(client, digest["address"], _link_profile(digest, self.bm.id))
+        if digest.address:
+            self.peers.learn(client, digest.address, _link_profile(digest, self.node_id))
         with self._lock:
             now = self.clock()
             self.digests[client] = (now, digest)
@@ -137,9 +141,10 @@ class ResourceManager:
             decisions, local = self.evaluate(trigger=client)
             horizon = now - DECISION_TTL_WINDOWS * self.config.window_s
             mine = [d for t, d in self.pending.pop(client, []) if t >= horizon]
-            mine += decisions.pop(client, [])
+            mine += decisions.pop(client, ())
             for other, items in decisions.items():
                 self.pending.setdefault(other, []).extend((now, d) for d in items)
+        self._write_log()
         return mine, local
 
     def forget(self, client: str) -> None:
@@ -149,11 +154,14 @@ class ResourceManager:
             self.pending.pop(client, None)
 
     def snapshot_digests(self) -> dict[str, dict[str, Any]]:
-        """The fresh digests (a copy, safe to read while evaluations run)."""
+        """The fresh digests as plain maps (a copy, safe to read while evaluations
+        run; ``runtime.placement``'s ``clients``)."""
         with self._lock:
-            return dict(self.fresh_digests())
+            return {c: d.to_wire() for c, d in self.fresh_digests().items()}
 
-    def fresh_digests(self) -> dict[str, dict[str, Any]]:
+    def fresh_digests(self) -> dict[str, Digest]:
+        """The digests younger than ``DIGEST_STALE_WINDOWS`` windows; older ones are
+        dropped. Call under the lock."""
         horizon = self.clock() - DIGEST_STALE_WINDOWS * self.config.window_s
         for client in [c for c, (t, _) in self.digests.items() if t < horizon]:
             del self.digests[client]
@@ -161,232 +169,69 @@ class ResourceManager:
 
     # --- evaluation ------------------------------------------------------------------
 
+    def facts(self) -> NodeFacts:
+        """What the node knows of itself now, besides its digest."""
+        return NodeFacts(
+            self.node_id,
+            self.memory_capacity_bytes,
+            frozenset(str(r) for r in self.locations.hosted_ids()),
+            frozenset(str(r) for r in self.locations.migrating_ids()),
+            frozenset(d["rid"] for items in self.pending.values() for _, d in items),
+        )
+
     def evaluate(
         self, trigger: str = ""
-    ) -> tuple[dict[str, list[dict[str, Any]]], list[tuple[str, str, str]]]:
-        """Decide over every stack using this node. Returns decisions per client and
-        the moves this node starts itself."""
-        clients = self.fresh_digests()
-        local = self.local_digest()
-        merged = self._merge([local, *clients.values()])
-        notes: list[str] = []
-        stacks, nodes = self._stacks(merged, clients, local, notes)
-        if not stacks:
+    ) -> tuple[dict[str, tuple[Decision, ...]], list[LocalMove]]:
+        """Decide over every stack using this node (call under the lock). Returns
+        decisions per client and the moves this node starts itself."""
+        given = model_input(self.local_digest(), self.fresh_digests(), self.facts(), self.knobs)
+        if not given.stacks:
             return {}, []
-        pinned = self._pinned(merged)
-        plan = choose(stacks, nodes, self.placement, pinned=pinned)
+        plan = choose(given.stacks, given.nodes, self.placement, pinned=given.pinned)
         self.evaluations += 1
-        decisions: dict[str, list[dict[str, Any]]] = {}
-        local_moves: list[tuple[str, str, str]] = []
-        actions = []
-        for move in plan.executed:
-            stack = next(s for s in stacks if s.stack_id == move.stack_id)
-            for rid in move.rids:
-                target = stack.server if move.to_server else stack.client
-                host = merged.host.get(rid, "")
-                action = {"rid": rid, "from": host, "to": target, "reason": move.reason}
-                actions.append(action)
-                if not self.config.adaptive:
-                    continue
-                if host == self.bm.id:
-                    local_moves.append((rid, target, move.reason))
-                elif host:
-                    decisions.setdefault(host, []).append(
-                        {"rid": rid, "to": target, "reason": move.reason}
-                    )
-        self._record(trigger, stacks, nodes, plan, actions, sorted(pinned), notes)
-        return decisions, local_moves
-
-    def _merge(self, digests: list[dict[str, Any]]) -> _Merged:
-        m = _Merged()
-        window = self.config.window_s
-        for d in digests:
-            source = str(d.get("runtime", ""))
-            span = max(float(d.get("span_s", 0.0)), 1e-3)
-            speed = float(d.get("speed", 1.0))
-            for o in d.get("objects", []):
-                rid = o["rid"]
-                # Reference CPU seconds per second: raw CPU at a node of speed R is
-                # h·b/R, so h·b = raw·R. Over the time the object was there to count.
-                seen = _observed(span, o.get("active_s"))
-                m.cpu_ref_per_s[rid] = m.cpu_ref_per_s.get(rid, 0.0) + o["cpu_s"] * speed / seen
-                if rid not in m.host or source == self.bm.id:
-                    m.host[rid] = source
-                    m.info[rid] = o
-                    m.quiesce[rid] = d.get("quiesce_s")
-            for e in d.get("edges", []):
-                key = (e["caller"], e["callee"])
-                seen = _observed(span, e.get("active_s"))
-                m.edge_bytes_per_s[key] = m.edge_bytes_per_s.get(key, 0.0) + e["bytes"] / seen
-                m.edge_calls_per_s[key] = m.edge_calls_per_s.get(key, 0.0) + e["calls"] / seen
-                wait = max(0.0, e.get("stall_s", 0.0) - e.get("far_s", 0.0)) / seen
-                m.edge_wait_per_s[key] = m.edge_wait_per_s.get(key, 0.0) + wait
-        # Objects hosted here are here, whatever an older digest says.
-        for rid in self.bm.table.hosted_ids():
-            m.host[str(rid)] = self.bm.id
-        del window
-        return m
-
-    def _stacks(
-        self,
-        m: _Merged,
-        clients: dict[str, dict[str, Any]],
-        local: dict[str, Any],
-        notes: list[str],
-    ) -> tuple[list[StackView], dict[str, NodeView]]:
-        me = self.bm.id
-        window = self.config.window_s
-        nodes = {
-            me: NodeView(
-                me,
-                float(local.get("speed", 1.0)),
-                float(local.get("load", 0.0)),
-                self.memory_capacity_bytes,
-            )
-        }
-        stacks: list[StackView] = []
-        callees: dict[str, list[tuple[float, str]]] = {}
-        for (caller, callee), rate in m.edge_bytes_per_s.items():
-            callees.setdefault(caller, []).append((rate, callee))
-        for client, digest in clients.items():
-            nodes[client] = NodeView(
-                client, float(digest.get("speed", 1.0)), float(digest.get("load", 0.0))
-            )
-            link = digest.get("links", {}).get(me, {})
-            for console in digest.get("consoles", []):
-                chain = [console]
-                while len(chain) <= STACK_DEPTH_MAX and chain[-1] in callees:
-                    nxt = _next_in_chain(callees[chain[-1]], m.host.get(chain[-1]))
-                    if nxt in chain:
-                        break
-                    chain.append(nxt)
-                    if ObjectId.parse(nxt).is_anchored:
-                        break  # a node's anchored object ends the stack
-                last = chain[-1]
-                if (
-                    len(chain) >= 2
-                    and not ObjectId.parse(last).is_anchored
-                    and m.host.get(last) == me
-                    and last not in callees
-                ):
-                    # An object here that called nothing below it this window (a cache
-                    # whose reads all hit) still sits on our storage: the edge is idle.
-                    chain.append(str(ObjectId.storage(me)))
-                end = ObjectId.parse(chain[-1])
-                if len(chain) < 3 or not (end.is_anchored and end.home == me):
-                    continue  # not a stack through a mobile object to one of our anchored objects
-                hosts = [client, *(m.host.get(r, "?") for r in chain[1:-1]), me]
-                k = 0
-                while k + 1 < len(hosts) and hosts[k + 1] == client:
-                    k += 1
-                if k >= len(chain) - 1 or any(h != me for h in hosts[k + 1 :]):
-                    notes.append(f"{console}: objects on {hosts} are not one client/server split")
-                    continue
-                objects = []
-                for j, rid in enumerate(chain):
-                    info = m.info.get(rid, {})
-                    anchored = j == 0 or j == len(chain) - 1
-                    quiesce = m.quiesce.get(rid)
-                    objects.append(
-                        ObjectView(
-                            rid,
-                            m.cpu_ref_per_s.get(rid, 0.0) * window,
-                            int(info.get("memory_bytes", 0)),
-                            (not anchored) and bool(info.get("movable", False)),
-                            int(info.get("checkpoint_bytes", 0)),
-                            QUIESCE_S_DEFAULT if quiesce is None else float(quiesce),
-                        )
-                    )
-                edges = tuple(
-                    EdgeView(
-                        m.edge_bytes_per_s.get((a, b), 0.0) * window,
-                        m.edge_calls_per_s.get((a, b), 0.0) * window,
-                        m.edge_wait_per_s.get((a, b), 0.0) * window,
-                    )
-                    for a, b in itertools.pairwise(chain)
-                )
-                bandwidth = link.get("bandwidth_bytes_per_s")
-                peer = _fan_out(chain, callees, m, window)
-                if peer is not None:
-                    notes.append(
-                        f"{console}: {chain[-2]} also calls other nodes "
-                        f"({peer.bytes:.0f} B, {peer.calls:.0f} calls per window)"
-                    )
-                stacks.append(
-                    StackView(
-                        console,
-                        client,
-                        me,
-                        tuple(objects),
-                        edges,
-                        k,
-                        None if bandwidth is None else float(bandwidth),
-                        float(link.get("latency_s", 0.0)),
-                        peer,
-                        PEER_BANDWIDTH_BYTES_PER_S,
-                        PEER_LATENCY_S,
-                    )
-                )
-        return stacks, nodes
-
-    def _pinned(self, m: _Merged) -> set[str]:
-        """Objects not to move now: moving already, moved less than a residence ago,
-        or failed to move recently (back-off doubling with each failure)."""
-        residence = self.config.residence_after_move_s
-        pinned = {str(r) for r in self.bm.table.migrating_ids()}
-        for rid, info in m.info.items():
-            age = info.get("moved_age_s")
-            if age is not None and age < residence:
-                pinned.add(rid)
-            failed_age, failures = info.get("failed_age_s"), int(info.get("failures", 0))
-            backoff = self.config.retry_after_s * 2 ** min(failures - 1, RETRY_DOUBLINGS_MAX)
-            if failed_age is not None and failures and failed_age < backoff:
-                pinned.add(rid)
-        for items in self.pending.values():
-            pinned.update(d["rid"] for _, d in items)
-        return pinned
+        routing = route_moves(plan, given, self.node_id, adaptive=self.config.adaptive)
+        self._record(trigger, given, plan, list(routing.actions))
+        return dict(routing.decisions), list(routing.local_moves)
 
     # --- the decision log ---------------------------------------------------------------
 
     def _record(
-        self,
-        trigger: str,
-        stacks: list[StackView],
-        nodes: dict[str, NodeView],
-        plan: Plan,
-        actions: list[dict[str, Any]],
-        pinned: list[str],
-        notes: list[str],
+        self, trigger: str, given: ModelInput, plan: Plan, actions: list[dict[str, str]]
     ) -> None:
         self._seq += 1
-        record = {
+        record: dict[str, Any] = {
             "seq": self._seq,
-            "t": round(time.time(), 6),
-            "node": self.bm.id,
+            "t": round(self.wall_clock(), 6),
+            "node": self.node_id,
             "trigger": trigger,
             "adaptive": self.config.adaptive,
-            "nodes": {
-                n.node_id: {
-                    "speed": n.speed,
-                    "load": round(n.load, 4),
-                    "memory_capacity_bytes": n.memory_capacity_bytes,
-                }
-                for n in nodes.values()
-            },
-            "stacks": [_stack_json(s) for s in stacks],
-            "pinned": pinned,
+            "nodes": _nodes_json(given.nodes),
+            "stacks": [_stack_json(s) for s in given.stacks],
+            "pinned": sorted(given.pinned),
             **plan.to_json(),
             "actions": actions,
         }
-        if notes:
-            record["notes"] = [*record.get("notes", []), *notes]
+        if given.notes:
+            record["notes"] = [*record.get("notes", []), *given.notes]
         self.records.append(record)
         if self._log_path is not None:
+            self._unwritten.append(record)
+
+    def _write_log(self) -> None:
+        """Append the records evaluated so far to the log file, in order (outside
+        ``_lock``: the file's I/O holds up no evaluation)."""
+        if self._log_path is None:
+            return
+        with self._file_lock:
+            with self._lock:
+                records, self._unwritten = self._unwritten, []
+            if not records:
+                return
             try:
                 if self._log_path.exists() and self._log_path.stat().st_size > LOG_FILE_BYTES_MAX:
                     self._log_path.replace(self._log_path.with_suffix(".jsonl.1"))
                 with open(self._log_path, "a") as f:
-                    f.write(json.dumps(record) + "\n")
+                    f.writelines(json.dumps(r) + "\n" for r in records)
             except OSError as exc:
                 log.warning("cannot append to the decision log %s: %s", self._log_path, exc)
 
@@ -395,56 +240,15 @@ class ResourceManager:
         return out[-limit:]
 
 
-#: The nodes' own network, for a fan-out object at a node calling the others: the
-#: nodes of a cluster share a fast network (loopback here; the servers' SAN in
-#: ABACUS), taken as unlimited with no latency next to the client's links.
-PEER_BANDWIDTH_BYTES_PER_S: float | None = None
-PEER_LATENCY_S = 0.0
-
-
-def _next_in_chain(out: list[tuple[float, str]], host: str | None) -> str:
-    """The callee a stack continues through: the one with the most bytes, except that
-    an object calling anchored objects on several nodes (a RAID object) continues to
-    the one on the node it runs on, so that node alone owns the stack's decisions."""
-    if host is not None:
-        for _, callee in out:
-            rid = ObjectId.parse(callee)
-            if rid.is_anchored and rid.home == host:
-                return callee
-    return max(out)[1]
-
-
-def _fan_out(
-    chain: list[str],
-    callees: dict[str, list[tuple[float, str]]],
-    m: _Merged,
-    window: float,
-) -> EdgeView | None:
-    """Traffic from the stack's last mobile object to anchored objects on nodes other
-    than the stack's end (None if it calls only the one)."""
-    end = chain[-1]
-    others = [
-        callee
-        for _, callee in callees.get(chain[-2], [])
-        if callee != end and ObjectId.parse(callee).is_anchored
-    ]
-    if not others:
-        return None
-    return EdgeView(
-        sum(m.edge_bytes_per_s.get((chain[-2], c), 0.0) for c in others) * window,
-        sum(m.edge_calls_per_s.get((chain[-2], c), 0.0) for c in others) * window,
-    )
-
-
-#: Shortest observation a rate is computed over (a call or two is not a rate).
-OBSERVED_S_MIN = 0.05
-
-
-def _observed(span_s: float, active_s: Any) -> float:
-    """The seconds a count was gathered over: the window, or less if the object or
-    edge is younger than the window."""
-    seen = span_s if active_s is None else min(span_s, float(active_s))
-    return max(seen, OBSERVED_S_MIN)
+def _nodes_json(nodes: Mapping[str, NodeView]) -> dict[str, Any]:
+    return {
+        n.node_id: {
+            "speed": n.speed,
+            "load": round(n.load, 4),
+            "memory_capacity_bytes": n.memory_capacity_bytes,
+        }
+        for n in nodes.values()
+    }
 
 
 def _stack_json(s: StackView) -> dict[str, Any]:
@@ -485,20 +289,16 @@ def _stack_json(s: StackView) -> dict[str, Any]:
     }
 
 
-def _link_profile(digest: dict[str, Any], node_id: str) -> Any:
+def _link_profile(digest: Digest, node_id: str) -> Any:
     """The client's link profile to this node (to shape calls back to the client)."""
     from shuttle.net.profiles import LinkProfile
 
-    link = digest.get("links", {}).get(node_id)
-    if not isinstance(link, dict):
+    link = digest.links.get(node_id)
+    if link is None:
         return None
-    bw = link.get("bandwidth_bytes_per_s")
+    bw = link.bandwidth_bytes_per_s
     try:
-        return LinkProfile(
-            str(link.get("name", "client")),
-            None if bw is None else float(bw) * 8,
-            float(link.get("latency_s", 0.0)),
-        )
+        return LinkProfile(link.name, None if bw is None else bw * 8, link.latency_s)
     except Exception:  # a malformed profile only costs the shaping of calls back
         return None
 

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from shuttle.errors import ConfigError, RequestTimeoutError
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
+from shuttle.runtime.digest import Digest
 from shuttle.runtime.gate import Gate, GateState
-from shuttle.runtime.ids import ObjectId
+from shuttle.runtime.locations import LocationTable
 from shuttle.runtime.mobile import CallMoved, MobileObject
 from shuttle.runtime.monitor import ResourceMonitor
 from shuttle.runtime.peers import Peers
@@ -308,21 +309,14 @@ def directory_digest(stall_s: float, far_s: float) -> dict[str, Any]:
 def manager() -> Any:
     clock = FakeClock(100.0)
     config = RuntimeConfig(window_s=H, threshold_fraction=0.3)
-    with ThreadPoolExecutor(1) as pool:
-        bm = BindingManager(
-            "n1",
-            config=config,
-            peers=Peers(),
-            monitor=ResourceMonitor(H, clock),
-            executor=pool,
-            is_node=True,
-        )
-        bm.host_anchored(ObjectId.service("n1", "isolation"), Anchor())
-
-        def local() -> dict[str, Any]:
-            return {"runtime": "n1", "speed": 1.0, "load": 0.5, "span_s": H}
-
-        yield ResourceManager(bm, config, local_digest=local, clock=clock.now)
+    return ResourceManager(
+        "n1",
+        config,
+        peers=Peers(),
+        locations=LocationTable("n1"),
+        local_digest=lambda: Digest("n1", speed=1.0, load=0.5, span_s=H),
+        clock=clock.now,
+    )
 
 
 def test_the_planner_charges_the_stall_less_the_callees_own_time(manager: Any) -> None:

@@ -4,30 +4,23 @@ stacks, the model decides, and decisions go to whoever hosts the object."""
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
-from shuttle.runtime.ids import ObjectId
-from shuttle.runtime.mobile import MobileObject
-from shuttle.runtime.monitor import ResourceMonitor
+from shuttle.runtime.digest import Digest
+from shuttle.runtime.locations import LocationTable
 from shuttle.runtime.peers import Peers
 from shuttle.runtime.planner import ResourceManager, read_log
+from shuttle.runtime.planner_input import NodeFacts, PlannerKnobs, model_input
 from shuttle.testing import FakeClock
 
 CLIENT = "c-test"
 GREP = f"{CLIENT}/g-1"
 CONSOLE = f"{CLIENT}/console-t"
 STORAGE = "n1/storage"
-
-
-class Anchor(MobileObject):
-    anchored = True
-    migratable = False
 
 
 def client_digest(*, moved_age_s: float | None = None, span_s: float = 0.5) -> dict[str, Any]:
@@ -76,32 +69,28 @@ def client_digest(*, moved_age_s: float | None = None, span_s: float = 0.5) -> d
     }
 
 
+def node_digest(load: float = 0.1) -> Digest:
+    return Digest("n1", speed=1.0, load=load, span_s=1.0)
+
+
+def resource_manager(config: RuntimeConfig, clock: FakeClock | None = None) -> ResourceManager:
+    """A node's resource manager with nothing hosted: no binding manager needed."""
+    return ResourceManager(
+        "n1",
+        config,
+        peers=Peers(),
+        locations=LocationTable("n1"),
+        local_digest=node_digest,
+        clock=(clock or FakeClock(100.0)).now,
+        wall_clock=lambda: 1_700_000_000.0,
+    )
+
+
 @pytest.fixture
 def manager(tmp_path: Path) -> Any:
     clock = FakeClock(100.0)
     config = RuntimeConfig(decision_log=tmp_path / "placement.jsonl")
-    with ThreadPoolExecutor(1) as pool:
-        bm = BindingManager(
-            "n1",
-            config=config,
-            peers=Peers(),
-            monitor=ResourceMonitor(1.0, clock),
-            executor=pool,
-            is_node=True,
-        )
-        bm.host_anchored(ObjectId.storage("n1"), Anchor())
-
-        def local() -> dict[str, Any]:
-            return {
-                "runtime": "n1",
-                "speed": 1.0,
-                "load": 0.1,
-                "span_s": 1.0,
-                "objects": [],
-                "edges": [],
-            }
-
-        yield ResourceManager(bm, config, local_digest=local, clock=clock.now), clock
+    return resource_manager(config, clock), clock
 
 
 def test_a_client_digest_becomes_a_stack_and_a_decision_for_that_client(manager: Any) -> None:
@@ -135,29 +124,8 @@ def test_an_object_that_just_moved_stays_for_its_residence(manager: Any) -> None
 
 
 def test_measure_only_mode_logs_the_decision_but_sends_none(tmp_path: Path) -> None:
-    config = RuntimeConfig(adaptive=False)
-    with ThreadPoolExecutor(1) as pool:
-        bm = BindingManager(
-            "n1",
-            config=config,
-            peers=Peers(),
-            monitor=ResourceMonitor(1.0),
-            executor=pool,
-            is_node=True,
-        )
-        rm = ResourceManager(
-            bm,
-            config,
-            local_digest=lambda: {
-                "runtime": "n1",
-                "speed": 1.0,
-                "load": 0.0,
-                "span_s": 1.0,
-                "objects": [],
-                "edges": [],
-            },
-        )
-        decisions, _ = rm.receive(client_digest())
+    rm = resource_manager(RuntimeConfig(adaptive=False))
+    decisions, _ = rm.receive(client_digest())
     assert decisions == []
     assert rm.log_since(0)[-1]["actions"]  # the decision is recorded all the same
 
@@ -191,27 +159,32 @@ def test_a_raid_object_calling_several_nodes_is_one_stack_of_the_node_it_favours
     assert [(d["rid"], d["to"]) for d in decisions] == [(GREP, "n1")]
 
 
-def test_a_stack_continues_to_the_node_its_fan_out_object_runs_on(manager: Any) -> None:
-    from shuttle.runtime.planner import _next_in_chain
+def test_a_stack_continues_to_the_node_its_fan_out_object_runs_on() -> None:
+    from shuttle.runtime.planner_input import _next_in_chain
 
     out = [(900.0, "n2/storage"), (100.0, "n1/storage"), (50.0, "c-test/console-x")]
     assert _next_in_chain(out, "n1") == "n1/storage"
     assert _next_in_chain(out, CLIENT) == "n2/storage"
 
 
-def test_an_object_here_that_called_nothing_below_still_ends_a_stack_at_our_storage(
-    manager: Any,
-) -> None:
+def test_an_object_here_that_called_nothing_below_still_ends_a_stack_at_our_storage() -> None:
     """A cache at the node whose reads all hit makes no calls below it in a window;
     its stack must still be seen, or it could never be sent back to the client."""
-    rm, _ = manager
-    cache = ObjectId.parse(GREP)
-    rm.bm.host_anchored(cache, Anchor())  # stands in for a cache hosted here
     digest = client_digest()
     digest["objects"] = []
     digest["edges"] = [digest["edges"][0]]  # console -> cache only, over the link
-    rm.receive(digest)
-    (record,) = rm.log_since(0)
-    (stack,) = record["stacks"]
-    assert [o["rid"] for o in stack["objects"]] == [CONSOLE, GREP, STORAGE]
-    assert stack["edges"][1] == {"bytes": 0, "calls": 0, "measured_s": 0.0}
+    knobs = PlannerKnobs(1.0, 5.0, 5.0)
+    seen = model_input(
+        node_digest(),
+        {CLIENT: Digest.parse(digest)},
+        NodeFacts("n1", hosted=frozenset({GREP})),
+        knobs,
+    )
+    (stack,) = seen.stacks
+    assert [o.rid for o in stack.objects] == [CONSOLE, GREP, STORAGE]
+    assert (stack.edges[1].bytes, stack.edges[1].calls, stack.edges[1].measured_s) == (0, 0, 0)
+    # Not hosted here (the table says nothing of it): no stack ends at our storage.
+    assert (
+        model_input(node_digest(), {CLIENT: Digest.parse(digest)}, NodeFacts("n1"), knobs).stacks
+        == ()
+    )
