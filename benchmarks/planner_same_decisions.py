@@ -3,7 +3,9 @@ the resource manager of whichever shuttle is first on ``sys.path``, every decisi
 and every decision-log record (less its wall-clock stamp) printed as JSON lines.
 Run once per tree and compare the files; they must be byte for byte the same.
 
-    git archive BASE src | tar -x -C /tmp/base      # the tree before the change
+    mkdir -p /tmp/base && cp -a src /tmp/base/       # with the compiled .so files
+    for f in $(git diff --name-only BASE HEAD -- src); do   # the tree before the change
+      git show BASE:$f > /tmp/base/$f 2>/dev/null || rm /tmp/base/$f; done
     PYTHONPATH=/tmp/base/src .venv/bin/python benchmarks/planner_same_decisions.py \\
         --seed 7 --scenarios 2000 > /tmp/base.jsonl
     .venv/bin/python benchmarks/planner_same_decisions.py --seed 7 --scenarios 2000 \\
