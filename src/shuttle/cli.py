@@ -17,7 +17,9 @@ checks that help imports nothing heavy.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
+import textwrap
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -80,21 +82,58 @@ _WHERE: dict[str, tuple[str, str, str]] = {
 err_console = Console(stderr=True)
 
 
+#: A line that starts a list item or an example keeps its own line in help text.
+_ITEM = re.compile(r"(?:[*\-\u2022]|\d+[.)])\s|Examples?:")
+#: A line indented this far (an example) keeps its own line too.
+_CODE_INDENT = "    "
+
+
+def reflow(text: str) -> str:
+    """``text`` with each paragraph's single line breaks joined: they are where the
+    source wrapped it, not where a terminal should (Typer keeps them, and a terminal
+    narrower than the source's lines wraps each again, leaving fragments: "Run it" /
+    "again" / "on the same cluster"). List items, examples and indented lines keep
+    their own lines; a paragraph marked ``\\b`` stays as written."""
+    first, _, rest = text.partition("\n")
+    paragraphs = (first.strip() + "\n" + textwrap.dedent(rest)).strip("\n").split("\n\n")
+    out = []
+    for paragraph in paragraphs:
+        if paragraph.startswith("\b"):
+            out.append(paragraph)
+            continue
+        lines: list[str] = []
+        for line in paragraph.split("\n"):
+            joins = (
+                lines
+                and line.strip()
+                and not _ITEM.match(line.lstrip())
+                and not line.startswith(_CODE_INDENT)
+                and not lines[-1].startswith(_CODE_INDENT)
+            )
+            if joins:
+                lines[-1] = f"{lines[-1].rstrip()} {line.strip()}"
+            else:
+                lines.append(line.rstrip())
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
 def escape_help(command: Any) -> Any:
     """Make every help text of ``command`` and its subcommands print as written.
 
     Typer renders help as Rich markup, where ``[server]`` is a tag and vanishes
     ("TOML file with , , , ."). Our help is plain text, so it is escaped here, once,
     for every command, option and argument (``command`` is a click command or group;
-    returned for chaining). A lazily built group escapes its commands as it builds them.
+    returned for chaining), and its paragraphs reflowed (:func:`reflow`). A lazily
+    built group escapes its commands as it builds them.
     """
     for name in ("help", "short_help", "epilog"):
         text = getattr(command, name, None)
         if isinstance(text, str):
-            setattr(command, name, escape(text))
+            setattr(command, name, escape(reflow(text)))
     for param in command.params:
         if isinstance(getattr(param, "help", None), str):
-            param.help = escape(param.help)
+            param.help = escape(reflow(param.help))
     commands = getattr(command, "commands", {})
     if isinstance(commands, _Commands):
         commands.escape = True

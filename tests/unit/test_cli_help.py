@@ -83,3 +83,32 @@ def test_error_messages_print_as_written(
     assert exit_info.value.code == 2
     err = _plain(capsys.readouterr().err)
     assert f"error (config): cluster file {missing} does not exist" in err
+
+
+def test_help_paragraphs_are_reflowed_not_broken_where_the_source_wrapped(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "300")
+    args = ["cluster", "up", "--help"]
+    code = COMMAND.main(args=args, prog_name="shuttle", standalone_mode=False)
+    assert code == 0
+    lines = [_plain(line) for line in capsys.readouterr().out.splitlines()]
+    # The docstring breaks this sentence after "Run it again"; a wide terminal shows it
+    # on one line with the rest of its paragraph.
+    assert any("Run it again on the same cluster to restart nodes" in line for line in lines)
+
+
+def test_reflow_keeps_list_items_examples_and_indented_lines() -> None:
+    text = (
+        "First line.\n\n    A paragraph wrapped\n    by the source.\n\n"
+        "    * an item\n      continued\n    * another\n\n"
+        "    Example: shuttle ls\n        indented code\n        more code\n\n"
+        "    \b\n    kept\n    as written"
+    )
+    assert cli.reflow(text).split("\n\n") == [
+        "First line.",
+        "A paragraph wrapped by the source.",
+        "* an item continued\n* another",
+        "Example: shuttle ls\n    indented code\n    more code",
+        "\b\nkept\nas written",
+    ]
