@@ -8,6 +8,10 @@ multiplies it), and passes the first ``pass_fraction`` of the block up. The pape
 
 It declares ``memory_bytes`` of memory, which the placement model counts against a
 node's memory for hosted objects (the competition experiment allows one filter).
+
+With ``wrap=True`` it starts again at the object's first byte when it reaches the end,
+so a client can call it as an endless stream (``shuttle bench abacus mix``: many
+clients, each calling its filters for as long as a pass lasts).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class SyntheticFilter(MobileObject):
         cpu_s_per_mb: float = 0.0,
         block_bytes: int = BLOCK_BYTES_DEFAULT,
         memory_bytes: int = MEMORY_BYTES_DEFAULT,
+        wrap: bool = False,
     ) -> None:
         if not 0.0 <= pass_fraction <= 1.0:
             raise InvalidArgumentError(f"pass_fraction must be in 0..1, got {pass_fraction!r}")
@@ -46,13 +51,18 @@ class SyntheticFilter(MobileObject):
         self.cpu_s_per_mb = float(cpu_s_per_mb)
         self.block_bytes = check_block_bytes(block_bytes)
         self.footprint_bytes = int(memory_bytes)
+        self.wrap = bool(wrap)
         self.offset = 0
         self.blocks = 0
         self.passed_bytes = 0
 
     def next(self) -> bytes:
-        """The passed part of the next block; ``b""`` at the end of the object."""
+        """The passed part of the next block; ``b""`` at the end of the object (with
+        ``wrap``: the first block again, and ``b""`` only for an empty object)."""
         data: bytes = self.storage.read(self.key, self.offset, self.block_bytes)
+        if not data and self.wrap and self.offset:
+            self.offset = 0
+            data = self.storage.read(self.key, 0, self.block_bytes)
         if not data:
             return b""
         self.offset += len(data)
