@@ -15,7 +15,7 @@ from shuttle.runtime.placement_costs import (
     hosted_memory_bytes,
     migration_cost_s,
 )
-from shuttle.runtime.placement_load import Prediction, predict
+from shuttle.runtime.placement_load import Coefficients, Prediction, predict
 from shuttle.runtime.placement_views import TOLERANCE_S, NodeView, PlacementConfig, StackView
 
 # --- the choice (5.4.3) ---------------------------------------------------------------
@@ -138,18 +138,19 @@ def choose(
     window = config.window_s
     stacks = list(stacks)
     by_id = {s.stack_id: s for s in stacks}
-    current = predict(stacks, {}, nodes, window)
+    table = Coefficients(nodes)  # one evaluation's terms, kept across its predictions
+    current = predict(stacks, {}, nodes, window, table)
     feasible = {s.stack_id: feasible_splits(s, pinned) for s in stacks}
     # The baseline the greedy allocates from: everything that may be at the client is.
     base = {sid: max(r) for sid, r in feasible.items()}
-    baseline = predict(stacks, base, nodes, window)
+    baseline = predict(stacks, base, nodes, window, table)
 
     candidates: list[Candidate] = []
     for s in stacks:
         for k in feasible[s.stack_id]:
             if k == base[s.stack_id]:
                 continue
-            alone = predict(stacks, {**base, s.stack_id: k}, nodes, window)
+            alone = predict(stacks, {**base, s.stack_id: k}, nodes, window, table)
             moved_cpu = sum(s.objects[j].cpu_s for j in s.moved(base[s.stack_id], k))
             candidates.append(
                 Candidate(
@@ -182,7 +183,7 @@ def choose(
         room = free[stack.server]
         if room is not None and need > room:
             continue
-        trial = predict(stacks, {**chosen, cand.stack_id: cand.split}, nodes, window)
+        trial = predict(stacks, {**chosen, cand.stack_id: cand.split}, nodes, window, table)
         if trial.mean_response_s >= best.mean_response_s - TOLERANCE_S:
             continue
         chosen[cand.stack_id] = cand.split

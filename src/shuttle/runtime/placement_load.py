@@ -8,7 +8,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from shuttle.runtime.placement_costs import load_change, response_time_s
+from shuttle.runtime.placement_costs import (
+    client_work_s,
+    effective_load,
+    server_work_s,
+    stall_s,
+)
 from shuttle.runtime.placement_views import ITERATIONS_MAX, TOLERANCE_S, NodeView, StackView
 
 # --- equation 7: a placement vector -------------------------------------------------
@@ -30,11 +35,50 @@ class Prediction:
         return sum(values) / len(values) if values else 0.0
 
 
+class Coefficients:
+    """Each stack's ``T_app`` under each split as ``a + max(1, L) · b`` in the server's
+    load ``L`` (equation 4: ``a`` the client's compute and the stall, ``b`` the server's
+    work over its speed), and the server CPU its moved objects take (equations 5 and 6),
+    computed once per (stack, split) and kept.
+
+    One evaluation predicts hundreds of placements of the same stacks (every candidate,
+    then every greedy trial); with the terms recomputed from the views each time, a node
+    with 128 stacks (64 clients of two functions each) spent seconds per evaluation, all
+    of it holding the interpreter's lock its hosted objects need. With them kept, a
+    prediction is arithmetic over the stacks it changes."""
+
+    def __init__(self, nodes: Mapping[str, NodeView]) -> None:
+        self.nodes = nodes
+        self._terms: dict[tuple[str, int], tuple[float, float, float]] = {}
+
+    def terms(self, stack: StackView, k: int) -> tuple[float, float, float]:
+        """``(a, b, moved)`` of ``stack`` split at ``k``: ``T_app(k) = a + max(1, L)·b``,
+        and ``moved`` the work (server CPU seconds) of the objects that change side from
+        its split in force to ``k``."""
+        key = (stack.stack_id, k)
+        got = self._terms.get(key)
+        if got is None:
+            client, server = self.nodes[stack.client], self.nodes[stack.server]
+            a = effective_load(client.load) * client_work_s(stack, k) / client.speed + stall_s(
+                stack, k
+            )
+            b = server_work_s(stack, k) / server.speed
+            moved = sum(stack.objects[j].cpu_s for j in stack.moved(stack.split, k)) / server.speed
+            got = self._terms[key] = (a, b, moved)
+        return got
+
+    def response_s(self, stack: StackView, k: int, server_load: float) -> float:
+        """Equation 4: :func:`~shuttle.runtime.placement_costs.response_time_s`."""
+        a, b, _ = self.terms(stack, k)
+        return a + effective_load(server_load) * b
+
+
 def predict(
     stacks: Sequence[StackView],
     placement: Mapping[str, int],
     nodes: Mapping[str, NodeView],
     window_s: float,
+    coefficients: Coefficients | None = None,
 ) -> Prediction:
     """Each stack's ``T_app`` when the stacks are split as ``placement`` says (missing
     stacks keep their split): equations 5 and 6 solved jointly for every server.
@@ -45,22 +89,24 @@ def predict(
     ``L`` with ``L = L_measured + Σ_stacks change_s(T_s(L))``. The right side falls as
     ``L`` rises (each ``T_s`` grows with ``L``), so the root is unique and bisection
     finds it. Stacks couple only through their server, so servers are solved apart.
+    ``coefficients``: the stacks' terms, kept across the predictions of one
+    evaluation (:class:`Coefficients`; None: computed for this one).
     """
+    table = coefficients if coefficients is not None else Coefficients(nodes)
     splits = {s.stack_id: placement.get(s.stack_id, s.split) for s in stacks}
+    by_server: dict[str, list[StackView]] = {}
+    for s in stacks:
+        by_server.setdefault(s.server, []).append(s)
     loads: dict[str, float] = {}
     iterations = 0
     converged = True
-    for server in sorted({s.server for s in stacks}):
-        mine = [s for s in stacks if s.server == server]
-        load, steps, ok = _solve_load(mine, splits, nodes, window_s)
+    for server in sorted(by_server):
+        load, steps, ok = _solve_load(by_server[server], splits, table, window_s)
         loads[server] = load
         iterations = max(iterations, steps)
         converged = converged and ok
     response = {
-        s.stack_id: response_time_s(
-            s, splits[s.stack_id], nodes[s.client], nodes[s.server], loads[s.server]
-        )
-        for s in stacks
+        s.stack_id: table.response_s(s, splits[s.stack_id], loads[s.server]) for s in stacks
     }
     return Prediction(splits, response, loads, iterations, converged)
 
@@ -68,19 +114,35 @@ def predict(
 def _solve_load(
     stacks: Sequence[StackView],
     splits: Mapping[str, int],
-    nodes: Mapping[str, NodeView],
+    table: Coefficients,
     window_s: float,
 ) -> tuple[float, int, bool]:
-    """The server load under ``splits`` for the stacks of one server, by bisection."""
-    server = nodes[stacks[0].server]
+    """The server load under ``splits`` for the stacks of one server, by bisection.
+
+    Objects leaving take away the fraction of the window they used, whatever the load
+    (a constant); objects arriving add the fraction of their new ``T_app`` they
+    compute there, which depends on the load (:func:`load_change`)."""
+    server = table.nodes[stacks[0].server]
+    leaving = 0.0
+    arriving: list[tuple[float, float, float]] = []
+    for s in stacks:
+        k = splits[s.stack_id]
+        if k == s.split:
+            continue
+        a, b, moved = table.terms(s, k)
+        if k > s.split:
+            leaving += moved / window_s
+        else:
+            arriving.append((moved, a, b))
+    base = server.load - leaving
 
     def implied(load: float) -> float:
-        total = server.load
-        for s in stacks:
-            k = splits[s.stack_id]
-            if k != s.split:
-                t = response_time_s(s, k, nodes[s.client], server, load)
-                total += load_change(s, k, server, t, window_s)
+        total = base
+        eff = effective_load(load)
+        for moved, a, b in arriving:
+            t = a + eff * b
+            if t > 0:
+                total += moved / t
         return max(0.0, total)
 
     low = implied(math.inf)  # arrivals add nothing at infinite load: only removals count

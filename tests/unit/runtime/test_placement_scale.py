@@ -1,0 +1,127 @@
+"""The model at scale (``runtime/placement_load.py``'s :class:`Coefficients`): one
+evaluation over many stacks computes each stack's terms once per split, and its
+predictions are the equations' own (equation 4 by ``response_time_s``, equations 5
+and 6 by ``load_change``) at the load it finds.
+
+A node serving 64 clients of two functions each evaluates 128 stacks; recomputed from
+the views at every bisection step of every candidate and trial, that took seconds
+per evaluation (benchmarks/README.md, "Placement for aggregate throughput")."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shuttle.runtime.placement_load as placement_load
+from shuttle.runtime.placement import (
+    EdgeView,
+    NodeView,
+    ObjectView,
+    PlacementConfig,
+    StackView,
+    choose,
+    predict,
+    response_time_s,
+)
+from shuttle.runtime.placement_costs import load_change
+
+LAN = 1.25e6  # 10 Mbit/s in bytes per second
+
+
+def mix_stack(client: str, kind: str, split: int, cpu_s: float, up_fraction: float) -> StackView:
+    """console -> filter -> storage over a LAN: 512 KiB read per window, ``up_fraction``
+    of it passed up, ``cpu_s`` of filtering."""
+    down = 2 * 262_144
+    return StackView(
+        f"{client}/console-{kind}",
+        client,
+        "n1",
+        (
+            ObjectView(f"{client}/console-{kind}", migratable=False),
+            ObjectView(f"{client}/filter-{kind}", cpu_s, memory_bytes=1 << 20),
+            ObjectView("n1/storage", 0.001, migratable=False),
+        ),
+        (EdgeView(down * up_fraction, 2), EdgeView(down, 2)),
+        split,
+        LAN,
+        0.0005,
+    )
+
+
+def mix(clients: int) -> tuple[list[StackView], dict[str, NodeView]]:
+    nodes = {"n1": NodeView("n1", 0.1, 1.0)}
+    stacks = []
+    for i in range(clients):
+        c = f"app{i}"
+        nodes[c] = NodeView(c, 1.0, 4.0)
+        stacks.append(mix_stack(c, "cheap", 1, 0.0002, 0.05))
+        stacks.append(mix_stack(c, "heavy", 1, 0.004, 1.0))
+    return stacks, nodes
+
+
+def test_an_evaluation_computes_each_stacks_terms_once_per_split(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 64 clients, 128 stacks of two splits each: 256 terms, however many placements
+    # the greedy choice predicts. (Recomputed at every step, it was millions.)
+    calls = 0
+    real = placement_load.stall_s
+
+    def counted(stack: StackView, k: int) -> float:
+        nonlocal calls
+        calls += 1
+        return real(stack, k)
+
+    monkeypatch.setattr(placement_load, "stall_s", counted)
+    stacks, nodes = mix(64)
+    plan = choose(stacks, nodes, PlacementConfig())
+    assert calls == 2 * len(stacks)
+    # And the decision is the one the model makes for these stacks: every cheap filter
+    # to the node, every heavy one (it saves no transfer) stays at its client.
+    moved = {m.stack_id.rsplit("-", 1)[-1] for m in plan.executed}
+    assert moved == {"cheap"} and len(plan.executed) == 64
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    clients=st.integers(1, 6),
+    splits=st.lists(st.integers(0, 1), min_size=12, max_size=12),
+    server_load=st.floats(0.0, 5.0),
+    server_speed=st.floats(0.05, 2.0),
+    client_load=st.floats(0.0, 20.0),
+    heavy_cpu_s=st.floats(0.0, 0.5),
+)
+def test_a_prediction_solves_the_equations_as_written(
+    clients: int,
+    splits: list[int],
+    server_load: float,
+    server_speed: float,
+    client_load: float,
+    heavy_cpu_s: float,
+) -> None:
+    nodes = {"n1": NodeView("n1", server_speed, server_load)}
+    stacks = []
+    for i in range(clients):
+        c = f"app{i}"
+        nodes[c] = NodeView(c, 1.0, client_load)
+        stacks.append(mix_stack(c, "cheap", splits[2 * i], 0.0002, 0.05))
+        stacks.append(mix_stack(c, "heavy", splits[2 * i + 1], heavy_cpu_s, 0.5))
+    placement = {s.stack_id: 1 - s.split for s in stacks[::2]}  # some move, some stay
+    got = predict(stacks, placement, nodes, 1.0)
+    load = got.server_load["n1"]
+    # Equations 5 and 6 as load_change states them, at the load found: a fixed point.
+    implied = server_load
+    for s in stacks:
+        k = placement.get(s.stack_id, s.split)
+        t = response_time_s(s, k, nodes[s.client], nodes["n1"], load)
+        implied += load_change(s, k, nodes["n1"], t, 1.0)
+    assert max(0.0, implied) == pytest.approx(load, rel=1e-9, abs=1e-9)
+    # Equation 4 as response_time_s states it, at that load.
+    for s in stacks:
+        k = placement.get(s.stack_id, s.split)
+        want = response_time_s(s, k, nodes[s.client], nodes["n1"], load)
+        assert got.response_s[s.stack_id] == pytest.approx(want, rel=1e-12)
+        assert math.isfinite(got.response_s[s.stack_id])
