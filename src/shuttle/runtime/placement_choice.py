@@ -14,6 +14,7 @@ from shuttle.runtime.placement_costs import (
     feasible_splits,
     hosted_memory_bytes,
     migration_cost_s,
+    unfinished,
 )
 from shuttle.runtime.placement_load import Coefficients, Prediction, predict
 from shuttle.runtime.placement_views import TOLERANCE_S, NodeView, PlacementConfig, StackView
@@ -141,6 +142,12 @@ def choose(
     table = Coefficients(nodes)  # one evaluation's terms, kept across its predictions
     current = predict(stacks, {}, nodes, window, table)
     feasible = {s.stack_id: feasible_splits(s, pinned) for s in stacks}
+    notes = []
+    for s in stacks:
+        if unfinished(s):
+            # Calls in progress at the top: their cost is not in this window yet.
+            feasible[s.stack_id] = range(s.split, s.split + 1)
+            notes.append(f"{s.stack_id}: calls in progress above measured ones; not decided")
     # The baseline the greedy allocates from: everything that may be at the client is.
     base = {sid: max(r) for sid, r in feasible.items()}
     baseline = predict(stacks, base, nodes, window, table)
@@ -193,7 +200,7 @@ def choose(
         best = trial
 
     moves = _moves(stacks, current, best, admitted, candidates, nodes, config, pinned)
-    return Plan(current, best, tuple(candidates), moves, config.threshold_s)
+    return Plan(current, best, tuple(candidates), moves, config.threshold_s, tuple(notes))
 
 
 def _moves(

@@ -152,6 +152,22 @@ def feasible_splits(stack: StackView, pinned: Iterable[str] = ()) -> range:
     return range(lo, hi + 1)
 
 
+def unfinished(stack: StackView) -> bool:
+    """Whether the window saw calls below an edge that completed none: the objects
+    above that edge are in the middle of their calls, and a call's CPU and the bytes
+    it returns are counted when it returns, while the stall below it is counted as it
+    accrues. Such a window shows those objects as free and everything below as stall:
+    a heavy filter whose first call had not returned when its stack's first digest
+    went out (``H/4`` after it started) read as 0 CPU over 0.7-0.85 s of reads, and
+    every such stack was moved to the node, and back once its calls returned
+    (benchmarks/README.md, "Placement for aggregate throughput"). Such a stack is not
+    decided on until the next window."""
+    return any(
+        above.calls <= 0 and below.calls > 0
+        for above, below in zip(stack.edges, stack.edges[1:], strict=False)
+    )
+
+
 def hosted_memory_bytes(stack: StackView, k: int) -> int:
     """Memory the stack's mobile objects take at the server when split at ``k``."""
     return sum(stack.objects[j].memory_bytes for j in stack.at_server(k) if j != stack.n)

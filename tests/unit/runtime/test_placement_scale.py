@@ -125,3 +125,41 @@ def test_a_prediction_solves_the_equations_as_written(
         want = response_time_s(s, k, nodes[s.client], nodes["n1"], load)
         assert got.response_s[s.stack_id] == pytest.approx(want, rel=1e-12)
         assert math.isfinite(got.response_s[s.stack_id])
+
+
+def test_a_stack_whose_top_calls_have_not_returned_is_not_decided() -> None:
+    # A heavy filter's first call had not returned when its stack's first digest went
+    # out: the console's edge completed no call, the filter shows no CPU, and its reads
+    # below show 0.7 s of stall. Taken at face value the filter is free at the node and
+    # moves; its real cost shows a window later, and it moves back.
+    down = 2 * 262_144
+    half_done = StackView(
+        "app0/console-heavy",
+        "app0",
+        "n1",
+        (
+            ObjectView("app0/console-heavy", migratable=False),
+            ObjectView("app0/filter-heavy", 0.0, memory_bytes=1 << 20),
+            ObjectView("n1/storage", 0.001, migratable=False),
+        ),
+        (EdgeView(0, 0), EdgeView(down, 2, measured_s=0.7)),
+        1,
+        LAN,
+        0.0005,
+    )
+    nodes = {"n1": NodeView("n1", 0.05, 1.0), "app0": NodeView("app0", 1.0, 1.0)}
+    plan = choose([half_done], nodes, PlacementConfig())
+    assert plan.moves == ()
+    assert plan.notes == ("app0/console-heavy: calls in progress above measured ones; not decided",)
+    # Once its calls return (they carry their CPU and bytes), it is decided as usual.
+    done = StackView(
+        half_done.stack_id,
+        "app0",
+        "n1",
+        (half_done.objects[0], ObjectView("app0/filter-heavy", 0.004), half_done.objects[2]),
+        (EdgeView(down, 2), EdgeView(down, 2, measured_s=0.7)),
+        1,
+        LAN,
+        0.0005,
+    )
+    assert choose([done], nodes, PlacementConfig()).notes == ()
