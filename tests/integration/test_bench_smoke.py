@@ -163,6 +163,50 @@ def test_abacus_competition_smoke(tmp_path: Path) -> None:
     assert out.with_suffix(".png").stat().st_size > 10_000
 
 
+def test_abacus_mix_smoke(tmp_path: Path) -> None:
+    """Two client processes, a pass of 2 s per placement: the command runs all three
+    placements and writes the figures, the placement per kind and the decisions."""
+    out = tmp_path / "mix.json"
+    result = shuttle_cli(
+        "bench",
+        "abacus",
+        "mix",
+        "--clients",
+        "2",
+        "--cheap-share",
+        "0.5",
+        "--runs",
+        "1",
+        "--duration",
+        "2",
+        "--warmup",
+        "0.5",
+        "--object-bytes",
+        str(1 << 20),
+        "--json-out",
+        str(out),
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(out.read_text())
+    assert set(report["throughput"]) == {"client", "server", "adaptive"}
+    assert all(report["throughput"][p] > 0 for p in ("client", "server", "adaptive"))
+    for placement, where in (("client", 0), ("server", 2)):
+        (one,) = report["passes"][placement]
+        assert one["at_server"] == {"cheap": where, "heavy": where}
+        assert sum(one["total_calls"].values()) > 0
+    final = report["final_placement"]
+    assert all(final[k]["server"] + final[k]["client"] == 2 for k in ("cheap", "heavy"))
+    assert report["passes"]["adaptive"][0]["decisions"]["evaluations"] >= 0
+    assert report["adaptive_over_better_static"] > 0
+
+
+def test_abacus_mix_refuses_a_share_that_is_not_a_fraction() -> None:
+    result = shuttle_cli("bench", "abacus", "mix", "--cheap-share", "1.5", timeout=60)
+    assert result.returncode != 0
+    assert "--cheap-share is the fraction of calls that are cheap" in result.stderr.decode()
+
+
 def test_abacus_swing_smoke(tmp_path: Path) -> None:
     out = tmp_path / "swing.json"
     result = shuttle_cli(

@@ -1,5 +1,6 @@
-"""``shuttle bench abacus filter|competition|swing|cache|phases|raid|directory``: ABACUS's
-experiments as commands.
+"""``shuttle bench abacus filter|competition|swing|cache|phases|raid|directory|mix``:
+ABACUS's experiments as commands (and ``mix``: placement for aggregate throughput
+under many clients, after Bhardwaj et al., ATC 2020).
 
 Each prints a table, writes JSON with ``--json-out FILE`` and a PNG with ``--plot FILE``
 (default: beside the JSON), and records its settings in the JSON.
@@ -21,8 +22,9 @@ from shuttle.bench.session import status as bench_status
 
 app = typer.Typer(
     help="ABACUS's experiments on the live system (6.2 RAID, 6.3 filter, 6.4 cache, "
-    "6.5 directory, 6.6 phases, 6.7 competition, and swinging conditions), each statically "
-    "at the client, adaptive, and at the server.",
+    "6.5 directory, 6.6 phases, 6.7 competition, swinging conditions, and a mix of cheap "
+    "and CPU-heavy functions from many clients), each statically at the client, adaptive, "
+    "and at the server.",
     no_args_is_help=True,
 )
 #: Tables are wide; a pipe or a log file gets them unwrapped.
@@ -528,3 +530,132 @@ def directory(
         )
     console.print(table)
     _write(report, json_path, plot_path, plot_directory)
+
+
+@app.command("mix")
+@benchmark("bench abacus mix")
+def mix(
+    clients: Annotated[
+        int, typer.Option(min=1, help="Client processes calling filters at once.")
+    ] = 16,
+    cheap_share: Annotated[
+        float, typer.Option(help="Fraction of each client's calls that go to its cheap filter.")
+    ] = 0.5,
+    nodes: Annotated[
+        int, typer.Option(min=1, help="Storage nodes (1-3); client i reads node i mod N.")
+    ] = 1,
+    link: Annotated[
+        str,
+        typer.Option(
+            help="Each client's link to the nodes (default: the LAN's 10 Mbit/s and 0.5 ms "
+            "with a 64 KiB token bucket)."
+        ),
+    ] = "bw=10Mbit,lat=0.5ms,burst=64KiB",
+    runs: RunsOpt = 3,
+    duration: Annotated[float, typer.Option(help="Seconds each pass lasts.")] = 20.0,
+    warmup: Annotated[
+        float,
+        typer.Option(help="Seconds at the start of a pass left out of the steady-state rate."),
+    ] = 8.0,
+    window: WindowOpt = 1.0,
+    threshold: ThresholdOpt = 0.3,
+    block_bytes: BlockOpt = 256 << 10,
+    object_bytes: Annotated[
+        int, typer.Option(help="Bytes of each node's data object (the filters wrap around).")
+    ] = 8 << 20,
+    cheap_pass: Annotated[float, typer.Option(help="Fraction the cheap filter passes up.")] = 0.05,
+    cheap_cpu_s_per_mb: Annotated[
+        float, typer.Option(help="CPU seconds the cheap filter burns per MiB.")
+    ] = 0.0002,
+    heavy_pass: Annotated[
+        float, typer.Option(help="Fraction the heavy filter passes up (1: it saves no transfer).")
+    ] = 1.0,
+    heavy_cpu_s_per_mb: Annotated[
+        float, typer.Option(help="CPU seconds the heavy filter burns per MiB.")
+    ] = 0.008,
+    node_cpu_factor: Annotated[
+        float,
+        typer.Option(
+            "--cpu-factor",
+            help="The node's CPU speed (0.05: its objects burn 20x the CPU), so that it "
+            "saturates before the clients' core does.",
+        ),
+    ] = 0.05,
+    seed: Annotated[int, typer.Option(help="Seed of every client's sequence of calls.")] = 1,
+    client_cpu: CpuOpt = None,
+    node_cpu: NodeCpuOpt = None,
+    logs: Annotated[
+        Path | None,
+        typer.Option(
+            "--logs",
+            help="Copy the nodes' decision logs of each adaptive pass into this directory.",
+        ),
+    ] = None,
+    json_path: JsonOpt = None,
+) -> None:
+    """Many clients, each calling a cheap filter (selective, little CPU: best at the
+    node) and a CPU-heavy one (best at the client, so the node does not saturate) in a
+    closed loop: aggregate calls per second with every filter at the client, every
+    filter at the node, and adaptive, and where each kind ended."""
+    from shuttle.bench.mix import MixSettings, run_mix_benchmark
+
+    settings = MixSettings(
+        clients=clients,
+        cheap_share=cheap_share,
+        nodes=nodes,
+        link=link,
+        runs=runs,
+        duration_s=duration,
+        warmup_s=warmup,
+        window_s=window,
+        threshold=threshold,
+        block_bytes=block_bytes,
+        object_bytes=object_bytes,
+        cheap_pass=cheap_pass,
+        cheap_cpu_s_per_mb=cheap_cpu_s_per_mb,
+        heavy_pass=heavy_pass,
+        heavy_cpu_s_per_mb=heavy_cpu_s_per_mb,
+        node_cpu_factor=node_cpu_factor,
+        seed=seed,
+        client_cpu=client_cpu,
+        node_cpu=node_cpu,
+        logs_dir=logs,
+    )
+    settings.check()
+    with bench_status("mix", console) as update:
+        report = run_mix_benchmark(settings, update)
+    table = Table(
+        title=f"mix: {clients} clients, cheap share {cheap_share:g}: aggregate calls/s "
+        f"after {warmup:g} s (mean ± 90% CI)"
+    )
+    for col in (
+        "at client",
+        "at server",
+        "adaptive",
+        "adaptive/better static",
+        "per run",
+        "≥ 1.10",
+        "cheap at server",
+        "heavy at server",
+    ):
+        table.add_column(col, justify="right")
+    t = report["throughput_runs"]
+    final = report["final_placement"]
+    table.add_row(
+        *(f"{t[p]['mean']:.1f} ± {t[p]['ci90']:.1f}" for p in ("client", "server", "adaptive")),
+        f"{report['adaptive_over_better_static']:.2f}",
+        ", ".join(f"{x:.2f}" for x in report["adaptive_over_better_static_per_run"]),
+        "yes" if report["target_met"] else "[red]no[/]",
+        f"{final['cheap']['server']}/{clients}",
+        f"{final['heavy']['server']}/{clients}",
+    )
+    console.print(table)
+    console.print(
+        f"adaptive / all at client {report['adaptive_over_client']:.2f}, / all at server "
+        f"{report['adaptive_over_server']:.2f} (ATC 2020: 1.10 and 1.85)",
+        highlight=False,
+    )
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"report written to {json_path}")
