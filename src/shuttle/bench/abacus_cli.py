@@ -559,6 +559,13 @@ def mix(
     ] = 8.0,
     window: WindowOpt = 1.0,
     threshold: ThresholdOpt = 0.3,
+    threshold_share: Annotated[
+        bool,
+        typer.Option(
+            "--threshold-share/--no-threshold-share",
+            help="The node scales each stack's B_thresh by its share of its client's time.",
+        ),
+    ] = False,
     block_bytes: BlockOpt = 256 << 10,
     object_bytes: Annotated[
         int, typer.Option(help="Bytes of each node's data object (the filters wrap around).")
@@ -609,6 +616,7 @@ def mix(
         warmup_s=warmup,
         window_s=window,
         threshold=threshold,
+        threshold_share=threshold_share,
         block_bytes=block_bytes,
         object_bytes=object_bytes,
         cheap_pass=cheap_pass,

@@ -97,6 +97,9 @@ class MixSettings:
     warmup_s: float = 8.0
     window_s: float = 1.0
     threshold: float = 0.3
+    #: The nodes scale each stack's B_thresh by its share of its client's time
+    #: (``shuttle serve --threshold-share``; docs/runtime.md, "Many clients").
+    threshold_share: bool = False
     block_bytes: int = 256 << 10
     object_bytes: int = 8 << 20
     cheap_pass: float = 0.05
@@ -432,6 +435,8 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
     settings.check()
     link = parse_link_profile(settings.link)
     node_args = ["--window", str(settings.window_s), "--threshold", str(settings.threshold)]
+    if settings.threshold_share:
+        node_args.append("--threshold-share")
     passes: dict[str, list[dict[str, Any]]] = {p: [] for p in PLACEMENTS}
     with bench_node(
         link,

@@ -59,6 +59,14 @@ def serve(
             help="Run-time: B_thresh, the fraction of H a migration must save (default 0.3)."
         ),
     ] = None,
+    threshold_share: Annotated[
+        bool | None,
+        typer.Option(
+            "--threshold-share/--no-threshold-share",
+            help="Run-time: scale each stack's B_thresh by its share of its client's time "
+            "(for clients that run several stacks in turn; default off).",
+        ),
+    ] = None,
     residence: Annotated[
         float | None,
         typer.Option(help="Run-time: seconds an object stays put after it moved (default 5 H)."),
@@ -302,6 +310,7 @@ def serve(
     runtime: dict[str, Any] = {
         "window_s": window,
         "threshold": threshold,
+        "threshold_share": threshold_share,
         "residence_s": residence,
         "object_memory_bytes": object_memory,
         "adaptive": None if adapt else False,

@@ -118,6 +118,8 @@ class NodeConfig:
     window_s: float = WINDOW_S_DEFAULT
     #: B_thresh as a fraction of H: a move must save more than this per window.
     threshold: float = THRESHOLD_FRACTION_DEFAULT
+    #: Scale each stack's B_thresh by its share of its client's time (docs/runtime.md).
+    threshold_share: bool = False
     #: Anti-thrashing: an object that moved stays put this long (None: 5 H).
     residence_s: float | None = None
     #: Memory lent to hosted mobile objects, for the placement model (None: no limit).
@@ -239,6 +241,7 @@ class NodeConfig:
         return RuntimeConfig(
             window_s=self.window_s,
             threshold_fraction=self.threshold,
+            threshold_per_share=self.threshold_share,
             residence_s=self.residence_s,
             object_memory_bytes=self.object_memory_bytes,
             adaptive=self.adaptive,

@@ -60,6 +60,9 @@ class RuntimeConfig:
     #: A newcomer evicts a hosted stack for room only if it is this many times better
     #: per server CPU second.
     eviction_ratio: float = 1.25
+    #: Each stack's B_thresh scaled by its share of its client's time (docs/runtime.md,
+    #: "Many clients"); off: the paper's threshold for every stack.
+    threshold_per_share: bool = False
     drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT
     staged_ttl_s: float = STAGED_TTL_S_DEFAULT
     lease_s: float = LEASE_S_DEFAULT
@@ -98,7 +101,9 @@ class RuntimeConfig:
             raise ConfigError(f"executor_threads must be ≥ 1, got {self.executor_threads}")
 
     def placement(self) -> PlacementConfig:
-        return PlacementConfig(self.window_s, self.threshold_fraction, self.eviction_ratio)
+        return PlacementConfig(
+            self.window_s, self.threshold_fraction, self.eviction_ratio, self.threshold_per_share
+        )
 
     @property
     def digest_every_s(self) -> float:

@@ -214,7 +214,11 @@ def _moves(
     pinned: frozenset[str],
 ) -> tuple[Move, ...]:
     """The moves from the current placement to ``best`` and whether to make each."""
-    threshold = config.threshold_s
+    shares = (
+        client_shares(stacks, current)
+        if config.threshold_per_share
+        else {s.stack_id: 1.0 for s in stacks}
+    )
     best_score = {c.stack_id: c.score for c in candidates if admitted.get(c.stack_id) == c}
     # The score each stack has at the split it holds now (what an eviction gives up).
     held_score: dict[str, float] = {}
@@ -224,34 +228,36 @@ def _moves(
             held_score[c.stack_id] = c.score
     moves: list[Move] = []
     admissions: list[Move] = []
-    evictions: list[tuple[StackView, int, float, float]] = []
+    evictions: list[tuple[StackView, int, float, float, float, str]] = []
     for s in stacks:
         k_to = best.placement[s.stack_id]
         if k_to == s.split:
             continue
         benefit = current.response_s[s.stack_id] - best.response_s[s.stack_id]
         cost = migration_cost_s(s, s.split, k_to)
+        threshold = config.threshold_s * shares[s.stack_id]
+        note = _share_note(shares[s.stack_id])
         if k_to < s.split:
             order = tuple(s.objects[j].rid for j in reversed(s.moved(s.split, k_to)))
             net = benefit - cost
             ok = net > threshold
             reason = (
-                f"net benefit {net:.3f} s > B_thresh {threshold:.3f} s"
+                f"net benefit {net:.3f} s > B_thresh {threshold:.3f} s{note}"
                 if ok
-                else f"net benefit {net:.3f} s ≤ B_thresh {threshold:.3f} s"
+                else f"net benefit {net:.3f} s ≤ B_thresh {threshold:.3f} s{note}"
             )
             move = Move(s.stack_id, s.split, k_to, order, True, benefit, cost, ok, reason)
             admissions.append(move)
             moves.append(move)
         else:
-            evictions.append((s, k_to, benefit, cost))
+            evictions.append((s, k_to, benefit, cost, threshold, note))
     server_of = {s.stack_id: s.server for s in stacks}
     executed_admissions = [m for m in admissions if m.execute]
-    for s, k_to, benefit, cost in evictions:
+    for s, k_to, benefit, cost, threshold, note in evictions:
         order = tuple(s.objects[j].rid for j in s.moved(s.split, k_to))
         net = benefit - cost
         if net > threshold:
-            execute, why = True, f"net benefit {net:.3f} s > B_thresh {threshold:.3f} s"
+            execute, why = True, f"net benefit {net:.3f} s > B_thresh {threshold:.3f} s{note}"
         else:
             # Not worth it alone: only as room for an admission that needs it, at the
             # same server (leaving one node frees no memory at another).
@@ -272,7 +278,7 @@ def _moves(
                     f"≥ {config.eviction_ratio:g}× this stack's)"
                 )
             elif not needs_room or not local:
-                why = f"net benefit {net:.3f} s ≤ B_thresh {threshold:.3f} s"
+                why = f"net benefit {net:.3f} s ≤ B_thresh {threshold:.3f} s{note}"
             else:
                 why = f"no admission beats it by {config.eviction_ratio:g}× per server CPU second"
         moves.append(Move(s.stack_id, s.split, k_to, order, False, benefit, cost, execute, why))
@@ -301,6 +307,37 @@ def _moves(
     # Evictions first: they free the room admissions need.
     moves.sort(key=lambda m: (m.to_server, m.stack_id))
     return tuple(moves)
+
+
+def client_shares(stacks: Sequence[StackView], current: Prediction) -> dict[str, float]:
+    """Each stack's share of its client's time in the window: its ``T_app`` now over
+    the sum of the ``T_app`` of its client's stacks (1 for a client's only stack).
+
+    ``B_thresh`` is a fraction of the window ``H`` because a lone busy stack takes its
+    application the whole window: a move must save that fraction of the
+    application's time. A client that runs several stacks in turn (a cheap and a
+    CPU-heavy function called one after the other, each from its own console) spends
+    only part of its window in each, and a move that saves a stack half its own time
+    saves its client less than 30 % of ``H``. With
+    :attr:`~shuttle.runtime.placement_views.PlacementConfig.threshold_per_share` a
+    stack's threshold is ``B_thresh`` times this share: the move must save that
+    fraction of the time the stack itself takes. Stacks of one client that run at the
+    same time (two applications in one run-time, ABACUS 6.7) each take the whole
+    window, which this share does not know: hence the option, off by default."""
+    totals: dict[str, float] = {}
+    for s in stacks:
+        totals[s.client] = totals.get(s.client, 0.0) + max(0.0, current.response_s[s.stack_id])
+    out = {}
+    for s in stacks:
+        total = totals[s.client]
+        mine = max(0.0, current.response_s[s.stack_id])
+        out[s.stack_id] = mine / total if total > 0 else 1.0
+    return out
+
+
+def _share_note(share: float) -> str:
+    """The reason's note on a threshold scaled by the stack's share of its client."""
+    return "" if share >= 1.0 else f" ({share:.0%} of its client's time)"
 
 
 def _needs_room(

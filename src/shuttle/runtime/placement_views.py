@@ -30,6 +30,10 @@ class PlacementConfig:
     #: A newcomer evicts a hosted stack for room only if its benefit per server CPU
     #: second is at least this many times the evicted one's.
     eviction_ratio: float = 1.25
+    #: Scale each stack's B_thresh by its share of its client's time (the stacks of
+    #: one client run in turn; :func:`~shuttle.runtime.placement_choice.client_shares`).
+    #: Off: the paper's threshold for every stack.
+    threshold_per_share: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.window_s) and self.window_s > 0):

@@ -163,3 +163,38 @@ def test_a_stack_whose_top_calls_have_not_returned_is_not_decided() -> None:
         0.0005,
     )
     assert choose([done], nodes, PlacementConfig()).notes == ()
+
+
+def test_a_threshold_per_share_lets_a_client_move_its_cheap_stack() -> None:
+    # One client calls a cheap filter (one 256 KiB block a window, 5 % passed up) and a
+    # heavy one (0.5 s of CPU a window) in turn. Moving the cheap one saves it about
+    # 0.19 s a window: under the paper's B_thresh (0.3 s) it stays; with the threshold
+    # scaled by the cheap stack's share of its client's time (about a quarter) it moves.
+    block = 262_144
+
+    def stack(kind: str, cpu_s: float, up: float) -> StackView:
+        return StackView(
+            f"app0/console-{kind}",
+            "app0",
+            "n1",
+            (
+                ObjectView(f"app0/console-{kind}", migratable=False),
+                ObjectView(f"app0/filter-{kind}", cpu_s, memory_bytes=1 << 20),
+                ObjectView("n1/storage", 0.001, migratable=False),
+            ),
+            (EdgeView(block * up, 1), EdgeView(block, 1)),
+            1,
+            LAN,
+            0.0005,
+        )
+
+    stacks = [stack("cheap", 0.0002, 0.05), stack("heavy", 0.5, 1.0)]
+    nodes = {"n1": NodeView("n1", 0.05, 1.0), "app0": NodeView("app0", 1.0, 1.0)}
+    paper = choose(stacks, nodes, PlacementConfig())
+    (kept,) = paper.moves
+    assert kept.stack_id == "app0/console-cheap" and not kept.execute
+    assert 0.15 < kept.net_s < 0.3
+    shared = choose(stacks, nodes, PlacementConfig(threshold_per_share=True))
+    (moved,) = shared.moves
+    assert moved.stack_id == "app0/console-cheap" and moved.execute
+    assert moved.reason.endswith("of its client's time)")
