@@ -469,6 +469,9 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
                     results = run_pass(placement, run)
                     cpu1, wall1 = _node_cpu_s(bench), time.monotonic()
                     report = _pass_report(results, settings, cpu1 - cpu0, wall1 - wall0)
+                    # The machine's 1-minute load average as the pass ended: what else
+                    # ran beside the benchmark (it is shared), to read the figures by.
+                    report["machine_load_1min"] = round(os.getloadavg()[0], 2)
                     if placement == "adaptive":
                         keep = (
                             None
