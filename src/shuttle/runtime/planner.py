@@ -147,8 +147,8 @@ class ResourceManager:
             self.digests[client] = (now, digest)
             self.heard[client] = now
             self._round.add(client)
-            decisions: dict[str, list[dict[str, Any]]] = {}
-            local: list[tuple[str, str, str]] = []
+            decisions: dict[str, tuple[Decision, ...]] = {}
+            local: list[LocalMove] = []
             if self._round_complete(now):
                 decisions, local = self.evaluate(trigger=client)
                 self._round.clear()

@@ -7,25 +7,16 @@ clients each sending a digest every ``H`` had made the node evaluate 64 times a 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
-from shuttle.runtime.ids import ObjectId
-from shuttle.runtime.mobile import MobileObject
-from shuttle.runtime.monitor import ResourceMonitor
+from shuttle.runtime.digest import Digest
+from shuttle.runtime.locations import LocationTable
 from shuttle.runtime.peers import Peers
 from shuttle.runtime.planner import ROUND_WINDOWS_MAX, ResourceManager
 from shuttle.testing import FakeClock
-
-
-class Anchor(MobileObject):
-    anchored = True
-    migratable = False
 
 
 def digest(client: str) -> dict[str, Any]:
@@ -68,24 +59,18 @@ def digest(client: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def manager() -> Iterator[tuple[ResourceManager, FakeClock]]:
+def manager() -> tuple[ResourceManager, FakeClock]:
     clock = FakeClock(100.0)
-    config = RuntimeConfig()
-    with ThreadPoolExecutor(1) as pool:
-        bm = BindingManager(
-            "n1",
-            config=config,
-            peers=Peers(),
-            monitor=ResourceMonitor(1.0, clock),
-            executor=pool,
-            is_node=True,
-        )
-        bm.host_anchored(ObjectId.storage("n1"), Anchor())
-
-        def local() -> dict[str, Any]:
-            return {"runtime": "n1", "speed": 1.0, "load": 0.1, "span_s": 1.0}
-
-        yield ResourceManager(bm, config, local_digest=local, clock=clock.now), clock
+    rm = ResourceManager(
+        "n1",
+        RuntimeConfig(),
+        peers=Peers(),
+        locations=LocationTable("n1"),
+        local_digest=lambda: Digest("n1", speed=1.0, load=0.1, span_s=1.0),
+        clock=clock.now,
+        wall_clock=lambda: 1_700_000_000.0,
+    )
+    return rm, clock
 
 
 def test_one_client_is_evaluated_on_every_digest(manager: Any) -> None:
