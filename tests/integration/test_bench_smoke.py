@@ -197,7 +197,7 @@ def test_abacus_mix_smoke(tmp_path: Path) -> None:
         assert sum(one["total_calls"].values()) > 0
     final = report["final_placement"]
     assert all(final[k]["server"] + final[k]["client"] == 2 for k in ("cheap", "heavy"))
-    assert report["passes"]["adaptive"][0]["decisions"]["evaluations"] >= 0
+    assert set(report["passes"]["adaptive"][0]["decisions"]) >= {"evaluations", "moves_made"}
     assert report["adaptive_over_better_static"] > 0
 
 
