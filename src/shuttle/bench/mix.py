@@ -445,7 +445,10 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
     """The three placements ``runs`` times each, interleaved; see the module docstring."""
     settings.check()
     link = parse_link_profile(settings.link)
+    # Every stack here is decided only once its calls have returned (docs/runtime.md,
+    # "Many clients": a heavy filter's half-finished window showed it free).
     node_args = ["--window", str(settings.window_s), "--threshold", str(settings.threshold)]
+    node_args.append("--settle-calls")
     if settings.threshold_share:
         node_args.append("--threshold-share")
     passes: dict[str, list[dict[str, Any]]] = {p: [] for p in PLACEMENTS}

@@ -67,6 +67,14 @@ def serve(
             "(for clients that run several stacks in turn; default off).",
         ),
     ] = None,
+    settle_calls: Annotated[
+        bool | None,
+        typer.Option(
+            "--settle-calls/--no-settle-calls",
+            help="Run-time: leave a stack undecided while its top calls have not returned "
+            "(their CPU is counted when they do; default off).",
+        ),
+    ] = None,
     residence: Annotated[
         float | None,
         typer.Option(help="Run-time: seconds an object stays put after it moved (default 5 H)."),
@@ -311,6 +319,7 @@ def serve(
         "window_s": window,
         "threshold": threshold,
         "threshold_share": threshold_share,
+        "settle_calls": settle_calls,
         "residence_s": residence,
         "object_memory_bytes": object_memory,
         "adaptive": None if adapt else False,

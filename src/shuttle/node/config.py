@@ -120,6 +120,8 @@ class NodeConfig:
     threshold: float = THRESHOLD_FRACTION_DEFAULT
     #: Scale each stack's B_thresh by its share of its client's time (docs/runtime.md).
     threshold_share: bool = False
+    #: Leave a stack undecided while its top calls have not returned (docs/runtime.md).
+    settle_calls: bool = False
     #: Anti-thrashing: an object that moved stays put this long (None: 5 H).
     residence_s: float | None = None
     #: Memory lent to hosted mobile objects, for the placement model (None: no limit).
@@ -242,6 +244,7 @@ class NodeConfig:
             window_s=self.window_s,
             threshold_fraction=self.threshold,
             threshold_per_share=self.threshold_share,
+            settle_calls=self.settle_calls,
             residence_s=self.residence_s,
             object_memory_bytes=self.object_memory_bytes,
             adaptive=self.adaptive,

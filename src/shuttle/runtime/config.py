@@ -63,6 +63,9 @@ class RuntimeConfig:
     #: Each stack's B_thresh scaled by its share of its client's time (docs/runtime.md,
     #: "Many clients"); off: the paper's threshold for every stack.
     threshold_per_share: bool = False
+    #: Leave a stack undecided while its top calls have not returned (docs/runtime.md,
+    #: "Many clients"); off: decide on what the window shows.
+    settle_calls: bool = False
     drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT
     staged_ttl_s: float = STAGED_TTL_S_DEFAULT
     lease_s: float = LEASE_S_DEFAULT
@@ -102,7 +105,11 @@ class RuntimeConfig:
 
     def placement(self) -> PlacementConfig:
         return PlacementConfig(
-            self.window_s, self.threshold_fraction, self.eviction_ratio, self.threshold_per_share
+            self.window_s,
+            self.threshold_fraction,
+            self.eviction_ratio,
+            self.threshold_per_share,
+            self.settle_calls,
         )
 
     @property

@@ -144,7 +144,7 @@ def choose(
     feasible = {s.stack_id: feasible_splits(s, pinned) for s in stacks}
     notes = []
     for s in stacks:
-        if unfinished(s):
+        if config.settle_calls and unfinished(s):
             # Calls in progress at the top: their cost is not in this window yet.
             feasible[s.stack_id] = range(s.split, s.split + 1)
             notes.append(f"{s.stack_id}: calls in progress above measured ones; not decided")

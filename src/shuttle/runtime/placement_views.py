@@ -34,6 +34,11 @@ class PlacementConfig:
     #: one client run in turn; :func:`~shuttle.runtime.placement_choice.client_shares`).
     #: Off: the paper's threshold for every stack.
     threshold_per_share: bool = False
+    #: Leave undecided a stack whose top edge completed no call in the window while
+    #: the edges below it did (:func:`~shuttle.runtime.placement_costs.unfinished`).
+    #: Off: such a stack is decided on what the window shows (a console stuck in one
+    #: long call, ABACUS 6.5, needs that).
+    settle_calls: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.window_s) and self.window_s > 0):
