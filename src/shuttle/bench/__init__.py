@@ -26,6 +26,8 @@ Layout:
 * ``abacus_cli``  ``shuttle bench abacus ...``: one command per ABACUS experiment
 * ``abacus_plots``  PNG plots of the ABACUS experiments, in the paper's layout
 * ``competition``  ABACUS 6.7: adapting to competition over resources
+* ``mix``      ``bench abacus mix``: many client processes calling cheap and CPU-heavy
+  filters; aggregate throughput at client, at node and adaptive
 * ``swing``    conditions that swing around the break-even point: does it thrash?
 * ``raid``     ABACUS 6.2: adapting to network topology, the RAID 5 object
 * ``directory``  ABACUS 6.5: adapting to contention over shared data

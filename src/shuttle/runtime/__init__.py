@@ -28,6 +28,8 @@ Layout (one module per concept; docs/runtime.md explains the model):
   (``osd_lua`` holds the Lua)
 * ``digest``     what one run-time saw over a window, as the resource managers read it
 * ``planner``    the resource manager: digests → stacks → decisions, decision log
+* ``planner_input``  the pure part: digests, the node's facts and its location table
+  → the stacks the model sees, and who carries out each move
 * ``hosting``    making, restoring and ending hosted objects (the one builder of
   :class:`~shuttle.runtime.hosting.Hosted`), their managers and sandboxes
 * ``locations``  the location table: hosted, homed (with epochs), hints, migrating
