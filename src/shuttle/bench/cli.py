@@ -191,6 +191,16 @@ def netrand(
             "fetches over TLS against Redis over TLS (target ≤ 1.25) and against no TLS.",
         ),
     ] = False,
+    workers: Annotated[
+        str | None,
+        typer.Option(
+            help="Instead: compare nodes of that many processes each (shuttle serve "
+            "--workers), e.g. 1,2, the first the anchor: warm reads from --clients client "
+            "processes (the first count; default 8) pinned to one CPU (--cpu), the nodes "
+            "unpinned, --pages pages per client per pass, passes interleaved over --rounds "
+            "rounds; pages/s, the ratio per round, and where the CPU went.",
+        ),
+    ] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json-out", help="Write the report here.")
     ] = None,
@@ -200,6 +210,19 @@ def netrand(
     from shuttle.bench.netrand import NetrandConfig
     from shuttle.bench.netrand import run as run_netrand
     from shuttle.bench.netrand_clients import parse_clients
+
+    if workers is not None:
+        _netrand_workers(
+            workers,
+            parse_clients(clients or ["8"]),
+            pages,
+            rounds,
+            file_bytes,
+            seed,
+            cpu,
+            json_path,
+        )
+        return
 
     config = NetrandConfig(
         pages=pages,
@@ -267,6 +290,59 @@ def netrand(
     console.print("placement: " + ("scheduler's" if pinned_cpu is None else f"CPU {pinned_cpu}"))
     if report.get("clients"):
         console.print(_netrand_clients_table(report["clients"], pages))
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"report written to {json_path}")
+
+
+def _netrand_workers(
+    workers: str,
+    clients: list[int],
+    pages: int,
+    rounds: int,
+    file_bytes: int,
+    seed: int,
+    cpu: int | None,
+    json_path: Path | None,
+) -> None:
+    """``bench netrand --workers``: nodes of 1, 2... processes, interleaved."""
+    from shuttle.bench.netrand_workers import WorkersConfig, parse_workers
+    from shuttle.bench.netrand_workers import run as run_workers
+
+    config = WorkersConfig(
+        workers=parse_workers(workers),
+        clients=clients[0],
+        pages=pages,
+        rounds=rounds,
+        file_bytes=file_bytes,
+        seed=seed,
+        cpu=cpu,
+    )
+    console = Console()
+    with bench_status("netrand --workers", console) as update:
+        report = run_workers(config, progress=update)
+    table = Table(
+        title=f"netrand --workers: {config.clients} clients on CPU "
+        f"{report['placement']['clients_cpu']}, {pages} warm pages each per pass, "
+        f"{rounds} rounds"
+    )
+    for col in ("processes", "pages/s (median)", "p50 µs", "p99 µs", "node cores", "client cores"):
+        table.add_column(col, justify="right")
+    for count, rep in report["by_workers"].items():
+        table.add_row(
+            count,
+            f"{rep['pages_per_s_median']:.0f}",
+            f"{rep['p50_us_median']:.1f}",
+            f"{rep['p99_us_median']:.1f}",
+            f"{rep['node_cores_median']:.2f}",
+            f"{rep['client_cores_median']:.2f}",
+        )
+    console.print(table)
+    for name, ratio in report["ratios"].items():
+        console.print(
+            f"pages/s {name.replace('_over_', ' ÷ ')} processes, per round: median "
+            f"{ratio['median']:.3f} (min {ratio['min']:.3f}, max {ratio['max']:.3f})"
+        )
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {json_path}")

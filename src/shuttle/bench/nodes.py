@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from shuttle.bench.session import scratch_dir
@@ -24,6 +24,7 @@ def bench_client(
     workdir: Path | None = None,
     tls: bool = False,
     node_pids: list[int] | None = None,
+    node_args: Sequence[str] = (),
     **client_options: object,
 ) -> Iterator[tuple[Client, Path]]:
     """A client of ``node``, or of a node process started here for the benchmark (and
@@ -31,7 +32,8 @@ def bench_client(
     the same disk as the node's data. ``tls``: the node serves TLS (one started here
     gets a cluster CA of its own; a given ``node`` is dialled with TLS and the CA in
     ``$SHUTTLE_CA_FILE``). ``node_pids``: gets the pid of a node started here (for
-    benchmarks that count its CPU time)."""
+    benchmarks that count its CPU time). ``node_args``: more ``shuttle serve`` flags for
+    a node started here (``--workers 2``)."""
     scratch = scratch_dir("shuttle-bench-", workdir)
     try:
         if node is not None:
@@ -44,6 +46,7 @@ def bench_client(
             cpu_factors=[cpu_factor],
             cache_bytes=node_cache_bytes,
             tls=tls,
+            node_args=node_args,
         )
         try:
             assert cluster.path is not None

@@ -14,7 +14,9 @@ value, taken as the result with an empty payload). How it runs is its ``mode``:
   run in the node's thread pool;
 * ``ASYNC``: a coroutine function, awaited as a task.
 
-A ``THREAD`` operation may run on the event loop when it can answer from memory,
+A ``THREAD`` operation (an ``ASYNC`` one with ``inline_try`` too: a worker's
+``read``, which asks its primary when it cannot answer) may run on the event loop
+when it can answer from memory,
 saying so in one of two ways: an ``inline_try(args, payload)`` that answers (a
 :class:`Reply`) or returns None when the request would block (a read whose blocks
 are not all in the block cache), or an ``inline_when(args)`` predicate that says
@@ -186,10 +188,10 @@ class OperationRegistry:
         Without ``guard`` only unrestricted connections and admin principals may call it."""
         if name in self._ops:
             raise ConfigError(f"operation {name!r} is registered twice")
-        if (inline_when is not None or inline_try is not None) and mode is not Mode.THREAD:
-            raise ConfigError(
-                f"operation {name!r}: inline_when and inline_try only apply to THREAD mode"
-            )
+        if inline_when is not None and mode is not Mode.THREAD:
+            raise ConfigError(f"operation {name!r}: inline_when only applies to THREAD mode")
+        if inline_try is not None and mode is Mode.INLINE:
+            raise ConfigError(f"operation {name!r}: inline_try applies to THREAD or ASYNC mode")
         if inline_when is not None and inline_try is not None:
             raise ConfigError(f"operation {name!r}: give inline_when or inline_try, not both")
         if per_connection and mode is Mode.INLINE:

@@ -133,6 +133,8 @@ class RpcServer:
         self._account: CpuAccount | None = None if cpu_account is nullcontext else cpu_account
         self._executor = ThreadPoolExecutor(executor_threads, thread_name_prefix="shuttle-io")
         self._server: asyncio.Server | None = None
+        #: Further listeners (:meth:`listen_private`).
+        self._private: list[asyncio.Server] = []
         self._protocols: set[NodeProtocol] = set()
         self.admission = admission or ServerLimits()
         #: The connection cap in force (fitted to the descriptor limit at start).
@@ -252,21 +254,50 @@ class RpcServer:
 
     # --- lifecycle -----------------------------------------------------------------
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        """Listen on ``host:port`` (port 0 picks a free one); returns the bound address."""
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> tuple[str, int]:
+        """Listen on ``host:port`` (port 0 picks a free one); returns the bound address.
+        ``reuse_port``: with ``SO_REUSEPORT``, so the processes of one node with
+        ``--workers`` share the port (the kernel spreads connections among them)."""
         loop = asyncio.get_running_loop()
         soft, _hard = raise_descriptor_limit()
         self.connections_max = effective_connections_max(self.admission.connections_max, soft)
         self.unauthenticated_max = unauthenticated_max(self.admission, self.connections_max)
         self.load.fit(self.connections_max)
         self._server = await loop.create_server(
-            lambda: NodeProtocol(self), host, port, reuse_address=True, backlog=512
+            lambda: NodeProtocol(self),
+            host,
+            port,
+            reuse_address=True,
+            reuse_port=reuse_port or None,
+            backlog=512,
         )
         sock = self._server.sockets[0]
         bound = sock.getsockname()
         log.info("node %s listening on %s:%d", self.node_id, bound[0], bound[1])
         self._sweeper = loop.create_task(self._sweep_forever())
         return bound[0], bound[1]
+
+    async def listen_private(self) -> tuple[str, int]:
+        """Listen on a second, kernel-chosen port on 127.0.0.1 as well (a node's workers
+        reach their primary there: on the shared port the kernel could hand them to any
+        process of the node). Same protocol, key and TLS; returns its address."""
+        loop = asyncio.get_running_loop()
+        private = await loop.create_server(lambda: NodeProtocol(self), "127.0.0.1", 0)
+        self._private.append(private)
+        bound = private.sockets[0].getsockname()
+        return bound[0], bound[1]
+
+    def close_connection(self, number: int, reason: str) -> bool:
+        """Close connection ``number`` (saying ``reason`` if nothing is in flight);
+        False when there is none."""
+        for proto in list(self._protocols):
+            if proto.number == number:
+                if proto.pending:
+                    proto.abort()
+                else:
+                    proto.goodbye(reason)
+                return True
+        return False
 
     def next_connection_number(self) -> int:
         self._connection_numbers += 1
@@ -330,6 +361,8 @@ class RpcServer:
         """Stop accepting, let running requests finish (up to ``grace_s``), say goodbye."""
         if self._server is not None:
             self._server.close()
+        for private in self._private:
+            private.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
         deadline = time.monotonic() + grace_s

@@ -298,6 +298,16 @@ def serve(
             "of its primary OSD. Set it when that name differs, or to test on one machine.",
         ),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Processes serving the node's port (default 1). With N > 1, N-1 worker "
+            "processes share the port (SO_REUSEPORT) and answer small reads of the files "
+            "themselves, checked against the primary's changes; everything else goes to "
+            "the primary process, which owns the store. Workers serve the cluster key only "
+            '(no principals) and a local store only. See docs/architecture.md, "Workers".',
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option(help="TOML file with a [node] table; flags given win.")
     ] = None,
@@ -353,6 +363,7 @@ def serve(
         "ceph_keyring": ceph_keyring,
         "ceph_user": ceph_user,
         "ceph_host": ceph_host,
+        "workers": workers,
     }
     if config is not None:
         cfg = NodeConfig.from_toml(

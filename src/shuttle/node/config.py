@@ -56,6 +56,22 @@ from shuttle.store.registry import StoreSpec, parse_store_spec
 #: enough that the netrand benchmark's default file (larger than it) misses when cold.
 CACHE_BYTES_DEFAULT = 64 << 20
 CACHE_BLOCK_BYTES_DEFAULT = 4096
+#: Processes of one node at most (``--workers``): a worker is a whole interpreter
+#: (~40 MB) and more than the machine's cores only adds switching; 64 covers the
+#: largest machines we expect without letting a typo start thousands.
+WORKERS_MAX = 64
+#: The settings that are paths (kept as strings in :meth:`NodeConfig.to_wire`).
+_PATH_FIELDS = (
+    "data_dir",
+    "ready_file",
+    "key_file",
+    "ceph_conf",
+    "ceph_keyring",
+    "tls_cert",
+    "tls_key",
+    "ca_file",
+    "cluster_file",
+)
 
 
 @dataclass(frozen=True)
@@ -156,6 +172,11 @@ class NodeConfig:
     #: This node's CRUSH host (``--ceph-host``; None: the machine's short host name, as
     #: Ceph names OSD hosts). Clients prefer this node for keys whose primary OSD is there.
     ceph_host: str | None = None
+    # --- processes (docs/architecture.md, "Workers") ---
+    #: Processes serving the node's port: 1, the primary alone (the default); N > 1
+    #: starts N-1 workers that answer small reads themselves and send everything else
+    #: to the primary.
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if self.cache_bytes < 0:
@@ -190,6 +211,7 @@ class NodeConfig:
                 "network where every host is trusted"
             )
         self._check_tls()
+        self._check_workers()
         self.runtime_config()
         self.sandbox_limits()
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -237,6 +259,55 @@ class NodeConfig:
                 "them), listen on 127.0.0.1, or pass --insecure on a network where every host "
                 "and link is trusted"
             )
+
+    def _check_workers(self) -> None:
+        if type(self.workers) is not int or not 1 <= self.workers <= WORKERS_MAX:
+            raise ConfigError(
+                f"--workers must be a whole number from 1 to {WORKERS_MAX}, got {self.workers!r}"
+            )
+        if self.workers > 1 and self.store_spec().kind == "rados":
+            raise ConfigError(
+                "--workers applies to a local store only: a RADOS store's processes would "
+                "each need their own watch and cache; run more gateway nodes over the pool "
+                "instead (docs/ceph.md)"
+            )
+
+    def worker_admission(self) -> ServerLimits:
+        """A worker's share of :meth:`admission`: the connection cap and the handshake
+        cap divided among the node's processes, so the node as a whole holds what one
+        process would. (The primary keeps the whole cap: the connections its workers
+        open to it for their clients count there too.)"""
+        whole = self.admission()
+        share = -(-whole.connections_max // self.workers)
+        waiting = whole.unauthenticated
+        return replace(
+            whole,
+            connections_max=share,
+            unauthenticated=(
+                None if waiting is None else max(1, min(-(-waiting // self.workers), share - 1))
+            ),
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The settings as JSON values (a primary hands them to its workers)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = str(value) if isinstance(value, Path) else value
+        return out
+
+    @classmethod
+    def from_wire(cls, values: dict[str, Any]) -> NodeConfig:
+        """The settings :meth:`to_wire` gave (checked again, as any config is)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown setting(s) {', '.join(unknown)}")
+        out = dict(values)
+        for name in _PATH_FIELDS:
+            if out.get(name) is not None:
+                out[name] = Path(out[name])
+        return cls(**out)
 
     def runtime_config(self) -> RuntimeConfig:
         """The node run-time's settings (the decision log lives in the data folder)."""
@@ -318,17 +389,7 @@ class NodeConfig:
         values: dict[str, Any] = dict(table)
         if "listen" in values:
             values["host"], values["port"] = parse_address(str(values.pop("listen")))
-        for key in (
-            "data_dir",
-            "ready_file",
-            "key_file",
-            "ceph_conf",
-            "ceph_keyring",
-            "tls_cert",
-            "tls_key",
-            "ca_file",
-            "cluster_file",
-        ):
+        for key in _PATH_FIELDS:
             if values.get(key) is not None:
                 values[key] = Path(values[key])
         if "data_dir" not in values and "data_dir" not in overrides:

@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import uvloop
@@ -39,10 +39,12 @@ from shuttle.node.principal_store import (
     refresh_forever,
     register_principal_ops,
 )
+from shuttle.node.worker_pool import GenerationHook, WorkerPool
 from shuttle.objects.fs import node_services, recover_services
 from shuttle.objects.storage import StorageObject
 from shuttle.runtime.host import NodeRuntime
-from shuttle.store import StoreConfig
+from shuttle.store import ObjectStore, StoreConfig
+from shuttle.store.generations import ChangeGenerations
 from shuttle.store.interface import Store
 from shuttle.store.rados_locality import PrimaryLocator
 from shuttle.store.registry import open_store
@@ -101,6 +103,13 @@ async def serve(config: NodeConfig) -> None:
     # Callback promises: every change to an object breaks them first (docs/consistency.md).
     promises = PromiseTable(config.callback_term_s)
     register_callback_ops(registry, store, promises)
+    # Workers (docs/architecture.md, "Workers") read the store's files themselves: every
+    # change brackets its key's slot in the generations they check their reads by.
+    generations: ChangeGenerations | None = None
+    if config.workers > 1:
+        assert isinstance(store, ObjectStore)  # the config refuses workers on RADOS
+        generations = ChangeGenerations.create()
+        store.change_hook = GenerationHook(store.change_hook, generations)
     if config.store_spec().kind == "rados":  # gateways: where each key's primary OSD is
         from shuttle.store.rados import RadosStore
 
@@ -121,7 +130,23 @@ async def serve(config: NodeConfig) -> None:
         backend = backend_for(store, config.data_dir, rados)
         principals = PrincipalStore(PrincipalBook(key), backend)
         principals.book.replace(principals.load())
-        register_principal_ops(registry, principals, key)
+        if config.workers > 1 and principals.book.table.names():
+            raise ConfigError(
+                f"this node has {len(principals.book.table.names())} principal(s), and its "
+                'workers serve the cluster key only (docs/architecture.md, "Workers"): '
+                "start it with --workers 1, or remove the principals first"
+            )
+        register_principal_ops(
+            registry,
+            principals,
+            key,
+            refuse_principals=(
+                f"this node runs {config.workers} processes (--workers), whose workers "
+                "serve the cluster key only; restart it with --workers 1 to add principals"
+                if config.workers > 1
+                else None
+            ),
+        )
     # A node that missed a change of principals (down, cut off) takes the newest table
     # from its peers before it listens, and checks again at an interval.
     catch_up: PeerCatchUp | None = None
@@ -156,13 +181,14 @@ async def serve(config: NodeConfig) -> None:
         server.add_stats_source("principals", catch_up.stats)
     server.add_stats_source("cpu", lambda: {"factor": cpu.factor, **asdict(cpu.counters)})
     runtime: NodeRuntime | None = None
+    pool: WorkerPool | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         try:
-            host, port = await server.start(config.host, config.port)
+            host, port = await server.start(config.host, config.port, reuse_port=config.workers > 1)
         except OSError as exc:
             raise ConfigError(
                 f"cannot listen on {config.host}:{config.port} ({exc.strerror or exc}); "
@@ -170,7 +196,7 @@ async def serve(config: NodeConfig) -> None:
             ) from exc
         if not config.node_id:
             server.node_id = f"{host}:{port}"
-        if config.ready_file is not None:
+        if config.ready_file is not None and config.workers == 1:
             _write_ready_file(config.ready_file, host, port, server.node_id)
         runtime = NodeRuntime(
             server.node_id,
@@ -189,6 +215,22 @@ async def serve(config: NodeConfig) -> None:
         # Holders of promises from before a restart are called back (writes wait).
         recovering = loop.run_in_executor(None, recover_services, services)
         server.add_stats_source("runtime", runtime.stats)
+        if generations is not None:
+            assert isinstance(store, ObjectStore)
+            # After the run-time registered its operations: a worker serves those the
+            # primary lists when it starts.
+            private = await server.listen_private()
+            pool = WorkerPool(
+                replace(config, host=host, port=port),
+                server.node_id,
+                private,
+                generations,
+                store.lock_fd,
+            )
+            await pool.start()
+            server.add_stats_source("workers", pool.stats)
+            if config.ready_file is not None:
+                _write_ready_file(config.ready_file, host, port, server.node_id)
         if key is None:
             log.info("no cluster key: any client may read and write data; shipped code is refused")
         else:
@@ -229,11 +271,16 @@ async def serve(config: NodeConfig) -> None:
         if refresher is not None:
             refresher.cancel()
     finally:
+        if pool is not None:
+            # First: their clients' requests still need the primary to answer them.
+            await pool.stop()
         promises.close_all()  # long polls answer now: clients drop their promises and hang up
         await server.close()
         if runtime is not None:
             await runtime.close()
         store.close()
+        if generations is not None:
+            generations.close()
 
 
 async def _expire_uploads(store: Store) -> None:

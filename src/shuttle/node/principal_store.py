@@ -214,10 +214,15 @@ class PrincipalStore:
 
 
 def register_principal_ops(
-    registry: OperationRegistry, principals: PrincipalStore, cluster_key: bytes
+    registry: OperationRegistry,
+    principals: PrincipalStore,
+    cluster_key: bytes,
+    *,
+    refuse_principals: str | None = None,
 ) -> None:
     """Add ``principals.get``, ``principals.put`` and ``principal.key`` (cluster
-    operations, see the module docstring) to ``registry``."""
+    operations, see the module docstring) to ``registry``. ``refuse_principals``: why
+    this node takes no table that has principals (a node with workers), or None."""
     book = principals.book
 
     def get(args: dict[str, Any], payload: bytes) -> Any:
@@ -232,6 +237,8 @@ def register_principal_ops(
         except ConfigError as exc:
             raise InvalidArgumentError(str(exc)) from None
         expected = arg(args, "expected_epoch", int)
+        if refuse_principals is not None and table.names():
+            raise InvalidArgumentError(refuse_principals)
         loop = asyncio.get_running_loop()
         stored = await loop.run_in_executor(None, principals.put, table, expected)
         if stored.digest() != book.table.digest():

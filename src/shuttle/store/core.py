@@ -219,6 +219,12 @@ class StoreCore:
                 ) from exc
             raise
 
+    @property
+    def lock_fd(self) -> int:
+        """The descriptor holding the data directory's lock: a node's worker processes
+        inherit it, so no other store opens the directory while one of them lives."""
+        return self._lock_fd
+
     # --- lifecycle -------------------------------------------------------------------
 
     def _recover(self) -> RecoveryReport:

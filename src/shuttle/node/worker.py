@@ -1,0 +1,312 @@
+"""A worker process of a node started with ``--workers N`` (docs/architecture.md,
+"Workers").
+
+The primary (``shuttle serve``) owns the store and everything a node keeps in memory;
+it starts N-1 of these with ``python -m shuttle.node.worker``, giving each the
+node's configuration, the address of a private listener of its own, and the shared
+change generations (a descriptor, :mod:`shuttle.store.generations`). A worker listens
+on the node's port beside the primary (``SO_REUSEPORT``: the kernel hands each new
+connection to one of them), authenticates its clients with the node's key and TLS,
+and then, per request:
+
+* a small ``read`` it can check (:mod:`shuttle.node.worker_reads`) is answered here,
+  on the read lane, without the primary;
+* every other request, and a read it cannot check, is sent to the primary on a
+  connection of the primary's that belongs to this client connection alone, opened
+  with its first such request. So everything a connection owns at the primary
+  (callback sessions and their long polls, upload sessions, the run-time's calls) is
+  owned, kept and released exactly as if the client had connected to the primary:
+  when the client hangs up, its upstream connection is closed; when the primary
+  closes an upstream connection, the worker closes its client's.
+
+A worker dies with its primary (``PR_SET_PDEATHSIG``), and it holds the data
+directory's lock descriptor too, so a new primary cannot open the directory while a
+worker of the old one could still answer reads from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import uvloop
+
+from shuttle.errors import ConfigError, ShuttleError, UnreachableError
+from shuttle.net.aio import AsyncConnection
+from shuttle.net.auth import load_key_file
+from shuttle.net.memory import tune_allocator
+from shuttle.net.principals import anyone, reads
+from shuttle.net.registry import (
+    CONNECTION_ARG,
+    PRINCIPAL_ARG,
+    Mode,
+    OperationRegistry,
+    Reply,
+)
+from shuttle.net.server import RpcServer
+from shuttle.net.tls import ClientTls, ServerTls
+from shuttle.node.config import NodeConfig
+from shuttle.node.worker_reads import WorkerReads
+from shuttle.store.generations import ChangeGenerations
+
+log = logging.getLogger("shuttle.node")
+
+#: What a worker says on its standard output once it listens (its primary waits for it).
+READY_LINE = "ready"
+#: Operations every server answers itself (``RpcServer``'s system operations).
+SYSTEM_OPS = frozenset({"ping", "node.ops", "node.stats"})
+#: How long a request sent on to the primary may take. The client's own timeout is
+#: what bounds a call; this only frees the worker's task if the primary never answers
+#: (a shipped object's call may run for minutes, up to the sandbox's wall limit).
+UPSTREAM_REQUEST_TIMEOUT_S = 3600.0
+#: Threads of a worker's pool: it runs no handler there, only the disconnect hooks.
+WORKER_EXECUTOR_THREADS = 1
+#: ``prctl`` option: the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent (the primary) dies, however it dies: a
+    worker must never answer reads from files a later primary changes."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # it died before the call: nobody would signal us
+        os._exit(1)
+
+
+class Upstreams:
+    """Each client connection's own connection to the primary (see the module)."""
+
+    def __init__(
+        self,
+        server: RpcServer,
+        host: str,
+        port: int,
+        key: bytes | None,
+        tls: ClientTls | None,
+    ) -> None:
+        self.server = server
+        self.host, self.port = host, port
+        self.key = key
+        self.tls = tls
+        self._by_connection: dict[int, AsyncConnection] = {}
+        #: Requests sent on to the primary.
+        self.forwarded = 0
+
+    def connection(self) -> AsyncConnection:
+        """A new connection to the primary (not opened yet)."""
+        return AsyncConnection(
+            self.host,
+            self.port,
+            key=self.key,
+            tls=self.tls,
+            verify=False,  # the primary's private listener: its key proof is checked
+            client_name="shuttle-worker",
+            request_timeout_s=UPSTREAM_REQUEST_TIMEOUT_S,
+        )
+
+    async def forward(self, name: str, args: dict[str, Any], payload: bytes) -> Reply:
+        """Send request ``name`` to the primary on this client connection's upstream."""
+        number = args.pop(CONNECTION_ARG)
+        args.pop(PRINCIPAL_ARG, None)
+        up = self._by_connection.get(number)
+        if up is None:
+            up = self._by_connection[number] = self.connection()
+        elif up.counters.connects and not up.connected:
+            # The primary closed this connection's upstream: what the client had
+            # there (its callback session, its uploads) is gone, so its connection
+            # goes too, as it would have had it connected to the primary.
+            self._lost(number)
+        self.forwarded += 1
+        try:
+            response = await up.call(name, args, payload)
+        except UnreachableError:
+            self._lost(number)
+            raise
+        return Reply(response.result, response.payload)
+
+    def _lost(self, number: int) -> None:
+        self.server.close_connection(number, "the node's primary process closed the connection")
+        raise UnreachableError(
+            "the node's primary process closed this connection's session; reconnect"
+        )
+
+    def owned(self, number: int) -> int:
+        """1 while ``number`` has an upstream: the primary decides when that one idles."""
+        return 1 if number in self._by_connection else 0
+
+    def disconnected(self, number: int) -> None:
+        """Client connection ``number`` closed (in a pool thread): close its upstream."""
+        up = self._by_connection.pop(number, None)
+        if up is not None:
+            loop = self._loop
+            loop.call_soon_threadsafe(lambda: loop.create_task(up.close()))
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    async def close(self) -> None:
+        ups, self._by_connection = self._by_connection, {}
+        for up in ups.values():
+            await up.close()
+
+
+def register_worker_ops(
+    registry: OperationRegistry,
+    ops: list[dict[str, Any]],
+    upstreams: Upstreams,
+    worker_reads: WorkerReads,
+) -> None:
+    """Every operation the primary serves (``ops``, its ``node.ops``), sent on to it,
+    but ``read``, answered here when it can be (see the module)."""
+    for op in ops:
+        name = op["name"]
+        if name in SYSTEM_OPS or name == "read":
+            continue
+
+        def forward(args: dict[str, Any], payload: bytes, _name: str = name) -> Any:
+            return upstreams.forward(_name, args, payload)
+
+        # No guards here: a worker serves the cluster key only (principals: see
+        # docs/architecture.md, "Workers"); the primary checks everything again.
+        registry.add(
+            name, forward, Mode.ASYNC, op.get("doc", ""), per_connection=True, guard=anyone
+        )
+
+    lane = worker_reads.read
+
+    def read_here(args: dict[str, Any], payload: bytes) -> Reply | None:
+        key, offset, length = args.get("key"), args.get("offset", 0), args.get("length")
+        version = args.get("expected_version")
+        if (
+            type(key) is str
+            and type(offset) is int
+            and type(length) is int
+            and (version is None or type(version) is int)
+        ):
+            data = lane(key, offset, length, version)
+            if data is not None:
+                return Reply(None, data)
+        return None
+
+    def read(args: dict[str, Any], payload: bytes) -> Any:
+        """Bytes [offset, offset+length) of an object: here when this worker can check
+        them, else from the primary."""
+        return upstreams.forward("read", args, payload)
+
+    registry.add(
+        "read",
+        read,
+        Mode.ASYNC,
+        inline_try=read_here,
+        read_lane=lane,
+        per_connection=True,
+        guard=reads(),
+    )
+    registry.on_disconnect(upstreams.disconnected, owned=upstreams.owned)
+
+
+async def serve_worker(
+    config: NodeConfig, index: int, node_id: str, primary: tuple[str, int], generations_fd: int
+) -> None:
+    """Serve as worker ``index`` of the node until SIGTERM or SIGINT."""
+    key = load_key_file(config.key_file) if config.key_file is not None else None
+    server_tls: ServerTls | None = None
+    peer_tls: ClientTls | None = None
+    if config.tls_enabled:
+        assert config.tls_cert is not None and config.tls_key is not None
+        server_tls = ServerTls(config.tls_cert, config.tls_key)
+        peer_tls = ClientTls(config.ca_file)
+    generations = ChangeGenerations(generations_fd, writer=False)
+    registry = OperationRegistry()
+    server = RpcServer(
+        registry,
+        node_id,
+        executor_threads=WORKER_EXECUTOR_THREADS,
+        key=key,
+        admission=config.worker_admission(),
+        tls=server_tls,
+    )
+    upstreams = Upstreams(server, primary[0], primary[1], key, peer_tls)
+    upstreams.bind(asyncio.get_running_loop())
+    control = upstreams.connection()  # the worker's own: learning, the list of operations
+
+    async def stat(key_: str) -> dict[str, Any]:
+        response = await control.call("stat", {"key": key_, "chunks_max": 0}, idempotent=True)
+        result: dict[str, Any] = response.result
+        return result
+
+    worker_reads = WorkerReads(str(config.data_dir), generations, stat)
+    try:
+        ops = (await control.call("node.ops", idempotent=True)).result
+        register_worker_ops(registry, ops, upstreams, worker_reads)
+        server.add_stats_source(
+            "worker",
+            lambda: {
+                "index": index,
+                "pid": os.getpid(),
+                "forwarded": upstreams.forwarded,
+                "reads": worker_reads.stats(),
+            },
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        # The node's port: the primary's (with --listen HOST:0 the kernel chose it, and
+        # the primary passed it on in the configuration).
+        await server.start(config.host, config.port, reuse_port=True)
+        print(READY_LINE, flush=True)
+        await stop.wait()
+    finally:
+        await server.close()
+        await upstreams.close()
+        await control.close()
+        worker_reads.close()
+        generations.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m shuttle.node.worker``: started by a primary, never by hand."""
+    parser = argparse.ArgumentParser(
+        prog="shuttle.node.worker",
+        description="A worker process of a Shuttle node (started by `shuttle serve "
+        "--workers N`; not a command to run by hand).",
+    )
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--node-id", required=True)
+    parser.add_argument("--primary", required=True, help="HOST:PORT of the primary's listener")
+    parser.add_argument("--generations-fd", type=int, required=True)
+    parser.add_argument("--parent", type=int, required=True)
+    parser.add_argument("--config", required=True, help="the node's configuration, JSON")
+    ns = parser.parse_args(argv)
+    _die_with_parent(ns.parent)
+    try:
+        config = NodeConfig.from_wire(json.loads(ns.config))
+    except (ConfigError, ValueError) as exc:
+        print(f"worker: bad configuration from the primary: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    tune_allocator()
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format=f"%(asctime)s %(levelname)s node[{config.name}] worker {ns.index} %(message)s",
+        stream=sys.stderr,
+    )
+    host, _, port = ns.primary.rpartition(":")
+    try:
+        uvloop.run(serve_worker(config, ns.index, ns.node_id, (host, int(port)), ns.generations_fd))
+    except ShuttleError as exc:
+        log.error("worker %d stopped: %s", ns.index, exc)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

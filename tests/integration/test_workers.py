@@ -1,0 +1,217 @@
+"""A node of two processes (``shuttle serve --workers 2``) keeps every guarantee of one:
+a write through either process is seen through the other, breaks the callback
+promises held through the other and waits for their acks, a session ends with its
+connection wherever it landed, and a SIGKILL of the primary takes its worker with it
+and loses nothing acknowledged."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shuttle.errors import InvalidArgumentError, NotFoundError
+from shuttle.net.auth import write_key_file
+from shuttle.net.blocking import BlockingConnection
+from shuttle.net.principals import Caps, Principal, PrincipalTable
+from tests.integration.nodeproc import NodeProcess
+
+#: New connections tried before giving up on landing one on a given process (the
+#: kernel picks by a hash of the client's port: each try is a coin toss).
+TRIES_MAX = 200
+#: How long a condition the node reaches on its own may take on a loaded machine.
+DEADLINE_S = 20.0
+
+
+@pytest.fixture
+def node2(tmp_path: Path) -> Iterator[NodeProcess]:
+    """A node of two processes; stopped with SIGTERM after the test, which must stop
+    both (the primary's exit status 0, the worker gone)."""
+    proc = NodeProcess(tmp_path / "node", extra=["--workers", "2"]).start()
+    conn = BlockingConnection("127.0.0.1", proc.port)
+    pids = conn.call("node.stats").result.get("workers", {}).get("pids", [])
+    conn.close()
+    yield proc
+    if proc.proc is not None and proc.proc.poll() is not None:
+        return  # the test killed it
+    status = proc.terminate()
+    assert status == 0, f"node exited with {status}; log:\n{proc.log.read_text()[-3000:]}"
+    for pid in pids:
+        _until(lambda p=pid: _gone(p), f"process {pid} of the node stopped")
+
+
+def _process_of(conn: BlockingConnection) -> int:
+    """0: the connection landed on the primary; i: on worker i."""
+    stats = conn.call("node.stats").result
+    return int(stats["worker"]["index"]) if "worker" in stats else 0
+
+
+def _connect_to(node: NodeProcess, process: int) -> BlockingConnection:
+    """A connection that the kernel handed to ``process`` of the node."""
+    for _ in range(TRIES_MAX):
+        conn = BlockingConnection("127.0.0.1", node.port, request_timeout_s=30)
+        if _process_of(conn) == process:
+            return conn
+        conn.close()
+    raise AssertionError(f"no connection landed on process {process} in {TRIES_MAX} tries")
+
+
+@pytest.fixture
+def both(node2: NodeProcess) -> Iterator[tuple[BlockingConnection, BlockingConnection]]:
+    """(a connection to the primary, one to the worker)."""
+    primary, worker = _connect_to(node2, 0), _connect_to(node2, 1)
+    yield primary, worker
+    primary.close()
+    worker.close()
+
+
+def _read(conn: BlockingConnection, key: str) -> bytes:
+    return bytes(conn.call("read", {"key": key, "offset": 0, "length": 1 << 16}).payload)
+
+
+def _served_by_worker(conn: BlockingConnection) -> int:
+    return int(conn.call("node.stats").result["worker"]["reads"]["served"])
+
+
+def _until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {DEADLINE_S:g} s: {what}")
+        time.sleep(0.01)
+
+
+def test_every_write_through_either_process_is_seen_through_the_other(
+    both: tuple[BlockingConnection, BlockingConnection],
+) -> None:
+    primary, worker = both
+    primary.call("put", {"key": "k"}, b"one" * 1000)
+    # The worker learns the object from the primary, then answers reads itself.
+    _until(
+        lambda: _read(worker, "k") == b"one" * 1000 and _served_by_worker(worker) > 0,
+        "the worker answers reads of k itself",
+    )
+    served = _served_by_worker(worker)
+    primary.call("put", {"key": "k"}, b"uno" * 1000)  # as long: only the bytes differ
+    assert _read(worker, "k") == b"uno" * 1000
+    primary.call("put", {"key": "k"}, b"uno" * 1000 + b"!")  # a byte longer
+    assert _read(worker, "k") == b"uno" * 1000 + b"!"
+    primary.call("remove", {"key": "k"})
+    primary.call("put", {"key": "k"}, b"eins" * 750 + b"!")  # a new file, as long
+    assert _read(worker, "k") == b"eins" * 750 + b"!"
+    primary.call("put", {"key": "k"}, b"two" * 10)  # shorter
+    assert _read(worker, "k") == b"two" * 10
+    primary.call("write", {"key": "k", "offset": 0}, b"TWO")  # in place
+    assert _read(worker, "k") == b"TWOtwo" + b"two" * 8
+    worker.call("put", {"key": "k"}, b"three")  # through the worker, to the primary
+    assert _read(worker, "k") == b"three"
+    assert _read(primary, "k") == b"three"
+    _until(
+        lambda: _read(worker, "k") == b"three" and _served_by_worker(worker) > served,
+        "the worker answers the new contents itself",
+    )
+    primary.call("remove", {"key": "k"})
+    with pytest.raises(NotFoundError):
+        _read(worker, "k")
+
+
+def _wait_breaks(conn: BlockingConnection, session: str, into: list[Any]) -> None:
+    into.append(conn.call("callback.wait", {"session": session, "ack": 0, "timeout_s": 15}).result)
+
+
+@pytest.mark.parametrize("holder_on", ["worker", "primary"])
+def test_a_write_through_one_process_breaks_the_promises_held_through_the_other(
+    both: tuple[BlockingConnection, BlockingConnection], holder_on: str
+) -> None:
+    primary, worker = both
+    holder, writer = (worker, primary) if holder_on == "worker" else (primary, worker)
+    writer.call("put", {"key": "k"}, b"v1")
+    session = holder.call("callback.open").result["session"]
+    grant = holder.call("callback.promise", {"key": "k", "session": session}).result
+    assert grant["promise"] is not None
+    done: list[Any] = []
+    put = threading.Thread(
+        target=lambda: done.append(writer.call("put", {"key": "k"}, b"v2").result), daemon=True
+    )
+    put.start()
+    breaks: list[Any] = []
+    _wait_breaks(holder, session, breaks)  # the long poll delivers the break
+    assert [b[0] for b in breaks[0]["breaks"]] == ["k"]
+    assert not done  # the write waits for the holder's ack
+    holder.call("callback.wait", {"session": session, "ack": breaks[0]["seq"], "timeout_s": 0})
+    put.join(DEADLINE_S)
+    assert done, "the write did not complete after the ack"
+    assert _read(worker, "k") == b"v2" and _read(primary, "k") == b"v2"
+
+
+def test_a_session_opened_through_the_worker_ends_with_its_connection(
+    node2: NodeProcess, both: tuple[BlockingConnection, BlockingConnection]
+) -> None:
+    primary, _ = both
+    primary.call("put", {"key": "k"}, b"v1")
+    holder = _connect_to(node2, 1)
+    session = holder.call("callback.open").result["session"]
+    holder.call("callback.promise", {"key": "k", "session": session})
+
+    def sessions_open() -> int:
+        c = primary.call("node.stats").result["callbacks"]
+        return int(c["sessions_opened"] - c["sessions_closed"])
+
+    assert sessions_open() == 1
+    holder.close()  # the client goes away: its session at the primary ends too
+    _until(lambda: sessions_open() == 0, "the session ended with its connection")
+    primary.call("put", {"key": "k"}, b"v2")  # nobody to wait for
+    assert _read(primary, "k") == b"v2"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_a_sigkill_of_the_primary_takes_its_worker_and_loses_nothing(
+    node2: NodeProcess,
+) -> None:
+    worker = _connect_to(node2, 1)
+    pids = worker.call("node.stats").result["worker"]
+    for i in range(20):  # acknowledged through the worker
+        worker.call("put", {"key": f"k{i}"}, b"%d" % i * 100)
+    worker.close()
+    node2.kill()
+    _until(lambda: _gone(pids["pid"]), "the worker died with its primary")
+    node2.start()  # the same data directory: the old worker no longer holds its lock
+    again = _connect_to(node2, 1)
+    try:
+        for i in range(20):
+            assert _read(again, f"k{i}") == b"%d" % i * 100
+    finally:
+        again.close()
+
+
+def test_a_node_with_workers_refuses_principals(tmp_path: Path) -> None:
+    key = write_key_file(tmp_path / "cluster.key")
+    node = NodeProcess(
+        tmp_path / "node", extra=["--workers", "2", "--key-file", str(tmp_path / "cluster.key")]
+    ).start()
+    try:
+        conn = BlockingConnection("127.0.0.1", node.port, key=key)
+        try:
+            table = PrincipalTable.from_wire(conn.call("principals.get").result["table"], "test")
+            alice = Principal("alice", Caps.of(read=["a/"]), os.urandom(16), 0)
+            with pytest.raises(InvalidArgumentError, match="--workers 1 to add principals"):
+                conn.call(
+                    "principals.put",
+                    {"table": table.with_principal(alice).to_wire(), "expected_epoch": table.epoch},
+                )
+        finally:
+            conn.close()
+    finally:
+        node.terminate()
