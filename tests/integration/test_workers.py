@@ -15,10 +15,15 @@ from typing import Any
 
 import pytest
 
-from shuttle.errors import InvalidArgumentError, NotFoundError
+from shuttle.errors import (
+    AuthenticationError,
+    NotFoundError,
+    NotPermittedError,
+    UnreachableError,
+)
 from shuttle.net.auth import write_key_file
 from shuttle.net.blocking import BlockingConnection
-from shuttle.net.principals import Caps, Principal, PrincipalTable
+from shuttle.net.principals import Caps, Principal, PrincipalTable, derive_key
 from tests.integration.nodeproc import NodeProcess
 
 #: New connections tried before giving up on landing one on a given process (the
@@ -28,11 +33,10 @@ TRIES_MAX = 200
 DEADLINE_S = 20.0
 
 
-@pytest.fixture
-def node2(tmp_path: Path) -> Iterator[NodeProcess]:
+def _two_process_node(data_dir: Path) -> Iterator[NodeProcess]:
     """A node of two processes; stopped with SIGTERM after the test, which must stop
     both (the primary's exit status 0, the worker gone)."""
-    proc = NodeProcess(tmp_path / "node", extra=["--workers", "2"]).start()
+    proc = NodeProcess(data_dir, extra=["--workers", "2"]).start()
     conn = BlockingConnection("127.0.0.1", proc.port)
     pids = conn.call("node.stats").result.get("workers", {}).get("pids", [])
     conn.close()
@@ -47,8 +51,7 @@ def node2(tmp_path: Path) -> Iterator[NodeProcess]:
 
 def _process_of(conn: BlockingConnection) -> int:
     """0: the connection landed on the primary; i: on worker i."""
-    stats = conn.call("node.stats").result
-    return int(stats["worker"]["index"]) if "worker" in stats else 0
+    return int(conn.call("ping").result.get("worker", 0))
 
 
 def _connect_to(node: NodeProcess, process: int) -> BlockingConnection:
@@ -61,10 +64,22 @@ def _connect_to(node: NodeProcess, process: int) -> BlockingConnection:
     raise AssertionError(f"no connection landed on process {process} in {TRIES_MAX} tries")
 
 
+@pytest.fixture(scope="module")
+def shared2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    """One two-process node for the tests that leave it running (each its own keys)."""
+    yield from _two_process_node(tmp_path_factory.mktemp("workers") / "node")
+
+
 @pytest.fixture
-def both(node2: NodeProcess) -> Iterator[tuple[BlockingConnection, BlockingConnection]]:
+def node2(tmp_path: Path) -> Iterator[NodeProcess]:
+    """A two-process node of the test's own (one it kills)."""
+    yield from _two_process_node(tmp_path / "node")
+
+
+@pytest.fixture
+def both(shared2: NodeProcess) -> Iterator[tuple[BlockingConnection, BlockingConnection]]:
     """(a connection to the primary, one to the worker)."""
-    primary, worker = _connect_to(node2, 0), _connect_to(node2, 1)
+    primary, worker = _connect_to(shared2, 0), _connect_to(shared2, 1)
     yield primary, worker
     primary.close()
     worker.close()
@@ -147,21 +162,23 @@ def test_a_write_through_one_process_breaks_the_promises_held_through_the_other(
     put.join(DEADLINE_S)
     assert done, "the write did not complete after the ack"
     assert _read(worker, "k") == b"v2" and _read(primary, "k") == b"v2"
+    assert holder.call("callback.close", {"session": session}).result == {"closed": True}
 
 
 def test_a_session_opened_through_the_worker_ends_with_its_connection(
-    node2: NodeProcess, both: tuple[BlockingConnection, BlockingConnection]
+    shared2: NodeProcess, both: tuple[BlockingConnection, BlockingConnection]
 ) -> None:
     primary, _ = both
-    primary.call("put", {"key": "k"}, b"v1")
-    holder = _connect_to(node2, 1)
-    session = holder.call("callback.open").result["session"]
-    holder.call("callback.promise", {"key": "k", "session": session})
 
     def sessions_open() -> int:
         c = primary.call("node.stats").result["callbacks"]
         return int(c["sessions_opened"] - c["sessions_closed"])
 
+    _until(lambda: sessions_open() == 0, "no session is left from an earlier test")
+    primary.call("put", {"key": "k"}, b"v1")
+    holder = _connect_to(shared2, 1)
+    session = holder.call("callback.open").result["session"]
+    holder.call("callback.promise", {"key": "k", "session": session})
     assert sessions_open() == 1
     holder.close()  # the client goes away: its session at the primary ends too
     _until(lambda: sessions_open() == 0, "the session ended with its connection")
@@ -196,22 +213,67 @@ def test_a_sigkill_of_the_primary_takes_its_worker_and_loses_nothing(
         again.close()
 
 
-def test_a_node_with_workers_refuses_principals(tmp_path: Path) -> None:
+def _connect_as(node: NodeProcess, process: int, key: bytes, principal: str) -> Any:
+    """A connection as ``principal`` that the kernel handed to ``process`` (``ping``,
+    which any principal may call, says which process answers)."""
+    for _ in range(TRIES_MAX):
+        conn = BlockingConnection("127.0.0.1", node.port, key=key, principal=principal)
+        if conn.call("ping").result.get("worker", 0) == process:
+            return conn
+        conn.close()
+    raise AssertionError(f"no connection landed on process {process} in {TRIES_MAX} tries")
+
+
+def test_principals_act_through_a_worker_within_their_caps_until_removed(
+    tmp_path: Path,
+) -> None:
     key = write_key_file(tmp_path / "cluster.key")
     node = NodeProcess(
         tmp_path / "node", extra=["--workers", "2", "--key-file", str(tmp_path / "cluster.key")]
     ).start()
     try:
+        admin = BlockingConnection("127.0.0.1", node.port, key=key)
+        admin.call("put", {"key": "a/x"}, b"for alice")
+        admin.call("put", {"key": "b/x"}, b"not for alice")
+        table = PrincipalTable.from_wire(admin.call("principals.get").result["table"], "test")
+        alice = Principal("alice", Caps.of(read=["a/"]), os.urandom(16), 0)
+        added = table.with_principal(alice)
+        admin.call("principals.put", {"table": added.to_wire(), "expected_epoch": table.epoch})
+        alice_key = derive_key(key, alice)
+        conn = _connect_as(node, 1, alice_key, "alice")  # on the worker
+        _until(
+            lambda: _read(conn, "a/x") == b"for alice" and _worker_served(node, key) > 0,
+            "the worker answers alice's reads itself",
+        )
+        with pytest.raises(NotPermittedError):
+            _read(conn, "b/x")  # refused by the worker's own check
+        with pytest.raises(NotPermittedError):
+            conn.call("put", {"key": "a/y"}, b"no")  # refused by the primary, as alice
+        # Removed: when the change returns, the worker has dropped alice too.
+        admin.call(
+            "principals.put",
+            {"table": added.without("alice").to_wire(), "expected_epoch": added.epoch},
+        )
+        with pytest.raises((AuthenticationError, UnreachableError)):
+            conn.call("read", {"key": "a/x", "offset": 0, "length": 9}, idempotent=False)
+        conn.close()
+        for _ in range(20):  # whichever process takes it refuses it
+            again = BlockingConnection("127.0.0.1", node.port, key=alice_key, principal="alice")
+            with pytest.raises(AuthenticationError, match="knows no principal 'alice'"):
+                again.call("ping")
+            again.close()
+        admin.close()
+    finally:
+        assert node.terminate() == 0
+
+
+def _worker_served(node: NodeProcess, key: bytes) -> int:
+    for _ in range(TRIES_MAX):
         conn = BlockingConnection("127.0.0.1", node.port, key=key)
         try:
-            table = PrincipalTable.from_wire(conn.call("principals.get").result["table"], "test")
-            alice = Principal("alice", Caps.of(read=["a/"]), os.urandom(16), 0)
-            with pytest.raises(InvalidArgumentError, match="--workers 1 to add principals"):
-                conn.call(
-                    "principals.put",
-                    {"table": table.with_principal(alice).to_wire(), "expected_epoch": table.epoch},
-                )
+            stats = conn.call("node.stats").result
         finally:
             conn.close()
-    finally:
-        node.terminate()
+        if "worker" in stats:
+            return int(stats["worker"]["reads"]["served"])
+    raise AssertionError("no connection landed on the worker")

@@ -326,7 +326,17 @@ def _netrand_workers(
         f"{report['placement']['clients_cpu']}, {pages} warm pages each per pass, "
         f"{rounds} rounds"
     )
-    for col in ("processes", "pages/s (median)", "p50 µs", "p99 µs", "node cores", "client cores"):
+    for col in (
+        "processes",
+        "pages/s (median)",
+        "p50 µs",
+        "p99 µs",
+        "node cores",
+        "client cores",
+        "node CPU µs/page",
+        "client CPU µs/page",
+        "machine busy",
+    ):
         table.add_column(col, justify="right")
     for count, rep in report["by_workers"].items():
         table.add_row(
@@ -336,6 +346,9 @@ def _netrand_workers(
             f"{rep['p99_us_median']:.1f}",
             f"{rep['node_cores_median']:.2f}",
             f"{rep['client_cores_median']:.2f}",
+            f"{rep['node_cpu_us_per_page_median']:.1f}",
+            f"{rep['client_cpu_us_per_page_median']:.1f}",
+            f"{rep['cpu_busy_median']:.0%}",
         )
     console.print(table)
     for name, ratio in report["ratios"].items():

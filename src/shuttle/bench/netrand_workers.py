@@ -237,7 +237,7 @@ def _plan(config: WorkersConfig, client: int, half: int) -> list[list[int]]:
 def _pass(fleet: _Fleet) -> dict[str, Any]:
     """One pass of a fleet's clients, with where the CPU went meanwhile."""
     client_pids = [p.pid for p in fleet.procs]
-    node0 = sum(cpu_seconds(p) for p in fleet.node_pids)
+    node0 = [cpu_seconds(p) for p in fleet.node_pids]
     clients0 = sum(cpu_seconds(p) for p in client_pids)
     busy0 = cpu_busy()
     t0 = time.perf_counter()
@@ -245,10 +245,16 @@ def _pass(fleet: _Fleet) -> dict[str, Any]:
     fleet.barrier.wait(PASS_TIMEOUT_S)  # all done
     wall = time.perf_counter() - t0
     busy1 = cpu_busy()
+    node_s = [cpu_seconds(p) - before for p, before in zip(fleet.node_pids, node0, strict=True)]
+    client_s = sum(cpu_seconds(p) for p in client_pids) - clients0
     return {
         "wall_s": wall,
-        "node_cores": (sum(cpu_seconds(p) for p in fleet.node_pids) - node0) / wall,
-        "client_cores": (sum(cpu_seconds(p) for p in client_pids) - clients0) / wall,
+        "node_cores": sum(node_s) / wall,
+        # Per process of the node (the primary first): how the load was shared.
+        "node_cores_by_process": [round(s / wall, 3) for s in node_s],
+        "client_cores": client_s / wall,
+        "node_cpu_s": sum(node_s),
+        "client_cpu_s": client_s,
         "cpu_busy": {
             str(c): round((busy1[c][0] - busy0[c][0]) / max(1, busy1[c][1] - busy0[c][1]), 3)
             for c in busy1
@@ -297,6 +303,11 @@ def _report(
             )
         rates[count] = [p["pages_per_s"] for p in passes]
         prof = profiles[count]
+        for one, summary in zip(prof, passes, strict=True):
+            # CPU per page: what decides throughput once the CPUs are the limit, and
+            # steadier than pages/s when others load the machine.
+            one["node_cpu_us_per_page"] = one["node_cpu_s"] * 1e6 / summary["requests"]
+            one["client_cpu_us_per_page"] = one["client_cpu_s"] * 1e6 / summary["requests"]
         by_count[str(count)] = {
             "pages_per_s": rates[count],
             "pages_per_s_median": statistics.median(rates[count]),
@@ -304,6 +315,15 @@ def _report(
             "p99_us_median": statistics.median(p["p99_us"] for p in passes),
             "node_cores_median": statistics.median(p["node_cores"] for p in prof),
             "client_cores_median": statistics.median(p["client_cores"] for p in prof),
+            "node_cpu_us_per_page_median": statistics.median(
+                p["node_cpu_us_per_page"] for p in prof
+            ),
+            "client_cpu_us_per_page_median": statistics.median(
+                p["client_cpu_us_per_page"] for p in prof
+            ),
+            "cpu_busy_median": statistics.median(
+                statistics.fmean(p["cpu_busy"].values()) for p in prof
+            ),
             "profile": prof,
         }
     anchor = config.workers[0]

@@ -127,6 +127,9 @@ class RpcServer:
         #: The certificate every connection's TLS presents, or None (plain TCP).
         self.tls = tls
         self.counters = ServerCounters()
+        #: Which worker process of its node this server is (0: the primary, or the
+        #: node's only process; ``shuttle serve --workers``).
+        self.worker_index = 0
         self.cpu_account = cpu_account
         #: The account to enter around protocol work, or None when it would do nothing
         #: (a full-speed node): two clock reads and a generator per request saved.
@@ -188,8 +191,12 @@ class RpcServer:
         reg = self.registry
 
         def ping(args: dict[str, Any], payload: bytes) -> Reply:
-            """Answer at once, echoing the payload (liveness and round-trip probe)."""
-            return Reply({"node": self.node_id, "time": time.time()}, payload)
+            """Answer at once, echoing the payload (liveness and round-trip probe); a
+            worker process of a node says which (``worker``: its index)."""
+            out: dict[str, Any] = {"node": self.node_id, "time": time.time()}
+            if self.worker_index:
+                out["worker"] = self.worker_index
+            return Reply(out, payload)
 
         def node_ops(args: dict[str, Any], payload: bytes) -> Any:
             """The operations this node serves, with their modes and descriptions."""

@@ -304,8 +304,9 @@ def serve(
             help="Processes serving the node's port (default 1). With N > 1, N-1 worker "
             "processes share the port (SO_REUSEPORT) and answer small reads of the files "
             "themselves, checked against the primary's changes; everything else goes to "
-            "the primary process, which owns the store. Workers serve the cluster key only "
-            '(no principals) and a local store only. See docs/architecture.md, "Workers".',
+            "the primary process, which owns the store. A local store only. See "
+            'docs/architecture.md, "Workers", and benchmarks/README.md for what a second '
+            "process gives on this machine.",
         ),
     ] = None,
     config: Annotated[

@@ -39,7 +39,7 @@ from shuttle.node.principal_store import (
     refresh_forever,
     register_principal_ops,
 )
-from shuttle.node.worker_pool import GenerationHook, WorkerPool
+from shuttle.node.worker_pool import GenerationHook, PrincipalRelay, WorkerPool
 from shuttle.objects.fs import node_services, recover_services
 from shuttle.objects.storage import StorageObject
 from shuttle.runtime.host import NodeRuntime
@@ -125,27 +125,22 @@ async def serve(config: NodeConfig) -> None:
     # Principals (a node with a cluster key only: their keys derive from it). A stored
     # table that cannot be read stops the node here, before it serves anyone.
     principals: PrincipalStore | None = None
+    relay: PrincipalRelay | None = None
     rados = config.store_spec().kind == "rados"
     if key is not None:
         backend = backend_for(store, config.data_dir, rados)
         principals = PrincipalStore(PrincipalBook(key), backend)
         principals.book.replace(principals.load())
-        if config.workers > 1 and principals.book.table.names():
-            raise ConfigError(
-                f"this node has {len(principals.book.table.names())} principal(s), and its "
-                'workers serve the cluster key only (docs/architecture.md, "Workers"): '
-                "start it with --workers 1, or remove the principals first"
-            )
+        # A node with workers hands its table to them, and a change answers only once
+        # every worker installed it (docs/architecture.md, "Workers").
+        relay = PrincipalRelay(principals.book) if config.workers > 1 else None
+        if relay is not None:
+            relay.register(registry)
         register_principal_ops(
             registry,
             principals,
             key,
-            refuse_principals=(
-                f"this node runs {config.workers} processes (--workers), whose workers "
-                "serve the cluster key only; restart it with --workers 1 to add principals"
-                if config.workers > 1
-                else None
-            ),
+            after_install=relay.settle if relay is not None else None,
         )
     # A node that missed a change of principals (down, cut off) takes the newest table
     # from its peers before it listens, and checks again at an interval.
@@ -227,6 +222,8 @@ async def serve(config: NodeConfig) -> None:
                 generations,
                 store.lock_fd,
             )
+            if relay is not None:
+                relay.pool = pool
             await pool.start()
             server.add_stats_source("workers", pool.stats)
             if config.ready_file is not None:

@@ -30,6 +30,7 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -218,11 +219,12 @@ def register_principal_ops(
     principals: PrincipalStore,
     cluster_key: bytes,
     *,
-    refuse_principals: str | None = None,
+    after_install: Callable[[PrincipalTable], Awaitable[None]] | None = None,
 ) -> None:
     """Add ``principals.get``, ``principals.put`` and ``principal.key`` (cluster
-    operations, see the module docstring) to ``registry``. ``refuse_principals``: why
-    this node takes no table that has principals (a node with workers), or None."""
+    operations, see the module docstring) to ``registry``. ``after_install``: awaited
+    after a new table is installed, before ``principals.put`` answers (a node with
+    workers: until every worker installed it too)."""
     book = principals.book
 
     def get(args: dict[str, Any], payload: bytes) -> Any:
@@ -237,13 +239,13 @@ def register_principal_ops(
         except ConfigError as exc:
             raise InvalidArgumentError(str(exc)) from None
         expected = arg(args, "expected_epoch", int)
-        if refuse_principals is not None and table.names():
-            raise InvalidArgumentError(refuse_principals)
         loop = asyncio.get_running_loop()
         stored = await loop.run_in_executor(None, principals.put, table, expected)
         if stored.digest() != book.table.digest():
             book.replace(stored)  # on the loop: it closes connections of removed ones
             log.info("principals: epoch %d (%d principals)", stored.epoch, len(stored.names()))
+            if after_install is not None:
+                await after_install(stored)
         return {"epoch": stored.epoch, "digest": stored.digest()}
 
     def key(args: dict[str, Any], payload: bytes) -> Any:

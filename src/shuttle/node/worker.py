@@ -6,14 +6,16 @@ it starts N-1 of these with ``python -m shuttle.node.worker``, giving each the
 node's configuration, the address of a private listener of its own, and the shared
 change generations (a descriptor, :mod:`shuttle.store.generations`). A worker listens
 on the node's port beside the primary (``SO_REUSEPORT``: the kernel hands each new
-connection to one of them), authenticates its clients with the node's key and TLS,
-and then, per request:
+connection to one of them), authenticates its clients with the node's key, its
+principals (the primary's table, which a change installs in every worker before it
+is answered: :func:`follow_principals`) and TLS, and then, per request:
 
 * a small ``read`` it can check (:mod:`shuttle.node.worker_reads`) is answered here,
   on the read lane, without the primary;
 * every other request, and a read it cannot check, is sent to the primary on a
   connection of the primary's that belongs to this client connection alone, opened
-  with its first such request. So everything a connection owns at the primary
+  with its first such request, as the client's principal. So the primary checks
+  the principal's caps as for its own clients, and everything a connection owns there
   (callback sessions and their long polls, upload sessions, the run-time's calls) is
   owned, kept and released exactly as if the client had connected to the primary:
   when the client hangs up, its upstream connection is closed; when the primary
@@ -42,13 +44,14 @@ from shuttle.errors import ConfigError, ShuttleError, UnreachableError
 from shuttle.net.aio import AsyncConnection
 from shuttle.net.auth import load_key_file
 from shuttle.net.memory import tune_allocator
-from shuttle.net.principals import anyone, reads
+from shuttle.net.principals import Principal, PrincipalBook, PrincipalTable, anyone, reads
 from shuttle.net.registry import (
     CONNECTION_ARG,
     PRINCIPAL_ARG,
     Mode,
     OperationRegistry,
     Reply,
+    principal_of,
 )
 from shuttle.net.server import RpcServer
 from shuttle.net.tls import ClientTls, ServerTls
@@ -62,10 +65,15 @@ log = logging.getLogger("shuttle.node")
 READY_LINE = "ready"
 #: Operations every server answers itself (``RpcServer``'s system operations).
 SYSTEM_OPS = frozenset({"ping", "node.ops", "node.stats"})
+#: The primary's operations for its workers only (not served to clients by a worker).
+WORKER_OPS_PREFIX = "worker."
 #: How long a request sent on to the primary may take. The client's own timeout is
 #: what bounds a call; this only frees the worker's task if the primary never answers
 #: (a shipped object's call may run for minutes, up to the sandbox's wall limit).
 UPSTREAM_REQUEST_TIMEOUT_S = 3600.0
+#: How long a worker's long poll for the principal table is held at the primary
+#: (``shuttle.node.worker_pool.PRINCIPALS_WAIT_S_MAX`` caps it).
+PRINCIPALS_WAIT_S = 20.0
 #: Threads of a worker's pool: it runs no handler there, only the disconnect hooks.
 WORKER_EXECUTOR_THREADS = 1
 #: ``prctl`` option: the signal a process gets when its parent dies.
@@ -92,8 +100,10 @@ class Upstreams:
         port: int,
         key: bytes | None,
         tls: ClientTls | None,
+        book: PrincipalBook | None,
     ) -> None:
         self.server = server
+        self.book = book
         self.host, self.port = host, port
         self.key = key
         self.tls = tls
@@ -101,12 +111,18 @@ class Upstreams:
         #: Requests sent on to the primary.
         self.forwarded = 0
 
-    def connection(self) -> AsyncConnection:
-        """A new connection to the primary (not opened yet)."""
+    def connection(self, principal: Principal | None = None) -> AsyncConnection:
+        """A new connection to the primary (not opened yet), as ``principal`` (None:
+        with the cluster key)."""
+        key = self.key
+        if principal is not None:
+            assert self.book is not None  # a worker without a key has no principals
+            key = self.book.key_for(principal)
         return AsyncConnection(
             self.host,
             self.port,
-            key=self.key,
+            key=key,
+            principal=None if principal is None else principal.name,
             tls=self.tls,
             verify=False,  # the primary's private listener: its key proof is checked
             client_name="shuttle-worker",
@@ -116,10 +132,13 @@ class Upstreams:
     async def forward(self, name: str, args: dict[str, Any], payload: bytes) -> Reply:
         """Send request ``name`` to the primary on this client connection's upstream."""
         number = args.pop(CONNECTION_ARG)
+        principal = principal_of(args)
         args.pop(PRINCIPAL_ARG, None)
         up = self._by_connection.get(number)
         if up is None:
-            up = self._by_connection[number] = self.connection()
+            # As the client's principal: the primary checks its caps and acts as it,
+            # exactly as for a client of its own.
+            up = self._by_connection[number] = self.connection(principal)
         elif up.counters.connects and not up.connected:
             # The primary closed this connection's upstream: what the client had
             # there (its callback session, its uploads) is gone, so its connection
@@ -169,16 +188,22 @@ def register_worker_ops(
     but ``read``, answered here when it can be (see the module)."""
     for op in ops:
         name = op["name"]
-        if name in SYSTEM_OPS or name == "read":
+        if name in SYSTEM_OPS or name == "read" or name.startswith(WORKER_OPS_PREFIX):
             continue
 
         def forward(args: dict[str, Any], payload: bytes, _name: str = name) -> Any:
             return upstreams.forward(_name, args, payload)
 
-        # No guards here: a worker serves the cluster key only (principals: see
-        # docs/architecture.md, "Workers"); the primary checks everything again.
+        # No guard here: the request goes on as the client's principal, and the primary
+        # checks it as it checks its own clients'.
         registry.add(
-            name, forward, Mode.ASYNC, op.get("doc", ""), per_connection=True, guard=anyone
+            name,
+            forward,
+            Mode.ASYNC,
+            op.get("doc", ""),
+            per_connection=True,
+            guard=anyone,
+            wants_principal=True,
         )
 
     lane = worker_reads.read
@@ -209,7 +234,8 @@ def register_worker_ops(
         inline_try=read_here,
         read_lane=lane,
         per_connection=True,
-        guard=reads(),
+        guard=reads(),  # checked here: this process may answer it
+        wants_principal=True,
     )
     registry.on_disconnect(upstreams.disconnected, owned=upstreams.owned)
 
@@ -227,15 +253,20 @@ async def serve_worker(
         peer_tls = ClientTls(config.ca_file)
     generations = ChangeGenerations(generations_fd, writer=False)
     registry = OperationRegistry()
+    # With a key, the node's principals: the primary's table, kept current by
+    # follow_principals (a node without a key has none).
+    book = PrincipalBook(key) if key is not None else None
     server = RpcServer(
         registry,
         node_id,
         executor_threads=WORKER_EXECUTOR_THREADS,
         key=key,
         admission=config.worker_admission(),
+        principals=book,
         tls=server_tls,
     )
-    upstreams = Upstreams(server, primary[0], primary[1], key, peer_tls)
+    server.worker_index = index
+    upstreams = Upstreams(server, primary[0], primary[1], key, peer_tls, book)
     upstreams.bind(asyncio.get_running_loop())
     control = upstreams.connection()  # the worker's own: learning, the list of operations
 
@@ -261,17 +292,58 @@ async def serve_worker(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        follower: asyncio.Task[None] | None = None
+        if book is not None:
+            # Before any client is served.
+            await install_principals(control, index, book, first=True)
+            follower = loop.create_task(follow_principals(control, index, book, stop))
         # The node's port: the primary's (with --listen HOST:0 the kernel chose it, and
         # the primary passed it on in the configuration).
         await server.start(config.host, config.port, reuse_port=True)
         print(READY_LINE, flush=True)
         await stop.wait()
+        if follower is not None:
+            follower.cancel()
     finally:
         await server.close()
         await upstreams.close()
         await control.close()
         worker_reads.close()
         generations.close()
+
+
+async def install_principals(
+    control: AsyncConnection, index: int, book: PrincipalBook, *, first: bool = False
+) -> None:
+    """Ask the primary for its principal table (``worker.principals``: at once when it
+    differs from the one installed, else after a while) and install it. Installing it
+    closes the connections of principals it no longer has; the next ask tells the
+    primary it is installed (docs/architecture.md, "Workers")."""
+    # The first time, "": nothing installed yet, so the primary answers at once.
+    digest = "" if first else book.table.digest()
+    response = await control.call(
+        "worker.principals", {"index": index, "digest": digest, "timeout_s": PRINCIPALS_WAIT_S}
+    )
+    table = PrincipalTable.from_wire(response.result["table"], "the primary's principals")
+    if first or table.digest() != book.table.digest():
+        book.replace(table)
+        log.info("principals: epoch %d from the primary", table.epoch)
+
+
+async def follow_principals(
+    control: AsyncConnection, index: int, book: PrincipalBook, stop: asyncio.Event
+) -> None:
+    """Keep ``book`` the primary's, for as long as the worker runs. A worker that loses
+    its primary can no longer learn a removal in time: it stops (its clients reconnect,
+    to the others)."""
+    try:
+        while True:
+            await install_principals(control, index, book)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.error("worker %d lost the primary's principal table (%s): stopping", index, exc)
+        stop.set()
 
 
 def main(argv: list[str] | None = None) -> None:

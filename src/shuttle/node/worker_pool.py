@@ -17,6 +17,8 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from shuttle.errors import ConfigError
+from shuttle.net.principals import PrincipalBook, PrincipalTable
+from shuttle.net.registry import Mode, OperationRegistry, arg
 from shuttle.node.config import NodeConfig
 from shuttle.node.worker import READY_LINE
 from shuttle.store.core import ChangeHook
@@ -27,6 +29,13 @@ log = logging.getLogger("shuttle.node")
 #: How long a worker may take to start listening (an interpreter's start and imports,
 #: ~1 s on an idle machine; generous for a loaded one).
 WORKER_START_TIMEOUT_S = 30.0
+#: How long a principal table change waits for every worker to install it. A worker
+#: that has not by then is killed (its clients reconnect to the others): a removed
+#: principal must not keep acting through it.
+WORKER_INSTALL_TIMEOUT_S = 10.0
+#: Longest a worker's ``worker.principals`` long poll is held (well under the idle
+#: timeout, which would close the worker's connection).
+PRINCIPALS_WAIT_S_MAX = 20.0
 #: How long a stopping worker may take to let its requests finish (the primary's own
 #: grace, ``shuttle.net.server.SHUTDOWN_GRACE_S``, plus a margin) before it is killed.
 WORKER_STOP_TIMEOUT_S = 15.0
@@ -48,6 +57,81 @@ class GenerationHook:
         )
         with outer, self.generations.changing(key):
             yield
+
+
+class PrincipalRelay:
+    """The node's principal table, handed to its workers (``worker.principals``, a long
+    poll each worker holds) and a change held until every worker installed it.
+
+    So when ``principals.put`` answers (``shuttle cluster user remove`` returns), no
+    process of the node still accepts the removed principal's HELLO, and each has
+    closed its connections, as one process does (docs/security.md)."""
+
+    def __init__(self, book: PrincipalBook) -> None:
+        self.book = book
+        #: Worker index → the digest of the table it installed last.
+        self.installed: dict[int, str] = {}
+        self.pool: WorkerPool | None = None
+        self._changed = asyncio.Event()
+        self._acked = asyncio.Event()
+        book.listeners.append(self._table_changed)
+
+    def _table_changed(self, table: PrincipalTable) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait(self, index: int, digest: str, timeout_s: float) -> dict[str, Any]:
+        """Worker ``index`` installed ``digest``: the table as soon as it differs (at
+        once if it does already), or the same one after ``timeout_s``."""
+        self.installed[index] = digest
+        self._acked.set()
+        self._acked = asyncio.Event()
+        if self.book.table.digest() == digest:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(timeout_s, PRINCIPALS_WAIT_S_MAX))
+        table = self.book.table
+        return {"table": table.to_wire(), "digest": table.digest()}
+
+    async def settle(self, table: PrincipalTable) -> None:
+        """Return once every live worker installed ``table``; kill those that did not
+        within :data:`WORKER_INSTALL_TIMEOUT_S`."""
+        pool = self.pool
+        if pool is None:
+            return
+        digest = table.digest()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WORKER_INSTALL_TIMEOUT_S
+        while True:
+            late = [i for i in pool.live() if self.installed.get(i) != digest]
+            remaining = deadline - loop.time()
+            if not late:
+                return
+            if remaining <= 0:
+                for index in late:
+                    log.error(
+                        "worker %d did not install principal table epoch %d within %g s: "
+                        "killed, so that no process serves with the old table",
+                        index,
+                        table.epoch,
+                        WORKER_INSTALL_TIMEOUT_S,
+                    )
+                    pool.kill(index)
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._acked.wait(), remaining)
+
+    def register(self, registry: OperationRegistry) -> None:
+        """Add ``worker.principals`` (a cluster operation: workers hold the cluster key)."""
+
+        async def principals(args: dict[str, Any], payload: bytes) -> Any:
+            """A worker's long poll for the node's principal table (see PrincipalRelay)."""
+            return await self.wait(
+                arg(args, "index", int),
+                arg(args, "digest", str),
+                float(arg(args, "timeout_s", float, PRINCIPALS_WAIT_S_MAX)),
+            )
+
+        registry.add("worker.principals", principals, Mode.ASYNC)
 
 
 class WorkerPool:
@@ -154,6 +238,15 @@ class WorkerPool:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
+
+    def live(self) -> list[int]:
+        """Indices of the workers still running."""
+        return [i for i, p in enumerate(self.procs, start=1) if p.returncode is None]
+
+    def kill(self, index: int) -> None:
+        """SIGKILL worker ``index``."""
+        with contextlib.suppress(ProcessLookupError):
+            self.procs[index - 1].kill()
 
     def stats(self) -> dict[str, Any]:
         return {
