@@ -198,7 +198,8 @@ def netrand(
             "--workers), e.g. 1,2, the first the anchor: warm reads from --clients client "
             "processes (the first count; default 8) pinned to one CPU (--cpu), the nodes "
             "unpinned, --pages pages per client per pass, passes interleaved over --rounds "
-            "rounds; pages/s, the ratio per round, and where the CPU went.",
+            "rounds (--cpu-factor slows the nodes); pages/s, the ratio per round, and where "
+            "the CPU went.",
         ),
     ] = None,
     json_path: Annotated[
@@ -220,6 +221,7 @@ def netrand(
             file_bytes,
             seed,
             cpu,
+            cpu_factor,
             json_path,
         )
         return
@@ -303,6 +305,7 @@ def _netrand_workers(
     file_bytes: int,
     seed: int,
     cpu: int | None,
+    cpu_factor: float,
     json_path: Path | None,
 ) -> None:
     """``bench netrand --workers``: nodes of 1, 2... processes, interleaved."""
@@ -317,6 +320,7 @@ def _netrand_workers(
         file_bytes=file_bytes,
         seed=seed,
         cpu=cpu,
+        cpu_factor=cpu_factor,
     )
     console = Console()
     with bench_status("netrand --workers", console) as update:
@@ -324,7 +328,7 @@ def _netrand_workers(
     table = Table(
         title=f"netrand --workers: {config.clients} clients on CPU "
         f"{report['placement']['clients_cpu']}, {pages} warm pages each per pass, "
-        f"{rounds} rounds"
+        f"{rounds} rounds" + (f", node CPU factor {cpu_factor:g}" if cpu_factor != 1.0 else "")
     )
     for col in (
         "processes",

@@ -39,8 +39,6 @@ from shuttle.errors import ConfigError
 
 #: How long a pass may take before the benchmark gives up on its clients.
 PASS_TIMEOUT_S = 600.0
-#: Clock ticks per second of /proc's CPU times.
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 KEY = "bench/netrand-workers.dat"
 
 
@@ -78,6 +76,9 @@ class WorkersConfig:
     page_bytes: int = 4096
     seed: int = 1
     cpu: int | None = None
+    #: The nodes' CPU speed factor (0.25: each request costs four times the CPU, a
+    #: node slower than its clients: the case where more node processes can pay).
+    cpu_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if self.clients < 1 or self.pages < 1 or self.rounds < 1:
@@ -87,12 +88,20 @@ class WorkersConfig:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads) so far; 0 if gone."""
+    """CPU seconds process ``pid`` has run so far (all its threads; 0 if gone), from the
+    scheduler's nanosecond count (``/proc/PID/task/*/schedstat``): a pass is a second
+    or two, in which the 10 ms ticks of ``/proc/PID/stat`` would be too coarse."""
+    total = 0
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+    for tid in tasks:
+        try:
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that just ended
+    return total / 1e9
 
 
 def cpu_busy() -> dict[int, tuple[int, int]]:
@@ -171,6 +180,7 @@ def run(config: WorkersConfig, progress: Any = lambda _: None) -> dict[str, Any]
                 bench_client(
                     None,
                     cache_bytes=0,
+                    cpu_factor=config.cpu_factor,
                     node_args=["--workers", str(count)],
                     node_pids=node_pids,
                 )
@@ -344,6 +354,7 @@ def _report(
             "rounds": config.rounds,
             "file_bytes": config.file_bytes,
             "seed": config.seed,
+            "cpu_factor": config.cpu_factor,
         },
         "placement": {"clients_cpu": cpu, "nodes": "unpinned", "cpus": os.cpu_count()},
         "by_workers": by_count,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ctypes
 import json
 import logging
@@ -43,6 +44,7 @@ import uvloop
 from shuttle.errors import ConfigError, ShuttleError, UnreachableError
 from shuttle.net.aio import AsyncConnection
 from shuttle.net.auth import load_key_file
+from shuttle.net.cpu import CpuSpeed
 from shuttle.net.memory import tune_allocator
 from shuttle.net.principals import Principal, PrincipalBook, PrincipalTable, anyone, reads
 from shuttle.net.registry import (
@@ -256,10 +258,13 @@ async def serve_worker(
     # With a key, the node's principals: the primary's table, kept current by
     # follow_principals (a node without a key has none).
     book = PrincipalBook(key) if key is not None else None
+    # The node's CPU speed factor holds in every process of it (docs/conditions.md).
+    cpu = CpuSpeed(config.cpu_factor)
     server = RpcServer(
         registry,
         node_id,
         executor_threads=WORKER_EXECUTOR_THREADS,
+        cpu_account=cpu.section if cpu.burn_ratio else contextlib.nullcontext,
         key=key,
         admission=config.worker_admission(),
         principals=book,
