@@ -112,6 +112,7 @@ class Upstreams:
         self._by_connection: dict[int, AsyncConnection] = {}
         #: Requests sent on to the primary.
         self.forwarded = 0
+        self._closing: set[asyncio.Task[None]] = set()
 
     def connection(self, principal: Principal | None = None) -> AsyncConnection:
         """A new connection to the primary (not opened yet), as ``principal`` (None:
@@ -168,8 +169,12 @@ class Upstreams:
         """Client connection ``number`` closed (in a pool thread): close its upstream."""
         up = self._by_connection.pop(number, None)
         if up is not None:
-            loop = self._loop
-            loop.call_soon_threadsafe(lambda: loop.create_task(up.close()))
+            self._loop.call_soon_threadsafe(self._close_soon, up)
+
+    def _close_soon(self, up: AsyncConnection) -> None:
+        task = self._loop.create_task(up.close())
+        self._closing.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._closing.discard)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
