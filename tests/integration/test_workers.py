@@ -7,6 +7,7 @@ and loses nothing acknowledged."""
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 from collections.abc import Iterator
@@ -184,6 +185,32 @@ def test_a_session_opened_through_the_worker_ends_with_its_connection(
     _until(lambda: sessions_open() == 0, "the session ended with its connection")
     primary.call("put", {"key": "k"}, b"v2")  # nobody to wait for
     assert _read(primary, "k") == b"v2"
+
+
+def test_when_the_primary_idles_out_an_upstream_the_client_hears_goodbye(
+    tmp_path: Path,
+) -> None:
+    node = NodeProcess(tmp_path / "node", extra=["--workers", "2", "--idle-timeout", "1"]).start()
+    try:
+        conn = _connect_to(node, 1)
+        conn.call("put", {"key": "k"}, b"v1")  # forwarded: the upstream opens
+        assert conn.counters.connects == 1
+        sock = conn._sock
+        assert sock is not None
+        # The client idles; the primary closes the idle upstream after a second, and
+        # the worker says goodbye to the client (which owns nothing there either).
+        _until(
+            lambda: bool(select.select([sock], [], [], 0.05)[0]),
+            "the worker said goodbye to the idle client",
+        )
+        # A goodbye says no request was lost: even a put is sent again, on a new
+        # connection (which may land on either process).
+        conn.call("put", {"key": "k"}, b"v2")
+        assert conn.counters.connects == 2
+        assert _read(conn, "k") == b"v2"
+        conn.close()
+    finally:
+        assert node.terminate() == 0
 
 
 def _gone(pid: int) -> bool:

@@ -400,6 +400,13 @@ class AsyncConnection:
             finally:
                 waiting.pop(rid, None)
 
+    async def wait_lost(self) -> None:
+        """Return once the connection open now has ended, however it ended (at once
+        if none is open). The next call reconnects."""
+        task = self._reader_task
+        if task is not None and not task.done():
+            await asyncio.wait({task})
+
     async def close(self) -> None:
         """Close the connection (the next call reconnects)."""
         conn, stream, task = self._conn, self._stream, self._reader_task

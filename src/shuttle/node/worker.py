@@ -112,7 +112,9 @@ class Upstreams:
         self._by_connection: dict[int, AsyncConnection] = {}
         #: Requests sent on to the primary.
         self.forwarded = 0
-        self._closing: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: Client connections whose upstream is watched (see :meth:`_watch`).
+        self._watched: set[int] = set()
 
     def connection(self, principal: Principal | None = None) -> AsyncConnection:
         """A new connection to the primary (not opened yet), as ``principal`` (None:
@@ -153,7 +155,25 @@ class Upstreams:
         except UnreachableError:
             self._lost(number)
             raise
+        if number not in self._watched and self._by_connection.get(number) is up:
+            self._watched.add(number)
+            self._keep(self._loop.create_task(self._watch(number, up)))
         return Reply(response.result, response.payload)
+
+    async def _watch(self, number: int, up: AsyncConnection) -> None:
+        """When the primary ends client ``number``'s upstream connection (it idled, or
+        its principal was removed), the worker ends the client's: with a GOODBYE when
+        nothing is in flight, which tells the client that no request of its was lost,
+        as the primary's own goodbye would have."""
+        try:
+            await up.wait_lost()
+        finally:
+            self._watched.discard(number)
+        if self._by_connection.get(number) is up:
+            del self._by_connection[number]
+            self.server.close_connection(
+                number, "the node's primary process closed this connection's session"
+            )
 
     def _lost(self, number: int) -> None:
         self.server.close_connection(number, "the node's primary process closed the connection")
@@ -172,9 +192,11 @@ class Upstreams:
             self._loop.call_soon_threadsafe(self._close_soon, up)
 
     def _close_soon(self, up: AsyncConnection) -> None:
-        task = self._loop.create_task(up.close())
-        self._closing.add(task)  # the loop keeps only a weak reference to a task
-        task.add_done_callback(self._closing.discard)
+        self._keep(self._loop.create_task(up.close()))
+
+    def _keep(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._tasks.discard)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -183,6 +205,8 @@ class Upstreams:
         ups, self._by_connection = self._by_connection, {}
         for up in ups.values():
             await up.close()
+        for task in list(self._tasks):
+            task.cancel()
 
 
 def register_worker_ops(
