@@ -20,7 +20,7 @@ SRC = Path(shuttle.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     # ``compiled`` imports nothing of Shuttle's: the package's __init__ runs it first.
     ("errors", "compiled"),
-    ("wire", "blockcache", "cdc", "traces"),
+    ("wire", "blockcache", "cdc", "rendezvous", "traces"),
     ("net", "sim"),
     ("cluster",),
     # Side by side: the client does not reach into the node's store, nor it into the client.

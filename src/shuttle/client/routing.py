@@ -1,4 +1,6 @@
-"""Which node holds a key: rendezvous (highest random weight) hashing.
+"""Which node holds a key: rendezvous (highest random weight) hashing over the
+cluster's node addresses (the hash itself is :mod:`shuttle.rendezvous`, which the
+object file system uses too).
 
 Every client computes the same answer from the cluster's node ids alone, with no
 directory to consult; adding or removing a node moves only the keys that node wins
@@ -9,14 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import blake3
-
 from shuttle.client.model import NodeAddress
 from shuttle.errors import ConfigError
-
-
-def _weight(node_id: str, key: str) -> bytes:
-    return blake3.blake3(f"{node_id}\x00{key}".encode()).digest(length=8)
+from shuttle.rendezvous import weight
 
 
 def node_for_key(nodes: Sequence[NodeAddress], key: str) -> NodeAddress:
@@ -25,7 +22,7 @@ def node_for_key(nodes: Sequence[NodeAddress], key: str) -> NodeAddress:
         raise ConfigError("no storage nodes configured; start some with `shuttle cluster up`")
     if len(nodes) == 1:
         return nodes[0]
-    return max(nodes, key=lambda node: _weight(node.node_id, key))
+    return max(nodes, key=lambda node: weight(node.node_id, key))
 
 
 def nodes_in_order(nodes: Sequence[NodeAddress], key: str) -> list[NodeAddress]:
@@ -35,4 +32,4 @@ def nodes_in_order(nodes: Sequence[NodeAddress], key: str) -> list[NodeAddress]:
     dead node's keys to the same next node."""
     if not nodes:
         raise ConfigError("no storage nodes configured; start some with `shuttle cluster up`")
-    return sorted(nodes, key=lambda node: _weight(node.node_id, key), reverse=True)
+    return sorted(nodes, key=lambda node: weight(node.node_id, key), reverse=True)
