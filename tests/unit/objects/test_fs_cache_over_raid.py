@@ -208,7 +208,7 @@ def test_every_cached_block_equals_the_file_after_any_interleaving(
                 )
             caches[c].write(offset, data)
         for cache in caches:  # no write in flight: every cached block is the file's
-            for start in list(cache.index):
+            for start in cache._promises.names():
                 held = cache._shared.get(str(cache.rid), start)
                 assert held is None or held == bytes(disk[start : start + BLOCK]), (
                     f"step {n}: {cache.rid} holds a stale block {start}"
@@ -219,7 +219,7 @@ def test_a_lapsed_promise_is_renewed_and_a_node_restart_is_found_out() -> None:
     rt, (a, b), _, disk = setup(2)
     a.write(0, b"x" * BLOCK)  # cached by a, under a promise
     later = [0.0]
-    a._now = lambda: later[0]
+    a._promises.clock = lambda: later[0]
     later[0] = 1e9  # long past the promise's lifetime: still the same block
     assert a.read(0, 4) == b"xxxx"
     assert a.stats()["revalidations"] == 1 and a.stats()["installation_reads"] == 0

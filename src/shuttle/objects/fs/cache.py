@@ -24,10 +24,11 @@ which breaks every other cache's promise before the write returns. A change that
 lands after the promise is therefore called back, so a copy read after it is either
 current or dropped: the same guarantee as a plain file's.
 
-A promise can be broken while a read of the same block is on its way back; the
-object counts invalidations per block and caches a fetched block only if none came
-in between (the data is still returned: it was current when it was read). Only whole
-blocks are cached: the short block at the end of a file changes (it fills with
+Which blocks are held, under which promise, until when, and whether a fetch may
+keep what it read (a callback can overtake it) is
+:class:`~shuttle.objects.fs.promises.PromiseCache`, the same as the directory
+object's; this object keeps the bytes themselves in the run-time's shared LRU. Only
+whole blocks are cached: the short block at the end of a file changes (it fills with
 zeros) when anyone writes past it, which no callback on that block would announce.
 """
 
@@ -35,9 +36,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from shuttle.errors import (
@@ -47,6 +47,7 @@ from shuttle.errors import (
     RequestTimeoutError,
     UnreachableError,
 )
+from shuttle.objects.fs.promises import Look, PromiseCache, Ticket
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import MobileObject, ObjectManager, builtin
 from shuttle.runtime.refs import Ref
@@ -62,11 +63,6 @@ IO_BYTES_MAX = 4 << 20
 #: Locks that order one cache object's writes of a block over RAID 5 (blocks hash
 #: onto them): there a write's bytes land, and its timestamp is given, in two steps.
 WRITE_LOCK_STRIPES = 16
-#: How long a promise is trusted without a word from its node, as AFS's callbacks
-#: expire: a copy older than this is revalidated (one small call) before it is used,
-#: which bounds how long a cache can miss a restart of its node (the node forgets its
-#: promises; it cannot call back what it forgot).
-PROMISE_LIFETIME_S = 30.0
 #: Errors of a call whose node may be gone or restarted (and its promises with it): a
 #: call in doubt left and got no answer (the run-time never repeats it).
 NODE_FAILURES = (UnreachableError, RequestTimeoutError, RemoteProtocolError, ObjectInDoubtError)
@@ -180,8 +176,6 @@ class CacheObject(MobileObject):
         self.data = data
         self.key = key
         self.block_bytes = check_block_bytes(block_bytes)
-        #: block offset -> timestamp of the cached copy (the promise holds for it).
-        self.index: dict[int, int] = {}
         self.hits = 0
         self.installation_reads = 0
         self.writes = 0
@@ -190,20 +184,15 @@ class CacheObject(MobileObject):
         self._setup()
 
     def _setup(self) -> None:
-        self._lock = threading.Lock()
-        #: Invalidations per block since the object started here (see the module doc).
-        self._epoch: dict[int, int] = {}
+        #: Block offset -> the promise on our copy (its bytes are in ``_shared``).
+        self._promises: PromiseCache[int, None] = PromiseCache(on_drop=self._dropped)
+        #: One lock for the promises, the bytes and the counters (reentrant).
+        self._lock = self._promises.lock
         self._me: Ref | None = None
         #: Whether the raid5 object below tells the isolation object of its writes
         #: (None: not asked yet in this incarnation).
         self._data_told: bool | None = None
-        #: Bumped when every cached block is dropped (a node lost): a fetch or write
-        #: under way then caches nothing.
-        self._generation = 0
         self._write_locks = [threading.Lock() for _ in range(WRITE_LOCK_STRIPES)]
-        #: When each cached block's promise lapses (``_now``'s clock; tests set it).
-        self._expires: dict[int, float] = {}
-        self._now: Callable[[], float] = time.monotonic
 
     # --- state that travels ------------------------------------------------------------
 
@@ -213,16 +202,14 @@ class CacheObject(MobileObject):
         installation reads when used. Shipping them would make every move cost the
         whole cache over the link, for blocks a phase may never touch again."""
         with self._lock:
-            state = super().state()
-            state["index"] = {}
-        return state
+            return super().state()
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
         self._setup()
 
     def memory_bytes(self) -> int:
-        return len(self.index) * self.block_bytes
+        return len(self._promises) * self.block_bytes
 
     # --- the file's interface ----------------------------------------------------------
 
@@ -284,19 +271,16 @@ class CacheObject(MobileObject):
         """The isolation object's callback: our copies of ``offsets`` are stale (none
         given: every block, as a node that restarted says)."""
         with self._lock:
-            if not offsets:
-                self._generation += 1  # reads in flight install nothing either
-            for o in offsets or list(self.index):
-                self._epoch[o] = self._epoch.get(o, 0) + 1
-                if self._drop(o):
-                    self.invalidations += 1
+            if offsets:
+                self.invalidations += self._promises.invalidate(list(offsets))
+            else:  # reads in flight install nothing either
+                self.invalidations += self._promises.invalidate_where()
 
     def destroying(self) -> None:
         """The object ends: give back the callback promises of the blocks it caches
         (a later writer would otherwise wait on callbacks to an object that is gone)."""
         with self._lock:
-            held = [[self.key, offset] for offset in self.index]
-            self.index.clear()
+            held = [[self.key, offset] for offset in self._promises.clear()]
         if held:
             with contextlib.suppress(*NODE_FAILURES):
                 self.isolation.release(held, self._holder())
@@ -304,7 +288,7 @@ class CacheObject(MobileObject):
     def stats(self) -> dict[str, Any]:
         return {
             "key": self.key,
-            "cached_blocks": len(self.index),
+            "cached_blocks": len(self._promises),
             "hits": self.hits,
             "installation_reads": self.installation_reads,
             "writes": self.writes,
@@ -319,42 +303,46 @@ class CacheObject(MobileObject):
             self._me = self.self_ref()
         return self._me
 
+    def _dropped(self, start: int) -> None:
+        """The promise cache let block ``start`` go (lock held): so do its bytes."""
+        self._shared.drop(str(self.rid), start)
+
     def _block(self, start: int) -> bytes:
-        owner = str(self.rid)
-        lapsed: tuple[bytes, int] | None = None
         with self._lock:
-            if start in self.index:
-                data = self._shared.get(owner, start)
-                if data is None:
-                    self._drop(start)  # evicted by another file's blocks
-                elif self._now() < self._expires.get(start, 0.0):
-                    self.hits += 1
-                    return data
-                else:
-                    lapsed = (data, self.index[start])
-            epoch = self._epoch_of(start)
+            look, held = self._promises.look(start)
+            data = None if held is None else self._shared.get(str(self.rid), start)
+            if held is not None and data is None:
+                self._promises.drop(start)  # evicted by another file's blocks
+            elif look is Look.HIT and data is not None:
+                self.hits += 1
+                return data
         self._check_data()
-        if lapsed is not None and self._revalidate(start, lapsed[1], epoch):
-            return lapsed[0]
-        with self._home_failures():
-            if self.data is None:
-                data, ts = self.isolation.read(self.key, start, self.block_bytes, self._holder())
-            else:  # the promise first: a write that lands after it calls back
-                try:
-                    ts = self.isolation.promise(self.key, start, self.block_bytes, self._holder())
-                except NODE_FAILURES:
-                    # No one can keep a promise: read through the RAID object (it
-                    # survives a lost node), cache nothing.
-                    self._forget_all()
-                    return bytes(self.data.read(start, self.block_bytes))
-                data = self.data.read(start, self.block_bytes)
-        data = bytes(data)
-        with self._lock:
-            self.installation_reads += 1
-            self._install(start, data, int(ts), epoch)
+        with self._promises.fetching() as ticket:
+            if held is not None and data is not None and self._revalidate(start, held.ts):
+                return data
+            with self._home_failures():
+                if self.data is None:
+                    data, ts = self.isolation.read(
+                        self.key, start, self.block_bytes, self._holder()
+                    )
+                else:  # the promise first: a write that lands after it calls back
+                    try:
+                        ts = self.isolation.promise(
+                            self.key, start, self.block_bytes, self._holder()
+                        )
+                    except NODE_FAILURES:
+                        # No one can keep a promise: read through the RAID object (it
+                        # survives a lost node), cache nothing.
+                        self._forget_all()
+                        return bytes(self.data.read(start, self.block_bytes))
+                    data = self.data.read(start, self.block_bytes)
+            data = bytes(data)
+            with self._lock:
+                self.installation_reads += 1
+                self._install(start, data, int(ts), ticket)
         return data
 
-    def _revalidate(self, start: int, ts: int, epoch: tuple[int, int]) -> bool:
+    def _revalidate(self, start: int, ts: int) -> bool:
         """A cached block whose promise lapsed: renew the promise (one small call) and
         keep the copy if the block's timestamp is still the one it was cached at.
         After a restart of its node it never is (timestamps start at the boot)."""
@@ -365,42 +353,26 @@ class CacheObject(MobileObject):
             return False  # the fetch decides: a RAID file reads through, a plain one fails
         with self._lock:
             self.revalidations += 1
-            if now_ts == ts and self._epoch_of(start) == epoch and self.index.get(start) == ts:
-                self._expires[start] = self._now() + PROMISE_LIFETIME_S
+            held = self._promises.get(start)
+            if held is not None and held.ts == ts and self._promises.renew(start, held, now_ts):
                 self.hits += 1
                 return True
-            self._drop(start)
             return False
 
-    def _epoch_of(self, start: int) -> tuple[int, int]:
-        """What a fetch or write of block ``start`` remembers before its call (lock
-        held): a callback for the block, or a lost node, changes it meanwhile."""
-        return self._epoch.get(start, 0), self._generation
-
-    def _install(self, start: int, block: bytes, ts: int, epoch: tuple[int, int]) -> None:
-        """Cache ``block`` at timestamp ``ts`` if no callback for it came since
-        ``epoch`` and no newer copy is held (lock held); else drop what is held."""
-        if self._epoch_of(start) == epoch and len(block) == self.block_bytes:
-            if self.index.get(start, -1) < ts:  # two writes of ours: keep the later
-                self.index[start] = ts
-                self._expires[start] = self._now() + PROMISE_LIFETIME_S
-                self._shared.put(str(self.rid), start, block)
-        else:
-            self._drop(start)
-
-    def _drop(self, start: int) -> bool:
-        """Forget block ``start`` (lock held); True if it was cached."""
-        self._expires.pop(start, None)
-        self._shared.drop(str(self.rid), start)
-        return self.index.pop(start, None) is not None
+    def _install(self, start: int, block: bytes, ts: int, ticket: Ticket) -> None:
+        """Cache ``block`` at timestamp ``ts`` unless a callback for it (or a lost
+        node) came since ``ticket``, or a newer copy is held (lock held). A short
+        block is never cached, and the copy held, if any, is stale."""
+        if len(block) != self.block_bytes:
+            self._promises.drop(start)
+        elif self._promises.install(start, None, ts, ticket):
+            self._shared.put(str(self.rid), start, block)
 
     def _forget_all(self) -> None:
-        """Drop every cached block: their promises may be gone with their node."""
+        """Drop every cached block: their promises may be gone with their node (and a
+        fetch or write under way then caches nothing either)."""
         with self._lock:
-            self._generation += 1
-            self.index.clear()
-            self._expires.clear()
-            self._shared.drop_owner(str(self.rid))
+            self._promises.invalidate_where()
 
     @contextlib.contextmanager
     def _home_failures(self) -> Iterator[None]:
@@ -433,7 +405,7 @@ class CacheObject(MobileObject):
         old bytes (its callback comes before the write returns)."""
         with self._lock:
             for o in range(start, start + len(run), self.block_bytes):
-                self._drop(o)
+                self._promises.drop(o)
         with self._home_failures():
             if self.data is None:
                 self.isolation.write(self.key, start, run)
@@ -443,8 +415,10 @@ class CacheObject(MobileObject):
             self.writes += 1
 
     def _write_block(self, start: int, block: bytes) -> None:
-        with self._lock:
-            epoch = self._epoch_of(start)
+        with self._promises.fetching() as ticket:
+            self._write_block_with(start, block, ticket)
+
+    def _write_block_with(self, start: int, block: bytes, ticket: Ticket) -> None:
         try:
             with self._home_failures():
                 if self.data is None:
@@ -461,8 +435,8 @@ class CacheObject(MobileObject):
                         ts = self.data.write(start, block, self._holder())["timestamp"]
         except BaseException:
             with self._lock:  # whatever the block holds now, it is not our old copy
-                self._drop(start)
+                self._promises.drop(start)
             raise
         with self._lock:
             self.writes += 1
-            self._install(start, block, int(ts), epoch)
+            self._install(start, block, int(ts), ticket)

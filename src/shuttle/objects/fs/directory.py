@@ -33,7 +33,9 @@ then drops the parent's entry (a crash leaves an entry that resolves as "removed
 runs) as the block's holder; the isolation object calls :meth:`invalidate` before any
 other client's update returns, and the block is dropped. ``invalidate`` runs
 concurrently with operations in progress (``concurrent = True``); state is guarded by
-one short lock never held across an outgoing call.
+one short lock never held across an outgoing call. The cached blocks, their
+promises' expiry and revalidation, and the guard against a callback that overtakes a
+read are :class:`~shuttle.objects.fs.promises.PromiseCache`, as the cache object's.
 
 **Migration.** The cache travels in the checkpoint (blocks with their timestamps):
 the promises belong to the reference, not the host, and a callback that arrives while
@@ -61,11 +63,8 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shuttle.client.model import NodeAddress
-from shuttle.client.routing import node_for_key
 from shuttle.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
@@ -74,7 +73,7 @@ from shuttle.errors import (
     ServerError,
     UsageError,
 )
-from shuttle.objects.fs.cache import NODE_FAILURES, PROMISE_LIFETIME_S
+from shuttle.objects.fs.cache import NODE_FAILURES
 from shuttle.objects.fs.dirblocks import (
     BLOCK_BYTES,
     ROOT_ID,
@@ -93,6 +92,8 @@ from shuttle.objects.fs.dirblocks import (
     split_path,
     stored_body_bytes,
 )
+from shuttle.objects.fs.promises import Held, Look, PromiseCache, Ticket
+from shuttle.rendezvous import winner
 from shuttle.runtime import values
 from shuttle.runtime.mobile import CallMoved, MobileObject, ObjectManager, builtin
 from shuttle.runtime.refs import Ref
@@ -139,13 +140,10 @@ class DirectoryManager(ObjectManager):
             obj._stripes = self.stripes
 
 
-@dataclass
-class _Cached:
-    raw: bytes
-    ts: int
-    value: Header | Entries | None
-    #: When its promise lapses (``_now``'s clock): then it is revalidated before use.
-    expires: float = 0.0
+#: A block's name: (key, offset).
+Block = tuple[str, int]
+#: A cached block: its bytes, decoded.
+Cached = tuple[bytes, Header | Entries | None]
 
 
 #: Counters :meth:`DirectoryObject.stats` reports (all start at 0).
@@ -199,24 +197,20 @@ class DirectoryObject(MobileObject):
         self._setup()
 
     def _setup(self) -> None:
-        self._lock = threading.Lock()
-        self._cache: dict[tuple[str, int], _Cached] = {}
-        # Invalidations are numbered; a block read or written while one for it
-        # arrived is not cached (it may already be stale, and nobody would tell us).
-        self._inval_seq = 0
-        self._inval_at: dict[tuple[str, int], int] = {}
-        self._watchers = 0
+        #: The blocks read, under their promises; a block read or written while a
+        #: callback for it arrived is not kept (it may be stale, and nobody would say).
+        self._promises: PromiseCache[Block, Cached] = PromiseCache(capacity=CACHE_BLOCKS_MAX)
+        #: One lock for the cache and the counters (reentrant).
+        self._lock = self._promises.lock
         if not hasattr(self, "_stripes"):
             self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
-        self._nodes = [NodeAddress(n, "", 0) for n in sorted(self.isolations)]
-        self._now: Callable[[], float] = time.monotonic
+        self._node_ids = sorted(self.isolations)
 
     # --- migration ----------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
         state = super().state()
-        with self._lock:
-            state["cache"] = [[k, off, c.raw, c.ts] for (k, off), c in self._cache.items()]
+        state["cache"] = [[k, off, c.value[0], c.ts] for (k, off), c in self._promises.items()]
         return state
 
     def durable_checkpoint(self) -> bytes:
@@ -230,13 +224,10 @@ class DirectoryObject(MobileObject):
         super().set_state(state)
         self._setup()
         for key, offset, raw, ts in cache:
-            self._cache[(key, offset)] = _Cached(
-                raw, ts, self._decode(key, offset, raw), self._now() + PROMISE_LIFETIME_S
-            )
+            self._promises.keep((key, offset), (raw, self._decode(key, offset, raw)), ts)
 
     def memory_bytes(self) -> int:
-        with self._lock:
-            return len(self._cache) * BLOCK_BYTES
+        return len(self._promises) * BLOCK_BYTES
 
     # --- the interface ------------------------------------------------------------------
 
@@ -356,21 +347,16 @@ class DirectoryObject(MobileObject):
         """The isolation object's callback: blocks ``offsets`` of ``key`` changed (none
         given: every block of ``key``, as a node that restarted says)."""
         with self._lock:
-            self._inval_seq += 1
-            if not offsets:
-                offsets = sorted({o for k, o in self._cache if k == key})
-            for offset in offsets:
-                if self._watchers:
-                    self._inval_at[(key, offset)] = self._inval_seq
-                if self._cache.pop((key, offset), None) is not None:
-                    self.counters["invalidations"] += 1
+            if offsets:
+                dropped = self._promises.invalidate([(key, o) for o in offsets])
+            else:  # a read of any block of ``key`` under way keeps nothing either
+                dropped = self._promises.invalidate_where(lambda block: block[0] == key)
+            self.counters["invalidations"] += dropped
 
     def destroying(self) -> None:
         """The object ends: give back its promises, or the next update of each block
         waits on callbacks to an object that is gone (docs/objectfs.md)."""
-        with self._lock:
-            blocks = list(self._cache)
-            self._cache.clear()
+        blocks = self._promises.clear()
         by_node: dict[str, list[list[Any]]] = {}
         for key, offset in blocks:
             by_node.setdefault(self._node(key), []).append([key, offset])
@@ -384,7 +370,7 @@ class DirectoryObject(MobileObject):
         with self._lock:
             return {
                 **self.counters,
-                "cached_blocks": len(self._cache),
+                "cached_blocks": len(self._promises),
                 "timeline": [list(s) for s in self.timeline],
             }
 
@@ -394,7 +380,7 @@ class DirectoryObject(MobileObject):
         return f"{self.volume}/.dirs/{dir_id}"
 
     def _node(self, key: str) -> str:
-        return node_for_key(self._nodes, key).node_id
+        return winner(self._node_ids, key)
 
     def _isolation(self, key: str) -> Ref:
         return self.isolations[self._node(key)]
@@ -403,96 +389,61 @@ class DirectoryObject(MobileObject):
         where = f"block {offset} of {key}"
         return decode_header(raw, where) if offset == 0 else decode_entries(raw, where)
 
-    def _block(self, key: str, offset: int) -> _Cached:
-        """A block (bytes, timestamp, decoded): cached, or read with a promise."""
+    def _block(self, key: str, offset: int) -> Held[Cached]:
+        """A block (bytes and decoded, timestamp): cached, or read with a promise."""
         block = (key, offset)
         with self._lock:
-            hit = self._cache.get(block)
-            if hit is not None and self._now() < hit.expires:
+            look, hit = self._promises.look(block)
+            if look is Look.HIT:
                 self.counters["cache_hits"] += 1
-                self._cache[block] = self._cache.pop(block)  # most recently used last
-                return hit
+        if look is Look.HIT and hit is not None:
+            return hit
         if hit is not None and self._revalidate(block, hit):
             return hit
-        with self._watch() as seq, self._node_failures(key):
+        with self._promises.fetching() as ticket, self._node_failures(key):
             raw, ts = self._isolation(key).read(key, offset, BLOCK_BYTES, self.self_ref())
             value = self._decode(key, offset, raw)
             with self._lock:
                 self.counters["installation_reads"] += 1
-                self._install(block, raw, int(ts), value, seq)
-        return _Cached(raw, int(ts), value)
+                self._promises.install(block, (raw, value), int(ts), ticket)
+        return Held((raw, value), int(ts), 0.0)
 
-    def _revalidate(self, block: tuple[str, int], hit: _Cached) -> bool:
+    def _revalidate(self, block: Block, hit: Held[Cached]) -> bool:
         """A cached block whose promise lapsed (``PROMISE_LIFETIME_S``, as the cache
         object's): renew the promise and keep the copy if the block's timestamp is
         still the one it was cached at (after a restart of its node it never is)."""
         key, offset = block
-        with self._watch() as seq, self._node_failures(key):
+        with self._node_failures(key):
             ts = int(self._isolation(key).promise(key, offset, BLOCK_BYTES, self.self_ref()))
             with self._lock:
                 self.counters["revalidations"] += 1
-                current = self._inval_at.get(block, 0) <= seq and self._cache.get(block) is hit
-                if ts == hit.ts and current:
-                    hit.expires = self._now() + PROMISE_LIFETIME_S
+                if self._promises.renew(block, hit, ts):
                     self.counters["cache_hits"] += 1
                     return True
-                self._cache.pop(block, None)
                 return False
 
     @contextlib.contextmanager
     def _node_failures(self, key: str) -> Iterator[None]:
         """A call to ``key``'s node failed: that node may have restarted, and lost
         the promises of every block cached from it. Drop them all (AFS's client
-        revalidates after losing its server the same way)."""
+        revalidates after losing its server the same way); reads under way keep
+        nothing either."""
         try:
             yield
         except NODE_FAILURES:
             node = self._node(key)
-            with self._lock:
-                for block in [b for b in self._cache if self._node(b[0]) == node]:
-                    del self._cache[block]
+            self._promises.invalidate_where(lambda block: self._node(block[0]) == node)
             raise
-
-    @contextlib.contextmanager
-    def _watch(self) -> Iterator[int]:
-        """The invalidation number now. While any watch is open, invalidations are
-        remembered per block (and forgotten when none is: nobody needs them)."""
-        with self._lock:
-            self._watchers += 1
-            seq = self._inval_seq
-        try:
-            yield seq
-        finally:
-            with self._lock:
-                self._watchers -= 1
-                if not self._watchers:
-                    self._inval_at.clear()
-
-    def _install(
-        self, block: tuple[str, int], raw: bytes, ts: int, value: Header | Entries | None, seq: int
-    ) -> None:
-        """Cache a block read or written when ``_inval_seq`` was ``seq`` (lock held)."""
-        if self._inval_at.get(block, 0) > seq:
-            return  # a callback for it came meanwhile: this copy may be stale already
-        old = self._cache.get(block)
-        if old is not None and old.ts >= ts:
-            return
-        self._cache[block] = _Cached(raw, ts, value, self._now() + PROMISE_LIFETIME_S)
-        while len(self._cache) > CACHE_BLOCKS_MAX:
-            del self._cache[next(iter(self._cache))]  # its promise lapses harmlessly
 
     def _load(self, key: str, where: str, *, removed_ok: bool = False) -> DirView:
         """Directory ``key``'s blocks, all current together unless they kept changing
         (then the last try: an update's commit checks it anyway)."""
         view: DirView | None = None
         for _ in range(LOAD_ATTEMPTS_MAX):
-            with self._watch() as seq:
+            with self._promises.fetching() as ticket:
                 view = self._load_once(key, where, removed_ok)
-                with self._lock:
-                    changed = any(
-                        self._inval_at.get((key, BLOCK_BYTES * i), 0) > seq
-                        for i in range(view.header.blocks + 1)
-                    )
+                blocks = [(key, BLOCK_BYTES * i) for i in range(view.header.blocks + 1)]
+                changed = self._promises.invalidated_since(ticket, blocks)
             if not changed:
                 break
         assert view is not None
@@ -500,7 +451,7 @@ class DirectoryObject(MobileObject):
 
     def _load_once(self, key: str, where: str, removed_ok: bool) -> DirView:
         head = self._block(key, 0)
-        header = head.value
+        header = head.value[1]
         if header is None:
             if not key.endswith(f"/.dirs/{ROOT_ID}"):
                 raise NotFoundError(f"{where}: its directory blocks are missing ({key})")
@@ -514,11 +465,12 @@ class DirectoryObject(MobileObject):
         blocks, stamps, sizes = [], [], []
         for i in range(1, header.blocks + 1):
             got = self._block(key, BLOCK_BYTES * i)
-            if not isinstance(got.value, dict):
+            raw, value = got.value
+            if not isinstance(value, dict):
                 raise ServerError(f"{where}: entry block {i} of {key} is missing")
-            blocks.append(got.value)
+            blocks.append(value)
             stamps.append(got.ts)
-            sizes.append(stored_body_bytes(got.raw))
+            sizes.append(stored_body_bytes(raw))
         return DirView(key, header, head.ts, blocks, stamps, sizes)
 
     def _resolve(self, names: list[str], path: str) -> str:
@@ -595,20 +547,24 @@ class DirectoryObject(MobileObject):
     def _commit(self, node: str, reads: list[list[Any]], writes: list[Write]) -> bool:
         """One ``CommitAction``; True if it was applied (the written blocks are then
         cached: this object holds their promises), False on a conflict."""
-        with self._watch() as seq, self._node_failures(reads[0][0] if reads else writes[0][0]):
+        with (
+            self._promises.fetching() as ticket,
+            self._node_failures(reads[0][0] if reads else writes[0][0]),
+        ):
             result = self.isolations[node].commit(reads, [list(w) for w in writes], self.self_ref())
-            return self._committed(result, writes, seq)
+            return self._committed(result, writes, ticket)
 
-    def _committed(self, result: dict[str, Any], writes: list[Write], seq: int) -> bool:
+    def _committed(self, result: dict[str, Any], writes: list[Write], ticket: Ticket) -> bool:
         with self._lock:
             if not result["ok"]:
                 self.counters["conflicts"] += 1
                 for key, offset, _ in result["conflicts"]:
-                    self._cache.pop((key, offset), None)
+                    self._promises.drop((key, offset))
                 return False
             self.counters["commits"] += 1
             for (key, offset, raw), ts in zip(writes, result["timestamps"], strict=True):
-                self._install((key, offset), raw, int(ts), self._decode(key, offset, raw), seq)
+                value = (raw, self._decode(key, offset, raw))
+                self._promises.install((key, offset), value, int(ts), ticket)
             return True
 
     def _commit_or_fail(
