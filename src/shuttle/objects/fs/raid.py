@@ -57,7 +57,7 @@ from shuttle.objects.fs.raid_layout import (
     column_key,
     record_key,
 )
-from shuttle.objects.storage import xor_into
+from shuttle.objects.fs.raid_node import xor_into
 from shuttle.runtime.mobile import MobileObject, builtin
 from shuttle.runtime.refs import Ref
 from shuttle.store import OBJECT_SIZE_BYTES_MAX
