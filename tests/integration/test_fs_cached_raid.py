@@ -2,19 +2,25 @@
 processes on 127.0.0.1: two clients caching one striped file stay coherent (a write
 through either a cache or a bare RAID object breaks the other's promises before it
 returns), cached reads give what was written in every placement and when degraded,
-and a RAID object that tells no isolation object of its writes is refused under a
-cache, with a message that says what to do."""
+a RAID object that tells no isolation object of its writes is refused under a
+cache, with a message that says what to do; a volume's ``rm`` calls back every cache
+of the file before it returns, and a striped file whose columns were ranked by the
+hash the volume used before reads and is removed as it was written."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from shuttle.errors import InvalidArgumentError
+from shuttle.errors import InvalidArgumentError, NotFoundError
+from shuttle.objects.fs import volume
+from shuttle.objects.fs.raid_layout import column_key, record_key
 from shuttle.objects.fs.volume import Volume
+from shuttle.rendezvous import ranked
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.refs import Ref
 from tests.integration.test_fs_files import write_and_read_back
@@ -166,3 +172,74 @@ def test_a_volume_s_striped_file_is_a_cached_stack_that_two_clients_share(
             f1.write(120, b"CHANGED")
             assert f2.read(100, 50) == data[100:120] + b"CHANGED" + data[127:150]
         assert two.cat("/striped") == data[:120] + b"CHANGED" + data[127:]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("striped", [False, True], ids=["plain", "raid5"])
+def test_rm_calls_back_every_cache_of_the_file_before_it_returns(
+    cluster: Cluster, striped: bool
+) -> None:
+    """``rm`` goes through the run-time: the file's home isolation object removes it
+    and breaks the promises of every cache holding its blocks before ``rm`` returns,
+    so another client's open file stops serving the removed bytes at once (removed
+    past the isolation object, its cache kept them for the promise's lifetime)."""
+    data = random.Random(5).randbytes(3 * STRIPE + 11)
+    path = f"/gone-{striped}"
+    with (
+        Volume(cluster.runtime(), "removing", owns_runtime=True) as one,
+        Volume(cluster.runtime(), "removing", owns_runtime=True) as two,
+    ):
+        one.put(path, data, raid=striped)
+        entry = one.directory.lookup(path)
+        key = entry["key"]
+        with two.open(path) as f:
+            assert f.read(0, 64) == data[:64]
+            cache = f.refs[1]
+            assert cache.stats()["cached_blocks"] == 1  # under a promise at the home
+            one.rm(path)
+            assert cache.stats()["cached_blocks"] == 0 and cache.stats()["invalidations"] == 1
+            assert f.read(0, 64).strip(b"\0") == b""  # the bytes are gone, not served
+        assert one.directory.lookup(path) is None
+        placed = (
+            [
+                (node, name)
+                for c, node in enumerate(entry["columns"])
+                for name in (column_key(key, c), record_key(key, c))
+            ]
+            if striped
+            else [(one.rt.node_for(key), key)]
+        )
+        for node, gone in placed:
+            with pytest.raises(NotFoundError):
+                one.rt.storage(node).stat(gone)
+
+
+def _columns_before_the_shared_hash(nodes: list[str], key: str, count: int) -> list[str]:
+    """How a volume ranked a striped file's columns until 2026-11-28."""
+    order = sorted(nodes, key=lambda n: hashlib.blake2b(f"{n}/{key}".encode()).digest())
+    return order[: min(count, len(order))]
+
+
+@pytest.mark.timeout(90)
+def test_a_striped_file_written_with_the_old_column_hash_reads_and_is_removed(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The column order is part of a file's entry and read from there, never
+    recomputed, so files a volume made before it used the one rendezvous hash read
+    as they were written (docs/objectfs.md, "Volumes")."""
+    data = random.Random(9).randbytes(4 * STRIPE + 5)
+    key = "oldhash/.files/00c0ffee00c0ffee"  # a key the two hashes order differently
+    old = _columns_before_the_shared_hash(NODES, key, 5)
+    assert old != ranked(NODES, key)
+    with Volume(cluster.runtime(), "oldhash", owns_runtime=True) as before:
+        monkeypatch.setattr(volume, "_columns", _columns_before_the_shared_hash)
+        monkeypatch.setattr(volume.secrets, "token_hex", lambda n: "00c0ffee00c0ffee")
+        before.put("/old", data, raid=True)
+        monkeypatch.undo()
+        assert before.directory.lookup("/old")["columns"] == old
+    with Volume(cluster.runtime(), "oldhash", owns_runtime=True) as after:
+        assert after.cat("/old") == data
+        after.rm("/old")
+        for column, node in enumerate(old):
+            with pytest.raises(NotFoundError):
+                after.rt.storage(node).stat(column_key(key, column))

@@ -72,6 +72,18 @@ def arg(name: str) -> KeysOf:
     return keys
 
 
+def every(name: str) -> KeysOf:
+    """The keys in the list in parameter ``name`` (``[key, ...]``)."""
+
+    def keys(bound: Mapping[str, Any]) -> Iterable[str]:
+        items = bound.get(name)
+        if not isinstance(items, list | tuple):
+            return []
+        return [item for item in items if isinstance(item, str) and item]
+
+    return keys
+
+
 def each(name: str, index: int = 0) -> KeysOf:
     """The keys at ``index`` of each item of the list in parameter ``name``
     (``[[key, offset, ...], ...]``)."""

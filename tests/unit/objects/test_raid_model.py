@@ -565,3 +565,24 @@ def test_swaps_and_parity_deltas_from_many_threads_are_atomic(cluster: Cluster) 
     assert xor_all(deltas) == xor_all([initial, final])
     assert storage.read(key, 7 * UNIT, width) == xor_all(parity_deltas)
     assert storage.stripe_record(record)["intents"] == []
+
+
+def test_the_storage_object_removes_keys_and_forgets_a_removed_record(cluster: Cluster) -> None:
+    """``remove`` and ``remove_many`` (what a volume's rm calls on a striped file's
+    column nodes): a record removed is forgotten by the parity primitives too, so one
+    made again under its name starts empty instead of with the removed file's size
+    and intents."""
+    storage = cluster.objects[ObjectId.storage("n0")]
+    record = record_key(KEY, 0)
+    storage.stripe_begin(record, 0, "w1", size=5000)
+    storage.put("files/other", b"x")
+    assert storage.stripe_record(record)["size"] == 5000
+    assert storage.remove_many([record, "files/other", "files/never"]) == [True, True, False]
+    assert storage.remove("files/other") is False  # twice: not an error
+    assert storage.stripe_record(record) == {"size": 0, "intents": []}
+    with pytest.raises(NotFoundError):
+        storage.stat("files/other")
+    with pytest.raises(InvalidArgumentError, match="keys must be a list of keys"):
+        storage.remove_many("files/other")
+    with pytest.raises(InvalidKeyError):
+        storage.remove_many(["files/ok", "../escape"])

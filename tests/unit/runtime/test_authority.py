@@ -121,6 +121,8 @@ def test_a_principal_may_call_an_anchored_method_on_keys_its_caps_cover() -> Non
     call("alice", "swap", "scratch/y", 0, b"v", record="scratch/y.rec")
     call("alice", "list")  # filters the listing itself
     call("bob", "stripe_put", "any/rec", 0, "v1", "any/key", 0, b"")
+    call("alice", "remove", "scratch/y")
+    call("alice", "remove_many", ["scratch/y", "logs/z"])
 
 
 @pytest.mark.parametrize(
@@ -134,6 +136,9 @@ def test_a_principal_may_call_an_anchored_method_on_keys_its_caps_cover() -> Non
         ("swap", ("other/x", 0, b"", True, "scratch/r"), r"may not read 'other/x'"),
         ("stripe_read", ("other/r", 0, "data/k"), r"may not read 'other/r'"),
         ("stripe_read", ("data/r", 0, "other/k"), r"may not read 'other/k'"),
+        ("remove", ("data/x",), r"may not write 'data/x' \(through storage.remove\)"),
+        # every key of a removal is checked, not only the first
+        ("remove_many", (["scratch/y", "data/x"],), r"may not write 'data/x'"),
     ],
 )
 def test_an_anchored_method_is_refused_on_a_key_the_caps_do_not_cover(

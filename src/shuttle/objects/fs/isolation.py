@@ -108,6 +108,7 @@ class IsolationObject(MobileObject):
         "changed": needs(write=["key"]),
         "write": needs(write=["key"]),
         "commit": needs(read=[each("reads")], write=[each("writes")]),
+        "remove": needs(write=["key"]),
     }
 
     def __init__(
@@ -324,6 +325,33 @@ class IsolationObject(MobileObject):
                 self._remember(writer, key)
         self._break(to_break)
         return {"ok": True, "timestamps": stamps}
+
+    def remove(self, key: str) -> bool:
+        """File ``key`` is gone: remove its object from this node's store if there is
+        one (True if there was), and break every promise on any of its blocks before
+        this returns, as a write does. Its blocks keep their timestamps, raised, so a
+        copy cached before can never pass for one read after.
+
+        For a file whose data lives elsewhere (a RAID 5 file's columns, on their
+        nodes), remove the data first and then call this at the file's home, where
+        its caches hold their promises: the same order as a RAID write and its
+        :meth:`changed`, so a cache that reads in between is called back."""
+        _check_block(key, 0, "remove")
+        self._await_recovery()
+        to_break: dict[str, tuple[Ref, list[Block]]] = {}
+        with self._lock:  # ordered with commits and reads of the key, as they are
+            try:
+                self._store.remove(key)
+                existed = True
+            except NotFoundError:
+                existed = False
+            self._clock = max(self._clock + 1, time.time_ns())
+            extents = self._extents.get(key, {})
+            end = max((o + n for o, n in extents.items()), default=1)
+            self._stamp(key, 0, end, None, None, to_break, record=False)
+            self.commits += 1
+        self._break(to_break)
+        return existed
 
     def _stamp(
         self,

@@ -22,21 +22,27 @@ Order of updates, so that a crash never leaves a name without its data: ``put``
 writes the data first and then inserts the name; ``rm`` removes the name first and
 then the data. A crash between the two leaves unnamed data (garbage), never a name
 that points at nothing.
+
+Every operation goes through the application's run-time, as the objects' own calls
+do: names through the directory object, data through file stacks, and a removal
+through the storage objects of the file's nodes and the isolation object of its home
+(which calls back every cache of the file before ``rm`` returns). So the monitor sees
+it, the principal's capabilities are checked on it at the node, and no cache keeps
+serving a removed file.
 """
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shuttle.client.client import Client
 from shuttle.errors import InvalidArgumentError, NotFoundError
 from shuttle.objects.fs.cache import BLOCK_BYTES_DEFAULT
 from shuttle.objects.fs.raid_layout import column_key, record_key
+from shuttle.rendezvous import ranked
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.refs import Ref
 
@@ -187,9 +193,7 @@ class Volume:
         storage`` for a striped one; the isolation object of the key's node keeps
         the cache's callback promises in both."""
         rt, key = self.rt, str(entry["key"])
-        # A striped file's entry names its home, as it names its columns: a cluster
-        # that grows or shrinks must not give its caches two homes.
-        home = rt.service(str(entry.get("home") or rt.node_for(key)), "isolation")
+        home = rt.service(self._home(entry), "isolation")
         made: list[Ref] = []  # bottom first
         try:
             raid: Ref | None = None
@@ -220,6 +224,12 @@ class Volume:
                 rt.destroy(ref)
             raise
         return OpenFile(self, path, entry, made[::-1])
+
+    def _home(self, entry: dict[str, Any]) -> str:
+        """The node whose isolation object keeps the promises of a file's caches. A
+        striped file's entry names it, as it names its columns: a cluster that grows
+        or shrinks must not give its caches two homes."""
+        return str(entry.get("home") or self.rt.node_for(str(entry["key"])))
 
     def _file_entry(self, path: str) -> dict[str, Any]:
         entry = self.directory.lookup(path)
@@ -287,16 +297,16 @@ class Volume:
             self._remove_data(dict(entry))
 
     def _remove_data(self, entry: dict[str, Any]) -> None:
+        """A file's data, once its name is gone: a striped file's columns (and their
+        records) through each column node's storage object, then the file at its home's
+        isolation object, which removes a plain file's object and calls back every
+        cache of the file before it returns."""
         key = str(entry["key"])
-        with Client(
-            self.rt.nodes, key=self.rt.key, principal=self.rt.principal, tls=self.rt.tls
-        ) as client:
-            if entry.get("layout") != "raid5":
-                client.remove_many([key])
-                return
+        if entry.get("layout") == "raid5":
             for column, node_id in enumerate(entry["columns"]):
                 keys = [column_key(key, column), record_key(key, column)]
-                client.call(client.node(node_id), "remove_many", {"keys": keys})
+                self.rt.storage(str(node_id)).remove_many(keys)
+        self.rt.service(self._home(entry), "isolation").remove(key)
 
     def walk(self, path: str = "/") -> Iterator[tuple[str, Entry]]:
         for entry in self.ls(path):
@@ -325,6 +335,9 @@ class Volume:
 
 def _columns(nodes: list[str], key: str, count: int) -> list[str]:
     """The nodes of a RAID file's columns: ``count`` of them (or every node, if
-    fewer), in rendezvous order for the key so files spread over a larger cluster."""
-    ranked = sorted(nodes, key=lambda n: hashlib.blake2b(f"{n}/{key}".encode()).digest())
-    return ranked[: min(count, len(ranked))]
+    fewer), in rendezvous order for the key (:mod:`shuttle.rendezvous`, the hash that
+    places every key) so files spread over a larger cluster. The order is recorded in
+    the file's entry and read from there, never recomputed: files made when this was
+    another hash (blake2b over ``node/key``, before 2026-11-28) read as they were
+    written (docs/objectfs.md, "Volumes")."""
+    return ranked(nodes, key)[:count]
