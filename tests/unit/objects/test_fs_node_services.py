@@ -89,6 +89,29 @@ def test_callbacks_timestamps_and_the_commit_check(store: ObjectStore, tmp_path:
     assert out["ok"] and store.read("k", 0, 1) == b"y" and store.read("j", 0, 1) == b"z"
 
 
+def test_remove_takes_the_object_away_and_calls_back_every_holder_of_its_blocks(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    """What a volume's rm does at a file's home: the object goes, every holder of any
+    of its blocks (the writer's too: nobody holds the new, empty file) is told before
+    remove returns, and the blocks' timestamps move on, so a copy cached before can
+    never pass a revalidation after. Other keys' holders hear nothing."""
+    iso = IsolationObject(store, AtomicityObject(store, tmp_path / "log"))
+    a, b, other = Holder("a"), Holder("b"), Holder("other")
+    iso.write("k", 0, b"x" * 5000, a)  # type: ignore[arg-type]
+    _, ts0 = iso.read("k", 4096, 4096, b)  # type: ignore[arg-type]
+    iso.read("j", 0, 10, other)  # type: ignore[arg-type]
+    assert iso.remove("k") is True
+    assert a.told == [("k", [0])] and b.told == [("k", [4096])] and other.told == []
+    with pytest.raises(NotFoundError):
+        store.stat("k")
+    assert iso.read("k", 4096, 4096)[1] > ts0
+    assert iso.remove("k") is False  # again: nothing there, nobody to tell
+    assert iso.stats()["callbacks_held"] == 1  # other's, on j
+    with pytest.raises(InvalidArgumentError, match="remove: key must be a non-empty string"):
+        iso.remove("")
+
+
 def test_a_holder_that_cannot_be_told_loses_its_promises(
     store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

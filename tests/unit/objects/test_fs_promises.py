@@ -4,7 +4,8 @@ keeps promises and calls back, over every interleaving hypothesis finds of fetch
 
 The model: each block has a current timestamp at the node; a fetch reads it when the
 node answers (and the node records a promise); a write bumps it and, if a promise
-is held, calls the cache back (``invalidate``) before it returns. A restart forgets
+is held, calls the cache back (``invalidate``) before it returns; the holder's own
+write calls nobody back (its copy is replaced by the write's install). A restart forgets
 every promise and calls back everything (what a node with its promise log does). A
 fetch's answer may be kept exactly when no callback for its block, and no restart,
 came after it was sent; then nothing the cache holds is ever older than the node.
@@ -37,6 +38,9 @@ class Fetch:
     overtaken: bool = False
     #: A revalidation of the copy held at this timestamp (None: a plain fetch).
     renewing: int | None = None
+    #: The holder's own write of the block (the node calls no one back about it, so
+    #: the copy held before is replaced only by this write's install, or dropped).
+    writing: bool = False
 
 
 class PromiseModel(RuleBasedStateMachine):
@@ -61,6 +65,10 @@ class PromiseModel(RuleBasedStateMachine):
         self.fetches.append(Fetch(name, self.cache.begin()))
 
     @rule(name=BLOCKS)
+    def send_own_write(self, name: str) -> None:
+        self.fetches.append(Fetch(name, self.cache.begin(), writing=True))
+
+    @rule(name=BLOCKS)
     def send_revalidation(self, name: str) -> None:
         look, held = self.cache.look(name)
         if look is Look.LAPSED:
@@ -72,6 +80,8 @@ class PromiseModel(RuleBasedStateMachine):
     def node_answers(self, data: st.DataObject) -> None:
         waiting = [f for f in self.fetches if f.ts is None]
         f = data.draw(st.sampled_from(waiting))
+        if f.writing:
+            self.current[f.name] += 1
         f.ts = self.current[f.name]
         self.promised.add(f.name)
 
@@ -87,6 +97,9 @@ class PromiseModel(RuleBasedStateMachine):
             newer_held = held is not None and held.ts >= f.ts
             kept = self.cache.install(f.name, f.ts, f.ts, f.ticket)
             assert kept == (not f.overtaken and not newer_held)
+            if f.overtaken:  # refused: as a callback for the block, to the others out
+                for g in self.fetches:
+                    g.overtaken |= g.name == f.name
         else:
             held = self.cache.get(f.name)
             if held is not None:
@@ -99,10 +112,12 @@ class PromiseModel(RuleBasedStateMachine):
     def fetch_fails(self, data: st.DataObject) -> None:
         f = data.draw(st.sampled_from(self.fetches))
         self.fetches.remove(f)
+        if f.writing:  # in doubt: whatever the block holds now, no copy of ours is it
+            self._callback([f.name])
         self.cache.end(f.ticket)
 
     @rule(name=BLOCKS)
-    def write(self, name: str) -> None:
+    def others_write(self, name: str) -> None:
         self.current[name] += 1
         if name in self.promised:
             self.promised.discard(name)
@@ -127,14 +142,21 @@ class PromiseModel(RuleBasedStateMachine):
     def use(self, name: str) -> None:
         look, held = self.cache.look(name)
         if look is Look.HIT:
-            assert held is not None and held.value == self.current[name]
-            assert self.now < held.expires
+            assert held is not None and self.now < held.expires
+            assert held.value == self.current[name] or self._writing(name)
 
     @invariant()
     def nothing_held_is_older_than_the_node_or_unpromised(self) -> None:
+        """Older only while the holder's own write of the block, already applied at
+        the node, is on its way back (its install replaces the copy, or drops it)."""
         for name, held in self.cache.items():
-            assert held.ts == self.current[name], f"{name} held at {held.ts}"
+            assert held.ts == self.current[name] or self._writing(name), f"{name} at {held.ts}"
             assert name in self.promised, f"{name} held with no promise at the node"
+
+    def _writing(self, name: str) -> bool:
+        """The holder's own write of ``name`` is applied and on its way back: a read
+        of ours answered before it may be held until its answer replaces it."""
+        return any(f.writing and f.name == name and f.ts is not None for f in self.fetches)
 
     @invariant()
     def bounded(self) -> None:

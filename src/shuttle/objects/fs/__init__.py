@@ -11,15 +11,20 @@ Layout:
 
 * ``file``         the top of a file's stack: the interface applications call
 * ``cache``        a file's blocks, cached wherever the object runs
+* ``promises``     copies held under callback promises: expiry, revalidation and the
+  race guard, for the cache and directory objects alike
 * ``raid``         ``raid5``: a file striped with rotating parity over N nodes
 * ``raid_layout``  where a RAID 5 file's bytes and parity live (pure)
+* ``raid_node``    RAID 5's node half: the parity primitives a column's storage object
+  offers (intents, stripe versions, conditional parity writes)
 * ``directory``    hierarchical names over directory blocks
 * ``dirblocks``    directory blocks and the blocks an update writes (pure)
 * ``isolation``    the node service: callbacks and optimistic concurrency control
 * ``holders``      which holders hold promises on which keys, on disk (the isolation
   object's durable part)
 * ``atomicity``    the node service: all-or-nothing updates through a shared log
-* ``volume``       the file system as an application uses it: :class:`Volume`
+* ``volume``       the file system as an application uses it: :class:`Volume`, a face
+  that does everything through the run-time
 """
 
 from __future__ import annotations

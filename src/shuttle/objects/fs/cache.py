@@ -434,8 +434,10 @@ class CacheObject(MobileObject):
                         self.isolation.promise(self.key, start, self.block_bytes, self._holder())
                         ts = self.data.write(start, block, self._holder())["timestamp"]
         except BaseException:
-            with self._lock:  # whatever the block holds now, it is not our old copy
-                self._promises.drop(start)
+            # Whatever the block holds now, no copy of ours is it: a read of ours
+            # answered before the write may not keep its copy either (the node calls
+            # no writer back about its own block).
+            self._promises.invalidate([start])
             raise
         with self._lock:
             self.writes += 1

@@ -182,10 +182,16 @@ class PromiseCache(Generic[K, V]):
 
     def install(self, name: K, value: V, ts: int, ticket: Ticket) -> bool:
         """Keep ``value`` (read at timestamp ``ts`` by the fetch holding ``ticket``)
-        under a fresh promise. Refused (False) if ``name``, or everything, was
-        invalidated since the ticket, or a newer copy is held (then that one stays)."""
+        under a fresh promise. Refused (False) if a newer copy is held (that one
+        stays), or if ``name``, or everything, was invalidated since the ticket: then
+        this counts as an invalidation of ``name`` itself (the copy held goes, and
+        fetches of it already out keep nothing). The fetch may be the holder's own
+        write, which the node calls nobody back about, the writer included: neither
+        the copy held before it nor a read of ours answered before it landed may
+        outlive it, and an invalidation of everything need not have named them."""
         with self.lock:
             if self.invalidated_since(ticket, [name]):
+                self.invalidate([name])
                 return False
             old = self._held.get(name)
             if old is not None and old.ts >= ts:
