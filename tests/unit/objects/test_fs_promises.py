@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from shuttle.errors import InvalidArgumentError
-from shuttle.objects.fs.promises import MARKS_PRUNE_AT, Look, PromiseCache, Ticket
+from shuttle.objects.fs.promises import MARKS_PRUNE_AT, PromiseCache, Ticket
 
 BLOCKS = st.sampled_from(["a", "b", "c"])
 LIFETIME_S = 10.0
@@ -70,9 +70,8 @@ class PromiseModel(RuleBasedStateMachine):
 
     @rule(name=BLOCKS)
     def send_revalidation(self, name: str) -> None:
-        look, held = self.cache.look(name)
-        if look is Look.LAPSED:
-            assert held is not None
+        held, fresh = self.cache.look(name)
+        if held is not None and not fresh:
             self.fetches.append(Fetch(name, self.cache.begin(), renewing=held.ts))
 
     @precondition(lambda self: any(f.ts is None for f in self.fetches))
@@ -140,8 +139,8 @@ class PromiseModel(RuleBasedStateMachine):
 
     @rule(name=BLOCKS)
     def use(self, name: str) -> None:
-        look, held = self.cache.look(name)
-        if look is Look.HIT:
+        held, fresh = self.cache.look(name)
+        if fresh:
             assert held is not None and self.now < held.expires
             assert held.value == self.current[name] or self._writing(name)
 
@@ -174,15 +173,15 @@ def test_a_fetch_nothing_interrupts_is_kept_and_hits_until_its_promise_lapses() 
     cache: PromiseCache[str, bytes] = PromiseCache(lifetime_s=5.0, clock=lambda: now[0])
     with cache.fetching() as ticket:
         assert cache.install("x", b"1", 7, ticket)
-    assert cache.look("x")[0] is Look.HIT
+    assert cache.look("x")[1]
     now[0] = 5.0
-    look, held = cache.look("x")
-    assert look is Look.LAPSED and held is not None
+    held, fresh = cache.look("x")
+    assert held is not None and not fresh
     assert cache.renew("x", held, 7)
-    assert cache.look("x")[0] is Look.HIT
+    assert cache.look("x")[1]
     now[0] = 20.0
     assert not cache.renew("x", held, 8)  # changed while lapsed: dropped
-    assert cache.look("x") == (Look.MISS, None)
+    assert cache.look("x") == (None, False)
 
 
 def test_marks_stay_bounded_while_fetches_overlap_without_a_pause() -> None:

@@ -47,7 +47,7 @@ from shuttle.errors import (
     RequestTimeoutError,
     UnreachableError,
 )
-from shuttle.objects.fs.promises import Look, PromiseCache, Ticket
+from shuttle.objects.fs.promises import PromiseCache, Ticket
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import MobileObject, ObjectManager, builtin
 from shuttle.runtime.refs import Ref
@@ -186,8 +186,9 @@ class CacheObject(MobileObject):
     def _setup(self) -> None:
         #: Block offset -> the promise on our copy (its bytes are in ``_shared``).
         self._promises: PromiseCache[int, None] = PromiseCache(on_drop=self._dropped)
-        #: One lock for the promises, the bytes and the counters (reentrant).
-        self._lock = self._promises.lock
+        #: Held across a change of the promises and the bytes together, and a hit's
+        #: look at both; and for the counters. Taken before the promise cache's own.
+        self._lock = threading.Lock()
         self._me: Ref | None = None
         #: Whether the raid5 object below tells the isolation object of its writes
         #: (None: not asked yet in this incarnation).
@@ -309,11 +310,11 @@ class CacheObject(MobileObject):
 
     def _block(self, start: int) -> bytes:
         with self._lock:
-            look, held = self._promises.look(start)
+            held, fresh = self._promises.look(start)
             data = None if held is None else self._shared.get(str(self.rid), start)
             if held is not None and data is None:
                 self._promises.drop(start)  # evicted by another file's blocks
-            elif look is Look.HIT and data is not None:
+            elif fresh and data is not None:
                 self.hits += 1
                 return data
         self._check_data()
@@ -437,7 +438,8 @@ class CacheObject(MobileObject):
             # Whatever the block holds now, no copy of ours is it: a read of ours
             # answered before the write may not keep its copy either (the node calls
             # no writer back about its own block).
-            self._promises.invalidate([start])
+            with self._lock:
+                self._promises.invalidate([start])
             raise
         with self._lock:
             self.writes += 1

@@ -92,7 +92,7 @@ from shuttle.objects.fs.dirblocks import (
     split_path,
     stored_body_bytes,
 )
-from shuttle.objects.fs.promises import Held, Look, PromiseCache, Ticket
+from shuttle.objects.fs.promises import Held, PromiseCache, Ticket
 from shuttle.rendezvous import winner
 from shuttle.runtime import values
 from shuttle.runtime.mobile import CallMoved, MobileObject, ObjectManager, builtin
@@ -392,11 +392,10 @@ class DirectoryObject(MobileObject):
     def _block(self, key: str, offset: int) -> Held[Cached]:
         """A block (bytes and decoded, timestamp): cached, or read with a promise."""
         block = (key, offset)
-        with self._lock:
-            look, hit = self._promises.look(block)
-            if look is Look.HIT:
+        hit, fresh = self._promises.look(block)
+        if fresh and hit is not None:
+            with self._lock:
                 self.counters["cache_hits"] += 1
-        if look is Look.HIT and hit is not None:
             return hit
         if hit is not None and self._revalidate(block, hit):
             return hit

@@ -43,14 +43,13 @@ and its own counters to make them one step.
 
 from __future__ import annotations
 
-import contextlib
-import enum
 import threading
 import time
-from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from types import TracebackType
+from typing import Any, Generic, NewType, TypeVar
 
 from shuttle.errors import InvalidArgumentError
 
@@ -68,11 +67,9 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
-@dataclass(frozen=True)
-class Ticket:
-    """Taken before a fetch's call goes out: the invalidation number then."""
-
-    seq: int
+#: Taken before a fetch's call goes out: the invalidation number then (an int: every
+#: read of a directory takes one, so it costs nothing to make).
+Ticket = NewType("Ticket", int)
 
 
 @dataclass
@@ -83,12 +80,6 @@ class Held(Generic[V]):
     value: V
     ts: int
     expires: float
-
-
-class Look(enum.Enum):
-    MISS = "miss"
-    HIT = "hit"  # held, promise current: use it
-    LAPSED = "lapsed"  # held, promise lapsed: renew before use
 
 
 class PromiseCache(Generic[K, V]):
@@ -120,7 +111,7 @@ class PromiseCache(Generic[K, V]):
         self.lock = threading.RLock()
         self._held: OrderedDict[K, Held[V]] = OrderedDict()  # least recently used first
         self._seq = 0
-        self._tickets: Counter[int] = Counter()  # ticket seq -> fetches out with it
+        self._tickets: dict[int, int] = {}  # ticket -> fetches out with it
         self._marks: dict[K, int] = {}
         self._all_mark = 0
 
@@ -129,51 +120,56 @@ class PromiseCache(Generic[K, V]):
     def begin(self) -> Ticket:
         """A ticket for a fetch about to go out; give it back with :meth:`end`."""
         with self.lock:
-            self._tickets[self._seq] += 1
-            return Ticket(self._seq)
+            seq = self._seq
+            self._tickets[seq] = self._tickets.get(seq, 0) + 1
+            return Ticket(seq)
 
     def end(self, ticket: Ticket) -> None:
         """The fetch is over (installed or not): forget what only it needed."""
         with self.lock:
-            left = self._tickets[ticket.seq] - 1
+            left = self._tickets[ticket] - 1
             if left > 0:
-                self._tickets[ticket.seq] = left
+                self._tickets[ticket] = left
             else:
-                del self._tickets[ticket.seq]
+                del self._tickets[ticket]
             if not self._tickets:
                 self._marks.clear()
             elif len(self._marks) > MARKS_PRUNE_AT:
                 oldest = min(self._tickets)
                 self._marks = {k: s for k, s in self._marks.items() if s > oldest}
 
-    @contextlib.contextmanager
-    def fetching(self) -> Iterator[Ticket]:
+    def fetching(self) -> _Fetching:
         """``with cache.fetching() as ticket:`` around a fetch and its install."""
-        ticket = self.begin()
-        try:
-            yield ticket
-        finally:
-            self.end(ticket)
+        return _Fetching(self)
 
     def invalidated_since(self, ticket: Ticket, names: list[K]) -> bool:
         """Whether any of ``names`` (or everything) was invalidated after ``ticket``."""
+        if not self._marks and self._all_mark <= ticket:
+            return False  # the usual answer, without the lock (two atomic reads)
         with self.lock:
-            return self._all_mark > ticket.seq or any(
-                self._marks.get(name, 0) > ticket.seq for name in names
+            return self._all_mark > ticket or any(
+                self._marks.get(name, 0) > ticket for name in names
             )
 
     # --- copies -------------------------------------------------------------------------
 
-    def look(self, name: K) -> tuple[Look, Held[V] | None]:
-        """Whether ``name`` is held and its promise current (a hit counts as a use)."""
-        with self.lock:
-            held = self._held.get(name)
-            if held is None:
-                return Look.MISS, None
-            if self.clock() < held.expires:
-                self._held.move_to_end(name)
-                return Look.HIT, held
-            return Look.LAPSED, held
+    def look(self, name: K) -> tuple[Held[V] | None, bool]:
+        """The copy of ``name`` held (None: a miss) and whether its promise is current
+        (a hit: use it; else renew it first). A hit counts as a use for the LRU.
+
+        The hit path of both objects: no lock unless there is an LRU to keep (a dict
+        read is atomic; an owner that keeps the bytes elsewhere holds its own lock
+        across this and their read, as the cache object does)."""
+        held = self._held.get(name)
+        if held is None:
+            return None, False
+        if self.clock() < held.expires:
+            if self.capacity is not None:
+                with self.lock:
+                    if self._held.get(name) is held:
+                        self._held.move_to_end(name)
+            return held, True
+        return held, False
 
     def get(self, name: K) -> Held[V] | None:
         """The copy of ``name`` held (lapsed or not), without counting a use."""
@@ -293,3 +289,26 @@ class PromiseCache(Generic[K, V]):
         del self._held[name]
         if self._on_drop is not None:
             self._on_drop(name)
+
+
+class _Fetching:
+    """:meth:`PromiseCache.fetching`'s context (a class: a generator-based one costs
+    more than the hit it would guard)."""
+
+    __slots__ = ("_cache", "_ticket")
+
+    def __init__(self, cache: PromiseCache[Any, Any]) -> None:
+        self._cache = cache
+        self._ticket = Ticket(0)
+
+    def __enter__(self) -> Ticket:
+        self._ticket = self._cache.begin()
+        return self._ticket
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._cache.end(self._ticket)
