@@ -17,6 +17,7 @@ Layout (see docs/architecture.md):
 * ``shuttle.node``    the storage-node process: config, operations, main loop
 * ``shuttle.blockcache``  the LRU block cache policy the store and the client share
 * ``shuttle.cdc``     content-defined chunking and blake3 hashes the store and the client share
+* ``shuttle.rendezvous``  which node holds a key (rendezvous hashing; client and file system)
 * ``shuttle.errors``  every error Shuttle raises, by whose fault it is, with its exit code
 * ``shuttle.compiled``  which hot modules run compiled (mypyc); their pure Python fallback
 * ``shuttle.testing`` test doubles: fake clock, in-memory streams, an in-memory node
