@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import shuttle
+from shuttle.errors import NotFoundError
 from shuttle.net.blocking import BlockingConnection
 from tests.integration.nodeproc import NodeProcess
 
@@ -102,3 +103,45 @@ def test_a_block_cache_miss_the_page_cache_holds_is_answered_inline(
     assert after["store"]["cache"]["misses"] > before["store"]["cache"]["misses"]
     read(conn, offset, length)  # and now a block-cache hit
     assert stats(conn)["store"]["nowait"]["served"] == nowait["served"]
+
+
+def test_a_miss_never_reads_an_old_file_after_a_change_or_a_restart(tmp_path: Path) -> None:
+    """The node keeps the files its misses read open (store/openfiles.py): after a put
+    that renames a new file into place (over 1 MiB: staged), a range write, a truncate,
+    a remove and a restart, a miss the page cache answers reads the object as it is.
+    Each read is of a 64 KiB block not read since the change (a block-cache miss)."""
+    proc = NodeProcess(tmp_path / "node").start()
+    block = 64 << 10
+    try:
+        big = os.urandom(2 << 20)
+        newer = os.urandom(2 << 20)
+        with shuttle.connect(node=proc.address, cache_bytes=0, request_timeout_s=30) as c:
+
+            def served() -> int:
+                return int(c.node_stats(c.nodes[0])["store"]["nowait"]["served"])
+
+            c.put("k", big)
+            before = served()
+            assert c.read("k", block, 4096) == big[block : block + 4096]  # file kept open
+            c.put("k", newer)  # a new file renamed over the old one
+            assert c.read("k", 2 * block, 4096) == newer[2 * block : 2 * block + 4096]
+            c.write("k", 3 * block, b"x" * 100)
+            assert (
+                c.read("k", 3 * block, 200) == b"x" * 100 + newer[3 * block + 100 : 3 * block + 200]
+            )
+            c.truncate("k", 10_000)
+            assert c.read("k", 8192, 4096) == newer[8192:10_000]
+            stats = c.node_stats(c.nodes[0])["store"]
+            assert stats["nowait"]["served"] - before == 4  # every one a miss on the loop
+            assert stats["open_files"]["forgotten"] >= 3
+            c.remove("k")
+            with pytest.raises(NotFoundError):
+                c.read("k", 0, 4096)
+            c.put("k", big)
+            assert c.read("k", 4 * block, 4096) == big[4 * block : 4 * block + 4096]
+        proc.restart()
+        with shuttle.connect(node=proc.address, cache_bytes=0, request_timeout_s=30) as c:
+            assert c.read("k", 4096, 4096) == big[4096:8192]
+            assert c.read("k", 5 * block, 4096) == big[5 * block : 5 * block + 4096]
+    finally:
+        proc.terminate()

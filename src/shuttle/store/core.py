@@ -64,6 +64,7 @@ from shuttle.store.keys import parent_keys
 from shuttle.store.layout import Layout
 from shuttle.store.locks import KeyLocks, RWLock
 from shuttle.store.nowait import NowaitReads
+from shuttle.store.openfiles import OPEN_FILES_MAX, OpenFiles, open_files_max
 from shuttle.store.paths import SafeRoot, fsync_dir, pwrite_all
 from shuttle.store.recovery import (
     RecoveryReport,
@@ -141,6 +142,9 @@ class StoreConfig:
     #: "fsync" (each changed file and directory), or "auto": syncfs where the file system
     #: is known to honour it, fsync elsewhere (FUSE, NFS). See shuttle.store.durability.
     sync_mode: SyncMode = "auto"
+    #: Object files kept open across reads (shuttle.store.openfiles; 0: open each
+    #: time), fitted to a sixteenth of the process's descriptor limit.
+    open_files_max: int = OPEN_FILES_MAX
 
     def __post_init__(self) -> None:
         if not 0 < self.object_bytes_max <= OBJECT_SIZE_BYTES_MAX:
@@ -150,6 +154,10 @@ class StoreConfig:
             )
         if self.reserve_bytes < 0:
             raise InvalidArgumentError(f'"reserve_bytes" must be >= 0, got {self.reserve_bytes}')
+        if self.open_files_max < 0:
+            raise InvalidArgumentError(
+                f'"open_files_max" must be >= 0 (0: keep no file open), got {self.open_files_max}'
+            )
 
 
 class StoreCore:
@@ -195,6 +203,9 @@ class StoreCore:
             #: Block-cache misses read on the event loop when the page cache has them
             #: (ObjectStore.read_nowait, a node's read lane).
             self.nowait = NowaitReads()
+            #: Object files kept open across reads, one version each; every change
+            #: forgets its key's (_change_lock).
+            self.open_files = OpenFiles(open_files_max(self.config.open_files_max))
             self.durability = CheckpointSync(self.paths, self.attrs.path_of, self.config.sync_mode)
             log.info("store %s: checkpoints sync by %s", self.layout.root, self.durability.mode)
             self.uploads = UploadTable(self.layout.uploads_dir)
@@ -271,6 +282,7 @@ class StoreCore:
                 self.checkpoint()
         finally:
             self._closed = True
+            self.open_files.close()
             self.uploads.close_all()
             self.journal.close()
             self.paths.close()
@@ -528,11 +540,17 @@ class StoreCore:
 
     def _change_lock(self, key: str) -> AbstractContextManager[object]:
         """The key's exclusive lock for a change, entered after the change hook (if
-        any) let the change go ahead."""
+        any) let the change go ahead. Once it is held, the key's kept open file is
+        forgotten (closed): no read through it can then outlive the change."""
+        locked = _forgetting(self.open_files, key, self._locks.write(key))
         hook = self.change_hook
         if hook is None:
-            return self._locks.write(key)
-        return _hooked(hook, key, self._locks.write(key))
+            return locked
+        return _hooked(hook, key, locked)
+
+    def _open_for_read(self, key: str) -> int:
+        """A new read-only descriptor of ``key``'s file (what :class:`OpenFiles` keeps)."""
+        return self.paths.open_file(key, os.O_RDONLY)
 
     def _op(self, name: str) -> _OpScope:
         """Count an operation and turn OSErrors into StorageIOError."""
@@ -548,6 +566,7 @@ class StoreCore:
                 return change()
             except OSError as exc:
                 if is_out_of_descriptors(exc):
+                    self.open_files.clear()  # the files kept open for reads first
                     return _retry_while_out_of_descriptors(change)
                 if not (is_disk_full(exc) and self.space.release_reserve()):
                     raise
@@ -595,6 +614,15 @@ class StoreCore:
         finally:
             with self._ns_lock:
                 self._pending_new.discard(key)
+
+
+@contextlib.contextmanager
+def _forgetting(
+    open_files: OpenFiles, key: str, lock: AbstractContextManager[object]
+) -> Iterator[None]:
+    with lock:
+        open_files.forget(key)
+        yield
 
 
 @contextlib.contextmanager

@@ -68,6 +68,7 @@ class NowaitReads:
         self._pread = pread if pread is not None else platform_pread()
         self.served = 0
         self.would_block = 0
+        self._spare: bytearray | None = None
         self.unsupported: str | None = (
             None if self._pread is not None else "os.preadv with RWF_NOWAIT is not available"
         )
@@ -85,11 +86,20 @@ class NowaitReads:
         pread = self._pread
         if pread is None or self.unsupported is not None:
             return None
-        buffer = bytearray(stop - start)
+        want = stop - start
+        # The read's buffer is reused while it has the size asked for (a block, nearly
+        # always): a fresh 64 KiB bytearray is zeroed first, about 1.4 µs. Taken out of
+        # the attribute while in use, so a second thread never shares it.
+        buffer = self._spare
+        if buffer is None or len(buffer) != want:
+            buffer = bytearray(want)
+        else:
+            self._spare = None
         try:
             got = pread(fd, buffer, start)
         except BlockingIOError:
             self.would_block += 1
+            self._spare = buffer
             return None
         except OSError as exc:
             if exc.errno not in _UNSUPPORTED:
@@ -101,11 +111,14 @@ class NowaitReads:
                 self.unsupported,
             )
             return None
-        if got != len(buffer):  # only part resident (or the end of a changed file)
+        if got != want:  # only part resident (or the end of a changed file)
             self.would_block += 1
+            self._spare = buffer
             return None
         self.served += 1
-        return bytes(buffer)
+        data = bytes(buffer)
+        self._spare = buffer
+        return data
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -37,6 +37,7 @@ from shuttle.store.core import (
     WRITE_BYTES_MAX,
     StoreConfig,
     StoreCore,
+    is_out_of_descriptors,
 )
 from shuttle.store.keys import no_object, validate_key, validate_prefix
 from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX, Listing, list_page
@@ -201,16 +202,19 @@ class ObjectStore(StoreCore):
                 start, stop = offset // bsz * bsz, min(((end - 1) // bsz + 1) * bsz, rec.size)
             else:
                 start, stop = offset, end
+            files = self.open_files
             try:
-                fd = self.paths.open_file(key, os.O_RDONLY)
-            except (ShuttleError, OSError):
+                lease = files.borrow(key, rec.version, self._open_for_read)
+            except (ShuttleError, OSError) as exc:
+                if isinstance(exc, OSError) and is_out_of_descriptors(exc):
+                    files.clear()
                 return None  # the usual way says what is wrong
             try:
-                blocks = nowait.read(fd, start, stop)
+                blocks = nowait.read(lease.fd, start, stop)
             except OSError:
                 return None
             finally:
-                os.close(fd)
+                files.give_back(lease)
             if blocks is None:
                 return None  # not (all) resident: the thread pool reads it
             if not cached:
@@ -272,7 +276,7 @@ class ObjectStore(StoreCore):
                 return b""
             n = end - offset
             if use_cache and self.cache.capacity_bytes and n <= self.config.cache_read_bytes_max:
-                data = self.cache.read(k, offset, n, rec.size, self._fetcher(k))
+                data = self.cache.read(k, offset, n, rec.size, self._fetcher(k, rec.version))
             else:
                 fd = self.paths.open_file(k, os.O_RDONLY)
                 try:
@@ -282,13 +286,17 @@ class ObjectStore(StoreCore):
             self.counters.add(bytes_read=len(data))
             return data
 
-    def _fetcher(self, key: str) -> Fetch:
+    def _fetcher(self, key: str, version: int) -> Fetch:
+        """The block cache's fetch of ``key`` at ``version``, through the kept open file
+        (:class:`~shuttle.store.openfiles.OpenFiles`). Caller holds the key's lock."""
+
         def fetch(start: int, stop: int) -> bytes:
-            fd = self.paths.open_file(key, os.O_RDONLY)
+            files = self.open_files
+            lease = files.borrow(key, version, self._open_for_read)
             try:
-                return pread_exact(fd, stop - start, start)
+                return pread_exact(lease.fd, stop - start, start)
             finally:
-                os.close(fd)
+                files.give_back(lease)
 
         return fetch
 
@@ -781,12 +789,14 @@ class ObjectStore(StoreCore):
     # --- node services -------------------------------------------------------------
 
     def drop_caches(self, keys: Sequence[str]) -> dict[str, int]:
-        """Empty the block cache and drop ``keys`` from the OS page cache (cold runs).
+        """Empty the block cache, close the object files kept open for reads, and drop
+        ``keys`` from the OS page cache (cold runs).
         Returns ``block_cache_bytes_dropped`` and ``files_dropped``.
 
         Raises NotFoundError (or InvalidKeyError) for a key that names no object file."""
         before = self.cache.stats().bytes_cached
         self.cache.clear()
+        self.open_files.clear()  # cold: no file kept open either
         dropped = 0
         for key in keys:
             fd = self.paths.open_file(validate_key(key), os.O_RDONLY)
@@ -816,6 +826,7 @@ class ObjectStore(StoreCore):
         }
         out["cache"] = self.cache.stats().as_dict()
         out["nowait"] = self.nowait.stats()
+        out["open_files"] = self.open_files.stats()
         out["uploads_open"] = len(self.uploads)
         space = self.space.snapshot()
         # The journal's share of the used space: a second copy of small puts and range
