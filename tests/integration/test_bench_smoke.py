@@ -24,6 +24,8 @@ def test_netrand_smoke_writes_every_section(tmp_path: Path) -> None:
         str(2 << 20),
         "--clients",
         "1,2",
+        "--pass-seconds",
+        "0.5",
         "--json-out",
         str(out),
         timeout=120,
@@ -35,10 +37,17 @@ def test_netrand_smoke_writes_every_section(tmp_path: Path) -> None:
     for rep, n in ((one, 1), (two, 2)):
         for section in ("remote_cold", "remote_warm", "redis"):
             figures = rep[section]
-            assert figures["requests"] == 30 * n
             assert 0 < figures["p50_us"] <= figures["p99_us"] and figures["pages_per_s"] > 0
+        assert rep["remote_cold"]["requests"] == 30 * n  # each page once: cold
+        # Timed: every client reads its pages over and over for half a second.
+        for section in ("remote_warm", "redis"):
+            assert rep[section]["requests"] > 30 * n and rep[section]["elapsed_s"] >= 0.5
+        assert rep["pass_seconds"] == 0.5
+        # Four pairs of slices, warm and Redis alternating: the ratio of each pair.
+        assert len(rep["slices"]) == 4 and all(x["throughput"] > 0 for x in rep["slices"])
         assert rep["remote_warm_over_redis"]["throughput"] > 0
-        assert rep["node"]["remote_warm"]["inline"] + rep["node"]["remote_warm"]["pooled"] == 30 * n
+        node = rep["node"]["remote_warm"]
+        assert node["inline"] + node["pooled"] == rep["remote_warm"]["requests"]
     assert two["mixed_warm"]["requests"] == two["mixed_cold"]["requests"] == 30
     assert two["node"]["remote_cold"]["pooled"] > 0  # cold reads went to the thread pool
     # Half warm, half node-cache misses the page cache holds: all on the event loop.
@@ -110,6 +119,11 @@ def test_netrand_rejects_a_bad_generator() -> None:
 def test_netrand_rejects_a_bad_client_count() -> None:
     result = shuttle_cli("bench", "netrand", "--clients", "1,many", "--no-redis")
     assert result.returncode == 2 and b"'many' is not a number" in result.stderr
+
+
+def test_netrand_rejects_a_negative_pass_length() -> None:
+    result = shuttle_cli("bench", "netrand", "--clients", "8", "--pass-seconds", "-1")
+    assert result.returncode == 2 and b"--pass-seconds must be in 0..150" in result.stderr
 
 
 def test_abacus_filter_smoke_runs_all_placements_and_plots(tmp_path: Path) -> None:

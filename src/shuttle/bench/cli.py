@@ -180,9 +180,18 @@ def netrand(
         typer.Option(
             help="Also read from N concurrent client processes (e.g. 1,8,64, or repeat the "
             "option): throughput and p50/p99, cold and warm, against Redis with N clients. "
-            "Each client reads --pages pages per pass."
+            "Each client reads --pages pages per pass; the warm and Redis passes last "
+            "--pass-seconds."
         ),
     ] = None,
+    pass_seconds: Annotated[
+        float,
+        typer.Option(
+            help="With --clients: how long every client reads in the warm and Redis passes "
+            "(its pages over and over), so that a rerun repeats the figures; 0: --pages "
+            "each, as in the cold and mixed passes.",
+        ),
+    ] = 3.0,
     tls: Annotated[
         bool,
         typer.Option(
@@ -239,6 +248,7 @@ def netrand(
         pin=pin,
         cpu=cpu,
         clients=tuple(parse_clients(clients or [])),
+        pass_seconds=pass_seconds,
         tls=tls,
     )
     console = Console()
@@ -291,7 +301,7 @@ def netrand(
     pinned_cpu = report["placement"]["pinned_cpu"]
     console.print("placement: " + ("scheduler's" if pinned_cpu is None else f"CPU {pinned_cpu}"))
     if report.get("clients"):
-        console.print(_netrand_clients_table(report["clients"], pages))
+        console.print(_netrand_clients_table(report["clients"], pages, pass_seconds))
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {json_path}")
@@ -365,10 +375,11 @@ def _netrand_workers(
         console.print(f"report written to {json_path}")
 
 
-def _netrand_clients_table(by_count: dict[str, Any], pages: int) -> Table:
+def _netrand_clients_table(by_count: dict[str, Any], pages: int, seconds: float) -> Table:
     """``bench netrand --clients``: one row per client count and pass; the ratios are
     Shuttle over Redis with as many clients; "node" is inline/pooled requests."""
-    table = Table(title=f"netrand, concurrent clients ({pages} pages each per pass)")
+    timed = f"warm and redis {seconds:g} s, the others " if seconds else ""
+    table = Table(title=f"netrand, concurrent clients ({timed}{pages} pages each per pass)")
     for col in ("N", "pass", "pages/s", "p50 µs", "p99 µs", "÷redis p50", "p99", "thr", "node"):
         table.add_column(col, justify="right")
     for count, rep in by_count.items():
@@ -403,8 +414,18 @@ def _netrand_clients_table(by_count: dict[str, Any], pages: int) -> Table:
         for count, rep in by_count.items()
         if "mixed_paged_over_warm" in rep and "mixed_over_warm" in rep
     ]
+    captions = []
     if notes:
-        table.caption = "throughput ÷ all-warm (target ≥ 0.8): " + "; ".join(notes)
+        captions.append("throughput ÷ all-warm (target ≥ 0.8): " + "; ".join(notes))
+    # The interleaved warm and Redis slices: how much the machine moved under the run.
+    captions += [
+        f"{count}: warm ÷ redis throughput by slice "
+        + ", ".join(f"{x['throughput']:.2f}" for x in rep["slices"])
+        for count, rep in by_count.items()
+        if rep.get("slices")
+    ]
+    if captions:
+        table.caption = "\n".join(captions)
     return table
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import shuttle.compiled as compiled
-from shuttle.bench.netrand_clients import run_clients
+from shuttle.bench.netrand_clients import PASS_SECONDS_DEFAULT, PASS_TIMEOUT_S, run_clients
 from shuttle.bench.nodes import bench_client
 from shuttle.bench.placement import default_cpu, pin_process, pinned
 from shuttle.bench.redis_anchor import RedisServer, RespClient
@@ -43,6 +43,8 @@ PAGE_BYTES = 4096
 PAGES_DEFAULT = 400
 #: Rounds of N pages per mode: 20 × 400 = 8,000 samples, enough for a stable p99.
 ROUNDS_DEFAULT = 20
+#: Longest timed pass: well inside the time a pass may take (PASS_TIMEOUT_S).
+PASS_SECONDS_MAX = PASS_TIMEOUT_S / 4
 #: Default file: larger than the node's default 64 MiB block cache, so cold reads miss.
 FILE_BYTES_DEFAULT = 128 << 20
 KEY = "bench/netrand.dat"
@@ -86,6 +88,9 @@ class NetrandConfig:
     #: After the one-client rounds, the same reads from this many clients at once, for
     #: each count in turn (:mod:`shuttle.bench.netrand_clients`); each reads ``pages``.
     clients: tuple[int, ...] = ()
+    #: How long each client reads in the timed passes of ``clients`` (warm, Redis;
+    #: 0: ``pages`` each, as the other passes).
+    pass_seconds: float = PASS_SECONDS_DEFAULT
     #: Also time warm fetches from a node serving TLS, and from Redis over TLS.
     tls: bool = False
 
@@ -98,6 +103,11 @@ class NetrandConfig:
             raise ConfigError("--pages and --rounds must be positive")
         if any(n < 1 for n in self.clients):
             raise ConfigError("--clients counts must be at least 1")
+        if not 0 <= self.pass_seconds <= PASS_SECONDS_MAX:
+            raise ConfigError(
+                f"--pass-seconds must be in 0..{PASS_SECONDS_MAX:g} (0: --pages per client, "
+                f"as the untimed passes), got {self.pass_seconds:g}"
+            )
         if self.file_bytes < self.page_bytes:
             raise ConfigError(f"--file-bytes must be at least one page ({self.page_bytes})")
 
@@ -262,6 +272,7 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                         drop_caches=lambda: client.drop_caches([KEY]),
                         warm_page_cache=lambda start, stop: _warm_page_cache(client, start, stop),
                         node_counters=lambda: _inline_counters(client),
+                        pass_seconds=config.pass_seconds,
                     )
             node_stats = client.node_stats(client.nodes[0])
         finally:

@@ -20,6 +20,18 @@ barrier):
   halves, over the warm pass's);
 * **redis**: the same pages from Redis, the anchor, with the same number of clients.
 
+The warm and Redis passes are **timed** and **interleaved**: each lasts
+``pass_seconds`` in all, run as :data:`SLICES` slices that alternate (warm, Redis,
+warm, Redis, ...), every client reading its pages over and over (they are all
+cached) until the slice's time is up. So a pass holds tens of thousands of requests
+(at 400 pages a client, a 64-client pass lasted well under a second on a quiet
+machine and its p99 moved by a third between runs), and drift on a shared machine
+falls on Shuttle and Redis alike; the pass's figures pool its slices, and the
+Shuttle/Redis throughput ratio of each pair of slices (``slices``) shows how much the
+machine moved under the run. The cold and mixed passes read their page lists once: a
+page read twice is no longer cold, and the file holds only so many (their
+``--pages``). ``pass_seconds=0`` makes every pass one slice that reads its list once.
+
 Each pass reports throughput (pages per second over the pass, first start to last
 finish) and the p50 and p99 of every request's latency; ``node`` says, per Shuttle
 pass, how many requests the node answered on its event loop and how many it sent to
@@ -48,8 +60,10 @@ from shuttle.bench.redis_anchor import RespClient
 from shuttle.client.client import Client
 from shuttle.errors import ConfigError
 
-#: The passes every client makes together, in order (see the module docstring).
-PASSES = ("remote_cold", "remote_warm", "mixed", "mixed_paged", "redis")
+#: The timed passes' slices, alternating (see the module): four pairs of 0.75 s at the
+#: default length, enough to see the machine move and each long enough to hold
+#: thousands of requests at 64 clients.
+SLICES = 4
 #: What the passes report: a mixed pass reports its warm and its cold readers apart,
 #: and both together.
 RESULTS = (
@@ -65,6 +79,13 @@ RESULTS = (
 )
 #: How long a pass may take before the benchmark gives up on its clients.
 PASS_TIMEOUT_S = 600.0
+#: How long each client reads in a timed pass (warm, Redis), its four slices
+#: together: 3 s held 17,000-31,000 requests a pass on this 2-vCPU machine under
+#: other sessions' load, about 120,000 when it is quiet (42,000 pages/s at 8
+#: clients), against 3,200-25,600 for 400 pages a client (benchmarks/README.md).
+PASS_SECONDS_DEFAULT = 3.0
+#: The passes that are timed (every page in them is cached; see the module).
+TIMED_PASSES = frozenset({"remote_warm", "redis"})
 #: More clients than this would measure the machine's process table, not the servers.
 CLIENTS_MAX = 256
 
@@ -97,10 +118,17 @@ def summarize(
     latencies_ns: list[int], started: list[float], finished: list[float]
 ) -> dict[str, Any]:
     """One pass of all clients: throughput over the pass and the latency percentiles."""
-    lat = sorted(latencies_ns)
+    return summarize_slices([(latencies_ns, started, finished)])
+
+
+def summarize_slices(slices: list[tuple[list[int], list[float], list[float]]]) -> dict[str, Any]:
+    """A pass made of slices (each: every client's latencies, starts and finishes):
+    throughput over the slices' time (each from its first start to its last finish)
+    and the latency percentiles of all their requests."""
+    lat = sorted(x for latencies, _, _ in slices for x in latencies)
     if not lat:
         return {}
-    elapsed_s = max(finished) - min(started)
+    elapsed_s = sum(max(finished) - min(started) for _, started, finished in slices)
     return {
         "requests": len(lat),
         "elapsed_s": elapsed_s,
@@ -111,6 +139,13 @@ def summarize(
     }
 
 
+def pass_sequence(pass_seconds: float) -> list[str]:
+    """The passes in the order the clients make them: the timed ones as alternating
+    slices (warm, Redis, warm, Redis, ...) after the cold pass, then the mixed ones."""
+    slices = SLICES if pass_seconds > 0 else 1
+    return ["remote_cold", *(["remote_warm", "redis"] * slices), "mixed", "mixed_paged"]
+
+
 def _client_process(
     client: Client,
     redis_port: int | None,
@@ -119,12 +154,14 @@ def _client_process(
     page_bytes: int,
     barrier: Any,
     results: multiprocessing.connection.Connection,
+    pass_seconds: float = 0.0,
 ) -> None:
     """One forked client: in each pass (when every client is ready) it reads ``plan``'s
-    pages for that pass and files their latencies under its result name (None: it sits
-    the pass out); sends its samples back."""
+    pages for that pass (a timed pass: over and over for ``pass_seconds``) and files
+    their latencies under its result name (None: it sits the pass out); sends its
+    samples back."""
     client.after_fork_in_child()
-    out: dict[str, Any] = {}
+    out: dict[str, list[tuple[list[int], float, float]]] = {}
     try:
         resp = RespClient(redis_port) if redis_port is not None else None
 
@@ -142,13 +179,19 @@ def _client_process(
                 fetch: Callable[[int], bytes] = redis if name == "redis" else remote
                 lat: list[int] = []
                 start = time.time()
-                for page in pages:
+                timed = pass_seconds > 0 and name in TIMED_PASSES
+                deadline = clock() + int(pass_seconds / SLICES * 1e9)
+                count = len(pages)
+                i = 0
+                while (clock() < deadline) if timed else i < count:
+                    page = pages[i % count]
                     t = clock()
                     data = fetch(page)
                     lat.append(clock() - t)
                     if len(data) != page_bytes:
                         raise AssertionError(f"{name}: page {page}: got {len(data)} bytes")
-                out[name] = (lat, start, time.time())
+                    i += 1
+                out.setdefault(name, []).append((lat, start, time.time()))
             barrier.wait(PASS_TIMEOUT_S)  # every client finished the pass
         if resp is not None:
             resp.close()
@@ -174,10 +217,13 @@ def run_clients(
     drop_caches: Callable[[], None],
     warm_page_cache: Callable[[int, int], None],
     node_counters: Callable[[], dict[str, Any]],
+    pass_seconds: float = PASS_SECONDS_DEFAULT,
 ) -> dict[str, Any]:
-    """The three passes with ``n`` concurrent client processes; returns their summaries."""
+    """The passes with ``n`` concurrent client processes (the warm and Redis ones
+    ``pass_seconds`` long, 0: ``pages`` each); returns their summaries."""
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(n + 1)
+    sequence = pass_sequence(pass_seconds)
     pipes: list[multiprocessing.connection.Connection] = []
     procs = []
     half = max(1, file_pages // 2)
@@ -198,28 +244,31 @@ def run_clients(
         if n >= 2:
             mixed = ("mixed_warm", mine) if i % 2 == 0 else ("mixed_cold", fresh)
             mixed_paged = ("mixed_paged_warm", mine) if i % 2 == 0 else ("mixed_paged_cold", paged)
-        plan = [
-            ("remote_cold", mine),
-            ("remote_warm", mine),
-            mixed,
-            mixed_paged,
-            ("redis", mine),
-        ]
+        by_pass = {
+            "remote_cold": ("remote_cold", mine),
+            "remote_warm": ("remote_warm", mine),
+            "mixed": mixed,
+            "mixed_paged": mixed_paged,
+            "redis": ("redis", mine),
+        }
+        plan = [by_pass[name] for name in sequence]
         receive, send = ctx.Pipe(duplex=False)
         proc = ctx.Process(
             target=_client_process,
-            args=(client, redis_port, key, plan, page_bytes, barrier, send),
+            args=(client, redis_port, key, plan, page_bytes, barrier, send, pass_seconds),
             daemon=True,
         )
         proc.start()
         send.close()
         pipes.append(receive)
         procs.append(proc)
-    report: dict[str, Any] = {"clients": n, "pages_per_client": pages}
-    counters: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    report: dict[str, Any] = {"clients": n, "pages_per_client": pages, "pass_seconds": pass_seconds}
+    # What the node did in each pass (its slices summed); each node.stats call is
+    # itself answered inline (and counted once it has answered).
+    done: dict[str, dict[str, int]] = {}
     broken = False
     try:
-        for name in PASSES:
+        for name in sequence:
             if name == "remote_cold":
                 drop_caches()
             elif name == "mixed_paged" and n >= 2:
@@ -227,7 +276,11 @@ def run_clients(
             before = node_counters()
             barrier.wait(PASS_TIMEOUT_S)  # go
             barrier.wait(PASS_TIMEOUT_S)  # all done
-            counters[name] = (before, node_counters())
+            after = node_counters()
+            if name != "redis":
+                total = done.setdefault(name, {"inline": 0, "pooled": 0})
+                total["inline"] += after["inline"] - before["inline"] - 1
+                total["pooled"] += after["declined"] - before["declined"]
     except threading.BrokenBarrierError:
         broken = True  # a client failed: its message comes through its pipe
     finally:
@@ -244,23 +297,36 @@ def run_clients(
     if errors or broken:
         first = errors[0] if errors else "a client stopped without saying why"
         raise RuntimeError(f"{len(errors)} of {n} benchmark clients failed; first: {first}")
+    slice_figures: dict[str, list[dict[str, Any]]] = {}
     for name in RESULTS:
         # A mixed pass as a whole: its warm and its cold readers' samples together.
         parts = (name + "_warm", name + "_cold") if name in ("mixed", "mixed_paged") else (name,)
         got = [o[part] for o in outputs for part in parts if part in o]
         if not got:
             continue
-        report[name] = summarize(
-            [x for lat, _, _ in got for x in lat], [s for _, s, _ in got], [e for _, _, e in got]
-        )
-    for name in ("remote_cold", "remote_warm", "mixed", "mixed_paged"):
-        first_c, last_c = counters[name]
-        # What the node did in the pass; each node.stats call is itself answered inline
-        # (and counted once it has answered).
-        report.setdefault("node", {})[name] = {
-            "inline": last_c["inline"] - first_c["inline"] - 1,
-            "pooled": last_c["declined"] - first_c["declined"],
-        }
+        slices = [
+            (
+                [x for runs in got for x in runs[i][0]],
+                [runs[i][1] for runs in got],
+                [runs[i][2] for runs in got],
+            )
+            for i in range(min(len(runs) for runs in got))
+        ]
+        report[name] = summarize_slices(slices)
+        if len(slices) > 1:
+            slice_figures[name] = [summarize_slices([one]) for one in slices]
+    report["node"] = done
+    warm_slices, redis_slices = slice_figures.get("remote_warm"), slice_figures.get("redis")
+    if warm_slices and redis_slices:
+        # How much the machine moved under the run: each pair of slices' ratios.
+        report["slices"] = [
+            {
+                "throughput": w["pages_per_s"] / r["pages_per_s"],
+                "p99": w["p99_us"] / r["p99_us"],
+                "requests": w["requests"] + r["requests"],
+            }
+            for w, r in zip(warm_slices, redis_slices, strict=False)
+        ]
     warm_s = report.get("remote_warm")
     for name in ("mixed", "mixed_paged"):
         mixed_s = report.get(name)

@@ -92,6 +92,14 @@ class RedisServer:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # In a session of its own, as every node the benchmarks start is
+            # (cluster/local.py): with the kernel's autogroups (Debian's default) each
+            # session is one scheduling group, so a Redis left in the benchmark's
+            # session shared its group with the client processes while the node had
+            # one to itself, and on a loaded machine the two servers got different
+            # shares of the CPU (benchmarks/README.md, "Tail latency under many
+            # clients").
+            start_new_session=True,
         )
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
