@@ -80,7 +80,7 @@ def node(
 
     store.nowait._pread = nowait
 
-    def slow_fetcher(key: str) -> Any:
+    def slow_fetcher(key: str, version: int) -> Any:
         def fetch(start: int, stop: int) -> bytes:
             if start >= SLOW_FROM:  # the disk, as slow as the test wants
                 entered.set()
