@@ -2,7 +2,8 @@
 
 ::
 
-    root namespace: bridge sfb<pid>  198.19.<lab>.1/24   (the tier and its run-time)
+    root namespace: bridge sfb<pid>  198.19.<lab>.1/24   (the tier and its run-time;
+                                                         <lab> a /24 no other lab uses)
       └─ veth sf<pid>x<i> ── eth0 198.19.<lab>.<10+i>    namespace shuttle-<pid>-faults<lab>-n<i>
 
 Every node reaches every other node and the root namespace through the bridge.
@@ -52,6 +53,26 @@ def remove_stale_bridges() -> None:
             _ip("link", "del", name, check=False)
 
 
+def _labs_in_use() -> set[int]:
+    """The third octets of the 198.19.X.0/24 networks the root namespace has now."""
+    out = _ip("-o", "-4", "addr", "show", check=False).stdout
+    return {int(m) for m in re.findall(r"inet 198\.19\.(\d+)\.", out)}
+
+
+def _free_lab(turn: int) -> int:
+    """A /24 no other lab is using: two fault runs at once (a ``make test-faults`` beside
+    a ``make test``) otherwise both took 198.19.1.0/24 and refused each other's
+    connections. Tried from a place set by this process and its turn, so two labs
+    starting together rarely try the same one first."""
+    used = _labs_in_use()
+    start = (os.getpid() * 7 + turn) % 250
+    for step in range(250):
+        lab = (start + step) % 250 + 1
+        if lab not in used:
+            return lab
+    raise RuntimeError("every 198.19.X.0/24 is in use: remove stale fault labs (ip netns list)")
+
+
 class FaultLab:
     """``nodes`` namespaces on one bridge (a context manager; root only)."""
 
@@ -59,7 +80,7 @@ class FaultLab:
         if not 1 <= nodes <= 200:
             raise ValueError(f"a fault lab holds 1 to 200 nodes, not {nodes}")
         self.count = nodes
-        self.lab = next(_labs) % 250 + 1
+        self.lab = _free_lab(next(_labs))
         pid = os.getpid()
         self.bridge = f"sfb{pid:x}x{self.lab:x}"[:15]
         self.bridge_address = f"198.19.{self.lab}.1"
