@@ -98,7 +98,11 @@ def test_calibrate_then_predict_with_live_runs(cluster: Path, tmp_path: Path) ->
     assert "node CPU per read request" in output
     cal = json.loads(measured.read_text())
     assert cal["measured"]["read_node_cpu_per_request_s"] > 0
-    assert cal["link"]["name"] == "lan" and cal["server"]["network_bandwidth_bits_per_s"] == 10e6
+    assert cal["link"]["name"] == "lan" and "link rate achieved" in output
+    # The model's link is the rate the live shaper achieved: at most the profile's.
+    achieved = cal["measured"]["link_bandwidth_bits_per_s"]
+    assert 0.2 * 10e6 <= achieved <= 10e6
+    assert cal["server"]["network_bandwidth_bits_per_s"] == achieved
     from shuttle.bench.predict import load_calibration
 
     config = load_calibration(config_path)
