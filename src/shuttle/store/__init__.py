@@ -21,6 +21,8 @@ Layout:
 * ``stats``      store-level counters
 * ``fastread``   a cache-hit read without the key's lock (compiled; the node's read lane)
 * ``nowait``     a block-cache miss the page cache holds, read on the loop (RWF_NOWAIT)
+* ``openfiles``  object files kept open across reads, one per object version, closed by
+  every change
 * ``generations`` change generations in shared memory: what a node's worker processes
   check their reads of the files by (a seqlock per slot of keys)
 * ``core``       opening, recovery, checkpoints and the guards every change goes through
