@@ -1,7 +1,8 @@
-"""A node evaluates once per round of digests (``runtime/planner.py``): with one
-client, on every digest as before; with many, once every client has been heard from
-since the last evaluation, or after ``ROUND_WINDOWS_MAX`` windows at the latest. 64
-clients each sending a digest every ``H`` had made the node evaluate 64 times a second.
+"""A node evaluates once per round of digests (``runtime/planner.py``): with a few
+clients (``ROUND_CLIENTS_MIN``), on every digest as before; with more, once every
+client has been heard from since the last evaluation, or after ``ROUND_WINDOWS_MAX``
+windows at the latest. 64 clients each sending a digest every ``H`` had made the node
+evaluate 64 times a second.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.digest import Digest
 from shuttle.runtime.locations import LocationTable
 from shuttle.runtime.peers import Peers
-from shuttle.runtime.planner import ROUND_WINDOWS_MAX, ResourceManager
+from shuttle.runtime.planner import ROUND_CLIENTS_MIN, ROUND_WINDOWS_MAX, ResourceManager
 from shuttle.testing import FakeClock
 
 
@@ -80,6 +81,21 @@ def test_one_client_is_evaluated_on_every_digest(manager: Any) -> None:
     assert rm.evaluations == 3
 
 
+def test_a_few_clients_are_evaluated_on_every_digest(manager: Any) -> None:
+    """ABACUS's experiments have up to four clients: each gets its decision in the
+    reply to its own digest, not a window later when the round completes."""
+    rm, clock = manager
+    clients = [f"c-{i}" for i in range(ROUND_CLIENTS_MIN)]
+    for c in clients:
+        rm.receive(digest(c))
+        clock.jump(0.01)
+    first = rm.evaluations
+    for c in clients:
+        rm.receive(digest(c))
+        clock.jump(0.01)
+    assert rm.evaluations == first + ROUND_CLIENTS_MIN
+
+
 def test_many_clients_are_evaluated_once_per_round(manager: Any) -> None:
     rm, clock = manager
     clients = [f"c-{i}" for i in range(8)]
@@ -102,11 +118,13 @@ def test_many_clients_are_evaluated_once_per_round(manager: Any) -> None:
 
 def test_a_silent_client_does_not_hold_up_the_round_for_long(manager: Any) -> None:
     rm, clock = manager
-    rm.receive(digest("c-a"))
-    rm.receive(digest("c-b"))
-    rm.receive(digest("c-a"))  # the round of both is complete
+    others = [f"c-{i}" for i in range(ROUND_CLIENTS_MIN)]  # heard from, then silent
+    for c in [*others, "c-a"]:
+        rm.receive(digest(c))
+    for c in [*others, "c-a"]:
+        rm.receive(digest(c))  # the last completes the round of all of them
     before = rm.evaluations
-    rm.receive(digest("c-a"))  # c-b has not been heard from since
+    rm.receive(digest("c-a"))  # the others have not been heard from since
     assert rm.evaluations == before
     clock.jump(ROUND_WINDOWS_MAX * rm.config.window_s)
     rm.receive(digest("c-a"))
