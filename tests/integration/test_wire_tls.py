@@ -6,6 +6,7 @@ and a TLS client at a plain one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import threading
@@ -278,6 +279,7 @@ class _Relay:
         self.node_port = node_port
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
+        self.finished = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -294,11 +296,22 @@ class _Relay:
             except OSError:
                 pass
             finally:
+                # Wake the other pump without giving up the descriptors: a socket
+                # closed here while the other thread is still reading it frees its
+                # number, the test's next connection can get that number, and the
+                # other thread's OpenSSL then reads and writes that connection's
+                # handshake (the intermittent WRONG_VERSION_NUMBER this test had).
                 for s in (src, dst):
-                    s.close()
+                    with contextlib.suppress(OSError):
+                        socket.socket.shutdown(s, socket.SHUT_RDWR)
 
-        threading.Thread(target=pump, args=(client, upstream), daemon=True).start()
+        other = threading.Thread(target=pump, args=(client, upstream), daemon=True)
+        other.start()
         pump(upstream, client)
+        other.join()
+        for s in (client, upstream, self.listener):
+            s.close()
+        self.finished.set()
 
 
 def test_a_key_proof_relayed_to_another_tls_channel_is_refused(
@@ -318,5 +331,6 @@ def test_a_key_proof_relayed_to_another_tls_channel_is_refused(
         ) as c,
     ):
         c.stat("anything")
+    assert relay.finished.wait(10), "the relay did not see both ends close"
     with shuttle.connect(node=node.address, key_file=key_file, tls=True, ca_file=pki.ca.cert) as c:
         assert c.node_stats(c.nodes[0])["server"]["auth_failures"] == 1
