@@ -130,9 +130,11 @@ class FlipProxy:
                     self.forwarded[direction] += len(data)
                 dst.sendall(data)
         except OSError:
+            # Shut down, not close: the other pump may be inside recv on one of these,
+            # and a closed descriptor's number can be handed to a new connection.
             for s in (src, dst):
                 with contextlib.suppress(OSError):
-                    s.close()
+                    s.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self._closing = True
