@@ -221,6 +221,7 @@ async def serve(config: NodeConfig) -> None:
                 private,
                 generations,
                 store.lock_fd,
+                on_death=relay.forget if relay is not None else lambda index: None,
             )
             if relay is not None:
                 relay.pool = pool
