@@ -11,7 +11,8 @@ principals (the primary's table, which a change installs in every worker before 
 is answered: :func:`follow_principals`) and TLS, and then, per request:
 
 * a small ``read`` it can check (:mod:`shuttle.node.worker_reads`) is answered here,
-  on the read lane, without the primary;
+  on the read lane, without the primary, and so is a ``stat`` of an object whose
+  attributes it knows as they are now;
 * every other request, and a read it cannot check, is sent to the primary on a
   connection of the primary's that belongs to this client connection alone, opened
   with its first such request, as the client's principal. So the primary checks
@@ -58,6 +59,7 @@ from shuttle.net.registry import (
 from shuttle.net.server import RpcServer
 from shuttle.net.tls import ClientTls, ServerTls
 from shuttle.node.config import NodeConfig
+from shuttle.node.handlers import STAT_CHUNKS_MAX
 from shuttle.node.worker_reads import WorkerReads
 from shuttle.store.generations import ChangeGenerations
 
@@ -67,6 +69,9 @@ log = logging.getLogger("shuttle.node")
 READY_LINE = "ready"
 #: Operations every server answers itself (``RpcServer``'s system operations).
 SYSTEM_OPS = frozenset({"ping", "node.ops", "node.stats"})
+#: Operations a worker answers itself when it can (:mod:`shuttle.node.worker_reads`),
+#: else sends to the primary.
+ANSWERED_HERE = frozenset({"read", "stat"})
 #: The primary's operations for its workers only (not served to clients by a worker).
 WORKER_OPS_PREFIX = "worker."
 #: How long a request sent on to the primary may take. The client's own timeout is
@@ -216,10 +221,10 @@ def register_worker_ops(
     worker_reads: WorkerReads,
 ) -> None:
     """Every operation the primary serves (``ops``, its ``node.ops``), sent on to it,
-    but ``read``, answered here when it can be (see the module)."""
+    but ``read`` and ``stat``, answered here when they can be (see the module)."""
     for op in ops:
         name = op["name"]
-        if name in SYSTEM_OPS or name == "read" or name.startswith(WORKER_OPS_PREFIX):
+        if name in SYSTEM_OPS or name in ANSWERED_HERE or name.startswith(WORKER_OPS_PREFIX):
             continue
 
         def forward(args: dict[str, Any], payload: bytes, _name: str = name) -> Any:
@@ -268,6 +273,37 @@ def register_worker_ops(
         guard=reads(),  # checked here: this process may answer it
         wants_principal=True,
     )
+
+    stat_here_call = worker_reads.stat
+
+    def stat_here(args: dict[str, Any], payload: bytes) -> Reply | None:
+        key, version = args.get("key"), args.get("expected_version")
+        chunks_max = args.get("chunks_max", STAT_CHUNKS_MAX)
+        if (
+            type(key) is str
+            and type(chunks_max) is int
+            and chunks_max >= 0
+            and (version is None or type(version) is int)
+        ):
+            attrs = stat_here_call(key, min(chunks_max, STAT_CHUNKS_MAX), version)
+            if attrs is not None:
+                return Reply(attrs)
+        return None  # the primary answers (or says what is wrong)
+
+    def stat(args: dict[str, Any], payload: bytes) -> Any:
+        """Attributes of one object: here when this worker knows them as they are now,
+        else from the primary."""
+        return upstreams.forward("stat", args, payload)
+
+    registry.add(
+        "stat",
+        stat,
+        Mode.ASYNC,
+        inline_try=stat_here,
+        per_connection=True,
+        guard=reads("key", "stat"),  # checked here: this process may answer it
+        wants_principal=True,
+    )
     registry.on_disconnect(upstreams.disconnected, owned=upstreams.owned)
 
 
@@ -304,8 +340,10 @@ async def serve_worker(
     upstreams.bind(asyncio.get_running_loop())
     control = upstreams.connection()  # the worker's own: learning, the list of operations
 
-    async def stat(key_: str) -> dict[str, Any]:
-        response = await control.call("stat", {"key": key_, "chunks_max": 0}, idempotent=True)
+    async def stat(key_: str, chunks_max: int) -> dict[str, Any]:
+        response = await control.call(
+            "stat", {"key": key_, "chunks_max": chunks_max}, idempotent=True
+        )
         result: dict[str, Any] = response.result
         return result
 

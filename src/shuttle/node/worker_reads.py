@@ -1,11 +1,12 @@
-"""A worker's own reads: small reads of the primary's files, checked by generation.
+"""A worker's own answers: small reads of the primary's files, and stats, checked by
+generation.
 
 A worker process of a node (docs/architecture.md, "Workers") holds none of the store's
 state: the attributes, the journal, the key locks and the block cache are the
 primary's. What it may do alone is read an object's file, which the primary changes
 only inside its change hook, bracketed by the key's slot in the shared change
-generations (:mod:`shuttle.store.generations`). So a worker answers a read itself
-when it knows the object's attributes *as of the slot's current generation*:
+generations (:mod:`shuttle.store.generations`). So a worker answers a read or a stat
+itself when it knows the object's attributes *as of the slot's current generation*:
 
 * **learning** (:meth:`WorkerReads.learn`, a task): read the slot's generation ``g``
   (even: no change running), ask the primary for the object's ``stat``, open its
@@ -15,19 +16,29 @@ when it knows the object's attributes *as of the slot's current generation*:
   loop): the slot's generation must still be the one the attributes were kept under;
   the bytes are read with ``RWF_NOWAIT`` (:mod:`shuttle.store.nowait`: a read the page
   cache cannot answer whole would wait for the disk, and the loop must not); and the
-  slot is read again afterwards: unchanged, the bytes are of that settled state.
+  slot is read again afterwards: unchanged, the bytes are of that settled state;
+* **stat** (:meth:`WorkerReads.stat`, inline on the loop): the slot's generation must
+  still be the one the attributes were kept under; then they are the object's now, and
+  the answer is the primary's own answer of then (its chunk list as long as asked).
 
 Anything else (a key not learnt yet, a moved generation, an expected version that
-differs, a read past the end, over 64 KiB, or not resident) returns None, and the
-worker sends the read to the primary, whose answer is the node's answer. A key the
-primary does not serve as an object (missing, a directory, refused) is remembered as
-such for its generation, so its reads go to the primary without asking again.
+differs, a read past the end, over 64 KiB, or not resident, a chunk list longer than
+was learnt) returns None, and the worker sends the request to the primary, whose
+answer is the node's answer. A key the primary does not serve as an object (missing, a
+directory, refused) is remembered as such for its generation, so its requests go to
+the primary without asking again.
+
+The open files are kept by the store's own cache of descriptors
+(:class:`shuttle.store.openfiles.OpenFiles`), with the slot's generation as the
+*version* of an entry: an entry opened under another generation is never read through
+again, and a key whose slot the worker sees move is forgotten there at once. So a
+worker closes a changed object's file by the same rule, and within the same bound on
+descriptors, as its primary.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -37,6 +48,7 @@ from typing import Any
 from shuttle.errors import ShuttleError
 from shuttle.store.generations import ChangeGenerations, slot_of
 from shuttle.store.nowait import NowaitReads
+from shuttle.store.openfiles import OpenFiles, open_files_max
 from shuttle.store.paths import SafeRoot
 
 log = logging.getLogger("shuttle.node")
@@ -45,16 +57,28 @@ log = logging.getLogger("shuttle.node")
 #: (``shuttle.node.handlers.INLINE_READ_BYTES_MAX``); a larger read streams, and the
 #: primary's thread pool is where that belongs.
 WORKER_READ_BYTES_MAX = 64 << 10
-#: Objects whose attributes (and open file) a worker keeps. Each holds a descriptor:
-#: 1,024 stay far below the connection cap's share of the descriptor limit; past it
-#: the oldest learnt is dropped (its next read goes to the primary and learns again).
+#: Objects whose attributes a worker keeps (about 1 KiB each with their chunk list);
+#: past it the oldest learnt is dropped (its next request goes to the primary and
+#: learns again).
 KNOWN_OBJECTS_MAX = 1024
+#: Object files a worker keeps open (fitted to a sixteenth of its descriptor limit by
+#: ``open_files_max``): half the descriptors a node keeps beside its connections
+#: (``shuttle.net.admission.DESCRIPTORS_RESERVED``), as a worker has no store files of
+#: its own. A known object whose file was closed for room is opened again by its next
+#: read.
+WORKER_OPEN_FILES_MAX = 256
+#: Chunks of an object's list a worker learns (its ``stat`` to the primary asks for
+#: this many): every object of up to this many chunks (a few MiB) has its whole list
+#: here, so any stat of it is answered here; a longer list is answered here only as
+#: far as it was learnt (``chunks_max`` up to this, as clients without lookaside
+#: stores ask for 0).
+LEARNT_CHUNKS_MAX = 16
 #: Stats in flight to the primary at once for learning: a burst of new keys must not
 #: become a burst of requests to the process it is meant to unload.
 LEARNING_MAX = 16
 
-#: ``stat(key)`` at the primary: the attributes reply (``size``, ``version``, ...).
-StatCall = Callable[[str], Awaitable[dict[str, Any]]]
+#: ``stat(key, chunks_max)`` at the primary: its stat reply (``size``, ``version``, ...).
+StatCall = Callable[[str, int], Awaitable[dict[str, Any]]]
 
 
 @dataclass(slots=True)
@@ -65,16 +89,19 @@ class _Known:
     generation: int
     version: int
     size: int
-    #: The object's file, open (-1: the primary does not serve this key as an object).
-    fd: int
+    #: The primary's stat reply of then (its chunk list cut to LEARNT_CHUNKS_MAX;
+    #: ``chunks_total`` says how long it is). None: the primary does not serve this
+    #: key as an object, and answers its requests itself.
+    attrs: dict[str, Any] | None
 
 
 class WorkerReads:
-    """The worker's reads of one data directory (see the module docstring).
+    """The worker's reads and stats of one data directory (see the module docstring).
 
-    Counters (the worker's ``node.stats`` → ``worker.reads``): ``served`` here,
-    ``declined`` (sent to the primary), ``learnt`` (attributes learnt),
-    ``outdated`` (learnt ones a change made stale).
+    Counters (the worker's ``node.stats`` → ``worker.reads``): ``served`` reads and
+    ``stats_served`` stats answered here, ``declined`` and ``stats_declined`` (sent to
+    the primary), ``learnt`` (attributes learnt), ``outdated`` (learnt ones a change
+    made stale); ``open_files``: the descriptor cache's own.
     """
 
     def __init__(
@@ -84,39 +111,52 @@ class WorkerReads:
         stat: StatCall,
         *,
         nowait: NowaitReads | None = None,
+        open_files: int | None = None,
     ) -> None:
+        """``open_files``: files kept open at most (None: WORKER_OPEN_FILES_MAX fitted
+        to this process's descriptor limit)."""
         self.paths = SafeRoot(root)
         self.generations = generations
         self._stat = stat
         self.nowait = nowait if nowait is not None else NowaitReads()
+        self.files = OpenFiles(
+            open_files_max(WORKER_OPEN_FILES_MAX) if open_files is None else open_files
+        )
         self._known: dict[str, _Known] = {}
         self._learning: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.served = 0
         self.declined = 0
+        self.stats_served = 0
+        self.stats_declined = 0
         self.learnt = 0
         self.outdated = 0
+
+    def _current(self, key: str) -> _Known | None:
+        """What this worker knows of ``key`` if it still holds (its slot unmoved); else
+        None, having started to learn it again."""
+        known = self._known.get(key)
+        if known is None:
+            self._start_learning(key)
+            return None
+        if self.generations.read(known.slot) != known.generation:
+            self._forget(key, known)
+            self.outdated += 1
+            self._start_learning(key)
+            return None
+        return known
 
     def read(self, key: str, offset: int, length: int, version: int | None) -> bytes | None:
         """Bytes ``[offset, offset+length)`` of ``key`` (fewer at its end) if this worker
         can answer for the node, else None (ask the primary). Never raises; on the
         event loop."""
-        known = self._known.get(key)
-        gens = self.generations
+        known = self._current(key)
         if known is None:
-            self._start_learning(key)
-            self.declined += 1
-            return None
-        generation = gens.read(known.slot)
-        if generation != known.generation:
-            self._forget(key, known)
-            self.outdated += 1
-            self._start_learning(key)
             self.declined += 1
             return None
         end = min(known.size, offset + length)
         if (
-            known.fd < 0
+            known.attrs is None
             or (version is not None and version != known.version)
             or not 0 < length <= WORKER_READ_BYTES_MAX
             or offset < 0
@@ -124,15 +164,47 @@ class WorkerReads:
         ):
             self.declined += 1
             return None  # the primary answers (or says what is wrong)
+        generation = known.generation
+        files = self.files
+        data: bytes | None = None
         try:
-            data = self.nowait.read(known.fd, offset, end)
-        except OSError:
-            data = None
-        if data is None or gens.read(known.slot) != generation:
+            # Opened here if it was closed for room: after the slot was read at the
+            # generation, so the check below covers the open too.
+            lease = files.borrow(key, generation, self._open)
+        except (OSError, ShuttleError):
+            lease = None
+        if lease is not None:
+            try:
+                data = self.nowait.read(lease.fd, offset, end)
+            except OSError:
+                data = None
+            finally:
+                files.give_back(lease)
+        if data is None or self.generations.read(known.slot) != generation:
             self.declined += 1
             return None  # not resident, or a change began meanwhile
         self.served += 1
         return data
+
+    def stat(self, key: str, chunks_max: int, version: int | None) -> dict[str, Any] | None:
+        """``key``'s stat reply with up to ``chunks_max`` chunks listed, as the primary
+        would answer it now, if this worker knows it; else None (ask the primary).
+        Never raises; on the event loop."""
+        known = self._current(key)
+        attrs = None if known is None else known.attrs
+        if (
+            known is None
+            or attrs is None
+            or (version is not None and version != known.version)
+            or (chunks_max > len(attrs["chunks"]) and attrs["chunks_total"] > len(attrs["chunks"]))
+        ):  # (the last: a longer list than was learnt, of an object that has one)
+            self.stats_declined += 1
+            return None
+        self.stats_served += 1
+        return {**attrs, "chunks": attrs["chunks"][:chunks_max]}
+
+    def _open(self, key: str) -> int:
+        return self.paths.open_file(key, os.O_RDONLY)
 
     def _start_learning(self, key: str) -> None:
         if key in self._learning or len(self._learning) >= LEARNING_MAX:
@@ -150,25 +222,31 @@ class WorkerReads:
             generation = self.generations.read(slot)
             if generation & 1:
                 return  # a change is running: learn after it
-            fd = -1
+            attrs: dict[str, Any] | None = None
             version = size = 0
             try:
-                attrs = await self._stat(key)
-                version, size = int(attrs["version"]), int(attrs["size"])
-                fd = self.paths.open_file(key, os.O_RDONLY)
+                reply = await self._stat(key, LEARNT_CHUNKS_MAX)
+                version, size = int(reply["version"]), int(reply["size"])
+                if (
+                    not isinstance(reply.get("chunks"), list)
+                    or type(reply.get("chunks_total")) is not int
+                ):
+                    raise ValueError(f"the primary's stat of {key!r} lacks its chunk list")
+                # The file, open (kept under this generation): a key the worker cannot
+                # open is the primary's to answer.
+                self.files.give_back(self.files.borrow(key, generation, self._open))
+                attrs = reply
             except (ShuttleError, OSError, KeyError, TypeError, ValueError):
-                fd = -1  # the primary answers this key's reads, whatever it is
+                attrs = None  # the primary answers this key's requests, whatever it is
             if self.generations.read(slot) != generation:
-                if fd >= 0:
-                    os.close(fd)
+                self.files.forget(key)  # what was opened may be of another state
                 return
-            old = self._known.pop(key, None)
-            if old is not None and old.fd >= 0:
-                os.close(old.fd)
+            # (The file of an earlier generation was dropped by the borrow above.)
+            self._known.pop(key, None)
             while len(self._known) >= KNOWN_OBJECTS_MAX:
                 oldest = next(iter(self._known))
                 self._forget(oldest, self._known[oldest])
-            self._known[key] = _Known(slot, generation, version, size, fd)
+            self._known[key] = _Known(slot, generation, version, size, attrs)
             self.learnt += 1
         except Exception:  # learning is an optimisation: the primary still answers
             log.exception("worker: learning the attributes of %r failed", key)
@@ -178,17 +256,18 @@ class WorkerReads:
     def _forget(self, key: str, known: _Known) -> None:
         if self._known.get(key) is known:
             del self._known[key]
-        if known.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(known.fd)
+        self.files.forget(key)
 
     def stats(self) -> dict[str, Any]:
         return {
             "served": self.served,
             "declined": self.declined,
+            "stats_served": self.stats_served,
+            "stats_declined": self.stats_declined,
             "learnt": self.learnt,
             "outdated": self.outdated,
             "known": len(self._known),
+            "open_files": self.files.stats(),
             "nowait": self.nowait.stats(),
         }
 
@@ -196,6 +275,6 @@ class WorkerReads:
         """Cancel learning and close every file kept open."""
         for task in list(self._tasks):
             task.cancel()
-        for key, known in list(self._known.items()):
-            self._forget(key, known)
+        self._known.clear()
+        self.files.close()
         self.paths.close()

@@ -20,6 +20,12 @@ Why it can never serve another version's bytes (tests/unit/store/test_open_files
   (its space is freed) and an in-place write is read through a fresh descriptor;
 * a restart starts with no entry (the cache lives in memory only).
 
+A node's worker processes (``--workers N``, :mod:`shuttle.node.worker_reads`) keep
+their open files here too, by the same two rules, with what they can see of a change
+in place of the lock: the *version* of a worker's entry is the generation of its
+key's slot (:mod:`shuttle.store.generations`), which moves with every change of the
+key and never repeats, and a worker forgets a key as soon as it sees its slot move.
+
 A descriptor is closed only when nobody is reading through it: readers *borrow* an
 entry and give it back, and an entry evicted or forgotten while borrowed is closed by
 its last reader (closing it under a reader would let the number be reused by another

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from shuttle.errors import ConfigError
+from shuttle.node.handlers import STAT_CHUNKS_MAX, attrs_reply
 from shuttle.node.worker_pool import GenerationHook
-from shuttle.node.worker_reads import WORKER_READ_BYTES_MAX, WorkerReads
+from shuttle.node.worker_reads import LEARNT_CHUNKS_MAX, WORKER_READ_BYTES_MAX, WorkerReads
 from shuttle.store import ObjectStore, StoreConfig
 from shuttle.store.generations import SLOTS, TABLE_BYTES, ChangeGenerations, slot_of
 from shuttle.store.nowait import NowaitReads
@@ -34,9 +35,8 @@ def _worker(store: ObjectStore, gens: ChangeGenerations, **kw: Any) -> WorkerRea
     """A worker's reads: its own read-only view of the table, ``stat`` from the store."""
     view = ChangeGenerations(os.dup(gens.fd), writer=False)
 
-    async def stat(key: str) -> dict[str, Any]:
-        a = store.stat(key)
-        return {"version": a.version, "size": a.size}
+    async def stat(key: str, chunks_max: int) -> dict[str, Any]:
+        return attrs_reply(store.stat(key), chunks_max)  # what the primary answers
 
     return WorkerReads(store.layout.root, view, stat, **kw)
 
@@ -173,11 +173,11 @@ def test_a_change_during_learning_keeps_nothing(
     store, gens = primary
     changes = [b"second"]
 
-    async def stat_then_change(key: str) -> dict[str, Any]:
+    async def stat_then_change(key: str, chunks_max: int) -> dict[str, Any]:
         a = store.stat(key)
         if changes:  # the change lands between the stat's answer and the worker's check
             store.put(key, changes.pop())
-        return {"version": a.version, "size": a.size}
+        return attrs_reply(a, chunks_max)
 
     view = ChangeGenerations(os.dup(gens.fd), writer=False)
     reads = WorkerReads(store.layout.root, view, stat_then_change)
@@ -219,6 +219,88 @@ def test_keys_sharing_a_slot_only_cost_a_question(
         assert reads.read("a", 0, 4, None) is None  # asked again...
         await reads.learn("a")
         assert reads.read("a", 0, 4, None) == b"aaaa"  # ...and a is unchanged
+
+    _run(story)
+    reads.close()
+
+
+def test_a_stat_the_worker_answers_is_the_primarys_answer_of_now(
+    primary: tuple[ObjectStore, ChangeGenerations],
+) -> None:
+    store, gens = primary
+    reads = _worker(store, gens)
+    many = os.urandom(8 << 20)
+
+    def primary_stat(key: str, chunks_max: int) -> dict[str, Any]:
+        return attrs_reply(store.stat(key), chunks_max)
+
+    async def story() -> None:
+        store.put("k", b"small")
+        assert reads.stat("k", 0, None) is None  # not known yet: the primary answers
+        await reads.learn("k")
+        for chunks_max in (0, 1, STAT_CHUNKS_MAX):
+            assert reads.stat("k", chunks_max, None) == primary_stat("k", chunks_max)
+        version = store.stat("k").version
+        assert reads.stat("k", 0, version) == primary_stat("k", 0)
+        assert reads.stat("k", 0, version + 1) is None  # the primary says mismatch
+        store.write("k", 0, b"S")  # changed in place: the old answer is never given again
+        assert reads.stat("k", 0, None) is None
+        await reads.learn("k")
+        assert reads.stat("k", STAT_CHUNKS_MAX, None) == primary_stat("k", STAT_CHUNKS_MAX)
+        store.put("big", many)
+        assert len(store.stat("big").chunks) > LEARNT_CHUNKS_MAX, "the test needs a long list"
+        await reads.learn("big")
+        assert reads.stat("big", 0, None) == primary_stat("big", 0)
+        assert reads.stat("big", LEARNT_CHUNKS_MAX, None) == primary_stat("big", LEARNT_CHUNKS_MAX)
+        assert reads.stat("big", LEARNT_CHUNKS_MAX + 1, None) is None  # longer than learnt
+        store.remove("k")
+        assert reads.stat("k", 0, None) is None
+        await reads.learn("k")
+        assert reads.stat("k", 0, None) is None  # not an object: the primary says so
+
+    _run(story)
+    assert (reads.stats_served, reads.stats_declined) == (7, 6)
+    reads.close()
+
+
+def _open_deleted_files(root: str) -> int:
+    """Descriptors of this process open on files under ``root`` that were removed."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        count += target.startswith(root) and target.endswith(" (deleted)")
+    return count
+
+
+def test_the_worker_keeps_its_files_in_the_stores_descriptor_cache_by_its_rules(
+    primary: tuple[ObjectStore, ChangeGenerations],
+) -> None:
+    """Bounded like the store's (one opened again after it was closed for room reads
+    right), and a changed object's file closed as soon as the worker sees the change:
+    a removed object's space is not held by a worker."""
+    store, gens = primary
+    reads = _worker(store, gens, open_files=2)
+
+    async def story() -> None:
+        for k in "abc":
+            store.put(k, k.encode() * 10)
+            await reads.learn(k)
+        files = reads.stats()["open_files"]
+        assert (files["open"], files["evictions"]) == (2, 1)
+        for k in "abc":  # "a" was closed for room: opened again by its read
+            assert reads.read(k, 0, 10, None) == k.encode() * 10
+        assert reads.stats()["open_files"]["open"] == 2
+        assert reads.read("b", 0, 10, None) == b"b" * 10  # kept: b and c
+        root = str(store.layout.root)
+        assert _open_deleted_files(root) == 0
+        store.remove("b")
+        assert _open_deleted_files(root) == 1  # the worker has not looked yet
+        assert reads.read("b", 0, 10, None) is None  # it sees the slot move...
+        assert _open_deleted_files(root) == 0  # ...and closes the file at once
+        assert reads.stats()["open_files"]["forgotten"] >= 1
 
     _run(story)
     reads.close()
