@@ -6,10 +6,6 @@ and a TLS client at a plain one."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +28,7 @@ from shuttle.net.tls import ClientTls
 from shuttle.runtime.client import Runtime
 from tests.integration.nodeproc import NodeProcess, shuttle_cli
 from tests.integration.test_runtime import Counter
-from tests.integration.wire_helpers import Pki, keyed_tls_node
+from tests.integration.wire_helpers import Pki, Relay, keyed_tls_node
 
 
 @pytest.fixture(autouse=True)
@@ -267,53 +263,6 @@ def test_a_client_beyond_loopback_needs_the_ca() -> None:
         shuttle.connect(node="10.9.9.9:7400")
 
 
-class _Relay:
-    """A party in the middle with a certificate from the cluster's CA (a node of the
-    cluster gone bad): it ends the client's TLS and opens its own to the real node,
-    and passes the plaintext through, HELLO and all."""
-
-    def __init__(self, pki: Pki, evil: certs.CertPair, node_port: int) -> None:
-        self.server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.server_ctx.load_cert_chain(str(evil.cert), str(evil.key))
-        self.client_ctx = ssl.create_default_context(cafile=str(pki.ca.cert))
-        self.node_port = node_port
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.finished = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        raw, _ = self.listener.accept()
-        client = self.server_ctx.wrap_socket(raw, server_side=True)
-        upstream = self.client_ctx.wrap_socket(
-            socket.create_connection(("127.0.0.1", self.node_port)), server_hostname="127.0.0.1"
-        )
-
-        def pump(src: ssl.SSLSocket, dst: ssl.SSLSocket) -> None:
-            try:
-                while data := src.recv(1 << 16):
-                    dst.sendall(data)
-            except OSError:
-                pass
-            finally:
-                # Wake the other pump without giving up the descriptors: a socket
-                # closed here while the other thread is still reading it frees its
-                # number, the test's next connection can get that number, and the
-                # other thread's OpenSSL then reads and writes that connection's
-                # handshake (the intermittent WRONG_VERSION_NUMBER this test had).
-                for s in (src, dst):
-                    with contextlib.suppress(OSError):
-                        socket.socket.shutdown(s, socket.SHUT_RDWR)
-
-        other = threading.Thread(target=pump, args=(client, upstream), daemon=True)
-        other.start()
-        pump(upstream, client)
-        other.join()
-        for s in (client, upstream, self.listener):
-            s.close()
-        self.finished.set()
-
-
 def test_a_key_proof_relayed_to_another_tls_channel_is_refused(
     tls_node: tuple[NodeProcess, Pki, Path], tmp_path: Path
 ) -> None:
@@ -323,7 +272,7 @@ def test_a_key_proof_relayed_to_another_tls_channel_is_refused(
     and the relay could then read and write everything as the key holder)."""
     node, pki, key_file = tls_node
     evil = certs.make_node_cert(pki.ca, tmp_path / "evil", "evil", "127.0.0.1")
-    relay = _Relay(pki, evil, node.port)
+    relay = Relay(pki, evil, node.port)
     with (
         pytest.raises(AuthenticationError, match="relayed from another TLS channel"),
         shuttle.connect(

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import select
+import signal
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -16,16 +19,23 @@ from typing import Any
 
 import pytest
 
+import shuttle
 from shuttle.errors import (
     AuthenticationError,
+    InvalidArgumentError,
     NotFoundError,
     NotPermittedError,
     UnreachableError,
+    VersionMismatchError,
 )
-from shuttle.net.auth import write_key_file
+from shuttle.net import certs
+from shuttle.net.auth import load_key_file, write_key_file
 from shuttle.net.blocking import BlockingConnection
 from shuttle.net.principals import Caps, Principal, PrincipalTable, derive_key
+from shuttle.net.tls import ClientTls
+from shuttle.node.worker_restarts import RESTART_DELAY_S_MIN
 from tests.integration.nodeproc import NodeProcess
+from tests.integration.wire_helpers import Relay, keyed_tls_node
 
 #: New connections tried before giving up on landing one on a given process (the
 #: kernel picks by a hash of the client's port: each try is a coin toss).
@@ -55,10 +65,12 @@ def _process_of(conn: BlockingConnection) -> int:
     return int(conn.call("ping").result.get("worker", 0))
 
 
-def _connect_to(node: NodeProcess, process: int) -> BlockingConnection:
+def _connect_to(
+    node: NodeProcess, process: int, key: bytes | None = None, tls: ClientTls | None = None
+) -> BlockingConnection:
     """A connection that the kernel handed to ``process`` of the node."""
     for _ in range(TRIES_MAX):
-        conn = BlockingConnection("127.0.0.1", node.port, request_timeout_s=30)
+        conn = BlockingConnection("127.0.0.1", node.port, request_timeout_s=30, key=key, tls=tls)
         if _process_of(conn) == process:
             return conn
         conn.close()
@@ -304,3 +316,197 @@ def _worker_served(node: NodeProcess, key: bytes) -> int:
         if "worker" in stats:
             return int(stats["worker"]["reads"]["served"])
     raise AssertionError("no connection landed on the worker")
+
+
+def test_a_stat_through_the_worker_is_answered_there_as_the_primary_answers_it(
+    both: tuple[BlockingConnection, BlockingConnection],
+) -> None:
+    primary, worker = both
+
+    def stat(conn: BlockingConnection, **args: Any) -> Any:
+        return conn.call("stat", {"key": "s", **args}).result
+
+    def stats_served() -> int:
+        return int(worker.call("node.stats").result["worker"]["reads"]["stats_served"])
+
+    primary.call("put", {"key": "s"}, b"one")
+    _until(
+        lambda: stat(worker) == stat(primary) and stats_served() > 0,
+        "the worker answers stats of s itself",
+    )
+    for args in ({}, {"chunks_max": 0}, {"chunks_max": 1}):
+        assert stat(worker, **args) == stat(primary, **args)
+    served = stats_served()
+    primary.call("put", {"key": "s"}, b"four")  # never the old answer after the change
+    assert stat(worker) == stat(primary) and stat(worker)["size"] == 4
+    _until(
+        lambda: stat(worker) == stat(primary) and stats_served() > served,
+        "the worker answers the new attributes itself",
+    )
+    # What the primary refuses, the worker refuses in the same words (it sends it on).
+    version = stat(primary)["version"]
+    with pytest.raises(VersionMismatchError):
+        stat(worker, expected_version=version + 1)
+    with pytest.raises(InvalidArgumentError, match="chunks_max"):
+        stat(worker, chunks_max=-1)
+    primary.call("remove", {"key": "s"})
+    with pytest.raises(NotFoundError):
+        stat(worker)
+
+
+def _workers(conn: BlockingConnection) -> dict[str, Any]:
+    """The primary's ``workers`` stats (``conn`` landed on the primary)."""
+    out: dict[str, Any] = conn.call("node.stats").result["workers"]
+    return out
+
+
+def test_a_worker_killed_is_started_again_and_its_clients_are_not_left_hanging(
+    node2: NodeProcess,
+) -> None:
+    primary = _connect_to(node2, 0)
+    primary.call("put", {"key": "k"}, b"v1")
+    victim = _connect_to(node2, 1)
+    pid = int(victim.call("node.stats").result["worker"]["pid"])
+    # What a client of the worker has at the primary: a callback session with a promise.
+    session = victim.call("callback.open").result["session"]
+    assert victim.call("callback.promise", {"key": "k", "session": session}).result["promise"]
+    _until(
+        lambda: _read(victim, "k") == b"v1" and _served_by_worker(victim) > 0,
+        "the worker answers reads of k itself",
+    )
+    sock = victim._sock
+    assert sock is not None
+    os.kill(pid, signal.SIGKILL)  # an OOM kill, a crash
+    # The client's connection is closed, not left open with nobody behind it...
+    _until(lambda: bool(select.select([sock], [], [], 0.05)[0]), "the client sees its socket close")
+    # ...and a read is sent again on a new connection, as after any node restart.
+    assert _read(victim, "k") == b"v1" and victim.counters.connects == 2
+    # Nothing of its client stays at the primary: the session ended, and a write waits
+    # for no promise of it (it would wait for the callback term, 30 s).
+    callbacks = primary.call("node.stats").result["callbacks"]
+    _until(
+        lambda: (lambda c: c["sessions_opened"] == c["sessions_closed"])(
+            primary.call("node.stats").result["callbacks"]
+        ),
+        f"the dead worker's client's session ended (was {callbacks})",
+    )
+    primary.call("put", {"key": "k"}, b"v2")
+    # The primary starts it again, says so, and counts it.
+    _until(
+        lambda: _workers(primary)["restarts"] == 1 and _workers(primary)["alive"] == 2,
+        "the worker was started again",
+    )
+    workers = _workers(primary)
+    assert workers["deaths"] == 1 and workers["start_failures"] == 0
+    assert (
+        workers["last_death"] == f"worker 1 (pid {pid}) killed by SIGKILL (an OOM kill or kill -9)"
+    )
+    assert [(p["index"], p["state"], p["restarts"]) for p in workers["processes"]] == [
+        (1, "serving", 1)
+    ]
+    log = node2.log.read_text()
+    assert f"worker 1 (pid {pid}) killed by SIGKILL" in log and "worker 1 started again" in log
+    # New connections land on the new worker too, and it reads and writes for them.
+    fresh = _connect_to(node2, 1)
+    assert int(fresh.call("node.stats").result["worker"]["pid"]) not in (pid, 0)
+    fresh.call("put", {"key": "k2"}, b"through the new worker")
+    _until(
+        lambda: _read(fresh, "k2") == b"through the new worker" and _served_by_worker(fresh) > 0,
+        "the new worker answers reads itself",
+    )
+    assert _read(fresh, "k") == b"v2"
+    for conn in (primary, victim, fresh):
+        conn.close()
+
+
+def test_a_worker_that_cannot_start_is_tried_again_later_each_time_until_it_can(
+    tmp_path: Path,
+) -> None:
+    key_file = tmp_path / "cluster.key"
+    key = write_key_file(key_file)
+    node = NodeProcess(tmp_path / "node", extra=["--workers", "2", "--key-file", str(key_file)])
+    node.start()
+    try:
+        primary = _connect_to(node, 0, key=key)
+        pid = _workers(primary)["processes"][0]["pid"]
+        moved = key_file.rename(tmp_path / "moved.key")  # a new worker cannot read the key
+        os.kill(pid, signal.SIGKILL)
+        _until(lambda: _workers(primary)["start_failures"] >= 2, "two failed starts")
+        workers = _workers(primary)
+        assert workers["alive"] == 1 and workers["restarts"] == 0 and workers["deaths"] == 1
+        assert workers["processes"][0]["restart_delay_s"] >= 4 * RESTART_DELAY_S_MIN  # backing off
+        log = node.log.read_text()
+        assert "worker 1 stopped:" in log and str(key_file) in log  # the worker's own error
+        assert "before it listened (its error is above); starting it again in" in log
+        for _ in range(5):  # meanwhile every new connection is served (by the primary)
+            conn = BlockingConnection("127.0.0.1", node.port, key=key)
+            conn.call("put", {"key": "k"}, b"served")
+            conn.close()
+        moved.rename(key_file)  # fixed: the next try starts it
+        _until(lambda: _workers(primary)["alive"] == 2, "the worker started once it could")
+        assert _workers(primary)["restarts"] == 1
+        conn = _connect_to(node, 1, key=key)
+        assert _read(conn, "k") == b"served"
+        conn.close()
+        primary.close()
+    finally:
+        assert node.terminate() == 0
+
+
+def test_tls_clients_are_served_by_both_processes_and_each_refuses_what_the_primary_does(
+    tmp_path: Path,
+) -> None:
+    node, pki, key_file = keyed_tls_node(tmp_path, "--workers", "2")
+    try:
+        key = load_key_file(key_file)
+        tls = ClientTls(pki.ca.cert)
+        primary, worker = _connect_to(node, 0, key, tls), _connect_to(node, 1, key, tls)
+        worker.call("put", {"key": "k"}, b"over tls")  # on to the primary, over TLS too
+        _until(
+            lambda: _read(worker, "k") == b"over tls" and _served_by_worker(worker) > 0,
+            "the worker answers TLS clients' reads itself",
+        )
+        server_stats = [c.call("node.stats").result["server"] for c in (primary, worker)]
+        assert [s["tls"] for s in server_stats] == [True, True]
+
+        def refused(counter: str) -> list[int]:
+            return [int(c.call("node.stats").result["server"][counter]) for c in (primary, worker)]
+
+        # A key proof relayed from another TLS channel, whichever process takes it.
+        evil = certs.make_node_cert(pki.ca, tmp_path / "evil", "evil", "127.0.0.1")
+        for _ in range(TRIES_MAX):
+            if min(refused("auth_failures")) > 0:
+                break
+            relay = Relay(pki, evil, node.port)
+            with (
+                pytest.raises(AuthenticationError, match="relayed from another TLS channel"),
+                shuttle.connect(
+                    node=f"127.0.0.1:{relay.port}", key_file=key_file, tls=True, ca_file=pki.ca.cert
+                ) as c,
+            ):
+                c.stat("anything")
+            assert relay.finished.wait(10), "the relay did not see both ends close"
+        assert min(refused("auth_failures")) > 0, "both processes refused a relayed proof"
+        # A client that does not trust the node's certificate (another CA) refuses it
+        # (OpenSSL's own client, which says so with an alert), and so does one that
+        # does not speak TLS: whichever process the connection lands on counts the
+        # failed handshake and serves nothing.
+        stranger = ssl.create_default_context(cafile=str(certs.make_ca(tmp_path / "x").cert))
+        for _ in range(TRIES_MAX):
+            if min(refused("tls_failures")) > 1:
+                break
+            with (
+                pytest.raises(ssl.SSLCertVerificationError),
+                socket.create_connection(("127.0.0.1", node.port)) as raw,
+            ):
+                stranger.wrap_socket(raw, server_hostname="127.0.0.1")
+            with socket.create_connection(("127.0.0.1", node.port)) as raw:
+                raw.sendall(b"SH" + bytes(62))  # a plain client's first bytes
+                raw.settimeout(DEADLINE_S)
+                while raw.recv(1 << 16):  # the process closes the connection
+                    pass
+        assert min(refused("tls_failures")) > 1, "both processes refused both handshakes"
+        primary.close()
+        worker.close()
+    finally:
+        assert node.terminate() == 0

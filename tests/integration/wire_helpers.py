@@ -1,10 +1,12 @@
 """What the wire's tests share: a cluster CA with node certificates, nodes started with
-TLS, and a TCP proxy that changes one byte of what passes through it."""
+TLS, a TCP proxy that changes one byte of what passes through it, and a party in the
+middle that relays a TLS connection."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,3 +152,50 @@ class FlipProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Relay:
+    """A party in the middle with a certificate from the cluster's CA (a node of the
+    cluster gone bad): it ends the client's TLS and opens its own to the real node,
+    and passes the plaintext through, HELLO and all."""
+
+    def __init__(self, pki: Pki, evil: certs.CertPair, node_port: int) -> None:
+        self.server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.server_ctx.load_cert_chain(str(evil.cert), str(evil.key))
+        self.client_ctx = ssl.create_default_context(cafile=str(pki.ca.cert))
+        self.node_port = node_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.finished = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        raw, _ = self.listener.accept()
+        client = self.server_ctx.wrap_socket(raw, server_side=True)
+        upstream = self.client_ctx.wrap_socket(
+            socket.create_connection(("127.0.0.1", self.node_port)), server_hostname="127.0.0.1"
+        )
+
+        def pump(src: ssl.SSLSocket, dst: ssl.SSLSocket) -> None:
+            try:
+                while data := src.recv(1 << 16):
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                # Wake the other pump without giving up the descriptors: a socket
+                # closed here while the other thread is still reading it frees its
+                # number, the test's next connection can get that number, and the
+                # other thread's OpenSSL then reads and writes that connection's
+                # handshake (the intermittent WRONG_VERSION_NUMBER this test had).
+                for s in (src, dst):
+                    with contextlib.suppress(OSError):
+                        socket.socket.shutdown(s, socket.SHUT_RDWR)
+
+        other = threading.Thread(target=pump, args=(client, upstream), daemon=True)
+        other.start()
+        pump(upstream, client)
+        other.join()
+        for s in (client, upstream, self.listener):
+            s.close()
+        self.finished.set()
