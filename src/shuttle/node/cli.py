@@ -302,11 +302,12 @@ def serve(
         int | None,
         typer.Option(
             help="Processes serving the node's port (default 1). With N > 1, N-1 worker "
-            "processes share the port (SO_REUSEPORT) and answer small reads of the files "
+            "processes share the port (SO_REUSEPORT) and answer small reads and stats "
             "themselves, checked against the primary's changes; everything else goes to "
-            "the primary process, which owns the store. A local store only. See "
-            'docs/architecture.md, "Workers", and benchmarks/README.md for what a second '
-            "process gives on this machine.",
+            "the primary process, which owns the store. A worker that dies is started "
+            "again (after 0.25 s, backing off to 30 s if it keeps dying). Works with "
+            '--tls. A local store only. See docs/operations.md, "More than one process", '
+            "and benchmarks/README.md for what a second process gives on this machine.",
         ),
     ] = None,
     config: Annotated[
