@@ -10,10 +10,11 @@ Layout:
   and the operations that change them
 * ``principal_peers`` a node that missed a change of principals takes it from its peers
 * ``main``      ``shuttle serve``: open the store, serve it, stop cleanly on SIGTERM
-* ``worker_pool`` ``--workers N``: the primary's side (its worker processes, the change
-  hook that keeps the shared change generations)
-* ``worker``    a worker process: the node's port shared, small reads answered itself,
-  everything else sent to the primary on a connection per client connection
-* ``worker_reads`` a worker's reads of the files, checked by the change generations
+* ``worker_pool`` ``--workers N``: the primary's side (its worker processes, started
+  again when they die, the change hook that keeps the shared change generations)
+* ``worker_restarts`` the delay before a dead worker is started again (no I/O)
+* ``worker``    a worker process: the node's port shared, small reads and stats answered
+  itself, everything else sent to the primary on a connection per client connection
+* ``worker_reads`` a worker's reads and stats, checked by the change generations
 * ``cli``       the ``shuttle serve`` command's flags, turned into a :class:`NodeConfig`
 """
