@@ -112,3 +112,45 @@ def test_a_node_just_started_serves_warm_reads_from_its_cache_once_its_probation
             assert _rados_stats(c, new)["announced"] > after["announced"]
     finally:
         fresh.terminate()
+
+
+def test_reads_that_miss_the_cache_are_answered_without_a_pool_thread(
+    nodes: list[NodeProcess], tmp_path: Path
+) -> None:
+    """A node whose block cache holds two blocks reads a 1 MiB object page by page: each
+    page's block was evicted, so each read misses the cache, and is read from RADOS by
+    a read the node starts on its event loop and completes there (issue 26), not by a
+    pool thread; and a change through the other node is read at once after."""
+    small = NodeProcess(
+        tmp_path / "gw-small", extra=[*nodes[0].extra, "--cache-bytes", str(2 * 65536)]
+    ).start()
+    try:
+        addrs = [NodeAddress(p.data_dir.name, "127.0.0.1", p.port) for p in (nodes[0], small)]
+        one, node = addrs
+        with Client(addrs, request_timeout_s=30) as c:
+            data = secrets.token_bytes(1 << 20)
+            c.call(one, "put", {"key": "co/big"}, data)
+            _wait_trusting(c, node)
+
+            def read(offset: int) -> bytes:
+                args = {"key": "co/big", "offset": offset, "length": 4096}
+                payload: bytes = c.call(node, "read", args).payload
+                return payload
+
+            assert read(0) == data[:4096]  # the key's first read: the pool's, cold
+            before = c.node_stats(node)
+            pages = [65536 * (i % 16) + 4096 * (i % 7) for i in range(1, 33)]
+            for offset in pages:
+                assert read(offset) == data[offset : offset + 4096]
+            after = c.node_stats(node)
+            started = after["server"]["started"] - before["server"]["started"]
+            threaded = after["server"]["threaded"] - before["server"]["threaded"]
+            aio = after["store"]["rados"]["aio_reads"] - before["store"]["rados"]["aio_reads"]
+            assert started == aio == len(pages), (started, aio)
+            assert threaded <= 1  # the stats call in between, if it takes a thread
+            changed = secrets.token_bytes(1 << 20)
+            c.call(one, "put", {"key": "co/big"}, changed)  # through the other node
+            assert read(4096) == changed[4096:8192]
+            assert read(65536 * 5) == changed[65536 * 5 : 65536 * 5 + 4096]
+    finally:
+        small.terminate()

@@ -279,7 +279,14 @@ def _wait_for_trust(client: Client, progress: Progress, probation: bool = True) 
 
 #: The read counters of a RADOS node (``stats()["store"]["rados"]``, docs/ceph.md) the
 #: report gives for its timed reads: how each was answered.
-RADOS_COUNTERS = ("inline_hits", "stat_free_hits", "validations", "cold_reads", "announced")
+RADOS_COUNTERS = (
+    "inline_hits",
+    "stat_free_hits",
+    "validations",
+    "cold_reads",
+    "aio_reads",
+    "announced",
+)
 
 
 def rados_counters(client: Client) -> dict[str, int]:
@@ -316,9 +323,12 @@ class CounterLog:
             "timed_reads": self.reads,
             **self.totals,
             # The share of the timed reads answered on the node's event loop from its
-            # cache, asking RADOS nothing (1.0 is the goal of a warm read), and the
-            # RADOS stats sent per read to confirm a cached version (0 is the goal).
+            # cache, asking RADOS nothing (1.0 is the goal of a warm read), the share
+            # read from RADOS by a read the loop started and completed (a miss of the
+            # node's cache, without a pool thread), and the RADOS stats sent per read to
+            # confirm a cached version (0 is the goal).
             "inline_share": round(self.totals.get("inline_hits", 0) / reads, 4),
+            "aio_share": round(self.totals.get("aio_reads", 0) / reads, 4),
             "validations_per_read": round(self.totals.get("validations", 0) / reads, 4),
             "at_start": self.at_start,
             "per_round": self.per_round,

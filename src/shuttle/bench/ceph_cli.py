@@ -121,7 +121,14 @@ def _rados_counters(report: dict[str, Any]) -> None:
     if not counters:
         return
     table = Table(title="RADOS node counters over the timed reads")
-    cols = ("timed_reads", "inline_hits", "stat_free_hits", "validations", "cold_reads")
+    cols = (
+        "timed_reads",
+        "inline_hits",
+        "stat_free_hits",
+        "validations",
+        "cold_reads",
+        "aio_reads",
+    )
     heads = ("inline share", "p50 / file node", "paired", "p50 / librados", "paired")
     for col in ("mode", *cols, "cache_hits", "cache_misses", *heads):
         table.add_column(col, justify="right")

@@ -641,16 +641,26 @@ class NodeProtocol(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any]
         if op.mode is Mode.THREAD:
+            started: asyncio.Future[Any] | None = None
             try:
                 wait = None if op.before is None else op.before(args)
+                start = op.start  # without a thread when it can (op.start's docstring)
+                if wait is None and start is not None:
+                    started = start(args, payload if type(payload) is bytes else bytes(payload))
             except Exception as exc:  # every failure is answered, typed
                 if load_name is not None:
                     server.load.give_back("requests", load_name)
                 self._send_error(rid, server.error_for(op.name, exc))
                 return
             if wait is None:
-                fut = loop.run_in_executor(server._executor, server.call_sync, op, req)
+                if started is None:
+                    counters.threaded += 1
+                    fut = loop.run_in_executor(server._executor, server.call_sync, op, req)
+                else:
+                    counters.started += 1
+                    fut = started
             else:  # wait on the loop, then hop: a waiting request holds no thread
+                counters.threaded += 1
                 fut = loop.create_task(self._call_after(wait, op, req))
             fut.add_done_callback(lambda f: self._finished(f, rid, op.name, True))
             self.executing += 1

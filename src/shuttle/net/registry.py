@@ -42,6 +42,12 @@ decides per key itself (a listing filters what it shows) is registered
 unrestricted connection) in ``args[PRINCIPAL_ARG]``, overwriting whatever a client
 sent there.
 
+A ``THREAD`` operation may also have a ``start(args, payload)`` call, tried on the event
+loop when it was not answered inline: it starts the operation where it completes
+without a thread (a RADOS store's read that missed its block cache: an asynchronous
+librados read, :mod:`shuttle.store.rados_aio`) and returns its future, or None, and
+the thread pool runs it.
+
 A ``THREAD`` operation may also have a ``before(args)`` step (:meth:`OperationRegistry.
 add_before`): it runs on the event loop before the thread hop and returns None (go
 ahead at once) or an awaitable the request waits on *without holding a thread* (a
@@ -50,6 +56,7 @@ write waiting for callback promises on its object to be broken).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -87,6 +94,9 @@ InlineWhen = Callable[[dict[str, Any]], bool]
 InlineTry = Callable[[dict[str, Any], bytes], Reply | None]
 #: ``read``'s call for the read lane: (key, offset, length, expected_version) → bytes.
 ReadLane = Callable[[str, int, int, int | None], bytes | None]
+#: A THREAD operation's way to run without a thread: a future of its Reply that the
+#: event loop completes, or None (the thread pool runs it).
+Start = Callable[[dict[str, Any], bytes], asyncio.Future[Reply] | None]
 #: A step before a THREAD operation's thread hop: None, or something to wait for first.
 Before = Callable[[dict[str, Any]], Awaitable[None] | None]
 
@@ -124,6 +134,12 @@ class Operation:
     #: (the page cache, :mod:`shuttle.store.nowait`); same shape and rules. None: a
     #: miss runs the usual way.
     read_miss: ReadLane | None = None
+    #: THREAD only: tried on the event loop when ``inline`` declined, before the thread
+    #: hop: starts the operation where it can complete without a thread (a RADOS
+    #: store's read that missed the block cache: an asynchronous librados read) and
+    #: returns its future, or None (the pool runs it). Never raises; counted as running
+    #: like a pool request (the connection's ``executing``).
+    start: Start | None = None
     #: What a principal needs to call it (see the module docstring); the server runs it
     #: for connections authenticated as a principal only.
     guard: Guard | None = None
@@ -181,6 +197,7 @@ class OperationRegistry:
         per_connection: bool = False,
         read_lane: ReadLane | None = None,
         read_miss: ReadLane | None = None,
+        start: Start | None = None,
         guard: Guard | None = None,
         wants_principal: bool = False,
     ) -> None:
@@ -194,6 +211,8 @@ class OperationRegistry:
             raise ConfigError(f"operation {name!r}: inline_try applies to THREAD or ASYNC mode")
         if inline_when is not None and inline_try is not None:
             raise ConfigError(f"operation {name!r}: give inline_when or inline_try, not both")
+        if start is not None and mode is not Mode.THREAD:
+            raise ConfigError(f"operation {name!r}: a start call only applies to THREAD mode")
         if per_connection and mode is Mode.INLINE:
             raise ConfigError(f"operation {name!r}: a per-connection operation runs in a thread")
         doc = doc or (handler.__doc__ or "").strip()
@@ -212,6 +231,7 @@ class OperationRegistry:
             inline=inline,
             read_lane=read_lane,
             read_miss=read_miss,
+            start=start,
             guard=guard or admin_only(name),
             wants_principal=wants_principal,
         )

@@ -56,6 +56,11 @@ class ServerCounters:
     #: (a read not all in the block cache or over the inline size, a stat whose
     #: attributes are not in memory), by operation.
     inline_declined: Counter[str] = field(default_factory=Counter)
+    #: Requests sent to the thread pool, and requests started on the event loop
+    #: instead, to complete there without a thread (a RADOS store's read that missed
+    #: its block cache: ``Operation.start``).
+    threaded: int = 0
+    started: int = 0
     by_op: Counter[str] = field(default_factory=Counter)
     errors_by_code: Counter[str] = field(default_factory=Counter)
 
@@ -85,6 +90,8 @@ class ServerCounters:
             "inline": self.inline,
             "read_lane": self.read_lane,
             "inline_declined": dict(self.inline_declined),
+            "threaded": self.threaded,
+            "started": self.started,
             "by_op": by_op,
             "errors_by_code": dict(self.errors_by_code),
         }

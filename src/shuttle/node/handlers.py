@@ -13,6 +13,7 @@ the write capability; ``list`` shows a principal only the keys it may read
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import blake3
@@ -47,6 +48,10 @@ STAT_CHUNKS_MAX = 8192
 #: would wait for the disk goes to a thread, so that it never stalls the node's other
 #: connections, as do larger reads (streaming).
 INLINE_READ_BYTES_MAX = 64 << 10
+
+
+def _payload_reply(data: bytes) -> Reply:
+    return Reply(None, data)
 
 
 def _version(args: dict[str, Any]) -> int | None:
@@ -251,6 +256,27 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
                 return Reply(None, data)
         return None
 
+    # A miss that can complete on the loop without a thread (a RADOS store's
+    # asynchronous read, shuttle.store.rados_aio): started there, else the pool reads it.
+    read_async = getattr(store, "read_async", None)
+
+    def read_start(args: dict[str, Any], payload: bytes) -> asyncio.Future[Reply] | None:
+        key, offset, length = args.get("key"), args.get("offset", 0), args.get("length")
+        version = args.get("expected_version")
+        if (
+            read_async is not None
+            and type(key) is str
+            and type(offset) is int
+            and type(length) is int
+            and length <= INLINE_READ_BYTES_MAX
+            and (version is None or type(version) is int)
+        ):
+            started: asyncio.Future[Reply] | None = read_async(
+                key, offset, length, version, _payload_reply
+            )
+            return started
+        return None
+
     def _checked_read(args: dict[str, Any]) -> Reply:
         length = args.get("length")
         if length is not None and (not isinstance(length, int) or length < 0):
@@ -385,6 +411,7 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
         inline_try=read_cached,
         read_lane=lane,
         read_miss=read_miss,
+        start=read_start if read_async is not None else None,
         guard=reads(),
     )
     add("write", write, Mode.THREAD, guard=writes())

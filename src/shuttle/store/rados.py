@@ -29,12 +29,14 @@ Callback promises are broken by changes made through this node only.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from shuttle.errors import (
     AlreadyExistsError,
@@ -52,6 +54,7 @@ from shuttle.store.core import WRITE_BYTES_MAX, ChangeHook, StoreConfig
 from shuttle.store.keys import no_object, validate_key, validate_prefix
 from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX, Listing
 from shuttle.store.paths import BytesLike
+from shuttle.store.rados_aio import AioClient
 from shuttle.store.rados_conn import (
     VERSION_ERRNOS,
     CephOptions,
@@ -64,6 +67,10 @@ from shuttle.store.rados_read import Raced, VersionedReader, check_version_numbe
 from shuttle.store.rados_uploads import RadosUpload, RadosUploads
 from shuttle.store.rados_watch import Coherence
 from shuttle.store.stats import StoreCounters
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Largest object: one RADOS object, written whole in one operation, must stay under
 #: the OSDs' ``osd_max_write_size`` (90 MiB) and ``osd_max_object_size`` (128 MiB).
@@ -104,9 +111,10 @@ class RadosStore:
         )
         self.change_hook: ChangeHook | None = None
         self._uploads = RadosUploads()
-        self.reader = VersionedReader(self.conn, self.cache, self.config)
+        self.reader = VersionedReader(self.conn, self.cache, self.config, self.counters)
         self.coherence = Coherence(self.conn, self.reader)
         self.reader.trust = self.coherence
+        self.reader.aio = self.aio = self._aio_client(pool, namespace, ceph or CephOptions())
         self.coherence.start()
         self._fetch_keys = omap_fetcher(self.conn.ioctx, self._rados)
         self.races = 0
@@ -117,6 +125,16 @@ class RadosStore:
     @property
     def uploads(self) -> RadosUploads:
         return self._uploads
+
+    def _aio_client(self, pool: str, namespace: str, ceph: CephOptions) -> AioClient | None:
+        """The client of the reads started on the node's event loop, or None (then the
+        thread pool reads every miss, as before): its failure to connect, where the
+        store's own client connected, is logged, not fatal."""
+        try:
+            return AioClient(pool, namespace, ceph)
+        except ShuttleError as exc:
+            log.warning("RADOS reads will all take the thread pool: %s", exc)
+            return None
 
     # --- RADOS primitives ------------------------------------------------------------
 
@@ -278,6 +296,20 @@ class RadosStore:
         if data is not None:
             self.counters.read_done(len(data))
         return data
+
+    def read_async(
+        self,
+        key: str,
+        offset: int,
+        length: int,
+        expected_version: int | None,
+        wrap: Callable[[bytes], T],
+    ) -> asyncio.Future[T] | None:
+        """A read that missed :meth:`read_cached`, started on the running event loop: a
+        future of ``wrap(bytes)`` that the loop completes, or None (:meth:`read` in a
+        thread answers it). See :meth:`VersionedReader.read_async
+        <shuttle.store.rados_read.VersionedReader.read_async>`."""
+        return self.reader.read_async(key, offset, length, expected_version, wrap)
 
     def read(
         self,
@@ -606,6 +638,8 @@ class RadosStore:
             "object_bytes_max": self.object_bytes_max,
             **self.conn.stats(),  # reads in flight
             **self.reader.stats(),
+            # Reads started on the event loop now (None: every miss takes the pool).
+            "aio_in_flight": None if self.aio is None else self.aio.in_flight(),
             "coherence": self.coherence.stats(),
         }
         return out
@@ -613,6 +647,8 @@ class RadosStore:
     def close(self) -> None:
         """Abort open upload sessions and disconnect. Idempotent."""
         self._discard(self._uploads.take(lambda u: True))
+        if self.aio is not None:
+            self.aio.close()
         # librados aborts the process if shut down with a watch still registered.
         self.conn.close(shutdown=self.coherence.close())
 

@@ -97,7 +97,7 @@ class RadosConnection:
                 cluster.conf_read_file(str(options.conf_path))
             else:
                 cluster.conf_read_file()  # $CEPH_CONF, /etc/ceph/ceph.conf, ~/.ceph/config
-            _bound_waits(cluster, options)
+            bound_waits(cluster, options)
             if options.keyring_path is not None:
                 cluster.conf_set("keyring", str(options.keyring_path))
             # Our own admin socket, unique per process ($pid) and per client ($cctid),
@@ -226,7 +226,7 @@ def timed_out_message(what: str, timeout_s: float) -> str:
     )
 
 
-def _bound_waits(cluster: Any, options: CephOptions) -> None:
+def bound_waits(cluster: Any, options: CephOptions) -> None:
     """Bound every wait: the configuration's op timeouts if it sets them, else ours
     (an explicit ``options.op_timeout_s`` wins either way)."""
     for name in ("rados_osd_op_timeout", "rados_mon_op_timeout"):

@@ -1,0 +1,220 @@
+"""Where a RADOS gateway's block-cache miss spends its time (issue 26, item 2): the RADOS
+read itself against the hand-offs around it, in one process, interleaved.
+
+    .venv/bin/python benchmarks/rados_miss.py [--rounds 10] [--reads 200] [--osds 3]
+        [--json-out FILE]
+
+Starts a local Ceph, writes an 8 MiB object, and times random reads of it, one at a
+time, in these ways, round by round (each round runs every way once, in turn, so
+drift on a shared machine hits them alike):
+
+* ``librados_4k``: a blocking 4 KiB read through the Python binding, in the calling
+  thread (``shuttle bench ceph netrand``'s anchor, ``librados``);
+* ``librados_64k``: the same, 64 KiB: what a node reads for a 4 KiB miss (one block
+  of its cache, :data:`shuttle.blockcache.DEFAULT_BLOCK_SIZE_BYTES`);
+* ``pool_64k``: from an event loop (uvloop, as a node's), the blocking 64 KiB read and
+  its version run in a thread pool (``run_in_executor``): a node's miss before this
+  branch, without the client's hop;
+* ``aio_64k`` / ``aio_4k``: from the event loop, an asynchronous read through
+  :class:`shuttle.store.rados_aio.AioClient`, completed on the loop: a node's miss now.
+
+Prints each way's p50 and p90 (µs) and its p50 over ``librados_4k``'s, pooled and
+paired by round (the median of the round-by-round ratios), with the spread of the
+paired ratios; writes them as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from shuttle.cluster.ceph import LocalCeph
+from shuttle.cluster.cephclient import connect
+from shuttle.store.rados_aio import AioClient
+from shuttle.store.rados_conn import CephOptions
+
+OID = "bench-rados-miss"
+OBJECT_BYTES = 8 << 20
+BLOCK_BYTES = 64 << 10
+PAGE_BYTES = 4 << 10
+#: A node's I/O pool for a RADOS store has this many threads (EXECUTOR_THREADS_RADOS);
+#: one read at a time uses one of them, but which one wakes is the pool's choice.
+POOL_THREADS = 32
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+async def _timed(n: int, offsets: list[int], read: Callable[[int], Awaitable[Any]]) -> list[float]:
+    out = []
+    for i in range(n):
+        t0 = time.perf_counter_ns()
+        await read(offsets[i])
+        out.append((time.perf_counter_ns() - t0) / 1e3)
+    return out
+
+
+def _sync_timed(n: int, offsets: list[int], read: Callable[[int], Any]) -> list[float]:
+    out = []
+    for i in range(n):
+        t0 = time.perf_counter_ns()
+        read(offsets[i])
+        out.append((time.perf_counter_ns() - t0) / 1e3)
+    return out
+
+
+async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -> dict[str, Any]:
+    cluster = connect(conf, keyring, op_timeout_s=60)
+    io = cluster.open_ioctx(pool)
+    with open("/dev/urandom", "rb") as f:
+        data = f.read(OBJECT_BYTES)
+    io.write_full(OID, data)
+    aio = AioClient(pool, "", CephOptions(conf, keyring))
+    loop = asyncio.get_running_loop()
+    pool_ex = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="pool")
+
+    def blocking_64k(off: int) -> tuple[bytes, int]:
+        got = io.read(OID, BLOCK_BYTES, off)
+        return got, io.get_last_version()
+
+    def aio_read(length: int) -> Callable[[int], Awaitable[bytes]]:
+        def read(off: int) -> Awaitable[bytes]:
+            fut: asyncio.Future[bytes] = loop.create_future()
+
+            def done(rv: int, version: int, got: bytes) -> None:
+                assert rv == length and version > 0, (rv, version)
+                fut.set_result(got)
+
+            assert aio.read(OID, off, length, done, loop)
+            return fut
+
+        return read
+
+    blocks = OBJECT_BYTES // BLOCK_BYTES
+
+    async def lib4(offs: list[int]) -> list[float]:
+        return _sync_timed(len(offs), offs, lambda o: io.read(OID, PAGE_BYTES, o))
+
+    async def lib16(offs: list[int]) -> list[float]:
+        return _sync_timed(len(offs), offs, lambda o: io.read(OID, 16 << 10, o))
+
+    async def lib64(offs: list[int]) -> list[float]:
+        return _sync_timed(len(offs), offs, blocking_64k)
+
+    async def pool64(offs: list[int]) -> list[float]:
+        return await _timed(
+            len(offs), offs, lambda o: loop.run_in_executor(pool_ex, blocking_64k, o)
+        )
+
+    async def aio64(offs: list[int]) -> list[float]:
+        return await _timed(len(offs), offs, aio_read(BLOCK_BYTES))
+
+    async def pool4(offs: list[int]) -> list[float]:
+        return await _timed(
+            len(offs),
+            offs,
+            lambda o: loop.run_in_executor(pool_ex, lambda: io.read(OID, PAGE_BYTES, o)),
+        )
+
+    async def aio4(offs: list[int]) -> list[float]:
+        return await _timed(len(offs), offs, aio_read(PAGE_BYTES))
+
+    ways: dict[str, Callable[[list[int]], Awaitable[list[float]]]] = {
+        "librados_4k": lib4,
+        "librados_16k": lib16,
+        "librados_64k": lib64,
+        "pool_64k": pool64,
+        "aio_64k": aio64,
+        "pool_4k": pool4,
+        "aio_4k": aio4,
+    }
+    rng = random.Random(1)
+    samples: dict[str, list[float]] = {w: [] for w in ways}
+    by_round: dict[str, list[float]] = {w: [] for w in ways}
+    try:
+        for rnd in range(args.rounds + 1):
+            offs = [rng.randrange(blocks) * BLOCK_BYTES for _ in range(args.reads)]
+            for name, way in ways.items():
+                lat = await way(offs)
+                if rnd:  # round 0 warms every path (and the OSDs' caches)
+                    samples[name] += lat
+                    by_round[name].append(statistics.median(lat))
+            print(
+                f"round {rnd}: "
+                + ", ".join(f"{w} {by_round[w][-1]:.0f}" for w in ways if rnd and by_round[w]),
+                flush=True,
+            )
+    finally:
+        aio.close()
+        pool_ex.shutdown()
+        io.close()
+        cluster.shutdown()
+    anchor = "librados_4k"
+    out: dict[str, Any] = {}
+    for w in ways:
+        paired = [a / b for a, b in zip(by_round[w], by_round[anchor], strict=True)]
+        out[w] = {
+            "p50_us": round(_pct(samples[w], 0.5), 1),
+            "p90_us": round(_pct(samples[w], 0.9), 1),
+            "p50_over_librados_4k": round(_pct(samples[w], 0.5) / _pct(samples[anchor], 0.5), 3),
+            "paired_median": round(statistics.median(paired), 3),
+            "paired_range": [round(min(paired), 3), round(max(paired), 3)],
+            "p50_us_by_round": [round(x, 1) for x in by_round[w]],
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--reads", type=int, default=200, help="reads per way per round")
+    parser.add_argument("--osds", type=int, default=3)
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args()
+    if args.rounds < 1 or args.reads < 1 or args.osds < 1:
+        parser.error("--rounds, --reads and --osds must be ≥ 1")
+    scratch = Path(tempfile.mkdtemp(prefix="shuttle-rados-miss-"))
+    ceph = LocalCeph(scratch / "ceph", osds=args.osds, die_with_parent=True)
+    load_before = os.getloadavg()
+    try:
+        info = ceph.start()
+        ways = uvloop.run(_run(args, info.conf_path, info.keyring_path, info.pool))
+    finally:
+        ceph.down()
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"{'way':<14}{'p50 µs':>9}{'p90 µs':>9}{'/ lib 4k':>10}{'paired':>8}  range")
+    for w, r in ways.items():
+        print(
+            f"{w:<14}{r['p50_us']:>9}{r['p90_us']:>9}{r['p50_over_librados_4k']:>10}"
+            f"{r['paired_median']:>8}  {r['paired_range']}"
+        )
+    report = {
+        "experiment": "rados-miss",
+        "config": vars(args) | {"json_out": str(args.json_out) if args.json_out else None},
+        "ways": ways,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+    }
+    if args.json_out is not None:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"report written to {args.json_out}")
+
+
+if __name__ == "__main__":
+    main()
