@@ -86,6 +86,7 @@ def stand(
     workdir: Path | None = None,
     compare_src: Path | None = None,
     node_cache_bytes: int | None = None,
+    node_block_bytes: int | None = None,
     **client_options: Any,
 ) -> Iterator[Stand]:
     """Start Ceph and the two nodes; yield them with clients; tear it all down.
@@ -93,7 +94,9 @@ def stand(
     ``compare_src``: also start a RADOS node (mode ``rados_node_compare``) from another
     checkout's ``src`` folder, on a namespace of its own in the same pool, so that two
     versions of the node are measured in one run, interleaved. ``node_cache_bytes``:
-    every node's block cache (None: the node's default)."""
+    every node's block cache (None: the node's default); ``node_block_bytes``: its
+    block size (None: the node's default, 64 KiB)."""
+    block_args = [] if node_block_bytes is None else ["--cache-block-bytes", str(node_block_bytes)]
     scratch = scratch_dir("shuttle-bench-ceph-", workdir)
     ceph = LocalCeph(scratch / "ceph", osds=osds)
     clusters: list[ClusterFile] = []
@@ -106,7 +109,9 @@ def stand(
         bench = Stand(info, ioctx)
         with contextlib.ExitStack() as stack:
             progress("starting a node on local files")
-            file_cluster = local.up(scratch / "file", nodes=1, cache_bytes=node_cache_bytes)
+            file_cluster = local.up(
+                scratch / "file", nodes=1, cache_bytes=node_cache_bytes, node_args=block_args
+            )
             clusters.append(file_cluster)
             assert file_cluster.path is not None
             bench.clients["file_node"] = stack.enter_context(
@@ -120,7 +125,12 @@ def stand(
                     bench.clients[COMPARE_MODE] = stack.enter_context(
                         connect(
                             cluster=_compare_cluster(
-                                scratch, info, compare_src, clusters, node_cache_bytes
+                                scratch,
+                                info,
+                                compare_src,
+                                clusters,
+                                node_cache_bytes,
+                                block_args,
                             ),
                             **client_options,
                         )
@@ -129,7 +139,7 @@ def stand(
                 rados_cluster = local.up(
                     scratch / "rados",
                     nodes=1,
-                    node_args=info.store_args(),
+                    node_args=[*info.store_args(), *block_args],
                     cache_bytes=node_cache_bytes,
                 )
                 clusters.append(rados_cluster)
@@ -159,6 +169,7 @@ def _compare_cluster(
     src: Path,
     clusters: list[ClusterFile],
     cache_bytes: int | None = None,
+    block_args: list[str] | None = None,
 ) -> Path:
     """A one-node cluster on ``info``'s pool (namespace ``compare``) whose node runs the
     code in ``src`` (``PYTHONPATH``: the node process inherits this one's environment);
@@ -170,7 +181,7 @@ def _compare_cluster(
         cluster = local.up(
             scratch / "compare",
             nodes=1,
-            node_args=info.store_args(COMPARE_NAMESPACE),
+            node_args=[*info.store_args(COMPARE_NAMESPACE), *(block_args or [])],
             cache_bytes=cache_bytes,
         )
     finally:
@@ -237,6 +248,9 @@ class CephNetrandConfig:
     #: Every node's block cache (None: the node's default, 64 MiB); smaller than the
     #: pages read (``pages`` × 4 KiB) times the RADOS node's reads that miss it.
     node_cache_bytes: int | None = None
+    #: Every node's cache block size (None: the node's default, 64 KiB): what a node
+    #: reads for a 4 KiB page that misses its cache.
+    node_block_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.generator not in GENERATORS:
@@ -247,6 +261,9 @@ class CephNetrandConfig:
             check_compare_src(Path(self.compare_src))
         if self.node_cache_bytes is not None and self.node_cache_bytes < 0:
             raise ConfigError(f"--node-cache-bytes must be ≥ 0, got {self.node_cache_bytes}")
+        b = self.node_block_bytes
+        if b is not None and (b < 512 or b & (b - 1)):
+            raise ConfigError(f"--node-block-bytes must be a power of two ≥ 512, got {b}")
 
 
 #: Seconds to wait for a RADOS node's cache to be trusted (its watch registered and
@@ -357,6 +374,7 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
         progress,
         compare_src=compare,
         node_cache_bytes=config.node_cache_bytes,
+        node_block_bytes=config.node_block_bytes,
         cache_bytes=0,
     ) as bench:
         with tempfile.TemporaryDirectory(prefix="shuttle-bench-ceph-") as tmp:

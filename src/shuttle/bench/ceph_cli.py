@@ -81,6 +81,14 @@ def netrand(
             "PAGES × 4 KiB the warm reads miss it.",
         ),
     ] = None,
+    node_block_bytes: Annotated[
+        int | None,
+        typer.Option(
+            min=512,
+            help="Every node's cache block size in bytes (default: the node's, 64 KiB): "
+            "what a node reads from RADOS (or its disk) for a page that misses its cache.",
+        ),
+    ] = None,
     json_path: JsonOpt = None,
 ) -> None:
     """Random 4 KiB reads: a node on the RADOS store, a node on local files and librados
@@ -97,6 +105,7 @@ def netrand(
         compare_src=None if compare is None else str(compare),
         wait_for_trust=wait_for_trust,
         node_cache_bytes=node_cache_bytes,
+        node_block_bytes=node_block_bytes,
     )
     report = run_netrand(config, progress_lines("ceph netrand", console))
     table = Table(title=f"4 KiB random reads, warm: {pages} pages × {rounds} rounds")
