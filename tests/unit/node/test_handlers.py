@@ -135,3 +135,20 @@ def test_a_read_miss_call_needs_the_read_lane() -> None:
             inline_try=lambda args, payload: None,
             read_miss=nothing,
         )
+
+
+def test_a_start_call_applies_to_thread_operations_only() -> None:
+    reg = OperationRegistry()
+
+    async def handler(args: dict[str, object], payload: bytes) -> None:
+        return None
+
+    with pytest.raises(ConfigError, match="a start call only applies to THREAD mode"):
+        reg.add("op", handler, Mode.ASYNC, start=lambda args, payload: None)
+
+
+def test_a_local_stores_read_has_no_start_call(registry: OperationRegistry) -> None:
+    """Only a store that can complete a read on the event loop without a thread (a
+    RADOS store's ``read_async``) gives ``read`` a start call: a local store's misses
+    the page cache cannot answer go to the pool."""
+    assert registry.get("read").start is None
