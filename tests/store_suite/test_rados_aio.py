@@ -172,6 +172,19 @@ def test_a_newer_version_found_by_a_read_is_not_cached_as_the_old(pair: Pair) ->
     assert b.read("m/d", 4096, 4096) == new[4096:]
 
 
+def test_the_thread_path_reads_an_unannounced_change_too(pair: Pair) -> None:
+    """The same miss on the thread path (``read``, as the node's pool calls it): it used
+    to race the stale entry until it gave up ("kept changing while read")."""
+    a, b = pair
+    old, new = b"5" * 8192, b"6" * 8192
+    version = _warm_entry(a, b, "m/t", old)
+    a.conn.ioctx().write("m/t", new, 0)
+    assert b.read("m/t", 0, 4096) == new[:4096]
+    assert b.read("m/t", 4096, 4096) == new[4096:]
+    with pytest.raises(VersionMismatchError):
+        b.read("m/t", 0, 4096, expected_version=version)
+
+
 def test_a_change_through_another_gateway_during_an_in_flight_read(pair: Pair) -> None:
     """The read is in flight when a changes the key (its announcement drops b's entry
     first): the read returns the version before or after the change, whole, and caches

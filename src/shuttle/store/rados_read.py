@@ -567,12 +567,21 @@ class VersionedReader:
                 data = io.read(k, n, offset)
             except self.rados.ObjectNotFound:
                 raise no_object(k) from None
-            if version is not None and io.get_last_version() != version:
-                raise Raced
+            if version is not None:
+                seen = int(io.get_last_version())
+                if seen != version:
+                    # A newer version than the entry's (written with librados directly,
+                    # unannounced): drop the entry, so the next try reads it cold instead
+                    # of racing the same stale entry until it gives up.
+                    self._drop_older(k, seen)
+                    raise Raced
             return bytes(data)
         data = read_pieces(io, k, offset, n, self.timeout_s)
-        if version is not None and self.size_version(k)[1] != version:
-            raise Raced  # versions only grow: equal after the reads means one version
+        if version is not None:
+            now = self.size_version(k)[1]
+            if now != version:  # versions only grow: equal after means one version
+                self._drop_older(k, now)
+                raise Raced
         return data
 
     def stats(self) -> dict[str, int]:
