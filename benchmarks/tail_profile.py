@@ -9,7 +9,10 @@ one of them for a few seconds, Shuttle and Redis passes alternating. Besides eac
 throughput and p50/p99, it counts what wall-clock figures on a shared machine cannot
 show: per request, each server's CPU (``/proc/PID/stat``), its context switches
 (``/proc/PID/status``), its ``epoll_wait`` calls (``perf stat`` on the syscall
-tracepoint: requests ÷ waits is the batch one loop turn takes), the clients' CPU, and
+tracepoint: requests ÷ waits is the batch one loop turn takes) and its system calls
+(all of them, and the receives and sends among them), how long each server and the
+clients waited for a CPU while runnable (``/proc/PID/schedstat``'s run delay: who
+waits for the CPU), the clients' CPU, and
 every garbage collection in the node and in the clients with its pause
 (``gc.callbacks``, installed by a ``sitecustomize`` this script puts first on the
 node's ``PYTHONPATH``). Prints one line per pass and a summary; ``--json`` writes them.
@@ -67,6 +70,32 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def proc_run_delay_s(pid: int) -> float:
+    """Time the process's threads spent runnable but waiting for a CPU (schedstat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
+
+
+#: System calls counted per pass (``perf stat`` tracepoints): all of them, then those a
+#: request costs a server (polls, receives, sends).
+SYSCALL_EVENTS = {
+    "all": "raw_syscalls:sys_enter",
+    "epoll_wait": "syscalls:sys_enter_epoll_wait",
+    "epoll_pwait": "syscalls:sys_enter_epoll_pwait",
+    "read": "syscalls:sys_enter_read",
+    "recvfrom": "syscalls:sys_enter_recvfrom",
+    "write": "syscalls:sys_enter_write",
+    "writev": "syscalls:sys_enter_writev",
+    "sendto": "syscalls:sys_enter_sendto",
+    "sendmsg": "syscalls:sys_enter_sendmsg",
+}
+
+
 def proc_switches(pid: int) -> int:
     total = 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -100,6 +129,7 @@ def client_proc(target: str, port: int, seconds: float, seed: int, barrier: Any,
             pauses.append(time.perf_counter_ns() - started[0])
 
     gc.callbacks.append(cb)
+    schedstat = Path("/proc/self/schedstat")
     rng = random.Random(seed)
     pages = [rng.randrange(OBJECT_BYTES // PAGE) for _ in range(4096)]
     if target == "shuttle":
@@ -113,6 +143,7 @@ def client_proc(target: str, port: int, seconds: float, seed: int, barrier: Any,
     lat: list[int] = []
     clock = time.perf_counter_ns
     barrier.wait()
+    delay0 = int(schedstat.read_text().split()[1])
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.time()
     deadline = clock() + int(seconds * 1e9)
@@ -126,8 +157,9 @@ def client_proc(target: str, port: int, seconds: float, seed: int, barrier: Any,
         i += 1
     t1 = time.time()
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    delay = (int(schedstat.read_text().split()[1]) - delay0) / 1e9
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    out.send((lat, t0, t1, cpu, pauses))
+    out.send((lat, t0, t1, cpu, pauses, delay))
 
 
 def run_pass(
@@ -146,37 +178,30 @@ def run_pass(
         procs.append(p)
     gc_before = node_gc(pid, gc_file) if target == "shuttle" else {}
     # perf first (it takes a moment to attach), then the clients go.
+    events = [arg for event in SYSCALL_EVENTS.values() for arg in ("-e", event)]
     perf = subprocess.Popen(
-        [
-            "perf",
-            "stat",
-            "-x",
-            ",",
-            "-e",
-            "syscalls:sys_enter_epoll_wait",
-            "-e",
-            "syscalls:sys_enter_epoll_pwait",
-            "-p",
-            str(pid),
-        ],
+        ["perf", "stat", "-x", ",", *events, "-p", str(pid)],
         stderr=subprocess.PIPE,
         text=True,
     )
     time.sleep(1.0)
     barrier.wait()
-    cpu0, sw0 = proc_cpu_s(pid), proc_switches(pid)
+    cpu0, sw0, delay0 = proc_cpu_s(pid), proc_switches(pid), proc_run_delay_s(pid)
     results = [r.recv() for r in pipes]
     perf.send_signal(2)
     perf_err = perf.communicate()[1]
-    cpu1, sw1 = proc_cpu_s(pid), proc_switches(pid)
+    cpu1, sw1, delay1 = proc_cpu_s(pid), proc_switches(pid), proc_run_delay_s(pid)
     for p in procs:
         p.join()
     gc_after = node_gc(pid, gc_file) if target == "shuttle" else {}
-    waits = sum(
-        int(line.split(",")[0])
-        for line in perf_err.splitlines()
-        if "epoll" in line and line.split(",")[0].isdigit()
-    )
+    counted: dict[str, int] = {}
+    for line in perf_err.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[0].isdigit():
+            for name, event in SYSCALL_EVENTS.items():
+                if fields[2] == event:
+                    counted[name] = int(fields[0])
+    waits = counted.get("epoll_wait", 0) + counted.get("epoll_pwait", 0)
     lat = sorted(x for r in results for x in r[0])
     elapsed = max(r[2] for r in results) - min(r[1] for r in results)
     reqs = len(lat)
@@ -191,6 +216,9 @@ def run_pass(
         "server_cpu_us_per_req": (cpu1 - cpu0) * 1e6 / reqs,
         "server_switches_per_req": (sw1 - sw0) / reqs,
         "requests_per_epoll_wait": reqs / waits if waits else None,
+        "server_syscalls_per_req": {name: n / reqs for name, n in counted.items()},
+        "server_run_delay_us_per_req": (delay1 - delay0) * 1e6 / reqs,
+        "client_run_delay_us_per_req": sum(r[5] for r in results) * 1e6 / reqs,
         "client_cpu_us_per_req": sum(r[3] for r in results) * 1e6 / reqs,
         "client_gc": {
             "collections_per_1k_req": len(pauses) * 1000 / reqs,
@@ -279,12 +307,18 @@ def main() -> None:
         shutil.rmtree(site, ignore_errors=True)
     for target in ("shuttle", "redis"):
         mine = [r for r in rows if r["target"] == target]
+        syscalls = statistics.median(r["server_syscalls_per_req"].get("all", 0) for r in mine)
         print(
             f"{target:8s} pages/s {statistics.median(r['pages_per_s'] for r in mine):8.0f} "
             f"p50 {statistics.median(r['p50_us'] for r in mine):7.0f} µs "
             f"p99 {statistics.median(r['p99_us'] for r in mine):7.0f} µs "
             f"server CPU {statistics.median(r['server_cpu_us_per_req'] for r in mine):5.1f} µs/req "
-            f"client CPU {statistics.median(r['client_cpu_us_per_req'] for r in mine):5.1f} µs/req"
+            f"client CPU {statistics.median(r['client_cpu_us_per_req'] for r in mine):5.1f} µs/req "
+            f"syscalls {syscalls:4.2f}/req "
+            f"per poll {statistics.median(r['requests_per_epoll_wait'] or 0 for r in mine):5.1f} "
+            "run delay (server; clients) "
+            f"{statistics.median(r['server_run_delay_us_per_req'] for r in mine):5.1f}; "
+            f"{statistics.median(r['client_run_delay_us_per_req'] for r in mine):5.1f} µs/req"
         )
     if args.json:
         args.json.write_text(

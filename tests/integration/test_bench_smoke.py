@@ -26,6 +26,8 @@ def test_netrand_smoke_writes_every_section(tmp_path: Path) -> None:
         "1,2",
         "--pass-seconds",
         "0.5",
+        "--node-cache-bytes",
+        str(4 << 20),  # the mixed_paged object: twice that, 8 MiB
         "--json-out",
         str(out),
         timeout=120,
@@ -46,14 +48,19 @@ def test_netrand_smoke_writes_every_section(tmp_path: Path) -> None:
         # Four pairs of slices, warm and Redis alternating: the ratio of each pair.
         assert len(rep["slices"]) == 4 and all(x["throughput"] > 0 for x in rep["slices"])
         assert rep["remote_warm_over_redis"]["throughput"] > 0
+        assert {"remote_warm", "redis", "remote_warm_over_redis"} <= set(rep["spread"])
         node = rep["node"]["remote_warm"]
         assert node["inline"] + node["pooled"] == rep["remote_warm"]["requests"]
     assert two["mixed_warm"]["requests"] == two["mixed_cold"]["requests"] == 30
     assert two["node"]["remote_cold"]["pooled"] > 0  # cold reads went to the thread pool
-    # Half warm, half node-cache misses the page cache holds: all on the event loop.
-    assert two["mixed_paged_warm"]["requests"] == two["mixed_paged_cold"]["requests"] == 30
-    assert two["mixed_paged"]["requests"] == 60 and two["mixed_paged_over_warm"] > 0
-    assert two["node"]["mixed_paged"] == {"inline": 60, "pooled": 0}
+    # Half warm, half node-cache misses the page cache holds, timed and interleaved
+    # with the warm slices: all on the event loop, and every missing read a miss.
+    paged, node = two["mixed_paged"], two["node"]["mixed_paged"]
+    assert paged["requests"] > 60 and paged["elapsed_s"] >= 0.5
+    assert node["inline"] == paged["requests"] and node["pooled"] == 0
+    assert node["cache_misses"] >= two["mixed_paged_cold"]["requests"] > 30
+    assert len(two["mixed_paged_slices"]) == 4 and two["mixed_paged_over_warm"] > 0
+    assert two["spread"]["mixed_paged_over_warm"]["max"] > 0
     assert two["mixed_over_warm"] > 0 and "mixed_paged" not in one
     assert report["remote_miss_over_remote_warm_p50"] > 0
     for section in ("local", "local_cold", "remote_cold", "remote_warm", "remote_miss", "redis"):

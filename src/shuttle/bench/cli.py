@@ -187,11 +187,27 @@ def netrand(
     pass_seconds: Annotated[
         float,
         typer.Option(
-            help="With --clients: how long every client reads in the warm and Redis passes "
-            "(its pages over and over), so that a rerun repeats the figures; 0: --pages "
-            "each, as in the cold and mixed passes.",
+            help="With --clients: how long every client reads in the warm, Redis and "
+            "mixed_paged passes (its pages over and over; the three passes interleaved in "
+            "four slices), so that a rerun repeats the figures; 0: --pages each, as in the "
+            "cold and mixed passes.",
         ),
     ] = 3.0,
+    node_cache_bytes: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Block cache of the node started here (default 64 MiB). With --clients, "
+            "the mixed_paged pass's missing readers cycle over an object twice this size.",
+        ),
+    ] = 64 << 20,
+    repeat: Annotated[
+        int,
+        typer.Option(
+            help="With --clients: run each count's passes this many times back to back "
+            "(1-10), and report how far the figures moved between the runs.",
+        ),
+    ] = 1,
     tls: Annotated[
         bool,
         typer.Option(
@@ -250,6 +266,8 @@ def netrand(
         clients=tuple(parse_clients(clients or [])),
         pass_seconds=pass_seconds,
         tls=tls,
+        node_cache_bytes=node_cache_bytes,
+        repeat=repeat,
     )
     console = Console()
     with bench_status("netrand", console) as update:
@@ -378,7 +396,7 @@ def _netrand_workers(
 def _netrand_clients_table(by_count: dict[str, Any], pages: int, seconds: float) -> Table:
     """``bench netrand --clients``: one row per client count and pass; the ratios are
     Shuttle over Redis with as many clients; "node" is inline/pooled requests."""
-    timed = f"warm and redis {seconds:g} s, the others " if seconds else ""
+    timed = f"warm, redis and mixed_paged {seconds:g} s, the others " if seconds else ""
     table = Table(title=f"netrand, concurrent clients ({timed}{pages} pages each per pass)")
     for col in ("N", "pass", "pages/s", "p50 µs", "p99 µs", "÷redis p50", "p99", "thr", "node"):
         table.add_column(col, justify="right")
@@ -398,6 +416,9 @@ def _netrand_clients_table(by_count: dict[str, Any], pages: int, seconds: float)
                 continue
             ratio = rep.get(f"{name}_over_redis") or {}
             node = rep.get("node", {}).get(name.rsplit("_", 1)[0] if "mixed" in name else name)
+            # The pass's node counters go on its first row only (they count both halves).
+            if name.endswith("_cold") and "mixed" in name:
+                node = None
             table.add_row(
                 count,
                 name.removeprefix("remote_"),
@@ -411,6 +432,18 @@ def _netrand_clients_table(by_count: dict[str, Any], pages: int, seconds: float)
     notes = [
         f"{count}: mixed/warm {rep['mixed_over_warm']:.2f}, "
         f"mixed_paged/warm {rep['mixed_paged_over_warm']:.2f}"
+        + (
+            " (by slice "
+            + ", ".join(f"{x['throughput']:.2f}" for x in rep["mixed_paged_slices"])
+            + ")"
+            if rep.get("mixed_paged_slices")
+            else ""
+        )
+        + (
+            f", its missing readers' reads that missed {rep['mixed_paged_missed']:.2f}"
+            if "mixed_paged_missed" in rep
+            else ""
+        )
         for count, rep in by_count.items()
         if "mixed_paged_over_warm" in rep and "mixed_over_warm" in rep
     ]
@@ -421,9 +454,25 @@ def _netrand_clients_table(by_count: dict[str, Any], pages: int, seconds: float)
     captions += [
         f"{count}: warm ÷ redis throughput by slice "
         + ", ".join(f"{x['throughput']:.2f}" for x in rep["slices"])
+        + (
+            f"; slices' throughput range: warm {rep['spread']['remote_warm']['range_pct']:.0f} %"
+            f", redis {rep['spread']['redis']['range_pct']:.0f} %"
+            if "remote_warm" in rep.get("spread", {}) and "redis" in rep.get("spread", {})
+            else ""
+        )
         for count, rep in by_count.items()
         if rep.get("slices")
     ]
+    # --repeat: how far a rerun moved the headline figures.
+    for count, rep in by_count.items():
+        reruns = rep.get("reruns")
+        if not reruns:
+            continue
+        moved = ", ".join(
+            f"{name} {s['min']:.3g}-{s['max']:.3g} ({s['range_pct']:.0f} %)"
+            for name, s in reruns["spread"].items()
+        )
+        captions.append(f"{count}: over {reruns['runs']} runs, {moved}")
     if captions:
         table.caption = "\n".join(captions)
     return table

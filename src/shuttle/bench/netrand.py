@@ -30,24 +30,43 @@ from pathlib import Path
 from typing import Any
 
 import shuttle.compiled as compiled
-from shuttle.bench.netrand_clients import PASS_SECONDS_DEFAULT, PASS_TIMEOUT_S, run_clients
+from shuttle.bench.netrand_clients import (
+    PASS_SECONDS_DEFAULT,
+    PASS_TIMEOUT_S,
+    hot_pages,
+    paged_object_bytes,
+    rerun_spread,
+    run_clients,
+)
 from shuttle.bench.nodes import bench_client
 from shuttle.bench.placement import default_cpu, pin_process, pinned
 from shuttle.bench.redis_anchor import RedisServer, RespClient
+from shuttle.blockcache import DEFAULT_BLOCK_SIZE_BYTES
 from shuttle.client.client import Client
 from shuttle.cluster.clusterfile import ClusterFile
 from shuttle.errors import ConfigError
+from shuttle.node.config import CACHE_BYTES_DEFAULT
 
 #: The paper's page and its default run length.
 PAGE_BYTES = 4096
 PAGES_DEFAULT = 400
 #: Rounds of N pages per mode: 20 × 400 = 8,000 samples, enough for a stable p99.
 ROUNDS_DEFAULT = 20
+#: Most runs of each ``--clients`` count (``--repeat``): enough for a spread; each
+#: run of 64 clients takes half a minute or more on a loaded machine.
+REPEAT_MAX = 10
 #: Longest timed pass: well inside the time a pass may take (PASS_TIMEOUT_S).
 PASS_SECONDS_MAX = PASS_TIMEOUT_S / 4
 #: Default file: larger than the node's default 64 MiB block cache, so cold reads miss.
 FILE_BYTES_DEFAULT = 128 << 20
 KEY = "bench/netrand.dat"
+#: The object the ``--clients`` mixed_paged pass's missing readers cycle over
+#: (:func:`~shuttle.bench.netrand_clients.paged_object_bytes`: twice the node's block
+#: cache).
+PAGED_KEY = "bench/netrand-paged.dat"
+#: Largest such object the benchmark writes: a node with a block cache over half of
+#: this would have it write gigabytes; its mixed pass needs a smaller cache.
+PAGED_BYTES_MAX = 1 << 30
 
 Fetch = Callable[[int], bytes]
 
@@ -93,6 +112,11 @@ class NetrandConfig:
     pass_seconds: float = PASS_SECONDS_DEFAULT
     #: Also time warm fetches from a node serving TLS, and from Redis over TLS.
     tls: bool = False
+    #: The block cache of the node started here (``shuttle serve --cache-bytes``).
+    node_cache_bytes: int = CACHE_BYTES_DEFAULT
+    #: Each ``clients`` count's passes this many times back to back (the spread of
+    #: their figures: how well a rerun repeats them).
+    repeat: int = 1
 
     def __post_init__(self) -> None:
         if self.generator not in GENERATORS:
@@ -101,6 +125,8 @@ class NetrandConfig:
             )
         if self.pages <= 0 or self.rounds <= 0:
             raise ConfigError("--pages and --rounds must be positive")
+        if not 1 <= self.repeat <= REPEAT_MAX:
+            raise ConfigError(f"--repeat must be in 1..{REPEAT_MAX}, got {self.repeat}")
         if any(n < 1 for n in self.clients):
             raise ConfigError("--clients counts must be at least 1")
         if not 0 <= self.pass_seconds <= PASS_SECONDS_MAX:
@@ -110,6 +136,8 @@ class NetrandConfig:
             )
         if self.file_bytes < self.page_bytes:
             raise ConfigError(f"--file-bytes must be at least one page ({self.page_bytes})")
+        if self.node_cache_bytes < 0:
+            raise ConfigError(f"--node-cache-bytes must be 0 or more, got {self.node_cache_bytes}")
 
     @property
     def file_pages(self) -> int:
@@ -179,10 +207,17 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
     samples = {m: Samples() for m in modes}
     placement: dict[str, Any] = {"pinned_cpu": None}
     concurrent: dict[str, Any] = {}
+    concurrent_runs: dict[int, list[dict[str, Any]]] = {}
     # The client cache is off: every remote page is a round trip to the node.
     with contextlib.ExitStack() as stack:
         client, scratch = stack.enter_context(
-            bench_client(config.node, link=config.link, cpu_factor=config.cpu_factor, cache_bytes=0)
+            bench_client(
+                config.node,
+                link=config.link,
+                cpu_factor=config.cpu_factor,
+                node_cache_bytes=config.node_cache_bytes,
+                cache_bytes=0,
+            )
         )
         tls_client: Client | None = None
         tls_scratch: Path | None = None
@@ -203,6 +238,22 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
         if tls_client is not None:
             progress("putting it into the node that serves TLS")
             tls_client.put(KEY, path)
+        cache = _node_cache(client)
+        hot = hot_pages(config.file_pages, cache["capacity_bytes"], pb)
+        paged_bytes = paged_object_bytes(cache["capacity_bytes"], cache["block_size_bytes"])
+        if any(n >= 2 for n in config.clients):
+            if paged_bytes > PAGED_BYTES_MAX:
+                raise ConfigError(
+                    f"--clients: the mixed pass reads an object twice the node's block cache "
+                    f"({cache['capacity_bytes'] >> 20} MiB), over the "
+                    f"{PAGED_BYTES_MAX >> 20} MiB this benchmark writes; use a node with a "
+                    f"smaller cache (--node-cache-bytes), or --clients 1"
+                )
+            progress(f"writing the mixed pass's {paged_bytes >> 20} MiB object")
+            paged_path = scratch / "netrand-paged.dat"
+            make_file(paged_path, paged_bytes)
+            client.put(PAGED_KEY, paged_path)
+            paged_path.unlink()
         fd = os.open(path, os.O_RDONLY)
         redis = RedisServer(scratch, tls=config.tls) if config.redis else None
         resp = None
@@ -258,22 +309,37 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                         timed_run(pages, fetchers["remote_tls"], pb, samples["remote_warm_tls"])
                     if resp_tls is not None:
                         timed_run(pages, fetchers["redis_tls"], pb, samples["redis_tls"])
-                for n in config.clients:
-                    progress(f"{n} concurrent clients")
-                    concurrent[str(n)] = run_clients(
-                        n,
-                        client=client,
-                        redis_port=redis.port if redis is not None else None,
-                        key=KEY,
-                        file_pages=config.file_pages,
-                        pages=config.pages,
-                        page_bytes=pb,
-                        seed=config.seed,
-                        drop_caches=lambda: client.drop_caches([KEY]),
-                        warm_page_cache=lambda start, stop: _warm_page_cache(client, start, stop),
-                        node_counters=lambda: _inline_counters(client),
-                        pass_seconds=config.pass_seconds,
+                for n, rerun in ((n, r) for n in config.clients for r in range(config.repeat)):
+                    progress(f"{n} concurrent clients, run {rerun + 1}/{config.repeat}")
+                    runs = concurrent_runs.setdefault(n, [])
+                    runs.append(
+                        run_clients(
+                            n,
+                            client=client,
+                            redis_port=redis.port if redis is not None else None,
+                            key=KEY,
+                            file_pages=config.file_pages,
+                            pages=config.pages,
+                            page_bytes=pb,
+                            seed=config.seed,
+                            drop_caches=lambda: client.drop_caches([KEY]),
+                            warm_page_cache=lambda: _warm_page_cache(
+                                client, PAGED_KEY, 0, paged_bytes
+                            ),
+                            node_counters=lambda: _inline_counters(client),
+                            paged_key=PAGED_KEY,
+                            paged_bytes=paged_bytes,
+                            block_bytes=cache["block_size_bytes"],
+                            hot=hot,
+                            pass_seconds=config.pass_seconds,
+                        )
                     )
+            for n, runs in concurrent_runs.items():
+                # The first run in full; with --repeat, every run's figures and how far
+                # they moved between runs (the repeatability the issue asks for).
+                concurrent[str(n)] = runs[0]
+                if len(runs) > 1:
+                    concurrent[str(n)]["reruns"] = rerun_spread(runs)
             node_stats = client.node_stats(client.nodes[0])
         finally:
             os.close(fd)
@@ -336,11 +402,24 @@ def _pin_servers(
 
 
 def _inline_counters(client: Client) -> dict[str, int]:
-    """The node's requests answered on its event loop, and reads it sent to its pool."""
-    server = client.node_stats(client.nodes[0]).get("server", {})
+    """The node's requests answered on its event loop, the reads it sent to its pool,
+    and the blocks its block cache missed (one ``node.stats`` call)."""
+    stats = client.node_stats(client.nodes[0])
+    server = stats.get("server", {})
     return {
         "inline": int(server.get("inline", 0)),
         "declined": int(server.get("inline_declined", {}).get("read", 0)),
+        "cache_misses": int(stats.get("store", {}).get("cache", {}).get("misses", 0)),
+    }
+
+
+def _node_cache(client: Client) -> dict[str, int]:
+    """The node's block cache: its capacity and block size (a node that does not say,
+    e.g. one of another store, is taken to have the defaults)."""
+    cache = client.node_stats(client.nodes[0]).get("store", {}).get("cache", {})
+    return {
+        "capacity_bytes": int(cache.get("capacity_bytes", CACHE_BYTES_DEFAULT)),
+        "block_size_bytes": int(cache.get("block_size_bytes", 0)) or DEFAULT_BLOCK_SIZE_BYTES,
     }
 
 
@@ -348,11 +427,11 @@ def _inline_counters(client: Client) -> dict[str, int]:
 _UNCACHED_READ_BYTES = 1 << 20
 
 
-def _warm_page_cache(client: Client, start: int, stop: int) -> None:
-    """Bring bytes ``[start, stop)`` of the file into the node's OS page cache and not
+def _warm_page_cache(client: Client, key: str, start: int, stop: int) -> None:
+    """Bring bytes ``[start, stop)`` of ``key`` into the node's OS page cache and not
     into its block cache: reads larger than the node caches go straight to the file."""
     for offset in range(start, stop, _UNCACHED_READ_BYTES):
-        client.read(KEY, offset, min(_UNCACHED_READ_BYTES, stop - offset))
+        client.read(key, offset, min(_UNCACHED_READ_BYTES, stop - offset))
 
 
 def _remote_fetch(client: Client, pb: int) -> Fetch:

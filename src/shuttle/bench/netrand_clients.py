@@ -2,40 +2,49 @@
 
 One client at a time measures latency; a server's worth shows when clients compete.
 For each N, N client processes (forked from the benchmark, each with its own Shuttle
-connection and its own Redis connection) read their own random pages (from the first
-half of the file) in four passes, every client starting each pass together (a
-barrier):
+connection and its own Redis connection) read their own random pages in these passes,
+every client starting each pass together (a barrier):
 
-* **cold**: the node's block cache and the file's OS page cache dropped just before;
-* **warm**: the same pages again;
+* **cold**: the node's block cache and the file's OS page cache dropped just before,
+  pages from the first half of the file;
+* **warm**: pages of the file's *hot region* (its first sixteenth of the node's block
+  cache, :func:`hot_pages`), read once untimed first so that all of it is cached;
 * **mixed** (N ≥ 2): half the clients read their warm pages again while the other half
   read pages of the file's third quarter, which nobody has read since the drop: the
   case where a cold read on the node's event loop would stall the warm readers
   (``mixed_warm`` and ``mixed_cold`` are reported apart);
-* **mixed_paged** (N ≥ 2): the same, the other half reading pages of the fourth
-  quarter, which the benchmark has just read into the node's OS page cache but not its
-  block cache: node-cache misses over page-cache hits, the path most reads take when
-  the working set is larger than the block cache (``mixed_paged_warm`` and
-  ``mixed_paged_cold``; ``mixed_paged_over_warm`` is the pass's throughput, both
-  halves, over the warm pass's);
-* **redis**: the same pages from Redis, the anchor, with the same number of clients.
+* **mixed_paged** (N ≥ 2): half the clients read their warm pages, the other half read
+  a second object, twice the node's block cache, that the benchmark has just read
+  into the node's OS page cache but not its block cache: node-cache misses over
+  page-cache hits, the path most reads take when the working set is larger than the
+  block cache (``mixed_paged_warm`` and ``mixed_paged_cold``; ``mixed_paged_over_warm``
+  is the pass's throughput, both halves, over the warm pass's). Each missing reader
+  cycles over its own share of that object's blocks, one page per block
+  (:func:`miss_cycle`): between two reads of a block all the missing readers have read
+  about the whole object, twice what the cache holds, so under LRU every read misses,
+  however long the pass (``node.mixed_paged.cache_misses`` counts them:
+  ``mixed_paged_missed`` is the share of the missing readers' reads that missed);
+* **redis**: the warm pages from Redis, the anchor, with the same number of clients.
 
-The warm and Redis passes are **timed** and **interleaved**: each lasts
+The warm, Redis and mixed_paged passes are **timed** and **interleaved**: each lasts
 ``pass_seconds`` in all, run as :data:`SLICES` slices that alternate (warm, Redis,
-warm, Redis, ...), every client reading its pages over and over (they are all
-cached) until the slice's time is up. So a pass holds tens of thousands of requests
-(at 400 pages a client, a 64-client pass lasted well under a second on a quiet
-machine and its p99 moved by a third between runs), and drift on a shared machine
-falls on Shuttle and Redis alike; the pass's figures pool its slices, and the
-Shuttle/Redis throughput ratio of each pair of slices (``slices``) shows how much the
-machine moved under the run. The cold and mixed passes read their page lists once: a
-page read twice is no longer cold, and the file holds only so many (their
-``--pages``). ``pass_seconds=0`` makes every pass one slice that reads its list once.
+mixed_paged, warm, Redis, ...), every client reading its pages over and over until
+the slice's time is up. So a pass holds tens of thousands of requests (at 400 pages a
+client, a 64-client pass lasted well under a second on a quiet machine and its p99
+moved by a third between runs), and drift on a shared machine falls on all three
+alike; the pass's figures pool its slices, and the ratio of each trio's slices
+(``slices``: warm ÷ Redis; ``mixed_paged_slices``: mixed_paged ÷ warm) shows how much
+the machine moved under the run; ``spread`` gives each pass's slices' throughput
+range, Redis against Redis included: the machine's own noise. The cold and mixed
+passes read their page lists once: a page read twice is no longer cold, and the file
+holds only so many (their ``--pages``). ``pass_seconds=0`` makes every pass one slice
+that reads its list once.
 
 Each pass reports throughput (pages per second over the pass, first start to last
 finish) and the p50 and p99 of every request's latency; ``node`` says, per Shuttle
 pass, how many requests the node answered on its event loop and how many it sent to
-its thread pool (``node.stats``: ``inline`` and ``inline_declined``).
+its thread pool (``node.stats``: ``inline`` and ``inline_declined``), and how many
+blocks its block cache missed.
 
 Why processes and not threads: the clients are Python, and threads of one process
 share the GIL, so 8 or 64 of them would measure the client's interpreter lock rather
@@ -51,6 +60,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import random
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -60,7 +70,7 @@ from shuttle.bench.redis_anchor import RespClient
 from shuttle.client.client import Client
 from shuttle.errors import ConfigError
 
-#: The timed passes' slices, alternating (see the module): four pairs of 0.75 s at the
+#: The timed passes' slices, alternating (see the module): four trios of 0.75 s at the
 #: default length, enough to see the machine move and each long enough to hold
 #: thousands of requests at 64 clients.
 SLICES = 4
@@ -79,15 +89,29 @@ RESULTS = (
 )
 #: How long a pass may take before the benchmark gives up on its clients.
 PASS_TIMEOUT_S = 600.0
-#: How long each client reads in a timed pass (warm, Redis), its four slices
-#: together: 3 s held 17,000-31,000 requests a pass on this 2-vCPU machine under
+#: How long each client reads in a timed pass (warm, Redis, mixed_paged), its four
+#: slices together: 3 s held 17,000-31,000 requests a pass on this 2-vCPU machine under
 #: other sessions' load, about 120,000 when it is quiet (42,000 pages/s at 8
 #: clients), against 3,200-25,600 for 400 pages a client (benchmarks/README.md).
 PASS_SECONDS_DEFAULT = 3.0
-#: The passes that are timed (every page in them is cached; see the module).
-TIMED_PASSES = frozenset({"remote_warm", "redis"})
+#: The passes that are timed (see the module): the warm ones read cached pages, and
+#: mixed_paged's missing readers cycle over more blocks than the cache holds.
+TIMED_PASSES = frozenset({"remote_warm", "redis", "mixed_paged_warm", "mixed_paged_cold"})
+#: The untimed pass that caches the hot region before the warm slices (not reported).
+WARM_UP = "warm_up"
 #: More clients than this would measure the machine's process table, not the servers.
 CLIENTS_MAX = 256
+#: The hot region (the warm readers' pages) is at most this share of the block cache,
+#: so that the missing readers of mixed_paged, filling the rest, do not evict it. The
+#: warm readers pick hot blocks at random, as many reads as the missing readers make:
+#: a hot block is evicted if it goes unread while the rest of the cache fills, about
+#: (1 - 1/16) of it, and with 1/16 of the cache hot, that gap is 15 times its mean
+#: (e^-15); with a quarter (3 times the mean), 5 % of the warm reads missed.
+HOT_SHARE_OF_CACHE = 16
+#: mixed_paged's object is this many times the block cache: each missing reader's
+#: block comes round again only after about this many caches' worth of other blocks,
+#: so a reader up to twice as fast as the others still finds it evicted.
+PAGED_CACHES = 2
 
 
 def parse_clients(values: Iterable[str]) -> list[int]:
@@ -108,6 +132,39 @@ def parse_clients(values: Iterable[str]) -> list[int]:
                 raise ConfigError(f"--clients: {n} is out of range; use 1 to {CLIENTS_MAX}")
             out.append(n)
     return out
+
+
+def hot_pages(file_pages: int, cache_bytes: int, page_bytes: int) -> int:
+    """How many pages, from the file's start, the warm readers draw theirs from: the
+    first half of the file, or 1/:data:`HOT_SHARE_OF_CACHE` of the node's block cache
+    if that is less."""
+    return max(1, min(file_pages // 2, cache_bytes // HOT_SHARE_OF_CACHE // page_bytes))
+
+
+def paged_object_bytes(cache_bytes: int, block_bytes: int) -> int:
+    """The size of mixed_paged's object for a node whose block cache holds
+    ``cache_bytes`` in blocks of ``block_bytes``: :data:`PAGED_CACHES` caches' worth,
+    in whole blocks."""
+    blocks = max(1, PAGED_CACHES * cache_bytes // block_bytes)
+    return blocks * block_bytes
+
+
+def miss_cycle(
+    reader: int, readers: int, object_bytes: int, block_bytes: int, page_bytes: int, seed: int
+) -> list[int]:
+    """Missing reader ``reader`` of ``readers``: one page (at a seeded offset) in each of
+    its blocks of the paged object (blocks ``reader``, ``reader + readers``, ...), in
+    order; read over and over, each read is of a block last read a whole cycle of all
+    the readers ago."""
+    blocks = object_bytes // block_bytes
+    if not 0 <= reader < readers <= blocks:
+        raise ConfigError(
+            f"the mixed pass's {readers} missing readers need at least as many blocks of "
+            f"{block_bytes} bytes; its object has {blocks}: use fewer --clients"
+        )
+    per_block = max(1, block_bytes // page_bytes)
+    rng = random.Random(seed)
+    return [b * per_block + rng.randrange(per_block) for b in range(reader, blocks, readers)]
 
 
 def _percentile(sorted_ns: list[int], q: float) -> float:
@@ -139,58 +196,82 @@ def summarize_slices(slices: list[tuple[list[int], list[float], list[float]]]) -
     }
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    """The median, lowest and highest of ``values``, and their range as a percentage
+    of the median (how far one slice's figure may sit from another's)."""
+    ordered = sorted(values)
+    mid = statistics.median(ordered)
+    return {
+        "median": mid,
+        "min": ordered[0],
+        "max": ordered[-1],
+        "range_pct": 100.0 * (ordered[-1] - ordered[0]) / mid if mid else 0.0,
+    }
+
+
 def pass_sequence(pass_seconds: float) -> list[str]:
-    """The passes in the order the clients make them: the timed ones as alternating
-    slices (warm, Redis, warm, Redis, ...) after the cold pass, then the mixed ones."""
+    """The passes in the order the clients make them: cold, the untimed warm-up and the
+    disk-cold mixed pass, then the timed ones as alternating slices (warm, Redis,
+    mixed_paged, warm, Redis, mixed_paged, ...)."""
     slices = SLICES if pass_seconds > 0 else 1
-    return ["remote_cold", *(["remote_warm", "redis"] * slices), "mixed", "mixed_paged"]
+    return [
+        "remote_cold",
+        WARM_UP,
+        "mixed",
+        *(["remote_warm", "redis", "mixed_paged"] * slices),
+    ]
 
 
 def _client_process(
     client: Client,
     redis_port: int | None,
-    key: str,
-    plan: list[tuple[str | None, list[int]]],
+    plan: list[tuple[str | None, str, list[int]]],
     page_bytes: int,
     barrier: Any,
     results: multiprocessing.connection.Connection,
     pass_seconds: float = 0.0,
 ) -> None:
     """One forked client: in each pass (when every client is ready) it reads ``plan``'s
-    pages for that pass (a timed pass: over and over for ``pass_seconds``) and files
-    their latencies under its result name (None: it sits the pass out); sends its
-    samples back."""
+    pages of its key for that pass (a timed pass: over and over for a slice of
+    ``pass_seconds``) and files their latencies under its result name (None: it sits
+    the pass out); sends its samples back."""
     client.after_fork_in_child()
     out: dict[str, list[tuple[list[int], float, float]]] = {}
     try:
         resp = RespClient(redis_port) if redis_port is not None else None
+        read = client.read
 
-        def remote(p: int) -> bytes:
-            return client.read(key, p * page_bytes, page_bytes)
-
-        def redis(p: int) -> bytes:
+        def redis(key: str, p: int) -> bytes:
             assert resp is not None
             return resp.get(b"p:%d" % p) or b""
 
+        def remote(key: str, p: int) -> bytes:
+            return read(key, p * page_bytes, page_bytes)
+
         clock = time.perf_counter_ns
-        for name, pages in plan:
+        # Where each pass's list stands: a timed pass's next slice goes on from there
+        # (mixed_paged's missing readers would otherwise re-read blocks still cached).
+        positions: dict[str, int] = {}
+        for name, key, pages in plan:
             barrier.wait(PASS_TIMEOUT_S)  # the parent dropped caches before this pass
             if name is not None and (name != "redis" or resp is not None):
-                fetch: Callable[[int], bytes] = redis if name == "redis" else remote
+                fetch: Callable[[str, int], bytes] = redis if name == "redis" else remote
                 lat: list[int] = []
                 start = time.time()
                 timed = pass_seconds > 0 and name in TIMED_PASSES
                 deadline = clock() + int(pass_seconds / SLICES * 1e9)
                 count = len(pages)
-                i = 0
-                while (clock() < deadline) if timed else i < count:
+                i = positions.get(name, 0)
+                stop = i + count
+                while (clock() < deadline) if timed else i < stop:
                     page = pages[i % count]
                     t = clock()
-                    data = fetch(page)
+                    data = fetch(key, page)
                     lat.append(clock() - t)
                     if len(data) != page_bytes:
                         raise AssertionError(f"{name}: page {page}: got {len(data)} bytes")
                     i += 1
+                positions[name] = i
                 out.setdefault(name, []).append((lat, start, time.time()))
             barrier.wait(PASS_TIMEOUT_S)  # every client finished the pass
         if resp is not None:
@@ -215,12 +296,20 @@ def run_clients(
     page_bytes: int,
     seed: int,
     drop_caches: Callable[[], None],
-    warm_page_cache: Callable[[int, int], None],
+    warm_page_cache: Callable[[], None],
     node_counters: Callable[[], dict[str, Any]],
+    paged_key: str,
+    paged_bytes: int,
+    block_bytes: int,
+    hot: int,
     pass_seconds: float = PASS_SECONDS_DEFAULT,
 ) -> dict[str, Any]:
-    """The passes with ``n`` concurrent client processes (the warm and Redis ones
-    ``pass_seconds`` long, 0: ``pages`` each); returns their summaries."""
+    """The passes with ``n`` concurrent client processes (the warm, Redis and
+    mixed_paged ones ``pass_seconds`` long, 0: ``pages`` each); returns their
+    summaries. ``paged_key``: mixed_paged's object (``paged_bytes``, the node's block
+    cache in blocks of ``block_bytes`` twice over), brought into the node's page cache
+    by ``warm_page_cache``; ``hot``: the warm readers draw their pages from the file's
+    first ``hot`` pages (:func:`hot_pages`)."""
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(n + 1)
     sequence = pass_sequence(pass_seconds)
@@ -228,59 +317,75 @@ def run_clients(
     procs = []
     half = max(1, file_pages // 2)
     three_quarters = max(half, file_pages * 3 // 4)
+    missing_readers = n // 2  # the odd-numbered clients
     for i in range(n):
         rng = random.Random(seed * 1000 + i)
-        # The first half of the file for the cold, warm and Redis passes; the mixed
-        # pass's cold readers read the third quarter, which nobody has read since the
-        # drop, and the paged pass's the fourth, read into the page cache just before.
+        # The cold pass reads the first half of the file; the warm, Redis and mixed
+        # passes' warm readers the hot region; the mixed pass's cold readers the third
+        # quarter, which nobody has read since the drop.
         mine = [rng.randrange(half) for _ in range(pages)]
+        hot_list = [rng.randrange(hot) for _ in range(pages)]
         fresh = [half + rng.randrange(max(1, three_quarters - half)) for _ in range(pages)]
-        paged = [
-            three_quarters + rng.randrange(max(1, file_pages - three_quarters))
-            for _ in range(pages)
-        ]
-        mixed: tuple[str | None, list[int]] = (None, [])
-        mixed_paged: tuple[str | None, list[int]] = (None, [])
+        mixed: tuple[str | None, str, list[int]] = (None, key, [])
+        mixed_paged: tuple[str | None, str, list[int]] = (None, key, [])
         if n >= 2:
-            mixed = ("mixed_warm", mine) if i % 2 == 0 else ("mixed_cold", fresh)
-            mixed_paged = ("mixed_paged_warm", mine) if i % 2 == 0 else ("mixed_paged_cold", paged)
-        by_pass = {
-            "remote_cold": ("remote_cold", mine),
-            "remote_warm": ("remote_warm", mine),
+            mixed = ("mixed_warm", key, hot_list) if i % 2 == 0 else ("mixed_cold", key, fresh)
+            if i % 2 == 0:
+                mixed_paged = ("mixed_paged_warm", key, hot_list)
+            else:
+                cycle = miss_cycle(
+                    i // 2, missing_readers, paged_bytes, block_bytes, page_bytes, seed + i
+                )
+                if pass_seconds == 0:  # read once: --pages of them, as the other passes
+                    cycle = [cycle[k % len(cycle)] for k in range(pages)]
+                mixed_paged = ("mixed_paged_cold", paged_key, cycle)
+        by_pass: dict[str, tuple[str | None, str, list[int]]] = {
+            "remote_cold": ("remote_cold", key, mine),
+            WARM_UP: (WARM_UP, key, hot_list),
+            "remote_warm": ("remote_warm", key, hot_list),
             "mixed": mixed,
             "mixed_paged": mixed_paged,
-            "redis": ("redis", mine),
+            "redis": ("redis", key, hot_list),
         }
         plan = [by_pass[name] for name in sequence]
         receive, send = ctx.Pipe(duplex=False)
         proc = ctx.Process(
             target=_client_process,
-            args=(client, redis_port, key, plan, page_bytes, barrier, send, pass_seconds),
+            args=(client, redis_port, plan, page_bytes, barrier, send, pass_seconds),
             daemon=True,
         )
         proc.start()
         send.close()
         pipes.append(receive)
         procs.append(proc)
-    report: dict[str, Any] = {"clients": n, "pages_per_client": pages, "pass_seconds": pass_seconds}
+    report: dict[str, Any] = {
+        "clients": n,
+        "pages_per_client": pages,
+        "pass_seconds": pass_seconds,
+        "hot_pages": hot,
+        "paged_object_bytes": paged_bytes,
+    }
     # What the node did in each pass (its slices summed); each node.stats call is
     # itself answered inline (and counted once it has answered).
     done: dict[str, dict[str, int]] = {}
     broken = False
+    paged_warmed = False
     try:
         for name in sequence:
             if name == "remote_cold":
                 drop_caches()
-            elif name == "mixed_paged" and n >= 2:
-                warm_page_cache(three_quarters * page_bytes, file_pages * page_bytes)
+            elif name == "mixed_paged" and n >= 2 and not paged_warmed:
+                warm_page_cache()
+                paged_warmed = True
             before = node_counters()
             barrier.wait(PASS_TIMEOUT_S)  # go
             barrier.wait(PASS_TIMEOUT_S)  # all done
             after = node_counters()
-            if name != "redis":
-                total = done.setdefault(name, {"inline": 0, "pooled": 0})
+            if name not in ("redis", WARM_UP):
+                total = done.setdefault(name, {"inline": 0, "pooled": 0, "cache_misses": 0})
                 total["inline"] += after["inline"] - before["inline"] - 1
                 total["pooled"] += after["declined"] - before["declined"]
+                total["cache_misses"] += after["cache_misses"] - before["cache_misses"]
     except threading.BrokenBarrierError:
         broken = True  # a client failed: its message comes through its pipe
     finally:
@@ -297,6 +402,18 @@ def run_clients(
     if errors or broken:
         first = errors[0] if errors else "a client stopped without saying why"
         raise RuntimeError(f"{len(errors)} of {n} benchmark clients failed; first: {first}")
+    _summaries(report, outputs)
+    report["node"] = done
+    paged_node, missing = done.get("mixed_paged"), report.get("mixed_paged_cold")
+    if paged_node and missing:
+        # Did the missing readers miss? Blocks the cache missed in the pass ÷ their reads
+        # (a warm reader's miss would count too: over 1 says the hot region was evicted).
+        report["mixed_paged_missed"] = paged_node["cache_misses"] / missing["requests"]
+    return report
+
+
+def _summaries(report: dict[str, Any], outputs: list[dict[str, Any]]) -> None:
+    """Every pass's figures (its slices pooled), each slice's, and the ratios."""
     slice_figures: dict[str, list[dict[str, Any]]] = {}
     for name in RESULTS:
         # A mixed pass as a whole: its warm and its cold readers' samples together.
@@ -315,8 +432,9 @@ def run_clients(
         report[name] = summarize_slices(slices)
         if len(slices) > 1:
             slice_figures[name] = [summarize_slices([one]) for one in slices]
-    report["node"] = done
-    warm_slices, redis_slices = slice_figures.get("remote_warm"), slice_figures.get("redis")
+    warm_slices = slice_figures.get("remote_warm")
+    redis_slices = slice_figures.get("redis")
+    paged_slices = slice_figures.get("mixed_paged")
     if warm_slices and redis_slices:
         # How much the machine moved under the run: each pair of slices' ratios.
         report["slices"] = [
@@ -327,6 +445,26 @@ def run_clients(
             }
             for w, r in zip(warm_slices, redis_slices, strict=False)
         ]
+    if warm_slices and paged_slices:
+        # The miss path's target, slice by slice: mixed_paged ÷ the warm slice before it.
+        report["mixed_paged_slices"] = [
+            {
+                "throughput": m["pages_per_s"] / w["pages_per_s"],
+                "requests": m["requests"] + w["requests"],
+            }
+            for w, m in zip(warm_slices, paged_slices, strict=False)
+        ]
+    spreads: dict[str, dict[str, float]] = {
+        name: spread([s["pages_per_s"] for s in figures]) for name, figures in slice_figures.items()
+    }
+    if "slices" in report:
+        spreads["remote_warm_over_redis"] = spread([x["throughput"] for x in report["slices"]])
+    if "mixed_paged_slices" in report:
+        spreads["mixed_paged_over_warm"] = spread(
+            [x["throughput"] for x in report["mixed_paged_slices"]]
+        )
+    if spreads:
+        report["spread"] = spreads
     warm_s = report.get("remote_warm")
     for name in ("mixed", "mixed_paged"):
         mixed_s = report.get(name)
@@ -348,4 +486,38 @@ def run_clients(
                 "p99": mine_s["p99_us"] / redis_s["p99_us"],
                 "throughput": mine_s["pages_per_s"] / redis_s["pages_per_s"],
             }
-    return report
+
+
+#: What :func:`rerun_spread` follows from run to run: each a path into a run's report.
+RERUN_FIGURES: dict[str, tuple[str, ...]] = {
+    "remote_warm_pages_per_s": ("remote_warm", "pages_per_s"),
+    "redis_pages_per_s": ("redis", "pages_per_s"),
+    "mixed_paged_pages_per_s": ("mixed_paged", "pages_per_s"),
+    "remote_warm_p99_us": ("remote_warm", "p99_us"),
+    "redis_p99_us": ("redis", "p99_us"),
+    "remote_warm_over_redis_throughput": ("remote_warm_over_redis", "throughput"),
+    "remote_warm_over_redis_p99": ("remote_warm_over_redis", "p99"),
+    "mixed_paged_over_warm": ("mixed_paged_over_warm",),
+}
+
+
+def rerun_spread(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The same passes run back to back (``--repeat``): each run's headline figures and,
+    for each figure, its :func:`spread` over the runs (``range_pct``: how far a rerun
+    moved it, in % of the median)."""
+    figures: dict[str, list[float]] = {}
+    for name, path in RERUN_FIGURES.items():
+        values = []
+        for run in runs:
+            value: Any = run
+            for part in path:
+                value = value.get(part) if isinstance(value, dict) else None
+            if isinstance(value, (int, float)):
+                values.append(float(value))
+        if len(values) == len(runs):
+            figures[name] = values
+    return {
+        "runs": len(runs),
+        "figures": figures,
+        "spread": {name: spread(values) for name, values in figures.items()},
+    }

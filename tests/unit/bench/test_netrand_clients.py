@@ -1,0 +1,152 @@
+"""``bench netrand --clients``: the plan of its passes and what it makes of their samples.
+
+The end-to-end run (real node, Redis, forked clients) is the smoke test in
+tests/integration/test_bench_smoke.py; here, the parts that decide what is measured.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from shuttle.bench.netrand_clients import (
+    PAGED_CACHES,
+    SLICES,
+    WARM_UP,
+    _summaries,
+    hot_pages,
+    miss_cycle,
+    paged_object_bytes,
+    pass_sequence,
+    rerun_spread,
+    spread,
+)
+from shuttle.blockcache import BlockCache
+from shuttle.errors import ConfigError
+
+BLOCK = 4096
+PAGE = 512
+
+
+def test_the_timed_passes_alternate_in_slices_after_the_untimed_ones() -> None:
+    assert pass_sequence(3.0) == [
+        "remote_cold",
+        WARM_UP,
+        "mixed",
+        *["remote_warm", "redis", "mixed_paged"] * SLICES,
+    ]
+    # 0 s: every pass once, reading its list once.
+    once = ["remote_cold", WARM_UP, "mixed", "remote_warm", "redis", "mixed_paged"]
+    assert pass_sequence(0) == once
+
+
+def test_missing_readers_share_the_paged_objects_blocks_one_page_each() -> None:
+    size = paged_object_bytes(64 * BLOCK, BLOCK)
+    assert size == PAGED_CACHES * 64 * BLOCK
+    cycles = [miss_cycle(r, 3, size, BLOCK, PAGE, seed=r) for r in range(3)]
+    per_block = BLOCK // PAGE
+    blocks = [[p // per_block for p in cycle] for cycle in cycles]
+    # Every block of the object once, in one reader's cycle only, in order.
+    assert sorted(b for bs in blocks for b in bs) == list(range(size // BLOCK))
+    assert all(bs == sorted(bs) and len(set(bs)) == len(bs) for bs in blocks)
+    assert all(0 <= p < size // PAGE for cycle in cycles for p in cycle)
+
+
+def test_more_missing_readers_than_blocks_is_refused_with_what_to_do() -> None:
+    with pytest.raises(ConfigError, match="use fewer --clients"):
+        miss_cycle(0, 9, 8 * BLOCK, BLOCK, PAGE, seed=1)
+
+
+def test_the_hot_region_is_a_sixteenth_of_the_cache_or_half_the_file() -> None:
+    assert hot_pages(file_pages=32768, cache_bytes=64 << 20, page_bytes=4096) == 1024
+    assert hot_pages(file_pages=512, cache_bytes=64 << 20, page_bytes=4096) == 256
+    assert hot_pages(file_pages=512, cache_bytes=0, page_bytes=4096) == 1
+
+
+@pytest.mark.parametrize("fast", [1, 2])
+def test_under_lru_every_missing_read_misses_and_every_warm_read_hits(fast: int) -> None:
+    """The pass as the node's block cache sees it: warm readers picking pages of the hot
+    region at random, and four missing readers cycling over the paged object, one of
+    them ``fast`` times as quick as the others, as many reads as the warm ones make.
+    Every missing read must miss however long it runs (the cycle comes round only
+    after twice the cache), and the hot region must stay cached."""
+    capacity_blocks = 256
+    cache = BlockCache(capacity_bytes=capacity_blocks * BLOCK, block_size_bytes=BLOCK)
+    size = paged_object_bytes(capacity_blocks * BLOCK, BLOCK)
+    hot = hot_pages(file_pages=1 << 20, cache_bytes=capacity_blocks * BLOCK, page_bytes=PAGE)
+    readers = 4
+    cycles = [miss_cycle(r, readers, size, BLOCK, PAGE, seed=r) for r in range(readers)]
+    positions = [0] * readers
+    rng = random.Random(7)
+
+    def fetch(start: int, stop: int) -> bytes:
+        return bytes(stop - start)
+
+    for p in range(hot):  # the warm-up pass
+        cache.read("hot", p * PAGE, PAGE, 1 << 40, fetch)
+    before = cache.stats()
+    steps = 3000
+    missing_reads = 0
+    for _ in range(steps):
+        for _ in range(readers):
+            cache.read("hot", rng.randrange(hot) * PAGE, PAGE, 1 << 40, fetch)
+        for r in range(readers):
+            for _ in range(fast if r == 0 else 1):
+                cycle = cycles[r]
+                cache.read("paged", cycle[positions[r] % len(cycle)] * PAGE, PAGE, size, fetch)
+                positions[r] += 1
+                missing_reads += 1
+    after = cache.stats()
+    assert after.misses - before.misses == missing_reads
+    assert after.hits - before.hits == steps * readers
+
+
+def _slice(pages_per_s: float, p99_us: int, clients: int = 2) -> tuple[list[int], float, float]:
+    """One client's samples of a 1-second slice: ``pages_per_s / clients`` requests."""
+    n = int(pages_per_s / clients)
+    return ([1000] * (n - 1) + [p99_us * 1000], 0.0, 1.0)
+
+
+def test_slices_give_their_ratios_and_the_spread_of_each_pass() -> None:
+    warm = [2000.0, 1000.0]
+    redis = [1000.0, 1000.0]
+    paged = [1600.0, 900.0]
+    outputs = [
+        {
+            "remote_warm": [_slice(w, 50) for w in warm],
+            "redis": [_slice(r, 50) for r in redis],
+            "mixed_paged_warm" if c == 0 else "mixed_paged_cold": [_slice(m, 50) for m in paged],
+        }
+        for c in range(2)
+    ]
+    report: dict[str, object] = {}
+    _summaries(report, outputs)
+    assert [round(x["throughput"], 2) for x in report["slices"]] == [2.0, 1.0]  # type: ignore[index]
+    assert [round(x["throughput"], 2) for x in report["mixed_paged_slices"]] == [0.8, 0.9]  # type: ignore[index]
+    spreads = report["spread"]
+    assert spreads["redis"]["range_pct"] == 0.0  # type: ignore[index]
+    assert round(spreads["remote_warm"]["range_pct"]) == 67  # type: ignore[index]
+    assert round(spreads["mixed_paged_over_warm"]["median"], 2) == 0.85  # type: ignore[index]
+    # Pooled: 3,000 warm and 2,500 mixed requests over 2 s each.
+    assert round(report["mixed_paged_over_warm"], 3) == round(2500 / 3000, 3)  # type: ignore[arg-type]
+
+
+def test_spread_of_one_value_is_nothing() -> None:
+    assert spread([5.0]) == {"median": 5.0, "min": 5.0, "max": 5.0, "range_pct": 0.0}
+
+
+def test_reruns_report_each_figure_and_how_far_it_moved() -> None:
+    def run(warm: float, redis: float) -> dict[str, object]:
+        return {
+            "remote_warm": {"pages_per_s": warm, "p99_us": 100.0},
+            "redis": {"pages_per_s": redis, "p99_us": 100.0},
+            "remote_warm_over_redis": {"throughput": warm / redis, "p99": 1.0},
+        }
+
+    out = rerun_spread([run(1000.0, 1000.0), run(1100.0, 1000.0)])
+    assert out["runs"] == 2
+    assert out["figures"]["remote_warm_pages_per_s"] == [1000.0, 1100.0]
+    assert round(out["spread"]["remote_warm_pages_per_s"]["range_pct"], 1) == 9.5
+    assert out["spread"]["redis_pages_per_s"]["range_pct"] == 0.0
+    assert "mixed_paged_over_warm" not in out["figures"]  # not in these runs: left out
