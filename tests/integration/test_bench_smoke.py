@@ -49,6 +49,9 @@ def test_netrand_smoke_writes_every_section(tmp_path: Path) -> None:
         assert len(rep["slices"]) == 4 and all(x["throughput"] > 0 for x in rep["slices"])
         assert rep["remote_warm_over_redis"]["throughput"] > 0
         assert {"remote_warm", "redis", "remote_warm_over_redis"} <= set(rep["spread"])
+        for section in ("remote_warm", "redis"):  # where the CPU went, per request
+            assert rep[section]["client_cpu_us_per_req"] > 0
+            assert rep[section]["server_cpu_us_per_req"] > 0
         node = rep["node"]["remote_warm"]
         assert node["inline"] + node["pooled"] == rep["remote_warm"]["requests"]
     assert two["mixed_warm"]["requests"] == two["mixed_cold"]["requests"] == 30

@@ -398,7 +398,8 @@ def _netrand_clients_table(by_count: dict[str, Any], pages: int, seconds: float)
     Shuttle over Redis with as many clients; "node" is inline/pooled requests."""
     timed = f"warm, redis and mixed_paged {seconds:g} s, the others " if seconds else ""
     table = Table(title=f"netrand, concurrent clients ({timed}{pages} pages each per pass)")
-    for col in ("N", "pass", "pages/s", "p50 µs", "p99 µs", "÷redis p50", "p99", "thr", "node"):
+    columns = ("N", "pass", "pages/s", "p50 µs", "p99 µs", "÷redis p50", "p99", "thr", "node")
+    for col in (*columns, "CPU µs/req client+server"):
         table.add_column(col, justify="right")
     for count, rep in by_count.items():
         names = (
@@ -427,6 +428,8 @@ def _netrand_clients_table(by_count: dict[str, Any], pages: int, seconds: float)
                 f"{s['p99_us']:.0f}",
                 *(f"{ratio[k]:.2f}" if k in ratio else "" for k in ("p50", "p99", "throughput")),
                 f"{node['inline']}/{node['pooled']}" if node else "",
+                f"{s['client_cpu_us_per_req']:.0f}"
+                + (f"+{s['server_cpu_us_per_req']:.0f}" if "server_cpu_us_per_req" in s else ""),
             )
     # The miss path's target: a mixed pass's throughput ≥ 0.8 of the all-warm pass's.
     notes = [

@@ -39,7 +39,7 @@ from shuttle.bench.netrand_clients import (
     run_clients,
 )
 from shuttle.bench.nodes import bench_client
-from shuttle.bench.placement import default_cpu, pin_process, pinned
+from shuttle.bench.placement import cpu_time_s, default_cpu, pin_process, pinned
 from shuttle.bench.redis_anchor import RedisServer, RespClient
 from shuttle.blockcache import DEFAULT_BLOCK_SIZE_BYTES
 from shuttle.client.client import Client
@@ -279,6 +279,8 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                 rt = resp_tls
                 fetchers["redis_tls"] = lambda p: rt.get(b"p:%d" % p) or b""
             gen = GENERATORS[config.generator]
+            # The servers whose CPU the --clients passes count: those started here.
+            server_pids = _server_pids(scratch, redis, started_node=config.node is None)
             cpu = (config.cpu if config.cpu is not None else default_cpu()) if config.pin else None
             with pinned(cpu):
                 if cpu is not None:
@@ -332,6 +334,9 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                             block_bytes=cache["block_size_bytes"],
                             hot=hot,
                             pass_seconds=config.pass_seconds,
+                            server_cpu=lambda: {
+                                name: cpu_time_s(pid) for name, pid in server_pids.items()
+                            },
                         )
                     )
             for n, runs in concurrent_runs.items():
@@ -381,6 +386,20 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
     report["node_cache"] = node_stats.get("store", {}).get("cache", {})
     report["paper"] = PAPER
     return report
+
+
+def _server_pids(scratch: Path, redis: RedisServer | None, *, started_node: bool) -> dict[str, int]:
+    """The process ids of the node started here (found through its cluster file) and of
+    Redis, by name ("node", "redis"); those not started here are left out."""
+    pids: dict[str, int] = {}
+    cluster_path = scratch / "cluster" / "cluster.toml"
+    if started_node and cluster_path.exists():
+        for entry in ClusterFile.load(cluster_path).nodes:
+            if entry.pid:
+                pids["node"] = entry.pid
+    if redis is not None:
+        pids["redis"] = redis.proc.pid
+    return pids
 
 
 def _pin_servers(

@@ -44,7 +44,11 @@ Each pass reports throughput (pages per second over the pass, first start to las
 finish) and the p50 and p99 of every request's latency; ``node`` says, per Shuttle
 pass, how many requests the node answered on its event loop and how many it sent to
 its thread pool (``node.stats``: ``inline`` and ``inline_declined``), and how many
-blocks its block cache missed.
+blocks its block cache missed; and where the CPU went, per request: the clients'
+(``client_cpu_us_per_req``, each process's own CPU time over the pass) and the
+server's (``server_cpu_us_per_req``: the node's for a Shuttle pass, Redis's for a
+Redis pass, when the benchmark started them). Pinned to one CPU, the pass's
+throughput is about one over their sum.
 
 Why processes and not threads: the clients are Python, and threads of one process
 share the GIL, so 8 or 64 of them would measure the client's interpreter lock rather
@@ -236,7 +240,7 @@ def _client_process(
     ``pass_seconds``) and files their latencies under its result name (None: it sits
     the pass out); sends its samples back."""
     client.after_fork_in_child()
-    out: dict[str, list[tuple[list[int], float, float]]] = {}
+    out: dict[str, list[tuple[list[int], float, float, float]]] = {}
     try:
         resp = RespClient(redis_port) if redis_port is not None else None
         read = client.read
@@ -257,6 +261,7 @@ def _client_process(
             if name is not None and (name != "redis" or resp is not None):
                 fetch: Callable[[str, int], bytes] = redis if name == "redis" else remote
                 lat: list[int] = []
+                cpu = time.process_time()
                 start = time.time()
                 timed = pass_seconds > 0 and name in TIMED_PASSES
                 deadline = clock() + int(pass_seconds / SLICES * 1e9)
@@ -271,8 +276,9 @@ def _client_process(
                     if len(data) != page_bytes:
                         raise AssertionError(f"{name}: page {page}: got {len(data)} bytes")
                     i += 1
+                end = time.time()
                 positions[name] = i
-                out.setdefault(name, []).append((lat, start, time.time()))
+                out.setdefault(name, []).append((lat, start, end, time.process_time() - cpu))
             barrier.wait(PASS_TIMEOUT_S)  # every client finished the pass
         if resp is not None:
             resp.close()
@@ -303,13 +309,15 @@ def run_clients(
     block_bytes: int,
     hot: int,
     pass_seconds: float = PASS_SECONDS_DEFAULT,
+    server_cpu: Callable[[], dict[str, float]] = dict,
 ) -> dict[str, Any]:
     """The passes with ``n`` concurrent client processes (the warm, Redis and
     mixed_paged ones ``pass_seconds`` long, 0: ``pages`` each); returns their
     summaries. ``paged_key``: mixed_paged's object (``paged_bytes``, the node's block
     cache in blocks of ``block_bytes`` twice over), brought into the node's page cache
     by ``warm_page_cache``; ``hot``: the warm readers draw their pages from the file's
-    first ``hot`` pages (:func:`hot_pages`)."""
+    first ``hot`` pages (:func:`hot_pages`). ``server_cpu``: the CPU seconds the node
+    (``"node"``) and Redis (``"redis"``) have used so far, those the benchmark knows."""
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(n + 1)
     sequence = pass_sequence(pass_seconds)
@@ -368,6 +376,7 @@ def run_clients(
     # What the node did in each pass (its slices summed); each node.stats call is
     # itself answered inline (and counted once it has answered).
     done: dict[str, dict[str, int]] = {}
+    server_cpu_s: dict[str, float] = {}
     broken = False
     paged_warmed = False
     try:
@@ -378,9 +387,15 @@ def run_clients(
                 warm_page_cache()
                 paged_warmed = True
             before = node_counters()
+            cpu_before = server_cpu()
             barrier.wait(PASS_TIMEOUT_S)  # go
             barrier.wait(PASS_TIMEOUT_S)  # all done
+            cpu_after = server_cpu()
             after = node_counters()
+            server = "redis" if name == "redis" else "node"
+            if server in cpu_after and server in cpu_before:
+                used = cpu_after[server] - cpu_before[server]
+                server_cpu_s[name] = server_cpu_s.get(name, 0.0) + used
             if name not in ("redis", WARM_UP):
                 total = done.setdefault(name, {"inline": 0, "pooled": 0, "cache_misses": 0})
                 total["inline"] += after["inline"] - before["inline"] - 1
@@ -403,6 +418,9 @@ def run_clients(
         first = errors[0] if errors else "a client stopped without saying why"
         raise RuntimeError(f"{len(errors)} of {n} benchmark clients failed; first: {first}")
     _summaries(report, outputs)
+    for name, used in server_cpu_s.items():
+        if report.get(name):
+            report[name]["server_cpu_us_per_req"] = used * 1e6 / report[name]["requests"]
     report["node"] = done
     paged_node, missing = done.get("mixed_paged"), report.get("mixed_paged_cold")
     if paged_node and missing:
@@ -430,6 +448,8 @@ def _summaries(report: dict[str, Any], outputs: list[dict[str, Any]]) -> None:
             for i in range(min(len(runs) for runs in got))
         ]
         report[name] = summarize_slices(slices)
+        cpu_s = sum(run[3] for runs in got for run in runs)
+        report[name]["client_cpu_us_per_req"] = cpu_s * 1e6 / report[name]["requests"]
         if len(slices) > 1:
             slice_figures[name] = [summarize_slices([one]) for one in slices]
     warm_slices = slice_figures.get("remote_warm")

@@ -35,6 +35,21 @@ def threads_of(pid: int) -> list[int]:
         return [pid]
 
 
+def cpu_time_s(pid: int) -> float:
+    """CPU time every thread of ``pid`` has run so far, in seconds (the scheduler's
+    nanosecond count, ``/proc/PID/task/TID/schedstat``); threads that ended are not
+    counted, so take differences over spans in which none does (a server's pool
+    threads live as long as it)."""
+    total = 0
+    for tid in threads_of(pid):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that just ended
+    return total / 1e9
+
+
 def pin_process(pid: int, cpu: int) -> None:
     """Run every thread of ``pid`` on ``cpu`` (threads it starts later inherit it)."""
     for tid in threads_of(pid):

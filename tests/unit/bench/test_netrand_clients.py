@@ -102,10 +102,13 @@ def test_under_lru_every_missing_read_misses_and_every_warm_read_hits(fast: int)
     assert after.hits - before.hits == steps * readers
 
 
-def _slice(pages_per_s: float, p99_us: int, clients: int = 2) -> tuple[list[int], float, float]:
-    """One client's samples of a 1-second slice: ``pages_per_s / clients`` requests."""
+def _slice(
+    pages_per_s: float, p99_us: int, clients: int = 2
+) -> tuple[list[int], float, float, float]:
+    """One client's samples of a 1-second slice: ``pages_per_s / clients`` requests,
+    and 0.1 s of its CPU."""
     n = int(pages_per_s / clients)
-    return ([1000] * (n - 1) + [p99_us * 1000], 0.0, 1.0)
+    return ([1000] * (n - 1) + [p99_us * 1000], 0.0, 1.0, 0.1)
 
 
 def test_slices_give_their_ratios_and_the_spread_of_each_pass() -> None:
@@ -128,6 +131,8 @@ def test_slices_give_their_ratios_and_the_spread_of_each_pass() -> None:
     assert spreads["redis"]["range_pct"] == 0.0  # type: ignore[index]
     assert round(spreads["remote_warm"]["range_pct"]) == 67  # type: ignore[index]
     assert round(spreads["mixed_paged_over_warm"]["median"], 2) == 0.85  # type: ignore[index]
+    # Each client used 0.1 s of CPU a slice: 0.4 s for 3,000 warm requests.
+    assert round(report["remote_warm"]["client_cpu_us_per_req"], 1) == 133.3  # type: ignore[index]
     # Pooled: 3,000 warm and 2,500 mixed requests over 2 s each.
     assert round(report["mixed_paged_over_warm"], 3) == round(2500 / 3000, 3)  # type: ignore[arg-type]
 
