@@ -201,6 +201,13 @@ def netrand(
             "the mixed_paged pass's missing readers cycle over an object twice this size.",
         ),
     ] = 64 << 20,
+    node_cache_block_bytes: Annotated[
+        int | None,
+        typer.Option(
+            help="Block size of that cache, the unit a node-cache miss reads and copies "
+            "(a power of two; default: the node's, 64 KiB).",
+        ),
+    ] = None,
     repeat: Annotated[
         int,
         typer.Option(
@@ -267,6 +274,7 @@ def netrand(
         pass_seconds=pass_seconds,
         tls=tls,
         node_cache_bytes=node_cache_bytes,
+        node_cache_block_bytes=node_cache_block_bytes,
         repeat=repeat,
     )
     console = Console()

@@ -114,6 +114,8 @@ class NetrandConfig:
     tls: bool = False
     #: The block cache of the node started here (``shuttle serve --cache-bytes``).
     node_cache_bytes: int = CACHE_BYTES_DEFAULT
+    #: Its block, the unit a miss fills (``--cache-block-bytes``; None: the default).
+    node_cache_block_bytes: int | None = None
     #: Each ``clients`` count's passes this many times back to back (the spread of
     #: their figures: how well a rerun repeats them).
     repeat: int = 1
@@ -136,6 +138,11 @@ class NetrandConfig:
             )
         if self.file_bytes < self.page_bytes:
             raise ConfigError(f"--file-bytes must be at least one page ({self.page_bytes})")
+        block = self.node_cache_block_bytes
+        if block is not None and (block < 512 or block & (block - 1)):
+            raise ConfigError(
+                f"--node-cache-block-bytes must be a power of two of at least 512, got {block}"
+            )
         if self.node_cache_bytes < 0:
             raise ConfigError(f"--node-cache-bytes must be 0 or more, got {self.node_cache_bytes}")
 
@@ -216,6 +223,11 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                 link=config.link,
                 cpu_factor=config.cpu_factor,
                 node_cache_bytes=config.node_cache_bytes,
+                node_args=(
+                    ("--cache-block-bytes", str(config.node_cache_block_bytes))
+                    if config.node_cache_block_bytes is not None
+                    else ()
+                ),
                 cache_bytes=0,
             )
         )
