@@ -136,6 +136,14 @@ def test_netrand_rejects_a_negative_pass_length() -> None:
     assert result.returncode == 2 and b"--pass-seconds must be in 0..150" in result.stderr
 
 
+def test_netrand_rejects_a_repeat_out_of_range_and_an_odd_block() -> None:
+    result = shuttle_cli("bench", "netrand", "--clients", "8", "--repeat", "0")
+    assert result.returncode == 2 and b"--repeat must be in 1..10, got 0" in result.stderr
+    result = shuttle_cli("bench", "netrand", "--node-cache-block-bytes", "1000")
+    assert result.returncode == 2
+    assert b"--node-cache-block-bytes must be a power of two of at least 512" in result.stderr
+
+
 def test_abacus_filter_smoke_runs_all_placements_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "filter.json"
     result = shuttle_cli(

@@ -180,8 +180,8 @@ def netrand(
         typer.Option(
             help="Also read from N concurrent client processes (e.g. 1,8,64, or repeat the "
             "option): throughput and p50/p99, cold and warm, against Redis with N clients. "
-            "Each client reads --pages pages per pass; the warm and Redis passes last "
-            "--pass-seconds."
+            "Each client reads --pages pages per pass; the warm, Redis and mixed_paged "
+            "passes last --pass-seconds."
         ),
     ] = None,
     pass_seconds: Annotated[
@@ -205,7 +205,7 @@ def netrand(
         int | None,
         typer.Option(
             help="Block size of that cache, the unit a node-cache miss reads and copies "
-            "(a power of two; default: the node's, 64 KiB).",
+            "(a power of two, at least 512; default: the node's, 64 KiB).",
         ),
     ] = None,
     repeat: Annotated[
