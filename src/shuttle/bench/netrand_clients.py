@@ -110,7 +110,7 @@ CLIENTS_MAX = 256
 #: warm readers pick hot blocks at random, as many reads as the missing readers make:
 #: a hot block is evicted if it goes unread while the rest of the cache fills, about
 #: (1 - 1/16) of it, and with 1/16 of the cache hot, that gap is 15 times its mean
-#: (e^-15); with a quarter (3 times the mean), 5 % of the warm reads missed.
+#: (e^-15); with a quarter (3 times the mean), about 5 % of the warm reads would miss.
 HOT_SHARE_OF_CACHE = 16
 #: mixed_paged's object is this many times the block cache: each missing reader's
 #: block comes round again only after about this many caches' worth of other blocks,
