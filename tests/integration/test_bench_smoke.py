@@ -196,8 +196,9 @@ def test_abacus_competition_smoke(tmp_path: Path) -> None:
 
 
 def test_abacus_mix_smoke(tmp_path: Path) -> None:
-    """Two client processes, a pass of 2 s per placement: the command runs all three
-    placements and writes the figures, the placement per kind and the decisions."""
+    """Two client processes, a pass of 2 s per placement: the command runs all four
+    placements (the oracle split among them) and writes the figures, the placement per
+    kind and the decisions."""
     out = tmp_path / "mix.json"
     result = shuttle_cli(
         "bench",
@@ -221,12 +222,15 @@ def test_abacus_mix_smoke(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr.decode()
     report = json.loads(out.read_text())
-    assert set(report["throughput"]) == {"client", "server", "adaptive"}
-    assert all(report["throughput"][p] > 0 for p in ("client", "server", "adaptive"))
-    for placement, where in (("client", 0), ("server", 2)):
+    assert set(report["throughput"]) == {"client", "server", "split", "adaptive"}
+    assert all(report["throughput"][p] > 0 for p in ("client", "server", "split", "adaptive"))
+    for placement, cheap, heavy in (("client", 0, 0), ("server", 2, 2), ("split", 2, 0)):
         (one,) = report["passes"][placement]
-        assert one["at_server"] == {"cheap": where, "heavy": where}
+        assert one["at_server"] == {"cheap": cheap, "heavy": heavy}
         assert sum(one["total_calls"].values()) > 0
+    assert (
+        report["adaptive_over_split"] > 0 and len(report["split_over_better_static_per_run"]) == 1
+    )
     final = report["final_placement"]
     assert all(final[k]["server"] + final[k]["client"] == 2 for k in ("cheap", "heavy"))
     assert set(report["passes"]["adaptive"][0]["decisions"]) >= {"evaluations", "moves_made"}

@@ -598,6 +598,14 @@ def mix(
             help="Copy the nodes' decision logs of each adaptive pass into this directory.",
         ),
     ] = None,
+    split: Annotated[
+        bool,
+        typer.Option(
+            "--split/--no-split",
+            help="Also run the oracle placement (every cheap filter at the node, every "
+            "heavy one at its client) in each run: the ceiling adaptive is read against.",
+        ),
+    ] = True,
     json_path: JsonOpt = None,
 ) -> None:
     """Many clients, each calling a cheap filter (selective, little CPU: best at the
@@ -628,6 +636,7 @@ def mix(
         client_cpu=client_cpu,
         node_cpu=node_cpu,
         logs_dir=logs,
+        split=split,
     )
     settings.check()
     with bench_status("mix", console) as update:
@@ -636,13 +645,14 @@ def mix(
         title=f"mix: {clients} clients, cheap share {cheap_share:g}: aggregate calls/s "
         f"after {warmup:g} s (mean ± 90% CI)"
     )
+    shown = [p for p in ("client", "server", "split") if p in report["throughput_runs"]]
     for col in (
-        "at client",
-        "at server",
+        *(f"at {p}" if p != "split" else "split (oracle)" for p in shown),
         "adaptive",
         "adaptive/better static",
         "per run",
         "≥ 1.10",
+        *(("split/better static", "adaptive/split") if "split" in shown else ()),
         "cheap at server",
         "heavy at server",
     ):
@@ -650,10 +660,18 @@ def mix(
     t = report["throughput_runs"]
     final = report["final_placement"]
     table.add_row(
-        *(f"{t[p]['mean']:.1f} ± {t[p]['ci90']:.1f}" for p in ("client", "server", "adaptive")),
+        *(f"{t[p]['mean']:.1f} ± {t[p]['ci90']:.1f}" for p in (*shown, "adaptive")),
         f"{report['adaptive_over_better_static']:.2f}",
         ", ".join(f"{x:.2f}" for x in report["adaptive_over_better_static_per_run"]),
         "yes" if report["target_met"] else "[red]no[/]",
+        *(
+            (
+                ", ".join(f"{x:.2f}" for x in report["split_over_better_static_per_run"]),
+                f"{report['adaptive_over_split']:.2f}",
+            )
+            if "split" in shown
+            else ()
+        ),
         f"{final['cheap']['server']}/{clients}",
         f"{final['heavy']['server']}/{clients}",
     )

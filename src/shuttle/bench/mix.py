@@ -58,8 +58,11 @@ from shuttle.net.profiles import parse_link_profile
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.config import RuntimeConfig
 
-#: The placements, in the order each run makes them.
-PLACEMENTS = ("client", "server", "adaptive")
+#: The placements, in the order each run makes them. ``split`` is an oracle, not a
+#: policy: it knows the kinds and puts every cheap filter at the node and every heavy
+#: one at its client, the placement the adaptive run-time should find; it bounds what
+#: any placement can give in this emulation (the ceiling adaptive is read against).
+PLACEMENTS = ("client", "server", "split", "adaptive")
 #: The two kinds of function every client calls.
 KINDS = ("cheap", "heavy")
 #: More client processes than this measure the machine's process table, not placement.
@@ -116,6 +119,12 @@ class MixSettings:
     node_cpu: int | None = None
     #: Where to copy the nodes' decision logs of every adaptive pass (None: nowhere).
     logs_dir: Path | None = None
+    #: Also run the oracle ``split`` placement (:data:`PLACEMENTS`) in every run.
+    split: bool = True
+
+    def placements(self) -> tuple[str, ...]:
+        """The placements each run makes, in order."""
+        return tuple(p for p in PLACEMENTS if self.split or p != "split")
 
     def check(self) -> None:
         """Refuse settings that cannot make a meaningful run, saying which and why."""
@@ -169,6 +178,11 @@ def _filter_params(settings: MixSettings, kind: str) -> dict[str, Any]:
     }
 
 
+def _at_node(placement: str, kind: str) -> bool:
+    """Whether a filter of ``kind`` starts at the node in ``placement``."""
+    return placement == "server" or (placement == "split" and kind == "cheap")
+
+
 def _one_pass(
     setup: _Setup,
     index: int,
@@ -192,7 +206,7 @@ def _one_pass(
             filters = {
                 kind: rt.create(
                     "filter",
-                    at=node if placement == "server" else None,
+                    at=node if _at_node(placement, kind) else None,
                     placement="auto" if placement == "adaptive" else "static",
                     storage=rt.storage(node),
                     key=key,
@@ -451,7 +465,8 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
     node_args.append("--settle-calls")
     if settings.threshold_share:
         node_args.append("--threshold-share")
-    passes: dict[str, list[dict[str, Any]]] = {p: [] for p in PLACEMENTS}
+    placements = settings.placements()
+    passes: dict[str, list[dict[str, Any]]] = {p: [] for p in placements}
     with bench_node(
         link,
         size_bytes=settings.block_bytes,
@@ -465,7 +480,7 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
         setup = _Setup(tuple(bench.nodes), bench.key, tuple(_data_keys(bench, settings)), settings)
         with _client_processes(setup) as run_pass:
             for run in range(settings.runs):
-                for placement in PLACEMENTS:
+                for placement in placements:
                     progress(f"run {run + 1}/{settings.runs}: {placement}")
                     cpu0, wall0 = _node_cpu_s(bench), time.monotonic()
                     logged = _log_sizes(bench)
@@ -490,18 +505,19 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
 def _report(
     settings: MixSettings, passes: dict[str, list[dict[str, Any]]], cpus: dict[str, Any]
 ) -> dict[str, Any]:
-    rates = {p: [x["calls_per_s"] for x in passes[p]] for p in PLACEMENTS}
-    means = {p: statistics.fmean(rates[p]) for p in PLACEMENTS}
+    placements = tuple(passes)
+    rates = {p: [x["calls_per_s"] for x in passes[p]] for p in placements}
+    means = {p: statistics.fmean(rates[p]) for p in placements}
     better = "client" if means["client"] >= means["server"] else "server"
-    # Per run (the three passes of a run are neighbours in time): adaptive over the
-    # better static of that run, so drift between runs does not enter the ratio.
+    # Per run (the passes of a run are neighbours in time): adaptive over the better
+    # static of that run, so drift between runs does not enter the ratio.
     per_run = [
         rates["adaptive"][i] / max(rates["client"][i], rates["server"][i], 1e-9)
         for i in range(settings.runs)
     ]
     last = passes["adaptive"][-1]
     n = settings.clients
-    return {
+    out: dict[str, Any] = {
         "experiment": "abacus-mix",
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
         "cpus": cpus,
@@ -511,8 +527,8 @@ def _report(
             "adaptive_over_server": 1.85,
             "adaptive_over_client": 1.10,
         },
-        "throughput": {p: round(means[p], 3) for p in PLACEMENTS},
-        "throughput_runs": {p: _stats(rates[p]) for p in PLACEMENTS},
+        "throughput": {p: round(means[p], 3) for p in placements},
+        "throughput_runs": {p: _stats(rates[p]) for p in placements},
         "better_static": better,
         "adaptive_over_client": round(means["adaptive"] / max(means["client"], 1e-9), 3),
         "adaptive_over_server": round(means["adaptive"] / max(means["server"], 1e-9), 3),
@@ -525,3 +541,17 @@ def _report(
         },
         "passes": passes,
     }
+    if "split" in passes:
+        # The oracle: what the right placement gives here, per run against the better
+        # static of the same run (the ceiling), and adaptive against it.
+        out["split_over_better_static_per_run"] = [
+            round(rates["split"][i] / max(rates["client"][i], rates["server"][i], 1e-9), 3)
+            for i in range(settings.runs)
+        ]
+        out["split_over_better_static"] = round(means["split"] / max(means[better], 1e-9), 3)
+        out["adaptive_over_split"] = round(means["adaptive"] / max(means["split"], 1e-9), 3)
+        out["adaptive_over_split_per_run"] = [
+            round(rates["adaptive"][i] / max(rates["split"][i], 1e-9), 3)
+            for i in range(settings.runs)
+        ]
+    return out
