@@ -230,6 +230,15 @@ class ObjectManager:
         self.cls = cls
         self.node_id = node_id
         self._objects: dict[ObjectId, MobileObject] = {}
+        #: How many activations of each id this manager was given and not yet told
+        #: to release: an object that leaves and comes back (or whose in-doubt move
+        #: resolves late) can arrive again before its old activation is closed, and
+        #: that late close must not take the new one away ("does not hold").
+        self._holds: dict[ObjectId, int] = {}
+
+    def _hold(self, rid: ObjectId, obj: MobileObject) -> None:
+        self._objects[rid] = obj
+        self._holds[rid] = self._holds.get(rid, 0) + 1
 
     def create(self, rid: ObjectId, invoker: Invoker, params: dict[str, Any]) -> MobileObject:
         """A new object of this type made from ``params`` (``CreateObj``)."""
@@ -237,7 +246,7 @@ class ObjectManager:
         obj.attach(rid, invoker)
         self.share(obj)
         obj.__init__(**params)  # type: ignore[misc]
-        self._objects[rid] = obj
+        self._hold(rid, obj)
         return obj
 
     def adopt(self, rid: ObjectId, invoker: Invoker, checkpoint: bytes) -> MobileObject:
@@ -246,7 +255,7 @@ class ObjectManager:
         obj.attach(rid, invoker)
         self.share(obj)
         obj.restore(checkpoint)
-        self._objects[rid] = obj
+        self._hold(rid, obj)
         return obj
 
     def share(self, obj: MobileObject) -> None:
@@ -256,10 +265,17 @@ class ObjectManager:
 
     def register(self, rid: ObjectId, obj: MobileObject) -> None:
         """Hold an object the run-time made itself (an anchored storage object)."""
-        self._objects[rid] = obj
+        self._hold(rid, obj)
 
     def release(self, rid: ObjectId) -> MobileObject | None:
-        """Forget object ``rid`` (it migrated away or was destroyed)."""
+        """Forget an activation of object ``rid`` (it migrated away or was destroyed);
+        the object is gone once every activation it was given is released (the one
+        held now is the latest). Returns the object forgotten, or None."""
+        left = self._holds.get(rid, 0) - 1
+        if left > 0:
+            self._holds[rid] = left
+            return None
+        self._holds.pop(rid, None)
         return self._objects.pop(rid, None)
 
     def get(self, rid: ObjectId) -> MobileObject | None:

@@ -122,8 +122,10 @@ class CacheManager(ObjectManager):
         obj._shared = self.shared
 
     def release(self, rid: ObjectId) -> MobileObject | None:
-        self.shared.drop_owner(str(rid))
-        return super().release(rid)
+        gone = super().release(rid)
+        if gone is not None:  # its last activation: its blocks go with it
+            self.shared.drop_owner(str(rid))
+        return gone
 
 
 def check_block_bytes(value: Any) -> int:
