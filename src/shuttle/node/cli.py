@@ -75,6 +75,15 @@ def serve(
             "(their CPU is counted when they do; default off).",
         ),
     ] = None,
+    aggregate_clients: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Run-time: from this many clients with stacks at the node, decide for "
+            "their aggregate throughput: the node's CPU allocated like its memory, the "
+            "moves of an evaluation judged together (default 5; 0: never).",
+        ),
+    ] = None,
     residence: Annotated[
         float | None,
         typer.Option(help="Run-time: seconds an object stays put after it moved (default 5 H)."),
@@ -332,6 +341,7 @@ def serve(
         "threshold": threshold,
         "threshold_share": threshold_share,
         "settle_calls": settle_calls,
+        "aggregate_clients": aggregate_clients,
         "residence_s": residence,
         "object_memory_bytes": object_memory,
         "adaptive": None if adapt else False,

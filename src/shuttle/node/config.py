@@ -38,6 +38,7 @@ from shuttle.runtime.config import (
     WINDOW_S_DEFAULT,
     RuntimeConfig,
 )
+from shuttle.runtime.placement import AGGREGATE_CLIENTS_MIN_DEFAULT
 from shuttle.runtime.sandbox import (
     CPU_S_PER_CALL_DEFAULT as SANDBOX_CPU_S_DEFAULT,
 )
@@ -138,6 +139,9 @@ class NodeConfig:
     threshold_share: bool = False
     #: Leave a stack undecided while its top calls have not returned (docs/runtime.md).
     settle_calls: bool = False
+    #: From this many clients with stacks here, decide for their aggregate throughput
+    #: (docs/runtime.md, "Many clients"); 0: never.
+    aggregate_clients: int = AGGREGATE_CLIENTS_MIN_DEFAULT
     #: Anti-thrashing: an object that moved stays put this long (None: 5 H).
     residence_s: float | None = None
     #: Memory lent to hosted mobile objects, for the placement model (None: no limit).
@@ -316,6 +320,7 @@ class NodeConfig:
             threshold_fraction=self.threshold,
             threshold_per_share=self.threshold_share,
             settle_calls=self.settle_calls,
+            aggregate_clients_min=self.aggregate_clients,
             residence_s=self.residence_s,
             object_memory_bytes=self.object_memory_bytes,
             adaptive=self.adaptive,

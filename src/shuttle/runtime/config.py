@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shuttle.errors import ConfigError
-from shuttle.runtime.placement import PlacementConfig
+from shuttle.runtime.placement import AGGREGATE_CLIENTS_MIN_DEFAULT, PlacementConfig
 
 #: H, the observation window (ABACUS used 1 s in every experiment).
 WINDOW_S_DEFAULT = 1.0
@@ -66,6 +66,9 @@ class RuntimeConfig:
     #: Leave a stack undecided while its top calls have not returned (docs/runtime.md,
     #: "Many clients"); off: decide on what the window shows.
     settle_calls: bool = False
+    #: From this many clients with stacks at the node, decide for their aggregate
+    #: throughput (docs/runtime.md, "Many clients"); 0: never.
+    aggregate_clients_min: int = AGGREGATE_CLIENTS_MIN_DEFAULT
     drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT
     staged_ttl_s: float = STAGED_TTL_S_DEFAULT
     lease_s: float = LEASE_S_DEFAULT
@@ -110,6 +113,7 @@ class RuntimeConfig:
             self.eviction_ratio,
             self.threshold_per_share,
             self.settle_calls,
+            self.aggregate_clients_min,
         )
 
     @property

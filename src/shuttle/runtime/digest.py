@@ -80,6 +80,19 @@ class LinkDigest:
     latency_s: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class CpuUse:
+    """The CPU the sender's process used over its window and the CPU it could have
+    had (CPU seconds per second, all its threads;
+    :func:`~shuttle.runtime.load.available_cpu_s`), and how many CPUs it may run on.
+    A node's tells its resource manager how much of its CPU is committed already
+    (docs/runtime.md, "Many clients")."""
+
+    own_per_s: float = 0.0
+    available_per_s: float = 1.0
+    cpus: int = 1
+
+
 def _frozen_links(links: Mapping[str, LinkDigest]) -> Mapping[str, LinkDigest]:
     return MappingProxyType(dict(links))
 
@@ -100,6 +113,8 @@ class Digest:
     consoles: tuple[str, ...] = ()
     #: Read-only: node id -> the sender's link to it.
     links: Mapping[str, LinkDigest] = field(default_factory=lambda: MappingProxyType({}))
+    #: The CPU its process and the others on its CPUs used (None: not measured).
+    cpu: CpuUse | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.links, MappingProxyType):
@@ -124,10 +139,11 @@ class Digest:
             "edges": [_fields(e) for e in self.edges],
             "consoles": list(self.consoles),
             "links": {node: _fields(link) for node, link in self.links.items()},
+            "cpu": None if self.cpu is None else _fields(self.cpu),
         }
 
 
-def _fields(item: ObjectDigest | EdgeDigest | LinkDigest) -> dict[str, Any]:
+def _fields(item: ObjectDigest | EdgeDigest | LinkDigest | CpuUse) -> dict[str, Any]:
     return {name: getattr(item, name) for name in type(item).__slots__}
 
 
@@ -222,6 +238,18 @@ def _parse_link(link: Any, node: str) -> LinkDigest:
     )
 
 
+def _parse_cpu(cpu: Any) -> CpuUse | None:
+    if cpu is None:
+        return None
+    if not isinstance(cpu, Mapping):
+        raise InvalidArgumentError(f"digest: cpu must be a map or null, got {cpu!r:.40}")
+    return CpuUse(
+        own_per_s=_number(cpu.get("own_per_s", 0.0), "cpu.own_per_s"),
+        available_per_s=_number(cpu.get("available_per_s", 1.0), "cpu.available_per_s"),
+        cpus=int(_number(cpu.get("cpus", 1), "cpu.cpus", minimum=1)),
+    )
+
+
 def _parse(raw: Any) -> Digest:
     if not isinstance(raw, Mapping):
         raise InvalidArgumentError(f"digest must be a map, got {raw!r:.40}")
@@ -258,6 +286,7 @@ def _parse(raw: Any) -> Digest:
             _string(node, "links (a node id)"): _parse_link(link, node)
             for node, link in links.items()
         },
+        cpu=_parse_cpu(raw.get("cpu")),
     )
 
 
@@ -266,6 +295,7 @@ def build_digest(
     window: Window,
     load: float,
     links: Mapping[str, LinkDigest] | None = None,
+    cpu: CpuUse | None = None,
 ) -> Digest:
     """What run-time ``bm`` saw over ``window``, for the resource managers.
 
@@ -323,4 +353,5 @@ def build_digest(
         edges=edges,
         consoles=tuple(consoles),
         links=links or {},
+        cpu=cpu,
     )

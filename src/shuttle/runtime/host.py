@@ -115,7 +115,7 @@ class NodeRuntime:
                 loop.call_soon_threadsafe(self.peers.drop_principal, name)
 
     def local_digest(self) -> Digest:
-        return build_digest(self.bm, self.monitor.window(), self.ticker.load)
+        return build_digest(self.bm, self.monitor.window(), self.ticker.load, cpu=self.ticker.cpu)
 
     def stats(self) -> dict[str, Any]:
         """The ``runtime`` section of ``node.stats``."""

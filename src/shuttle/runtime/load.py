@@ -98,6 +98,21 @@ def estimate_load(
     return (runnable * (1 + competitors) + alone) / (dt * max(1, cpus))
 
 
+def available_cpu_s(sample: LoadSample) -> float:
+    """CPU seconds the process could have had over ``sample``'s interval: what its
+    CPUs left after the other processes ran, or, if more, its fair share beside the
+    competitors it waited behind (``cpus / (1 + m)``, as in :func:`estimate_load`:
+    others fill a CPU we leave idle, and would yield a share of it if we wanted it)."""
+    span = sample.interval_s * sample.cpus
+    left = span - sample.others_run_s
+    competitors = (
+        min(sample.own_wait_s, sample.others_run_s) / sample.own_run_s
+        if sample.own_run_s > 0
+        else 0.0
+    )
+    return max(0.0, left, span / (1 + competitors))
+
+
 class LoadSampler:
     """Reads ``L`` over the interval since the previous :meth:`sample`."""
 

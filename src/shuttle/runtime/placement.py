@@ -80,8 +80,9 @@ from shuttle.runtime.placement_costs import (
     server_work_s,
     stall_s,
 )
-from shuttle.runtime.placement_load import Prediction, predict, predict_single
+from shuttle.runtime.placement_load import Prediction, predict, predict_single, server_cpu_s
 from shuttle.runtime.placement_views import (
+    AGGREGATE_CLIENTS_MIN_DEFAULT,
     ITERATIONS_MAX,
     QUIESCE_S_DEFAULT,
     TOLERANCE_S,
@@ -93,6 +94,7 @@ from shuttle.runtime.placement_views import (
 )
 
 __all__ = [
+    "AGGREGATE_CLIENTS_MIN_DEFAULT",
     "ITERATIONS_MAX",
     "QUIESCE_S_DEFAULT",
     "TOLERANCE_S",
@@ -117,6 +119,7 @@ __all__ = [
     "predict",
     "predict_single",
     "response_time_s",
+    "server_cpu_s",
     "server_work_s",
     "stall_s",
 ]

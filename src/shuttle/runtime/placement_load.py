@@ -168,6 +168,40 @@ def bisect_load(
     return (low + high) / 2, ITERATIONS_MAX, False
 
 
+def server_cpu_s(
+    stacks: Sequence[StackView],
+    placement: Mapping[str, int],
+    nodes: Mapping[str, NodeView],
+    window_s: float,
+    coefficients: Coefficients | None = None,
+) -> dict[str, float]:
+    """CPU seconds per window each measured server's process is predicted to use when
+    the stacks are split as ``placement`` says (missing stacks keep their split): what
+    it used over the window (``cpu_busy`` × ``H``), less the work of the objects leaving
+    it, plus the work of those arriving, each at the rate the window measured (in
+    server seconds: reference seconds over its speed). Servers whose use was not
+    measured are left out.
+
+    The rate is not extrapolated to the stack's new ``T_app`` as equation 5 does for
+    the load: a client that calls several stacks in turn cannot give a faster one the
+    whole window (in the mix benchmark a cheap filter's window at the node would be
+    a twentieth of a second, and extrapolated it would take a quarter of the node).
+    What the stacks then really take shows in the next window's ``cpu_busy``."""
+    table = coefficients if coefficients is not None else Coefficients(nodes)
+    used: dict[str, float] = {}
+    for s in stacks:
+        busy = nodes[s.server].cpu_busy
+        if busy is None:
+            continue
+        total = used.setdefault(s.server, busy * window_s)
+        k = placement.get(s.stack_id, s.split)
+        if k == s.split:
+            continue
+        moved = table.terms(s, k)[2]
+        used[s.server] = total - moved if k > s.split else total + moved
+    return {srv: max(0.0, x) for srv, x in used.items()}
+
+
 def predict_single(
     stack: StackView, k_new: int, nodes: Mapping[str, NodeView], window_s: float
 ) -> float:

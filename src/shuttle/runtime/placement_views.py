@@ -17,6 +17,23 @@ TOLERANCE_S = 1e-12
 #: Quiesce time assumed for an object with no migration history: a few calls' worth
 #: of draining on a busy node (measured quiesce times replace it after one move).
 QUIESCE_S_DEFAULT = 0.01
+#: From this many clients with stacks at a node, the node decides for their aggregate
+#: throughput (docs/runtime.md, "Many clients"). ABACUS's experiments have one to four
+#: clients (6.5's directory: four), and decide as the paper does.
+AGGREGATE_CLIENTS_MIN_DEFAULT = 5
+#: In that regime, the share of its CPUs (less what other processes take of them) the
+#: node's planned work may fill. A call queued behind others at a CPU busy a fraction
+#: ρ of the time waits ρ/(1-ρ) service times on average (M/M/1): 2.3 at 0.7, 9 at
+#: 0.9. Past it, each hosted object's calls queue for the node's one interpreter, and
+#: the cheap stacks the node hosts lose more than a CPU-heavy newcomer gains.
+SERVER_CPU_SHARE_MAX_DEFAULT = 0.7
+#: Beyond that share a stack is still admitted (and not sent back) if it saves its
+#: client more than this many seconds per second of the node's CPU it takes: at a
+#: node whose CPU is spoken for, each second given to one stack is taken from those
+#: already there, whose response times grow by at least as much in all. A filter that
+#: saves its client a 256 KiB transfer for a millisecond of filtering is worth ~50; a
+#: CPU-heavy filter that saves no transfer, about 1 or less.
+SATURATED_SCORE_MIN = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +56,14 @@ class PlacementConfig:
     #: Off: such a stack is decided on what the window shows (a console stuck in one
     #: long call, ABACUS 6.5, needs that).
     settle_calls: bool = False
+    #: With stacks from at least this many clients the node decides for their
+    #: aggregate throughput: its CPU is allocated like its memory (no more than
+    #: :attr:`server_cpu_share_max` of it planned; over it, the stacks with the least
+    #: benefit per server CPU second go back), and the moves of one evaluation are
+    #: judged together (each must save more than it costs, and all together more
+    #: than B_thresh). 0: never (the paper's per-stack rule at any scale).
+    aggregate_clients_min: int = AGGREGATE_CLIENTS_MIN_DEFAULT
+    server_cpu_share_max: float = SERVER_CPU_SHARE_MAX_DEFAULT
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.window_s) and self.window_s > 0):
@@ -49,6 +74,19 @@ class PlacementConfig:
             )
         if not (math.isfinite(self.eviction_ratio) and self.eviction_ratio >= 1):
             raise ConfigError(f"eviction ratio must be ≥ 1, got {self.eviction_ratio!r}")
+        if self.aggregate_clients_min < 0:
+            raise ConfigError(
+                f"aggregate clients must be ≥ 0 (0: never decide for aggregate throughput), "
+                f"got {self.aggregate_clients_min!r}"
+            )
+        if not 0 < self.server_cpu_share_max <= 1:
+            raise ConfigError(
+                f"server CPU share must be in (0, 1], got {self.server_cpu_share_max!r}"
+            )
+
+    def aggregate(self, clients: int) -> bool:
+        """Whether stacks from ``clients`` clients are decided for aggregate throughput."""
+        return 0 < self.aggregate_clients_min <= clients
 
     @property
     def threshold_s(self) -> float:
@@ -65,12 +103,29 @@ class NodeView:
     load: float = 0.0
     #: Bytes of memory the node lends to hosted mobile objects (None: no limit).
     memory_capacity_bytes: int | None = None
+    #: CPU seconds per second its process used over the window (None: not measured),
+    #: and the CPU seconds per second it could have had (what other processes left of
+    #: its CPUs, or its fair share beside them; None: all of ``cpus``): the CPU
+    #: already committed, and the CPU there is, for the many-clients rule.
+    cpu_busy: float | None = None
+    cpu_available: float | None = None
+    cpus: int = 1
 
     def __post_init__(self) -> None:
         if not (self.speed > 0 and math.isfinite(self.speed)):
             raise ConfigError(f"node {self.node_id}: speed R must be > 0, got {self.speed!r}")
         if not (self.load >= 0 and math.isfinite(self.load)):
             raise ConfigError(f"node {self.node_id}: load L must be ≥ 0, got {self.load!r}")
+        if self.cpus < 1:
+            raise ConfigError(f"node {self.node_id}: cpus must be ≥ 1, got {self.cpus!r}")
+
+    def cpu_capacity_s(self, share: float, window_s: float) -> float | None:
+        """CPU seconds per window the node's work may be planned to take: ``share`` of
+        the CPU it could have (None: its use was not measured)."""
+        if self.cpu_busy is None:
+            return None
+        available = self.cpus if self.cpu_available is None else self.cpu_available
+        return share * min(available, self.cpus) * window_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -204,7 +204,18 @@ def _stacks(
     notes: list[str],
 ) -> tuple[list[StackView], dict[str, NodeView]]:
     me = facts.node_id
-    nodes = {me: NodeView(me, local.speed, local.load, facts.memory_capacity_bytes)}
+    cpu = local.cpu
+    nodes = {
+        me: NodeView(
+            me,
+            local.speed,
+            local.load,
+            facts.memory_capacity_bytes,
+            None if cpu is None else cpu.own_per_s,
+            None if cpu is None else cpu.available_per_s,
+            1 if cpu is None else cpu.cpus,
+        )
+    }
     stacks: list[StackView] = []
     callees: dict[str, list[tuple[float, str]]] = {}
     for (caller, callee), rate in m.edge_bytes_per_s.items():

@@ -53,9 +53,10 @@ from shuttle.net.registry import Mode, OperationRegistry, Reply, arg, principal_
 from shuttle.runtime import migration, values
 from shuttle.runtime.authority import acting_for
 from shuttle.runtime.binding import BindingManager
+from shuttle.runtime.digest import CpuUse
 from shuttle.runtime.hosting import POLICIES, admitted_while_quiescing
 from shuttle.runtime.ids import ObjectId
-from shuttle.runtime.load import LoadSampler
+from shuttle.runtime.load import LoadSample, LoadSampler, available_cpu_s
 from shuttle.runtime.mobile import builtin_type
 from shuttle.runtime.monitor import ResourceMonitor
 from shuttle.runtime.planner import ResourceManager
@@ -550,7 +551,8 @@ async def _move_quietly(bm: BindingManager, rid: ObjectId, target: str, reason: 
 
 class Ticker:
     """The periodic work of a run-time: monitor snapshots and load samples, a few
-    per window, and the average load over the last window."""
+    per window, and the average load over the last window (and the CPU its process
+    used and could have had: :attr:`cpu`)."""
 
     def __init__(
         self, monitor: ResourceMonitor, window_s: float, ticks_per_window: int = 4
@@ -559,18 +561,32 @@ class Ticker:
         self.window_s = window_s
         self.interval_s = window_s / ticks_per_window
         self.sampler = LoadSampler()
-        self._loads: list[tuple[float, float]] = []
+        self._samples: list[tuple[float, LoadSample]] = []
 
     def tick(self) -> None:
         self.monitor.tick()
         sample = self.sampler.sample()
         now = time.monotonic()
-        self._loads.append((now, sample.load))
-        self._loads = [(t, x) for t, x in self._loads if t > now - self.window_s]
+        self._samples.append((now, sample))
+        self._samples = [(t, x) for t, x in self._samples if t > now - self.window_s]
 
     @property
     def load(self) -> float:
         """L averaged over the last window."""
-        if not self._loads:
+        if not self._samples:
             return 0.0
-        return sum(x for _, x in self._loads) / len(self._loads)
+        return sum(x.load for _, x in self._samples) / len(self._samples)
+
+    @property
+    def cpu(self) -> CpuUse | None:
+        """The CPU this process used over the last window and the CPU it could have
+        had (None before the first sample)."""
+        span = sum(x.interval_s for _, x in self._samples)
+        if span <= 0:
+            return None
+        last = self._samples[-1][1]
+        return CpuUse(
+            own_per_s=sum(x.own_run_s for _, x in self._samples) / span,
+            available_per_s=sum(available_cpu_s(x) for _, x in self._samples) / span,
+            cpus=last.cpus,
+        )

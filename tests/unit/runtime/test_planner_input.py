@@ -20,7 +20,14 @@ from hypothesis import strategies as st
 from shuttle.errors import InvalidArgumentError, MigrationError
 from shuttle.runtime import migration, mobile
 from shuttle.runtime.config import RuntimeConfig
-from shuttle.runtime.digest import Digest, EdgeDigest, LinkDigest, ObjectDigest, build_digest
+from shuttle.runtime.digest import (
+    CpuUse,
+    Digest,
+    EdgeDigest,
+    LinkDigest,
+    ObjectDigest,
+    build_digest,
+)
 from shuttle.runtime.locations import LocationTable
 from shuttle.runtime.mobile import MobileObject
 from shuttle.runtime.monitor import ResourceMonitor
@@ -97,6 +104,13 @@ digests = st.builds(
     edges=st.lists(edges, max_size=4).map(tuple),
     consoles=st.lists(rids, max_size=3).map(tuple),
     links=st.dictionaries(runtime_ids, links, max_size=2),
+    cpu=st.none()
+    | st.builds(
+        CpuUse,
+        own_per_s=st.floats(min_value=0, max_value=64),
+        available_per_s=st.floats(min_value=0, max_value=64),
+        cpus=st.integers(1, 64),
+    ),
 )
 
 
