@@ -15,8 +15,8 @@ from shuttle.runtime.placement_costs import (
     feasible_splits,
     hosted_memory_bytes,
     migration_cost_s,
+    modelled_stall_s,
     server_work_s,
-    stall_s,
     unfinished,
 )
 from shuttle.runtime.placement_load import Coefficients, Prediction, predict, server_cpu_s
@@ -405,7 +405,8 @@ def worth_per_server_cpu_s(
     """What running ``stack``'s objects at the server (split at ``k_server``, against
     ``k_client`` with more of them at the client) saves its client per second of the
     server's CPU it takes: the client's CPU (at its raw speed, *not* weighted by its
-    load) and the link's stall, over the server CPU of the objects that move.
+    load) and the link's time (the paper's ``C_k``: bytes over bandwidth and a round
+    trip per call), over the server CPU of the objects that move.
 
     The many-clients rule's measure (:data:`SATURATED_SCORE_MIN`). The paper's score
     (:attr:`Candidate.score`) weighs the client's CPU by the client's load, which is
@@ -415,10 +416,14 @@ def worth_per_server_cpu_s(
     machine, where 64 client processes share one core (load 150 in the decision log),
     the paper's score found a CPU-heavy filter that saves no transfer worth 5-15 s
     per node CPU second, and the budget let 86 of them go to the node in one pass;
-    by this measure it is worth the node's speed (0.05)."""
+    by this measure it is worth the node's speed (0.05). The link's time is the
+    estimate, not the measured price of equation 4's ``C_k`` (:func:`stall_s`): the
+    measured wait includes the queue at the node itself, the thing the budget is
+    protecting, and with it a heavy filter's two equal transfers (256 KiB either way)
+    differed by up to 0.1 s a window, enough to send some to a node over its budget."""
     client, server = nodes[stack.client], nodes[stack.server]
     saved = (client_work_s(stack, k_client) - client_work_s(stack, k_server)) / client.speed
-    saved += stall_s(stack, k_client) - stall_s(stack, k_server)
+    saved += modelled_stall_s(stack, k_client) - modelled_stall_s(stack, k_server)
     cpu = (server_work_s(stack, k_server) - server_work_s(stack, k_client)) / server.speed
     if cpu <= 0:
         return math.inf if saved > 0 else 0.0

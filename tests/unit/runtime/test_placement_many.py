@@ -284,3 +284,24 @@ def test_a_stack_that_frees_no_cpu_is_not_sent_back_for_the_budget() -> None:
     plan = choose(stacks, nodes, PlacementConfig())
     assert not any("the node's CPU" in m.reason for m in plan.moves)
     assert not any(m.execute for m in plan.moves)
+
+
+def test_the_worth_of_a_move_prices_the_link_by_its_bytes_not_by_the_measured_wait() -> None:
+    # A heavy filter's two reads (the object wrapped around) blocked 0.3 s a window
+    # beyond their transfer (the queue at a loaded node): equation 4 prices that wait
+    # per call, at the node one call of the console's, and by it the move would save
+    # 0.15 s and be worth 3.8 node CPU seconds. It moves a block either way: the bytes
+    # and a round trip price it at 0.075.
+    stacks, nodes = mix(8, kinds=("heavy",))
+    waited = stacks[0]
+    stacks[0] = StackView(
+        waited.stack_id,
+        waited.client,
+        waited.server,
+        waited.objects,
+        (waited.edges[0], EdgeView(BLOCK, 2, measured_s=BLOCK / LAN + 0.002 + 0.3)),
+        waited.split,
+        LAN,
+        0.0005,
+    )
+    assert worth_per_server_cpu_s(stacks[0], 1, 0, nodes) == pytest.approx(0.075)
