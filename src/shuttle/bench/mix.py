@@ -15,9 +15,11 @@ object on its node: a cheap one (passes ``cheap_pass`` of each block, burns
 ``heavy_cpu_s_per_mb``), each called from its own console (so each is a stack the
 node's resource manager sees). In a pass every client calls them in a closed loop for
 ``duration_s``, picking the cheap one with probability ``cheap_share`` (seeded per
-client and run, the same sequence in every placement). Three placements, interleaved
-run by run: every filter static at its client, every filter static at the node, and
-adaptive (both start at the client; the run-time moves them). A pass reports the calls
+client and run, the same sequence in every placement). Four placements, interleaved
+run by run: every filter static at its client, every filter static at the node, the
+oracle split (every cheap filter static at the node, every heavy one at its client:
+the ceiling, ``split=False`` leaves it out), and adaptive (both start at the client;
+the run-time moves them). A pass reports the calls
 completed from ``warmup_s`` to its end (steady state, the figure the target is read
 from) and over the whole pass, per kind, and where each filter ended.
 
@@ -456,7 +458,7 @@ def _stats(samples: Sequence[float]) -> dict[str, Any]:
 
 
 def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, Any]:
-    """The three placements ``runs`` times each, interleaved; see the module docstring."""
+    """The placements ``runs`` times each, interleaved; see the module docstring."""
     settings.check()
     link = parse_link_profile(settings.link)
     # Every stack here is decided only once its calls have returned (docs/runtime.md,
