@@ -6,9 +6,12 @@ new (:meth:`Hosting.make`), arrives by migration or comes back from a durable
 checkpoint (:meth:`Hosting.restore`), or is one of a node's anchored objects
 (:meth:`Hosting.anchor`): one rule for what a hosted object may do (take calls
 side by side, be written to disk after a call), read from its class, or from the
-worker that runs a shipped class. Built-in objects and a client's own classes run in
-this process, under one :class:`~shuttle.runtime.mobile.ObjectManager` per type;
-classes shipped to a node run in a sandboxed worker (:mod:`shuttle.runtime.sandbox`).
+worker that runs a shipped class. A new object and a restored one differ only in
+what they are made from (parameters or a checkpoint), so both are built by one
+helper (``Hosting._build``): where it runs, for whom it acts, how a failure reads.
+Built-in objects and a client's own classes run in this process, under one
+:class:`~shuttle.runtime.mobile.ObjectManager` per type; classes shipped to a node
+run in a sandboxed worker (:mod:`shuttle.runtime.sandbox`).
 
 It keeps no table of where objects are: that is :mod:`shuttle.runtime.locations`.
 """
@@ -311,17 +314,23 @@ class Hosting:
         params = values.bind_refs(params, self.invoker)
         self.check_creation(principal, cls, code, rid)
         with self._room_for(principal):
-            return self._make(
+            if code is not None and self.is_node:
+                cls = None  # shipped code at a node: only ever unpickled in the sandbox
+            elif cls is None:
+                raise InvalidArgumentError(f"object {rid}: no class to make it from")
+            return self._build(
                 rid,
                 home_address,
                 cls,
-                type_name,
                 code,
-                params,
-                policy,
+                principal,
+                params=params,
+                type_name=type_name,
+                policy=policy,
+                gate=GateState.OPEN,
                 durable=durable,
+                epoch=FIRST_EPOCH,
                 app=app,
-                principal=principal,
             )
 
     @contextmanager
@@ -344,53 +353,6 @@ class Hosting:
                 self._arriving[principal] -= 1
                 if not self._arriving[principal]:
                     del self._arriving[principal]
-
-    def _make(
-        self,
-        rid: ObjectId,
-        home_address: str,
-        cls: type[MobileObject] | None,
-        type_name: str,
-        code: bytes | None,
-        params: dict[str, Any],
-        policy: str,
-        *,
-        durable: bool,
-        app: str,
-        principal: str | None,
-    ) -> Hosted:
-        manager: ObjectManager | None
-        if code is not None and self.is_node:
-            with acting_for(principal):  # its __init__'s calls act for its creator
-                impl: Any = self._start_sandbox(rid, code, params=params)
-            manager = None
-        else:
-            if cls is None:
-                raise InvalidArgumentError(f"object {rid}: no class to make it from")
-            manager = self.manager_for(cls)
-            try:
-                with acting_for(principal):
-                    impl = manager.create(rid, self.invoker, params)
-            except ShuttleError:
-                raise
-            except Exception as exc:
-                raise ObjectFailedError(
-                    f"creating {type_label(cls)} failed: {type(exc).__name__}: {exc}"
-                ) from exc
-        return self._hosted(
-            rid,
-            home_address,
-            impl,
-            manager,
-            type_name=type_name,
-            code=code,
-            policy=policy,
-            gate=GateState.OPEN,
-            durable=durable,
-            epoch=FIRST_EPOCH,
-            app=app,
-            principal=principal,
-        )
 
     def check_creation(
         self,
@@ -440,13 +402,13 @@ class Hosting:
             raise InvalidArgumentError(f"{rid} is one of a node's anchored objects; it never moves")
         if policy not in POLICIES:
             raise InvalidArgumentError(f"object {rid}: policy must be one of {POLICIES}")
-        manager: ObjectManager | None
         self.check_creation(principal, builtin_type(type_name) if type_name else None, code, rid)
         # An object arriving by migration takes room in its principal's share (a move
         # to a node where it has none left fails, and the object stays where it was); a
         # durable object its home brings back had its room before and is not refused.
         room = self._room_for(principal) if gate is GateState.STAGED else nullcontext()
         with room:
+            cls: type[MobileObject] | None
             if type_name:
                 cls = builtin_type(type_name)
             elif code is None:
@@ -461,30 +423,14 @@ class Hosting:
                         "run-time only takes back its own classes"
                     )
                 cls = shipped
-            if cls is None:
-                assert code is not None
-                with acting_for(principal):
-                    impl: Any = self._start_sandbox(rid, code, checkpoint=checkpoint)
-                manager = None
-            else:
-                manager = self.manager_for(cls)
-                try:
-                    with acting_for(principal):
-                        impl = manager.adopt(rid, self.invoker, checkpoint)
-                except ShuttleError:
-                    raise
-                except Exception as exc:
-                    raise ObjectFailedError(
-                        f"restoring {type_label(cls)} object {rid} failed: "
-                        f"{type(exc).__name__}: {exc}"
-                    ) from exc
-            return self._hosted(
+            return self._build(
                 rid,
                 home_address,
-                impl,
-                manager,
+                cls,
+                code,
+                principal,
+                checkpoint=checkpoint,
                 type_name=type_name,
-                code=code,
                 policy=policy,
                 gate=gate,
                 durable=durable,
@@ -493,8 +439,70 @@ class Hosting:
                 arrived_from=arrived_from,
                 checkpoint_bytes=len(checkpoint),
                 stage=stage,
-                principal=principal,
             )
+
+    def _build(
+        self,
+        rid: ObjectId,
+        home_address: str,
+        cls: type[MobileObject] | None,
+        code: bytes | None,
+        principal: str | None,
+        *,
+        params: dict[str, Any] | None = None,
+        checkpoint: bytes | None = None,
+        type_name: str,
+        policy: str,
+        gate: GateState,
+        durable: bool,
+        epoch: int,
+        app: str,
+        **extra: Any,
+    ) -> Hosted:
+        """A new or restored object and its :class:`Hosted`: made from ``params``
+        (:meth:`make`) or restored from ``checkpoint`` (:meth:`restore`; exactly one
+        of the two), acting for ``principal`` from its first line on. It runs in a
+        sandboxed worker when ``cls`` is None (shipped ``code`` at a node), else in
+        this process under its class's manager, whose failure is an
+        :class:`ObjectFailedError` that says what was being done to which object."""
+        manager: ObjectManager | None
+        if cls is None:
+            assert code is not None
+            with acting_for(principal):
+                impl: Any = self._start_sandbox(rid, code, params=params, checkpoint=checkpoint)
+            manager = None
+        else:
+            manager = self.manager_for(cls)
+            try:
+                with acting_for(principal):
+                    if checkpoint is None:
+                        made = params if params is not None else {}
+                        impl = manager.create(rid, self.invoker, made)
+                    else:
+                        impl = manager.adopt(rid, self.invoker, checkpoint)
+            except ShuttleError:
+                raise
+            except Exception as exc:
+                if checkpoint is None:
+                    doing = f"creating {type_label(cls)}"
+                else:
+                    doing = f"restoring {type_label(cls)} object {rid}"
+                raise ObjectFailedError(f"{doing} failed: {type(exc).__name__}: {exc}") from exc
+        return self._hosted(
+            rid,
+            home_address,
+            impl,
+            manager,
+            type_name=type_name,
+            code=code,
+            policy=policy,
+            gate=gate,
+            durable=durable,
+            epoch=epoch,
+            app=app,
+            principal=principal,
+            **extra,
+        )
 
     def anchor(self, rid: ObjectId, obj: MobileObject, address: str) -> Hosted:
         """An anchored object made by the run-time itself (a node's storage object):
