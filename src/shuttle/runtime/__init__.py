@@ -34,7 +34,12 @@ Layout (one module per concept; docs/runtime.md explains the model):
   :class:`~shuttle.runtime.hosting.Hosted`), their managers and sandboxes
 * ``locations``  the location table: hosted, homed (with epochs), hints, migrating
 * ``moves``      the record of migrations: events, last moves, failures
-* ``binding``    the binding manager: ids, invocation, over the three above
+* ``binding``    the binding manager: ids, references, the loop bridge, an object's
+  life here, over the three above and the two below
+* ``invocation`` calling an object wherever it runs: plain call or RPC, following
+  its moves, asking its home where it is
+* ``hosted_calls`` a call entering an object hosted here: the principal's check, its
+  gate, the monitor, re-entry by call chain, a durable write; remote calls served
 * ``migration_machine`` a migration as a state machine with no I/O (events in,
   instructions out)
 * ``migration``  its executor, and the target's and the home's side of a move
