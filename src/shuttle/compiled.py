@@ -48,7 +48,10 @@ MODULES: tuple[str, ...] = (
     "shuttle.wire.limits",
     "shuttle.net.node_protocol",
     "shuttle.net.server_stats",
+    # The blocking client: its calls and fast lane, and the stream of bytes under them
+    # (a compiled class extends only compiled classes).
     "shuttle.net.blocking",
+    "shuttle.net.blocking_stream",
     # TLS at both edges (the node's protocol and the blocking client call it for every
     # request on a TLS connection).
     "shuttle.net.tls",

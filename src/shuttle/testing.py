@@ -30,7 +30,8 @@ import msgpack
 from shuttle.client.client import Client
 from shuttle.errors import InvalidArgumentError, ShuttleError
 from shuttle.net.addresses import NodeAddress
-from shuttle.net.blocking import Call, ConnectionCounters
+from shuttle.net.blocking import Call
+from shuttle.net.blocking_stream import ConnectionCounters
 from shuttle.net.registry import OperationRegistry, Reply
 from shuttle.node.handlers import register_storage_ops
 from shuttle.store import ObjectStore

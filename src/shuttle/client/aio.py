@@ -44,7 +44,7 @@ from shuttle.client.validation import MODES, VALIDATION_DEFAULT
 from shuttle.client.validation.speculative import SpeculativeCheck
 from shuttle.errors import ClosedFileError, InvalidArgumentError, NotFoundError, ShuttleError
 from shuttle.net.aio import AsyncConnection as AsyncConnection  # re-exported: its old home
-from shuttle.net.blocking import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
+from shuttle.net.blocking_stream import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
 from shuttle.net.shaping import Link
 from shuttle.net.tls import ClientTls
 from shuttle.wire import Response

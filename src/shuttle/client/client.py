@@ -37,13 +37,8 @@ from shuttle.client.namespace import Namespace
 from shuttle.client.routing import node_for_key
 from shuttle.client.validation import VALIDATION_DEFAULT, ValidationMode, make_mode
 from shuttle.errors import InvalidArgumentError, NotFoundError, ShuttleError
-from shuttle.net.blocking import (
-    CONNECT_TIMEOUT_S,
-    REQUEST_TIMEOUT_S,
-    BlockingConnection,
-    Call,
-    ConnectionCounters,
-)
+from shuttle.net.blocking import BlockingConnection, Call
+from shuttle.net.blocking_stream import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, ConnectionCounters
 from shuttle.net.memory import tune_allocator
 from shuttle.net.shaping import Link
 from shuttle.net.tls import ClientTls

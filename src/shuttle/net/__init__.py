@@ -14,7 +14,10 @@ Layout:
   requests in flight, hosted objects)
 * ``tls``       TLS 1.3 contexts and one connection's TLS as bytes in, bytes out (sans-I/O)
 * ``certs``     the cluster's CA and the nodes' certificates (``cluster up --tls``)
-* ``blocking``  a blocking-socket connection to a node (the sync client's transport)
+* ``blocking``  a blocking-socket connection to a node (the sync client's transport):
+  handshake, calls, the read lane, pipelining
+* ``blocking_stream``  the bytes under it: the socket, TLS, an emulated link, typed
+  failures
 * ``aio``       an asyncio connection to a node (the async client's and run-time's transport)
 * ``clock``     the clock protocol (real and, in ``shuttle.testing``, fake)
 * ``profiles``  link profiles (bandwidth, latency) by name

@@ -35,7 +35,7 @@ from shuttle.errors import (
     UnreachableError,
 )
 from shuttle.net import auth
-from shuttle.net.blocking import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, ConnectionCounters
+from shuttle.net.blocking_stream import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, ConnectionCounters
 from shuttle.net.shaping import Link
 from shuttle.net.tls import CHANNEL_BINDING, ClientTls, client_failure, record_failure
 from shuttle.wire import (

@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from shuttle.client import Client
-from shuttle.net.blocking import Call, ConnectionCounters
+from shuttle.net.blocking import Call
+from shuttle.net.blocking_stream import ConnectionCounters
 from shuttle.testing import MemoryConnection, MemoryNode
 from shuttle.wire import Response
 from shuttle.wire.events import Payload

@@ -15,7 +15,7 @@ from shuttle.client import Client
 from shuttle.errors import RemoteProtocolError, UnreachableError
 from shuttle.faces.tree import KeyTree
 from shuttle.net.attr_rows import encode_rows
-from shuttle.net.blocking import ConnectionCounters
+from shuttle.net.blocking_stream import ConnectionCounters
 from shuttle.testing import MemoryConnection, MemoryNode
 from shuttle.wire import Response
 from shuttle.wire.events import Payload
