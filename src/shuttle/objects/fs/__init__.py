@@ -14,6 +14,8 @@ Layout:
 * ``promises``     copies held under callback promises: expiry, revalidation and the
   race guard, for the cache and directory objects alike
 * ``raid``         ``raid5``: a file striped with rotating parity over N nodes
+* ``raid_stripe_steps``  the steps a ``raid5`` object takes at its columns' nodes
+  (intents, stripe state, parity, snapshots), their retries and their errors
 * ``raid_layout``  where a RAID 5 file's bytes and parity live (pure)
 * ``raid_node``    RAID 5's node half: the parity primitives a column's storage object
   offers (intents, stripe versions, conditional parity writes)
