@@ -2,7 +2,12 @@
 
 Layout:
 
-* ``cli``      the ``shuttle bench ...`` typer sub-application (one command per benchmark)
+* ``cli``      the ``shuttle bench ...`` typer sub-application: registers every command,
+  in ``--help``'s order, and declares ``bench netrand``
+* ``transport_cli``  ``bench shaping`` and ``bench stream``: the commands
+* ``hostile_cli``  ``bench hostile`` and ``bench flood``: the commands
+* ``runtime_cli``  ``bench jail`` and ``bench durable``: the commands
+* ``client_reads_cli``  ``bench speculate`` and ``bench lookaside``: the commands
 * ``session``  what every benchmark runs inside: stops what it started on any exit,
   prints progress off a terminal, says how long to expect
 * ``nodes``    nodes for a benchmark: the one named, or a private one on loopback
