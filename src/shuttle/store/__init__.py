@@ -32,7 +32,7 @@ Layout:
 * ``rados``      :class:`RadosStore`: objects in a Ceph RADOS pool, served by many nodes
 * ``rados_conn`` its librados connection: bounded waits, per-thread contexts, aio reads
 * ``rados_read`` its reads: bytes of one version, through the block cache
-* ``rados_aio`` its misses read asynchronously: a second librados client (C API) completing on the loop
+* ``rados_aio`` its cache misses read by a second librados client (C API), on the loop
 * ``rados_watch`` cache coherence between its gateways: watch/notify on a channel object
 * ``rados_index`` its key index (sharded omaps) and listing by prefix
 * ``rados_uploads`` its upload sessions, staged in RADOS objects
