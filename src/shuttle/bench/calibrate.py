@@ -543,14 +543,7 @@ def _reads(
     link: LinkProfile | None,
     calls: int,
 ) -> dict[str, Timed]:
-    """Timed reads of each source, round its keys and through their bytes.
-
-    Unless a slow link bounds the time, every spot is read once, untimed, first: the
-    model predicts a program's warm runs (its data in the node's caches, as after one
-    run), and a first read of a key costs the node several times a later one (opening
-    it, filling its cache), which a slower node multiplies (issue 24: at a quarter
-    speed, cold calibration reads cost the node 654 µs a call, warm 308 µs, a live
-    grep's warm calls about 530 µs: the timed reads were the cold ones)."""
+    """Timed reads of each source, round its keys and through their bytes."""
     storage = rt.storage(node)
     out = {}
     budget = LINK_BUDGET_S if link is not None and not link.is_unshaped else None
@@ -559,9 +552,6 @@ def _reads(
             spots = [(k, offset) for k in names for offset in range(0, object_bytes, size)]
 
             read = _round_robin(storage, spots, size)
-            if budget is None:
-                for _ in spots:
-                    read()
             out[name] = timed_calls(read, node_cpu, calls=calls, budget_s=budget)
     return out
 

@@ -3,7 +3,6 @@ configuration and its file, the run-time model's inputs, the corpus."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 from pathlib import Path
 
@@ -11,10 +10,8 @@ import pytest
 
 from shuttle.bench.calibrate import (
     LIVE_BLOCK_BYTES,
-    WARMUP_CALLS,
     Calibration,
     Timed,
-    _reads,
     achieved_bandwidth_bits_per_s,
     link_residual_s,
     timed_calls,
@@ -90,45 +87,6 @@ def test_timed_calls_reports_per_call_figures() -> None:
     assert timed.node_cpu_s == pytest.approx(0.5)
     assert list(timed.starts) == sorted(timed.starts)
     assert timed.wall_s >= 0.0
-
-
-class _Storage:
-    """A storage reference that records the reads made through it."""
-
-    def __init__(self) -> None:
-        self.reads: list[tuple[str, int, int]] = []
-
-    def read(self, key: str, offset: int, size: int) -> bytes:
-        self.reads.append((key, offset, size))
-        return b""
-
-
-class _Runtime:
-    def __init__(self) -> None:
-        self.store = _Storage()
-
-    def storage(self, node: str) -> _Storage:
-        return self.store
-
-    def console(self, name: str) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-
-def test_calibration_reads_touch_every_spot_before_timing_unless_a_slow_link_bounds_it() -> None:
-    """The timed reads are warm, as the runs the model predicts are (issue 24: cold
-    reads cost a quarter-speed node twice a warm one's CPU)."""
-    spots = [(f"k{i}", 0) for i in range(30)]
-    rt = _Runtime()
-    sources = {"small": ([k for k, _ in spots], 64, 64)}
-    _reads(rt, "n1", sources, lambda: 0.0, link=None, calls=12)  # type: ignore[arg-type]
-    reads = rt.store.reads
-    assert [(k, o) for k, o, _ in reads[: len(spots)]] == spots  # every spot once, first
-    assert len(reads) == len(spots) + WARMUP_CALLS + 12
-
-    rt = _Runtime()
-    wan = BUILTIN_PROFILES["wan"]
-    _reads(rt, "n1", sources, lambda: 0.0, link=wan, calls=12)  # type: ignore[arg-type]
-    assert len(rt.store.reads) == WARMUP_CALLS + 12  # a slow link: no untimed pass
 
 
 def test_the_link_residual_replays_the_calls_through_the_bucket() -> None:
