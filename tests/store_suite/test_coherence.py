@@ -9,7 +9,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -20,19 +20,7 @@ from shuttle.store.rados import RadosStore
 from shuttle.store.rados_conn import CephOptions
 from shuttle.store.rados_watch import CHANNEL_OBJECT, NOTIFY_TIMEOUT_S, CacheKeeper
 from tests.store_suite.conftest import SUITE_CONFIG
-
-
-def _wait(cond: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} within {timeout_s:g} s")
-        time.sleep(0.02)
-
-
-def _trusting(s: RadosStore) -> bool:
-    """Its watch is healthy and its probation over: warm reads need no stat."""
-    return s.coherence.trusted() and time.monotonic() > s.coherence.trust_from
+from tests.store_suite.gateway_waits import trusting, wait_until
 
 
 def _counters(s: RadosStore) -> dict[str, int]:
@@ -83,7 +71,7 @@ def trio(gateways: Trio) -> Iterator[Trio]:
     """The module's gateways, each trusting its cache (a test may have broken one)."""
     for s in gateways:
         s.coherence.keeper = s.reader
-        _wait(lambda s=s: _trusting(s), "trusting its cache")  # type: ignore[misc]
+        wait_until(lambda s=s: trusting(s), "trusting its cache")  # type: ignore[misc]
     yield gateways
     for s in gateways:
         s.coherence.keeper = s.reader
@@ -118,7 +106,7 @@ def _without_a_watch(b: RadosStore, monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(b.coherence, "_establish", refuse)
     b.coherence.break_watch()
-    _wait(lambda: not b.coherence.trusted(), "distrusting its cache")
+    wait_until(lambda: not b.coherence.trusted(), "distrusting its cache")
 
 
 def test_an_untrusting_gateway_reads_in_one_round_trip(
@@ -142,7 +130,7 @@ def test_an_untrusting_gateway_reads_in_one_round_trip(
     assert _counters(b)["validations"] == during["validations"] + 1
     assert b.read_cached("p", 4096, 4096) is None  # nothing on trust
     monkeypatch.undo()
-    _wait(lambda: _trusting(b), "trusting again")
+    wait_until(lambda: trusting(b), "trusting again")
 
 
 def test_a_gateway_trusts_its_cache_as_soon_as_its_probation_ends(trio: Trio) -> None:
@@ -155,13 +143,13 @@ def test_a_gateway_trusts_its_cache_as_soon_as_its_probation_ends(trio: Trio) ->
     a.put("r", data)
     resets = b.coherence.watch_resets
     b.coherence.break_watch()
-    _wait(lambda: b.coherence.watch_resets > resets, "watching again")
+    wait_until(lambda: b.coherence.watch_resets > resets, "watching again")
     # Confirmations shortly before the probation ends (a read, then a stat that makes
     # the entry's size exact), then reads just after it.
-    _wait(lambda: b.coherence.trust_from - time.monotonic() < 0.5, "near the probation's end")
+    wait_until(lambda: b.coherence.trust_from - time.monotonic() < 0.5, "near the probation's end")
     assert b.read("r", 0, 4096) == data[:4096]
     assert b.read("r", 0, 4096) == data[:4096]
-    _wait(lambda: _trusting(b), "trusting again")
+    wait_until(lambda: trusting(b), "trusting again")
     before = _counters(b)
     for _ in range(3):
         assert b.read("r", 0, 4096) == data[:4096]
@@ -188,7 +176,7 @@ def test_a_change_through_librados_is_seen_by_an_untrusting_gateway(
     assert b.read("q", 0, 4096) == b"2" * 4096  # resident now: one stat, no read
     assert _counters(b)["cold_reads"] == before["cold_reads"]
     monkeypatch.undo()
-    _wait(lambda: _trusting(b), "trusting again")
+    wait_until(lambda: trusting(b), "trusting again")
 
 
 def test_no_kind_of_change_is_followed_by_a_stale_warm_read(
@@ -303,7 +291,7 @@ def test_a_broken_watch_stops_trust_and_is_registered_again(
     assert b.read_cached("k", 0, 4096) == b"1" * 4096
     resets = b.coherence.watch_resets
     b.coherence.break_watch()  # as if the OSD had dropped it
-    _wait(lambda: b.coherence.watch_resets > resets, "watching again")
+    wait_until(lambda: b.coherence.watch_resets > resets, "watching again")
     assert b.cache.stats().bytes_cached == 0  # announcements may have been missed
     assert b.read_cached("k", 0, 4096) is None
     a.put("k", b"2" * 8192)
@@ -312,7 +300,7 @@ def test_a_broken_watch_stops_trust_and_is_registered_again(
     assert b.read("k", 0, 4096) == b"2" * 4096
     # In probation after the new watch: the cached version is confirmed with a stat.
     assert _counters(b)["validations"] - before["validations"] >= 1
-    _wait(lambda: _trusting(b), "trusting again")
+    wait_until(lambda: trusting(b), "trusting again")
     before = _counters(b)
     assert b.read("k", 0, 4096) == b"2" * 4096  # read and confirmed after probation
     assert b.read("k", 0, 4096) == b"2" * 4096
@@ -344,7 +332,7 @@ def test_a_gateway_that_does_not_acknowledge_holds_changes_back(
     timeouts = a.coherence.announce_timeouts
     t = threading.Thread(target=change)
     t.start()
-    _wait(
+    wait_until(
         lambda: a.coherence.announce_timeouts > timeouts,
         "a's announcement timed out",
         3 * NOTIFY_TIMEOUT_S,
@@ -397,7 +385,7 @@ def test_an_osd_restart_under_the_channel_leaves_no_stale_read(ceph: LocalCeph, 
         ceph.start_osd(primary)
     a.put("k", b"3" * 4096)
     assert b.read("k", 0, 4096) == b"3" * 4096
-    _wait(lambda: _trusting(b), "trusting again")
+    wait_until(lambda: trusting(b), "trusting again")
     b.read("k", 0, 4096)
     before = _counters(b)
     assert b.read("k", 0, 4096) == b"3" * 4096
@@ -436,7 +424,7 @@ def test_a_gateway_without_a_watch_confirms_every_read(
     assert b.read_cached("k", 0, 4096) is None
     assert _counters(b)["validations"] > before["validations"]
     monkeypatch.undo()
-    _wait(lambda: _trusting(b), "trusting again")
+    wait_until(lambda: trusting(b), "trusting again")
 
 
 def test_a_remove_whose_late_announcement_fails_still_unlists_the_key(

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,20 +18,9 @@ from shuttle.store.rados import RadosStore
 from shuttle.store.rados_aio import read_error
 from shuttle.store.rados_conn import CephOptions
 from tests.store_suite.conftest import SUITE_CONFIG
+from tests.store_suite.gateway_waits import trusting, wait_until
 
 Pair = tuple[RadosStore, RadosStore]
-
-
-def _wait(cond: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} within {timeout_s:g} s")
-        time.sleep(0.02)
-
-
-def _trusting(s: RadosStore) -> bool:
-    return s.coherence.trusted() and time.monotonic() > s.coherence.trust_from
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +46,7 @@ def gateways(ceph: LocalCeph) -> Iterator[Pair]:
 def pair(gateways: Pair) -> Pair:
     """The module's gateways, each trusting its cache (a watch can lapse under load)."""
     for s in gateways:
-        _wait(lambda s=s: _trusting(s), "trusting its cache")  # type: ignore[misc]
+        wait_until(lambda s=s: trusting(s), "trusting its cache")  # type: ignore[misc]
     return gateways
 
 
