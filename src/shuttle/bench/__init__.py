@@ -47,6 +47,8 @@ Layout:
 * ``ceph_cli``  ``shuttle bench ceph ...``: the commands
 * ``lookaside``  the lookaside paper's Figure 6: a build over the FUSE mount with
   lookaside stores of older releases, at five bandwidths (table, JSON, PNG)
+* ``lookaside_releases``  the releases it builds from: sdists fetched and kept, the
+  generated smoke-test project, the source files, and what rsync finds unchanged
 * ``corpus``   a generated text corpus, the same bytes from the same seed
 * ``objrecord``  a built-in object run in process over a live node, recorded
 * ``calibrate``  ``shuttle sim calibrate``: a live node measured for the simulator

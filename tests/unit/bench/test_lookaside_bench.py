@@ -8,16 +8,12 @@ from typing import Any
 
 import pytest
 
-from shuttle.bench.lookaside import (
-    LATENCY_S,
-    Config,
+from shuttle.bench.lookaside import LATENCY_S, Config, link_spec, table_lines, targets
+from shuttle.bench.lookaside_releases import (
     SourceFile,
     choose_subset,
-    link_spec,
     make_tiny_releases,
     source_files,
-    table_lines,
-    targets,
 )
 from shuttle.errors import ConfigError
 
@@ -101,7 +97,7 @@ def test_targets_judge_each_row_that_ran() -> None:
 def test_subdir_auto_finds_flat_lib_and_src_layouts(
     tmp_path: Path, layout: list[str], expected: str
 ) -> None:
-    from shuttle.bench.lookaside import find_package
+    from shuttle.bench.lookaside_releases import find_package
 
     project = "my-pkg" if "my_pkg" in expected else expected.rpartition("/")[2] or "nothing"
     for rel in layout:
@@ -111,7 +107,7 @@ def test_subdir_auto_finds_flat_lib_and_src_layouts(
 
 
 def test_rsync_finds_what_did_not_change_in_files_of_the_same_name(tmp_path: Path) -> None:
-    from shuttle.bench.lookaside import rsync_unchanged
+    from shuttle.bench.lookaside_releases import rsync_unchanged
 
     old, new = tmp_path / "old", tmp_path / "new"
     for root in (old, new):
