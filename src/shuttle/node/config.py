@@ -39,16 +39,16 @@ from shuttle.runtime.config import (
     RuntimeConfig,
 )
 from shuttle.runtime.placement import AGGREGATE_CLIENTS_MIN_DEFAULT
-from shuttle.runtime.sandbox import (
+from shuttle.runtime.sandbox_limits import (
     CPU_S_PER_CALL_DEFAULT as SANDBOX_CPU_S_DEFAULT,
 )
-from shuttle.runtime.sandbox import (
+from shuttle.runtime.sandbox_limits import (
     MEMORY_BYTES_DEFAULT as SANDBOX_MEMORY_BYTES_DEFAULT,
 )
-from shuttle.runtime.sandbox import (
+from shuttle.runtime.sandbox_limits import (
     WALL_S_PER_CALL_DEFAULT as SANDBOX_WALL_S_DEFAULT,
 )
-from shuttle.runtime.sandbox import SandboxLimits
+from shuttle.runtime.sandbox_limits import SandboxLimits
 from shuttle.store.core import OBJECT_BYTES_MAX_DEFAULT, OBJECT_SIZE_BYTES_MAX
 from shuttle.store.rados_conn import CephOptions
 from shuttle.store.registry import StoreSpec, parse_store_spec
