@@ -7,6 +7,7 @@ Layout:
 * ``formats``     the reader registry, format detection, time ordering (:func:`read_trace`)
 * ``csvformat``   the canonical CSV as a registered reader
 * ``strace``      ``strace -f -tt -T`` output → records (descriptor and offset tracking)
+* ``strace_args`` a call's argument text split, and its string arguments decoded
 * ``nfsdump``     nfsdump text (NFSv2/v3 calls) → records
 * ``block``       CloudPhysics block traces: binary vSCSI and CSV
 * ``summary``     counts, duration, op mix and bytes of a trace (``shuttle trace info``)

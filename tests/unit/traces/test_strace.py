@@ -12,7 +12,8 @@ from shuttle.errors import TraceFormatError, UsageError
 from shuttle.traces.formats import in_time_order, read_trace
 from shuttle.traces.record import Op, TraceRecord
 from shuttle.traces.recorder import record_strace
-from shuttle.traces.strace import StraceReader, decode_string, split_args
+from shuttle.traces.strace import StraceReader
+from shuttle.traces.strace_args import decode_string, split_args
 
 
 def parse(text: str, **kwargs: object) -> list[TraceRecord]:
