@@ -11,6 +11,10 @@ instructions over ``--requests`` reads on each side, and reports them per read,
 for the compiled build and for the pure Python modules (``SHUTTLE_PURE=1``) in turn.
 The kernel's part (system calls, context switches) is not counted; the floor a
 minimal uvloop server and raw client need is, for comparison.
+
+``--top N`` also prints the node's N costliest functions per read (self cost, from
+``callgrind_annotate``, the second run's counts less the first's), and ``--compiled-only``
+skips the pure Python pass: the profile to cut the node's serving code by.
 """
 
 from __future__ import annotations
@@ -85,6 +89,24 @@ def _client(port: int, requests: int) -> None:
         _toggle(os.getpid(), False)
 
 
+def _self_costs(out_file: Path) -> dict[str, int]:
+    """Instructions counted in each function itself (callgrind's exclusive cost)."""
+    text = subprocess.run(
+        ["callgrind_annotate", "--inclusive=no", "--threshold=100", str(out_file)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    costs: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and re.fullmatch(r"[\d,]+", parts[0]) and ":" in parts[1]:
+            # (newer callgrind_annotate puts each cost's share in brackets after it)
+            name = re.sub(r"^\([\d.]+%\)\s+", "", parts[1]).split(" [", 1)[0]
+            costs[name] = costs.get(name, 0) + int(parts[0].replace(",", ""))
+    return costs
+
+
 def measure(requests: int, pure: bool, workdir: Path) -> dict[str, Any]:
     env = {**os.environ, "SHUTTLE_PURE": "1" if pure else "0"}
     node_out, client_out = workdir / "node.cg", workdir / "client.cg"
@@ -140,6 +162,7 @@ def measure(requests: int, pure: bool, workdir: Path) -> dict[str, Any]:
         "client_ir": _total_ir(client_out),
         "node_ir": _total_ir(node_out),
         "node_request_ir": _inclusive_ir(node_out, NODE_REQUEST_FUNCTION),
+        "node_functions": _self_costs(node_out),
     }
 
 
@@ -150,11 +173,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="counted reads per run")
     parser.add_argument("--json", type=Path, help="write the report here")
+    parser.add_argument("--top", type=int, default=0, help="print the node's N costliest functions")
+    parser.add_argument("--compiled-only", action="store_true", help="skip the pure pass")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("roundtrip_instructions: needs valgrind (apt-get install valgrind)")
     report: dict[str, Any] = {"requests": args.requests}
-    for pure in (False, True):
+    for pure in (False,) if args.compiled_only else (False, True):
         name = "pure" if pure else "compiled"
         runs = {}
         # Two runs differing only in the counted reads: their difference is the reads'
@@ -166,13 +191,24 @@ def main() -> None:
             side: (runs[2 * args.requests][side] - runs[args.requests][side]) / args.requests
             for side in ("client_ir", "node_ir", "node_request_ir")
         }
-        report[name] = per
+        functions = runs[2 * args.requests]["node_functions"]
+        before = runs[args.requests]["node_functions"]
+        top = sorted(
+            (
+                (name, (cost - before.get(name, 0)) / args.requests)
+                for name, cost in functions.items()
+            ),
+            key=lambda item: -item[1],
+        )[: args.top]
+        report[name] = per | {"node_top_functions": dict(top)}
         print(
             f"{name:9s} client {per['client_ir'] / 1000:7.1f} k instructions per read, "
             f"node {per['node_ir'] / 1000:7.1f} k (of which handling the connection "
             f"{per['node_request_ir'] / 1000:.1f} k; the rest is periodic work)",
             flush=True,
         )
+        for function, cost in top:
+            print(f"    {cost:8.0f}  {function}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
