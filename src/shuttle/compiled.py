@@ -46,7 +46,11 @@ MODULES: tuple[str, ...] = (
     "shuttle.wire.events",
     "shuttle.wire.states",
     "shuttle.wire.limits",
+    # The node's connection, one concept a module (net/node_protocol.py says which).
     "shuttle.net.node_protocol",
+    "shuttle.net.node_handshake",
+    "shuttle.net.node_dispatch",
+    "shuttle.net.node_tls_edge",
     "shuttle.net.server_stats",
     # The blocking client: its calls and fast lane, and the stream of bytes under them
     # (a compiled class extends only compiled classes).

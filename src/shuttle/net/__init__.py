@@ -4,7 +4,9 @@ Layout:
 
 * ``registry``  operations a node serves, as a registry of named handlers
 * ``server``    the asyncio (uvloop) server that runs a registry over the wire codec
-* ``node_protocol``  one client connection of a node: requests answered once, backpressure
+* ``node_protocol``  one client connection of a node: requests answered once, backpressure,
+  the read lane; with ``node_handshake`` (challenge, HELLO, refusals), ``node_dispatch``
+  (a request the general way) and ``node_tls_edge`` (TLS at its edges)
 * ``server_stats``  the server's counters (``node.stats``), compiled with the hot path
 * ``admission`` what a client may make a node hold: connections, descriptors, time
 * ``auth``      cluster-key authentication: key files, proofs, the handshake's checks

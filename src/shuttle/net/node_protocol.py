@@ -11,9 +11,16 @@ many are in their handshake, is closed too. A principal's connection and its req
 count against that principal's share of the node (:mod:`shuttle.net.principal_limits`):
 past it, ``busy`` naming the limit.
 
+The connection is one class in four modules, one concept each (all compiled with the
+mypyc group): this one holds its state, the asyncio callbacks, the read lane (a warm
+read answered with no codec object) and the replies; :mod:`shuttle.net.node_handshake`
+the challenge, the HELLO and the connections refused on the way;
+:mod:`shuttle.net.node_dispatch` a request run the general way (guards, inline
+answers, the thread pool); :mod:`shuttle.net.node_tls_edge` TLS at its edges.
+
 On a TLS node the connection's ciphertext goes through a
 :class:`~shuttle.net.tls.TlsChannel` at its two edges (:meth:`data_received` and
-:meth:`NodeProtocol._send_bytes`): everything between them, the read lane included,
+:meth:`NodeProtocol.send_bytes`): everything between them, the read lane included,
 handles plaintext exactly as on a plain node.
 
 A client that breaks the protocol (a request id already in flight, garbage bytes)
@@ -26,33 +33,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import ssl
 import time
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from shuttle.errors import (
-    AuthenticationError,
-    NodeBusyError,
-    RemoteProtocolError,
-    ShuttleError,
-)
-from shuttle.net import auth
+from shuttle.errors import RemoteProtocolError, ShuttleError
 from shuttle.net.admission import ServerLimits
+from shuttle.net.node_dispatch import dispatch
+from shuttle.net.node_handshake import challenge, evict, greet, handshake_expired
+from shuttle.net.node_tls_edge import decrypt
 from shuttle.net.principals import Principal
-from shuttle.net.registry import (
-    CONNECTION_ARG,
-    PRINCIPAL_ARG,
-    Mode,
-    Operation,
-    ReadLane,
-    Reply,
-)
+from shuttle.net.registry import ReadLane
 from shuttle.net.tls import TlsChannel, looks_like_tls
 from shuttle.wire import (
-    NONCE_BYTES,
-    Challenge,
     ConnectionClosed,
     ErrorResponse,
     Goodbye,
@@ -60,8 +53,6 @@ from shuttle.wire import (
     Request,
     RequestRejected,
     Role,
-    Welcome,
-    choose_version,
 )
 from shuttle.wire.connection import Connection
 from shuttle.wire.events import NEED_DATA, FrameKind, Payload
@@ -114,9 +105,9 @@ class NodeProtocol(asyncio.Protocol):
         #: counts against the node's cap on connections in their handshake.
         self.authenticated = False
         #: Closes the connection if its handshake is not done in time.
-        self._handshake_timer: asyncio.TimerHandle | None = None
+        self.handshake_timer: asyncio.TimerHandle | None = None
         #: The first bytes a plain node received (a TLS client's are a ClientHello).
-        self._first_bytes = b""
+        self.first_bytes = b""
         #: Set when the client broke the protocol while requests it sent before were
         #: running: they are answered, then this error is sent and the connection closes.
         self.failing: RemoteProtocolError | None = None
@@ -166,81 +157,18 @@ class NodeProtocol(asyncio.Protocol):
         counters.connections_total += 1
         counters.connections_open += 1
         server._protocols.add(self)
-        self._handshake_timer = asyncio.get_running_loop().call_later(
-            server.admission.handshake_timeout_s, self._handshake_expired
+        self.handshake_timer = asyncio.get_running_loop().call_later(
+            server.admission.handshake_timeout_s, handshake_expired, self
         )
         server.admit(self)  # may close the connection that has waited longest
         if self.encrypted:
             return  # the client speaks first in TLS: the challenge follows the handshake
-        self._challenge()
-
-    def _challenge(self) -> None:
-        """Open the Shuttle handshake (the node speaks first), or refuse as ``busy``."""
-        server = self.server
-        # A fresh nonce per connection, so a HELLO captured on another connection cannot
-        # answer this one.
-        self.nonce = os.urandom(NONCE_BYTES)
-        challenge = Challenge(self.nonce, server.requires_key, auth.SCHEME)
-        self._write(self.conn.send(challenge))
-        if server.counters.connections_open > server.connections_max:
-            self._refuse_busy()
+        challenge(self)
 
     def evict(self, waiting_max: int) -> None:
         """Close this connection, still in its handshake, to make room for a newer one
         (the node's cap on connections in their handshake: see ``RpcServer.admit``)."""
-        if self.closed:
-            return
-        self.server.counters.unauthenticated_evicted += 1
-        if not self.encrypted or (self.tls is not None and self.tls.established):
-            busy = NodeBusyError(
-                f"node {self.server.node_id} has {waiting_max} connections in their handshake, "
-                "and this one had waited longest; retry (a flood of connections that never "
-                "authenticate may be under way)"
-            )
-            with contextlib.suppress(ShuttleError):
-                self._write(self.conn.send(ErrorResponse.from_exception(0, busy)))
-            self._close()
-        else:
-            self.abort()  # it has not even finished TLS: nothing it could read
-
-    def _handshake_expired(self) -> None:
-        """The deadline for the handshake passed: close the connection unless it is done."""
-        self._handshake_timer = None
-        if self.authenticated or self.closed:
-            return
-        server = self.server
-        server.counters.handshake_timeouts += 1
-        server.authenticated(self)
-        limit = server.admission.handshake_timeout_s
-        log.info("closing %s: no handshake within %g s", self.peer, limit)
-        if self.encrypted and (self.tls is None or not self.tls.established):
-            self.abort()
-            return
-        late = RemoteProtocolError(
-            f"the handshake (HELLO) did not finish within {limit:g} s of connecting; "
-            "closing the connection"
-        )
-        with contextlib.suppress(ShuttleError):
-            self._write(self.conn.send(ErrorResponse.from_exception(0, late)))
-        self._close()
-
-    def _refuse_busy(self) -> None:
-        """Over the cap: say ``busy`` right after the challenge (where a client reads
-        it, even if its HELLO then meets a closed socket) and close."""
-        server = self.server
-        server.counters.connections_refused += 1
-        self.refused = True
-        busy = NodeBusyError(
-            f"node {server.node_id} is serving its maximum of {server.connections_max} "
-            "connections; retry shortly, close idle connections, or start the node with a "
-            "higher --connections-max"
-        )
-        if server.counters.connections_refused % 1000 == 1:
-            log.warning("refusing %s: %s", self.peer, busy)
-        self._write(self.conn.send(ErrorResponse.from_exception(0, busy)))
-        # Closed at once (after the two frames are flushed): a refused connection must
-        # give its descriptor back, or a flood of them would take what the cap protects.
-        self._close()
+        evict(self, waiting_max)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -251,9 +179,9 @@ class NodeProtocol(asyncio.Protocol):
         server.authenticated(self)  # no longer waiting, whatever it was
         if self.load_name is not None:
             server.load.give_back("connections", self.load_name)
-        if self._handshake_timer is not None:
-            self._handshake_timer.cancel()
-            self._handshake_timer = None
+        if self.handshake_timer is not None:
+            self.handshake_timer.cancel()
+            self.handshake_timer = None
         for fut in self.pending:
             fut.cancel()  # threads finish their call; only the reply is dropped
         if self.owns_sessions:
@@ -318,7 +246,7 @@ class NodeProtocol(asyncio.Protocol):
             self._frame_since, self._frame_bytes = now, self.bytes_in
         elif not self.held and now - self._frame_since > limits.frame_timeout_s:
             self.server.counters.frame_timeouts += 1
-            self._fatal(
+            self.fatal(
                 RemoteProtocolError(
                     f"a frame has been incomplete with nothing arriving for over "
                     f"{limits.frame_timeout_s:g} s ({self.conn.buffered_bytes} bytes of it "
@@ -358,25 +286,25 @@ class NodeProtocol(asyncio.Protocol):
         if self.refused or self.failing is not None:
             return
         if self.encrypted:
-            data = self._decrypt(data)
+            data = decrypt(self, data)
             if not data:
                 return
-        elif not self.authenticated and len(self._first_bytes) < 8:
-            self._first_bytes += data[:8]
+        elif not self.authenticated and len(self.first_bytes) < 8:
+            self.first_bytes += data[:8]
         account = server._account
         if account is None:
-            self._receive(data)
+            self.receive(data)
         else:
             with account():  # protocol work is node CPU too
-                self._receive(data)
+                self.receive(data)
 
-    def _receive(self, data: bytes) -> None:
+    def receive(self, data: bytes) -> None:
         """Act on a chunk of bytes from the client.
 
         The usual chunk is one whole request: a small ``read`` is taken by the read
         lane and answered by :meth:`_read`; any other by the codec's request lane
-        without an event object, and :meth:`_dispatch` answers it (inline when it
-        can). Anything else goes through :meth:`_process`."""
+        without an event object, and :func:`~shuttle.net.node_dispatch.dispatch`
+        answers it (inline when it can). Anything else goes through :meth:`_process`."""
         if self.held:
             self._process(data)
             return
@@ -392,18 +320,18 @@ class NodeProtocol(asyncio.Protocol):
             self._process(data)
             return
         self.requests += 1
-        self._dispatch(parts[0], parts[1], parts[2], parts[3])
+        dispatch(self, parts[0], parts[1], parts[2], parts[3])
 
     def _read(self, rid: int, key: str, offset: int, length: int, version: int | None) -> None:
         """Answer a ``read`` the read lane took: from the block cache, the reply made as
-        bytes (what :meth:`_dispatch` would do, without its objects), or else the
-        usual way through :meth:`_dispatch`."""
+        bytes (what :func:`~shuttle.net.node_dispatch.dispatch` would do, without its
+        objects), or else the usual way through ``dispatch``."""
         lane = self.read_lane
         assert lane is not None
         principal = self.principal
         if principal is not None and not principal.caps.may_read(key):
             # Not the lane's to refuse: the usual way's guard says what is missing.
-            self._dispatch(rid, "read", read_args(key, offset, length, version), b"")
+            dispatch(self, rid, "read", read_args(key, offset, length, version), b"")
             return
         try:
             data = lane(key, offset, length, version)
@@ -417,8 +345,8 @@ class NodeProtocol(asyncio.Protocol):
             data = None
         if data is None or self.closed:
             # Both tries made: the usual way goes straight to the pool.
-            self._dispatch(
-                rid, "read", read_args(key, offset, length, version), b"", inline_tried=True
+            dispatch(
+                self, rid, "read", read_args(key, offset, length, version), b"", inline_tried=True
             )
             return
         counters = self.counters
@@ -428,72 +356,10 @@ class NodeProtocol(asyncio.Protocol):
         try:
             reply = self.conn.send_read_reply(rid, data)
         except ShuttleError as exc:  # e.g. a reply over the client's payload limit
-            self._send_error(rid, exc)
+            self.send_error(rid, exc)
             return
         counters.bytes_out += len(reply)
-        self._send_bytes(reply)
-
-    def _decrypt(self, data: bytes) -> bytes:
-        """A TLS connection's ciphertext in, its plaintext out (b"": nothing yet). Drives
-        the TLS handshake, then opens the Shuttle one; a TLS failure closes the
-        connection (after the alert that says why)."""
-        tls = self.tls
-        if tls is None:
-            server_tls = self.server.tls
-            assert server_tls is not None
-            tls = self.tls = TlsChannel(server_tls.context(), server_side=True)
-        try:
-            # The usual case is one call: decrypt what came.
-            plain = tls.decrypt(data) if tls.established else self._tls_handshake(tls, data)
-        except ssl.SSLError as exc:
-            self._tls_failed(exc)
-            return b""
-        if tls.peer_closed:  # close_notify: the client ended its side
-            if plain:
-                self._receive(plain)
-            self.eof_received()
-            return b""
-        return plain
-
-    def _tls_handshake(self, tls: TlsChannel, data: bytes) -> bytes:
-        """Advance the TLS handshake with ``data``; once it is done, open the Shuttle
-        handshake and return any plaintext that came with the client's last flight."""
-        tls.feed(data)
-        done = tls.handshake()
-        out = tls.output()
-        if out:
-            self._raw_write(out)
-        if not done:
-            return b""
-        self.binding = tls.binding()
-        self._challenge()
-        if self.closed:
-            return b""
-        return tls.read()
-
-    def _tls_failed(self, exc: ssl.SSLError) -> None:
-        """Count and log a TLS failure, send the alert TLS made for it, and close."""
-        server = self.server
-        server.counters.tls_failures += 1
-        tls = self.tls
-        assert tls is not None
-        reason = getattr(exc, "reason", None) or str(exc)
-        if tls.established:
-            log.warning(
-                "closing %s: a TLS record failed its authentication (%s): bytes changed on "
-                "the way?",
-                self.peer,
-                reason,
-            )
-        elif server.counters.tls_failures % 1000 == 1:
-            log.warning("TLS handshake with %s failed: %s", self.peer, reason)
-        with contextlib.suppress(ssl.SSLError):
-            alert = tls.output()
-            if alert and self.transport is not None and not self.closed:
-                self.transport.write(alert)
-        self.refused = True  # nothing more of its stream is read
-        self.server.authenticated(self)
-        self._close()
+        self.send_bytes(reply)
 
     def eof_received(self) -> bool | None:
         if self.failing is not None:
@@ -514,24 +380,24 @@ class NodeProtocol(asyncio.Protocol):
                 return
             ev = conn.receive_event(data) if data else conn.next_event()
         except RemoteProtocolError as exc:
-            self._fatal(exc)
+            self.fatal(exc)
             return
         while not self.closed:
             kind = type(ev)
             if kind is Request:
                 assert isinstance(ev, Request)
                 self.requests += 1
-                self._dispatch(ev.rid, ev.op, ev.args, ev.payload)
+                dispatch(self, ev.rid, ev.op, ev.args, ev.payload)
             elif ev is NEED_DATA:
                 return
             elif kind is RequestRejected:
                 assert isinstance(ev, RequestRejected)
-                self._send_error(ev.rid, ev.error)
+                self.send_error(ev.rid, ev.error)
             elif kind is Hello:
                 assert isinstance(ev, Hello)
-                self._greet(ev)
+                greet(self, ev)
             elif kind is Goodbye or kind is ConnectionClosed:
-                self._close()
+                self.close()
                 return
             if not conn.pending():
                 return  # the usual case: the chunk held one whole request
@@ -540,191 +406,29 @@ class NodeProtocol(asyncio.Protocol):
             try:
                 ev = conn.next_event()
             except RemoteProtocolError as exc:
-                self._fatal(exc)
+                self.fatal(exc)
                 return
-
-    def _greet(self, hello: Hello) -> None:
-        """Answer the HELLO: WELCOME (with the node's proof when it has a key), or an
-        ERROR on the connection (rid 0) and close when versions or credentials fail."""
-        server = self.server
-        try:
-            version = choose_version(hello)
-            key, principal = server.credentials_for(hello)
-            proof = auth.check_hello(hello, key, self.nonce, server.node_id, binding=self.binding)
-        except (RemoteProtocolError, AuthenticationError) as exc:
-            if isinstance(exc, AuthenticationError):
-                server.counters.auth_failures += 1
-            log.warning("refusing %s (client %r): %s", self.peer, hello.client_name[:80], exc)
-            self._write(self.conn.send(ErrorResponse.from_exception(0, exc)))
-            self._close()
-            return
-        if principal is not None:
-            try:  # its share of the node's connections (net/principal_limits.py)
-                server.load.take("connections", principal.name)
-            except NodeBusyError as exc:
-                log.info("refusing %s: %s", self.peer, exc)
-                self._write(self.conn.send(ErrorResponse.from_exception(0, exc)))
-                self._close()
-                return
-            self.load_name = principal.name
-            self.principal = principal
-        welcome = Welcome(version, server.node_id, server.limits.to_wire(), proof)
-        self._write(self.conn.send(welcome))
-        self.authenticated = True
-        server.authenticated(self)
-        if self._handshake_timer is not None:
-            self._handshake_timer.cancel()
-            self._handshake_timer = None
-
-    def _dispatch(
-        self,
-        rid: int,
-        name: str,
-        args: dict[str, Any],
-        payload: Payload,
-        inline_tried: bool = False,
-    ) -> None:
-        """Run request ``rid`` (operation ``name``) and answer it, now or when it is done;
-        ``inline_tried``: the read lane has just tried what the inline call would."""
-        server = self.server
-        counters = server.counters
-        counters.requests += 1
-        counters.by_op[name] += 1
-        op = server.registry.find(name)
-        if op is None:
-            try:
-                server.registry.get(name)  # raises the error naming the known operations
-            except ShuttleError as exc:
-                self._send_error(rid, exc)
-            return
-        principal = self.principal
-        if principal is not None:
-            guard = op.guard
-            try:
-                if guard is None:
-                    principal.require_admin(f"call {name}, a cluster operation")
-                else:
-                    guard(principal, args)
-            except ShuttleError as exc:  # NotPermittedError, naming what is missing
-                self._send_error(rid, exc)
-                return
-        if op.wants_principal:
-            args[PRINCIPAL_ARG] = principal  # whatever the client put there
-        inline = op.inline
-        if inline is not None:
-            if not inline_tried:
-                # The node's one inline-answer path. On the event loop, inside
-                # data_received's CPU account: no second account, no Future, no closure.
-                try:
-                    out = inline(args, payload if type(payload) is bytes else bytes(payload))
-                except Exception as exc:  # every failure is answered, typed
-                    self._send_error(rid, server.error_for(op.name, exc))
-                    return
-                if out is not None:
-                    counters.inline += 1
-                    self._send_reply(rid, out.result, out.payload)
-                    return
-            # Not answerable from memory (a block-cache miss, a large read, a stat that
-            # must read its attributes): the operation runs its usual way.
-            counters.inline_declined[name] += 1
-        load_name = self.load_name
-        if load_name is not None:
-            try:  # its principal's share of the node's requests in flight
-                server.load.take("requests", load_name)
-            except NodeBusyError as exc:
-                self._send_error(rid, exc)
-                return
-        if op.per_connection:
-            args[CONNECTION_ARG] = self.number  # whatever the client put there
-            self.owns_sessions = True
-        req = Request(rid, name, args, payload)
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any]
-        if op.mode is Mode.THREAD:
-            started: asyncio.Future[Any] | None = None
-            try:
-                wait = None if op.before is None else op.before(args)
-                start = op.start  # without a thread when it can (op.start's docstring)
-                if wait is None and start is not None:
-                    started = start(args, payload if type(payload) is bytes else bytes(payload))
-            except Exception as exc:  # every failure is answered, typed
-                if load_name is not None:
-                    server.load.give_back("requests", load_name)
-                self._send_error(rid, server.error_for(op.name, exc))
-                return
-            if wait is None:
-                if started is None:
-                    counters.threaded += 1
-                    fut = loop.run_in_executor(server._executor, server.call_sync, op, req)
-                else:
-                    counters.started += 1
-                    fut = started
-            else:  # wait on the loop, then hop: a waiting request holds no thread
-                counters.threaded += 1
-                fut = loop.create_task(self._call_after(wait, op, req))
-            fut.add_done_callback(lambda f: self._finished(f, rid, op.name, True))
-            self.executing += 1
-            if self.executing >= server.admission.executing_max or server.unsent_over:
-                self.hold()
-        else:
-            # Not counted: an object's call may wait for another request on this same
-            # connection (nested calls between run-times), which a cap could deadlock.
-            # Its replies are bounded by the unsent-bytes hold and the in-flight limit.
-            fut = loop.create_task(self._call_async(op, req))
-            fut.add_done_callback(lambda f: self._finished(f, rid, op.name, False))
-        self.pending.add(fut)
-
-    async def _call_after(self, wait: Awaitable[None], op: Operation, req: Request) -> Reply:
-        await wait
-        server = self.server
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(server._executor, server.call_sync, op, req)
-
-    async def _call_async(self, op: Operation, req: Request) -> Reply:
-        out = await op.handler(req.args, bytes(req.payload))
-        return out if isinstance(out, Reply) else Reply(out)
-
-    def _finished(self, fut: asyncio.Future[Any], rid: int, op_name: str, counted: bool) -> None:
-        self.pending.discard(fut)
-        if counted:
-            self.executing -= 1
-        if self.load_name is not None:
-            self.server.load.give_back("requests", self.load_name)
-        if self.closed or fut.cancelled():
-            return
-        exc = fut.exception()
-        if exc is not None:
-            self._send_error(rid, self.server.error_for(op_name, exc))
-        else:
-            reply: Reply = fut.result()
-            self._send_reply(rid, reply.result, reply.payload)
-        if self.failing is not None:
-            if not self.pending:  # the last request taken is answered: now say why
-                self._hang_up(self.failing)
-            return
-        if self.held:
-            self.release()
 
     # output ---------------------------------------------------------------------------
 
-    def _send_reply(self, rid: int, result: Any, payload: Payload) -> None:
+    def send_reply(self, rid: int, result: Any, payload: Payload) -> None:
         if self.closed:
             return
         try:
             buffers = self.conn.send_response(rid, result, payload, join_below=SMALL_REPLY_BYTES)
         except ShuttleError as exc:  # e.g. a reply over the client's payload limit
-            self._send_error(rid, exc)
+            self.send_error(rid, exc)
             return
-        self._write(buffers)
+        self.write_frames(buffers)
 
-    def _send_error(self, rid: int, exc: ShuttleError) -> None:
+    def send_error(self, rid: int, exc: ShuttleError) -> None:
         counters = self.server.counters
         counters.errors += 1
         counters.errors_by_code[exc.code] += 1
         if not self.closed:
-            self._write(self.conn.send(ErrorResponse.from_exception(rid, exc)))
+            self.write_frames(self.conn.send(ErrorResponse.from_exception(rid, exc)))
 
-    def _write(self, buffers: list[Any]) -> None:
+    def write_frames(self, buffers: list[Any]) -> None:
         transport = self.transport
         assert transport is not None
         counters = self.server.counters
@@ -741,27 +445,27 @@ class NodeProtocol(asyncio.Protocol):
                 transport.writelines([tls.encrypt(b) for b in buffers])
             return
         counters.bytes_out += len(data)
-        self._send_bytes(data)
+        self.send_bytes(data)
 
-    def _send_bytes(self, data: Any) -> None:
+    def send_bytes(self, data: Any) -> None:
         """Write ``data`` (encrypted first on a TLS connection)."""
         transport = self.transport
         assert transport is not None
         tls = self.tls
         transport.write(data if tls is None else tls.encrypt(data))
 
-    def _raw_write(self, data: bytes) -> None:
+    def write_raw(self, data: bytes) -> None:
         """Write bytes as they are (TLS handshake records)."""
         if self.transport is not None and not self.closed:
             self.transport.write(data)
 
-    def _fatal(self, exc: RemoteProtocolError) -> None:
+    def fatal(self, exc: RemoteProtocolError) -> None:
         """The client broke the protocol (or its stream is corrupt): read nothing more of
         it, answer every request it sent before (they were taken, and may have run),
         then tell it why (rid 0) and hang up."""
         server = self.server
         server.counters.protocol_errors += 1
-        if not self.encrypted and not self.authenticated and looks_like_tls(self._first_bytes):
+        if not self.encrypted and not self.authenticated and looks_like_tls(self.first_bytes):
             log.warning(
                 "protocol error from %s: it speaks TLS, and this node serves without TLS "
                 "(start it with --tls, or connect without TLS)",
@@ -775,9 +479,9 @@ class NodeProtocol(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.pause_reading()
             return
-        self._hang_up(exc)
+        self.hang_up(exc)
 
-    def _hang_up(self, exc: RemoteProtocolError) -> None:
+    def hang_up(self, exc: RemoteProtocolError) -> None:
         """Send the connection's ERROR (rid 0) saying why, and close."""
         limits = self.server.limits
         frame = encode_frame(
@@ -787,8 +491,8 @@ class NodeProtocol(asyncio.Protocol):
             payload_bytes_max=limits.payload_bytes_max,
         )
         if self.transport is not None and not self.closed:
-            self._send_bytes(b"".join(frame))
-        self._close()
+            self.send_bytes(b"".join(frame))
+        self.close()
 
     def revoke(self, error: ShuttleError) -> None:
         """The principal it authenticated as is gone: say why (rid 0) and close. Replies
@@ -797,8 +501,8 @@ class NodeProtocol(asyncio.Protocol):
             return
         log.warning("closing %s: %s", self.peer, error)
         with contextlib.suppress(ShuttleError):
-            self._write(self.conn.send(ErrorResponse.from_exception(0, error)))
-        self._close()
+            self.write_frames(self.conn.send(ErrorResponse.from_exception(0, error)))
+        self.close()
 
     def goodbye(self, reason: str) -> None:
         """Say GOODBYE and close: only when every request taken has been answered
@@ -809,10 +513,10 @@ class NodeProtocol(asyncio.Protocol):
             self.abort()  # still in its TLS handshake: no frame could reach it
             return
         with contextlib.suppress(ShuttleError):
-            self._write(self.conn.send(Goodbye(reason)))
-        self._close()
+            self.write_frames(self.conn.send(Goodbye(reason)))
+        self.close()
 
-    def _close(self) -> None:
+    def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.closed = True
             if self.tls is not None and not self.lost:
