@@ -60,7 +60,7 @@ from shuttle.wire.frames import encode_frame
 from shuttle.wire.readlane import read_args
 
 if TYPE_CHECKING:
-    from shuttle.net.server import RpcServer
+    from shuttle.net.server import CpuAccount, RpcServer
     from shuttle.net.server_stats import ServerCounters
 
 log = logging.getLogger("shuttle.node")
@@ -137,6 +137,9 @@ class NodeProtocol(asyncio.Protocol):
         self.read_lane: ReadLane | None = None if read_op is None else read_op.read_lane
         #: ``read``'s call for a miss of the lane's block cache (None: the pool reads it).
         self.read_miss: ReadLane | None = None if read_op is None else read_op.read_miss
+        #: The server's CPU account around protocol work (None: a full-speed node),
+        #: held here: the server is an interpreted object, each look-up a dict's.
+        self.account: CpuAccount | None = server._account
         # What the housekeeping sweep last saw: since when a partial frame has not
         # grown, since when nothing has happened.
         now = time.monotonic()
@@ -280,8 +283,7 @@ class NodeProtocol(asyncio.Protocol):
             self.goodbye(f"idle for over {limits.idle_timeout_s:g} s; reconnect when needed")
 
     def data_received(self, data: bytes) -> None:
-        server = self.server
-        server.counters.bytes_in += len(data)
+        self.counters.bytes_in += len(data)
         self.bytes_in += len(data)  # ciphertext too: any byte arriving is progress
         if self.refused or self.failing is not None:
             return
@@ -291,7 +293,7 @@ class NodeProtocol(asyncio.Protocol):
                 return
         elif not self.authenticated and len(self.first_bytes) < 8:
             self.first_bytes += data[:8]
-        account = server._account
+        account = self.account
         if account is None:
             self.receive(data)
         else:
@@ -313,7 +315,7 @@ class NodeProtocol(asyncio.Protocol):
             read = conn.receive_read_request(data)
             if read is not None:
                 self.requests += 1
-                self._read(read[0], read[1], read[2], read[3], read[4])
+                self._read(read)
                 return
         parts = conn.receive_request(data)
         if parts is None:
@@ -322,10 +324,20 @@ class NodeProtocol(asyncio.Protocol):
         self.requests += 1
         dispatch(self, parts[0], parts[1], parts[2], parts[3])
 
-    def _read(self, rid: int, key: str, offset: int, length: int, version: int | None) -> None:
-        """Answer a ``read`` the read lane took: from the block cache, the reply made as
-        bytes (what :func:`~shuttle.net.node_dispatch.dispatch` would do, without its
-        objects), or else the usual way through ``dispatch``."""
+    def _read(self, read: tuple[Any, ...]) -> None:
+        """Answer a ``read`` the read lane took, ``(rid, key, offset, length, version)``
+        (:meth:`Connection.receive_read_request`): from the block cache, the reply made
+        as bytes (what :func:`~shuttle.net.node_dispatch.dispatch` would do, without
+        its objects), or else the usual way through ``dispatch``.
+
+        The request's values stay the Python objects the parser made (typed ``Any``):
+        the compiled build would otherwise unbox each int and box it again, an
+        allocation, for every call they are passed on to."""
+        rid: Any = read[0]
+        key: Any = read[1]
+        offset: Any = read[2]
+        length: Any = read[3]
+        version: Any = read[4]
         lane = self.read_lane
         assert lane is not None
         principal = self.principal

@@ -21,6 +21,7 @@ back in any order. The client picks ids; the node answers each exactly once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from shuttle.errors import (
@@ -64,7 +65,6 @@ from shuttle.wire.limits import (
     Limits,
 )
 from shuttle.wire.readlane import (
-    ReadRequest,
     pack_read_reply,
     pack_read_request,
     parse_read_reply,
@@ -122,6 +122,12 @@ class Connection:
         )
         #: Requests sent (client) or received (server) and not yet answered.
         self._in_flight: set[int] = set()
+        #: The node's read lane calls (``shuttle.wire.readlane``), held here: as module
+        #: globals of a compiled module, each call would look its name up in a dict
+        #: first. Their request tuple and ids stay Python objects (see
+        #: :meth:`receive_read_request`).
+        self._parse_read: Callable[[bytes, int], tuple[Any, ...] | None] = parse_read_request
+        self._pack_read: Callable[[Any, bytes], bytes] = pack_read_reply
         self._next_rid = 1
         self._eof = False
 
@@ -292,10 +298,12 @@ class Connection:
         self._responded(rid)
         return buffers
 
-    def _check_response(self, rid: int) -> None:
+    def _check_response(self, rid: Any) -> None:
         """Raise unless request ``rid`` awaits its response (every response path; also
         after the client broke the protocol, when only requests taken before are
-        answered)."""
+        answered). ``rid`` is an int, typed ``Any`` so that the compiled build keeps
+        the object it is given: an ``int`` parameter is unboxed, and each set operation
+        would box it again (an allocation for any id over 256)."""
         if (
             rid not in self._in_flight
             and self._is_server
@@ -303,8 +311,9 @@ class Connection:
         ):
             raise LocalProtocolError(f"no request {rid} is waiting for a response")
 
-    def _responded(self, rid: int) -> None:
-        """The response to ``rid`` was encoded: apply the table, take it out of flight."""
+    def _responded(self, rid: Any) -> None:
+        """The response to ``rid`` was encoded: apply the table, take it out of flight.
+        (``rid``: an int, kept boxed as in :meth:`_check_response`.)"""
         if not self._steady_send_response:
             self._transition(SEND, Response)
         self._in_flight.discard(rid)
@@ -326,12 +335,13 @@ class Connection:
         self._requested(rid)
         return data
 
-    def send_read_reply(self, rid: int, data: bytes) -> bytes:
-        """``send_response(rid, None, data)`` joined into one bytes object."""
+    def send_read_reply(self, rid: Any, data: bytes) -> bytes:
+        """``send_response(rid, None, data)`` joined into one bytes object. (``rid``: the
+        int of :meth:`receive_read_request`'s tuple, kept boxed as it is.)"""
         if len(data) > self.peer_limits.payload_bytes_max:
             return b"".join(self.send_response(rid, None, data))  # raises the limit's error
         self._check_response(rid)
-        reply = pack_read_reply(rid, data)
+        reply = self._pack_read(rid, data)
         self._responded(rid)
         return reply
 
@@ -425,12 +435,16 @@ class Connection:
             return None
         return h[0], h[1], h[2], frame[2]
 
-    def receive_read_request(self, data: bytes) -> ReadRequest | None:
+    def receive_read_request(self, data: bytes) -> tuple[Any, ...] | None:
         """Node side: ``(rid, key, offset, length, version)`` of the ``read`` request
-        that is exactly ``data`` (its id is now in flight), or None."""
+        that is exactly ``data`` (its id is now in flight), or None: a
+        :data:`~shuttle.wire.readlane.ReadRequest`, typed as a tuple of objects so that
+        the compiled build passes the parser's tuple on as it is (a typed tuple is
+        unpacked into a C struct, its ints unboxed, and boxed into a new tuple again
+        on return: five allocations a read for nothing)."""
         if not self._reader.at_frame_boundary():
             return None
-        read = parse_read_request(data, self.our_limits.header_bytes_max)
+        read = self._parse_read(data, self.our_limits.header_bytes_max)
         if read is None or not self._take_request_id(read[0]):
             return None
         return read
@@ -541,8 +555,9 @@ class Connection:
             and self._take_request_id(rid)
         )
 
-    def _take_request_id(self, rid: int) -> bool:
-        """:meth:`_take_request` once the header is known to be a well-formed request."""
+    def _take_request_id(self, rid: Any) -> bool:
+        """:meth:`_take_request` once the header is known to be a well-formed request
+        (``rid`` an int, kept boxed as in :meth:`_check_response`)."""
         in_flight = self._in_flight
         if (
             rid > 0
