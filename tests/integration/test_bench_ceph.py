@@ -38,6 +38,9 @@ def test_netrand_compares_the_nodes_with_librados() -> None:
     assert {"file_node", "librados"} <= set(report["modes"])
     assert ("rados_node" in report["modes"]) != ("rados_node" in report["skipped"])
     assert report["modes"]["librados"]["samples"] == 20
+    # Each node process's CPU over its timed passes (coarse: /proc's 10 ms ticks).
+    assert {"file_node"} <= set(report["node_cpu_us_per_read"])
+    assert all(v >= 0 for v in report["node_cpu_us_per_read"].values())
     if "rados_node" in report["modes"]:
         # How the RADOS node answered its timed reads: all warm, after its probation,
         # so all from its cache on its event loop, none confirmed with a stat.

@@ -77,6 +77,8 @@ class Stand:
     #: Clients by mode name: ``file_node`` and, when this build has it, ``rados_node``.
     clients: dict[str, Client] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    #: Each node's process id, by mode (its CPU is read from /proc around each pass).
+    pids: dict[str, int] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -117,6 +119,7 @@ def stand(
             bench.clients["file_node"] = stack.enter_context(
                 connect(cluster=file_cluster.path, **client_options)
             )
+            _note_pid(bench, "file_node", file_cluster)
             if has_rados_store():
                 if compare_src is not None:
                     # First: with --no-wait-for-trust, this node's probation then ends
@@ -135,6 +138,7 @@ def stand(
                             **client_options,
                         )
                     )
+                    _note_pid(bench, COMPARE_MODE, clusters[-1])
                 progress(f"starting a node on the RADOS pool {info.pool}")
                 rados_cluster = local.up(
                     scratch / "rados",
@@ -147,6 +151,7 @@ def stand(
                 bench.clients["rados_node"] = stack.enter_context(
                     connect(cluster=rados_cluster.path, **client_options)
                 )
+                _note_pid(bench, "rados_node", rados_cluster)
             else:
                 bench.skipped["rados_node"] = (
                     "this build's `shuttle serve` has no --store rados:POOL yet; only the "
@@ -161,6 +166,22 @@ def stand(
             rados.shutdown()
         ceph.down()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _note_pid(bench: Stand, mode: str, cluster: ClusterFile) -> None:
+    pid = cluster.nodes[0].pid
+    if pid is not None:
+        bench.pids[mode] = pid
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system, every thread: librados's too) the process ``pid``
+    has used, from /proc (None where there is no /proc or the process is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _compare_cluster(
@@ -302,6 +323,13 @@ RADOS_COUNTERS = (
     "validations",
     "cold_reads",
     "aio_reads",
+    # Of the misses read on the loop: only the bytes asked for (the block would not
+    # stay), whole blocks, misses of a block missed within the cache's reach, and the
+    # bytes read from RADOS for them (docs/ceph.md, "Reads that miss a node's cache").
+    "partial_reads",
+    "whole_reads",
+    "ghost_hits",
+    "aio_bytes",
     "announced",
 )
 
@@ -346,6 +374,8 @@ class CounterLog:
             # confirm a cached version (0 is the goal).
             "inline_share": round(self.totals.get("inline_hits", 0) / reads, 4),
             "aio_share": round(self.totals.get("aio_reads", 0) / reads, 4),
+            "partial_share": round(self.totals.get("partial_reads", 0) / reads, 4),
+            "aio_bytes_per_read": round(self.totals.get("aio_bytes", 0) / reads),
             "validations_per_read": round(self.totals.get("validations", 0) / reads, 4),
             "at_start": self.at_start,
             "per_round": self.per_round,
@@ -390,6 +420,9 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
         by_round: dict[str, list[float]] = {mode: [] for mode in fetchers}
         rados_modes = [m for m in bench.clients if m.startswith("rados_node")]
         logs = {mode: CounterLog() for mode in rados_modes}
+        # Each node's process CPU (every thread) over its timed passes.
+        cpu_s: dict[str, float] = {mode: 0.0 for mode in bench.pids}
+        cpu_reads: dict[str, int] = {mode: 0 for mode in bench.pids}
         for mode in rados_modes:
             _wait_for_trust(bench.clients[mode], progress, probation=config.wait_for_trust)
         for mode in rados_modes:
@@ -405,7 +438,13 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
                 if rnd:
                     log = logs.get(mode)
                     before = rados_counters(bench.clients[mode]) if log else None
+                    pid = bench.pids.get(mode)
+                    cpu0 = process_cpu_s(pid) if pid is not None else None
                     timed_run(pages, fetch, PAGE_BYTES, samples[mode])
+                    cpu1 = process_cpu_s(pid) if pid is not None else None
+                    if cpu0 is not None and cpu1 is not None:
+                        cpu_s[mode] += cpu1 - cpu0
+                        cpu_reads[mode] += len(pages)
                     this_pass = samples[mode].latencies_ns[-len(pages) :]
                     by_round[mode].append(round(statistics.median(this_pass) / 1e3, 1))
                     if log is not None and before is not None:
@@ -424,6 +463,12 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
         "rados_counters": {m: log.summary() for m, log in logs.items()},
         # Each timed pass's p50 (µs), round by round: drift, and a node's first rounds.
         "p50_us_by_round": by_round,
+        # Each node process's CPU (user + system, all its threads, librados's included)
+        # over its timed passes, per read (µs; /proc's clock ticks: 10 ms, so about
+        # 2.5 µs a read over 4,000 reads).
+        "node_cpu_us_per_read": {
+            m: round(cpu_s[m] / cpu_reads[m] * 1e6, 1) for m in cpu_s if cpu_reads[m]
+        },
     }
     lib = report["modes"]["librados"]["p50_us"]
     report["p50_over_librados"] = {
@@ -436,6 +481,13 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
     # passes of one round alike, so this is the steadier figure.
     report["p50_over_file_node_paired"] = {m: _paired(by_round, m, "file_node") for m in logs}
     report["p50_over_librados_paired"] = {m: _paired(by_round, m, "librados") for m in logs}
+    if COMPARE_MODE in by_round and "rados_node" in by_round:
+        # This checkout's RADOS node over the one compared against (after / before).
+        modes = report["modes"]
+        report["p50_over_compare"] = _ratio(
+            modes["rados_node"]["p50_us"], modes[COMPARE_MODE]["p50_us"]
+        )
+        report["p50_over_compare_paired"] = _paired(by_round, "rados_node", COMPARE_MODE)
     if "rados_node" in report["modes"]:
         report["target"] = _netrand_target(
             config.file_bytes,

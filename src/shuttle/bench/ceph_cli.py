@@ -109,14 +109,17 @@ def netrand(
     )
     report = run_netrand(config, progress_lines("ceph netrand", console))
     table = Table(title=f"4 KiB random reads, warm: {pages} pages × {rounds} rounds")
-    for col in ("mode", "p50 µs", "p90 µs", "p99 µs", "mean µs", "p50 / librados"):
+    heads = ("mode", "p50 µs", "p90 µs", "p99 µs", "mean µs", "p50 / librados", "node CPU µs/read")
+    for col in heads:
         table.add_column(col, justify="right")
+    cpu = report.get("node_cpu_us_per_read", {})
     for mode, s in report["modes"].items():
         ratio = report["p50_over_librados"].get(mode)
         table.add_row(
             mode,
             *(f"{s[k]:.0f}" for k in ("p50_us", "p90_us", "p99_us", "mean_us")),
             "-" if ratio is None else f"{ratio:.2f}",
+            f"{cpu[mode]:.0f}" if mode in cpu else "-",
         )
     console.print(table)
     _rados_counters(report)
@@ -137,6 +140,7 @@ def _rados_counters(report: dict[str, Any]) -> None:
         "validations",
         "cold_reads",
         "aio_reads",
+        "partial_reads",
     )
     heads = ("inline share", "p50 / file node", "paired", "p50 / librados", "paired")
     for col in ("mode", *cols, "cache_hits", "cache_misses", *heads):
@@ -156,6 +160,20 @@ def _rados_counters(report: dict[str, Any]) -> None:
             *("-" if r is None else f"{r:.2f}" for r in shown),
         )
     console.print(table)
+    for mode, c in counters.items():
+        if c.get("aio_reads"):
+            console.print(
+                f"{mode}: {c.get('aio_bytes_per_read', 0)} bytes read from RADOS per timed "
+                f"read; of its misses, {c.get('partial_reads', 0)} read only the page asked "
+                f"for, {c.get('whole_reads', 0)} whole blocks ({c.get('ghost_hits', 0)} "
+                "of a block missed within the cache's reach)"
+            )
+    if report.get("p50_over_compare") is not None:
+        console.print(
+            f"rados_node / the node compared against (--compare), p50: "
+            f"{report['p50_over_compare']:.2f} (paired "
+            f"{report.get('p50_over_compare_paired') or 0:.2f})"
+        )
     console.print(
         "paired: the median over rounds of each round's p50 ratio (steadier under load "
         "that comes and goes)"

@@ -31,7 +31,10 @@ Layout:
 * ``registry``   the stores by name (``local``, ``rados:POOL``) and :func:`open_store`
 * ``rados``      :class:`RadosStore`: objects in a Ceph RADOS pool, served by many nodes
 * ``rados_conn`` its librados connection: bounded waits, per-thread contexts, aio reads
+* ``rados_changes`` its changes: each a guarded RADOS write, announced to every gateway
 * ``rados_read`` its reads: bytes of one version, through the block cache
+* ``rados_miss`` its cache misses, read on the loop: whole blocks or only the bytes asked
+* ``rados_admission`` which misses are worth a whole block (a ghost queue of misses)
 * ``rados_aio`` its cache misses read by a second librados client (C API), on the loop
 * ``rados_watch`` cache coherence between its gateways: watch/notify on a channel object
 * ``rados_index`` its key index (sharded omaps) and listing by prefix

@@ -10,9 +10,9 @@ placement group, so it never repeats for a key even across remove and re-create.
 
 Every change is one RADOS write operation guarded by ``assert_version`` (or an
 exclusive create for a new key): a compare-and-set, atomic on the OSDs, durable on
-every replica when it returns. A change that loses a race with another gateway is
-redone from the new state (unconditional) or fails with VersionMismatchError
-(conditional). There is no journal, no recovery and no checkpoint here: RADOS is the
+every replica when it returns, announced to the other gateways first
+(:mod:`shuttle.store.rados_changes`); this module plans each kind of change. There is
+no journal, no recovery and no checkpoint here: RADOS is the
 durability, and a gateway keeps nothing that a restart needs.
 
 The node's block cache stays in front, kept coherent between gateways by watch/notify
@@ -20,7 +20,9 @@ The node's block cache stays in front, kept coherent between gateways by watch/n
 gateway, which drops the key, before it is written, so while its watch is healthy a
 gateway serves cached blocks without asking RADOS (on the node's event loop when they
 are resident), and otherwise confirms the version with a ``stat`` first
-(:mod:`shuttle.store.rados_read`). Streaming reads skip the cache and are pipelined.
+(:mod:`shuttle.store.rados_read`); a miss is read on the node's event loop, only the
+bytes asked for when a whole block would not stay in the cache
+(:mod:`shuttle.store.rados_miss`). Streaming reads skip the cache and are pipelined.
 
 Limits: an object is at most :data:`RADOS_OBJECT_BYTES_MAX` (one RADOS object; no
 striping yet). Range writes and truncates re-read the object to re-chunk it.
@@ -33,7 +35,6 @@ import asyncio
 import builtins
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -47,23 +48,19 @@ from shuttle.errors import (
     StorageIOError,
     VersionMismatchError,
 )
-from shuttle.store.attrs import ObjectAttrs, StoredAttrs, WriteResult, decode_attrs, encode_attrs
+from shuttle.store.attrs import ObjectAttrs, StoredAttrs, WriteResult
 from shuttle.store.cache import BlockCache
-from shuttle.store.chunking import ChunkRef, chunk_buffer, object_hash, rechunk
+from shuttle.store.chunking import chunk_buffer, object_hash, rechunk
 from shuttle.store.core import WRITE_BYTES_MAX, ChangeHook, StoreConfig
 from shuttle.store.keys import no_object, validate_key, validate_prefix
 from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX, Listing
 from shuttle.store.paths import BytesLike
 from shuttle.store.rados_aio import AioClient
-from shuttle.store.rados_conn import (
-    VERSION_ERRNOS,
-    CephOptions,
-    RadosConnection,
-    error_errno,
-    raise_storage_error,
-)
-from shuttle.store.rados_index import list_index, omap_fetcher, shard_of
-from shuttle.store.rados_read import Raced, VersionedReader, check_version_number
+from shuttle.store.rados_changes import CAS_ATTEMPTS_MAX, Changes, check_attrs_version
+from shuttle.store.rados_conn import CephOptions, RadosConnection, raise_storage_error
+from shuttle.store.rados_index import list_index, omap_fetcher
+from shuttle.store.rados_miss import LoopReads
+from shuttle.store.rados_read import Raced, VersionedReader
 from shuttle.store.rados_uploads import RadosUpload, RadosUploads
 from shuttle.store.rados_watch import Coherence
 from shuttle.store.stats import StoreCounters
@@ -75,16 +72,6 @@ T = TypeVar("T")
 #: Largest object: one RADOS object, written whole in one operation, must stay under
 #: the OSDs' ``osd_max_write_size`` (90 MiB) and ``osd_max_object_size`` (128 MiB).
 RADOS_OBJECT_BYTES_MAX = 64 << 20
-
-#: The xattr that holds an object's attributes.
-ATTRS_XATTR = "shuttle.attrs"
-
-#: Times a change is redone after losing a race with another gateway before giving up.
-#: Each loss means another change succeeded, so a livelock needs that many writers.
-CAS_ATTEMPTS_MAX = 64
-#: Chunk lists of pre-upgrade records kept in memory (a few KiB each for small
-#: objects; the memo only spares re-reading an object each stat until it changes).
-RECHUNK_MEMO_ENTRIES_MAX = 4096
 
 
 class RadosStore:
@@ -114,13 +101,13 @@ class RadosStore:
         self.reader = VersionedReader(self.conn, self.cache, self.config, self.counters)
         self.coherence = Coherence(self.conn, self.reader)
         self.reader.trust = self.coherence
-        self.reader.aio = self.aio = self._aio_client(pool, namespace, ceph or CephOptions())
+        self.aio = self._aio_client(pool, namespace, ceph or CephOptions())
+        self.misses = LoopReads(self.reader, self.aio)
+        self.changes = Changes(self.conn, self.reader, self.coherence, self.counters)
         self.coherence.start()
         self._fetch_keys = omap_fetcher(self.conn.ioctx, self._rados)
+        #: Reads started again because the object changed under them.
         self.races = 0
-        #: Chunk lists of objects whose records predate the chunking, by (key, version).
-        self._rechunk_memo: dict[tuple[str, int], tuple[ChunkRef, ...]] = {}
-        self._rechunk_lock = threading.Lock()
 
     @property
     def uploads(self) -> RadosUploads:
@@ -151,130 +138,15 @@ class RadosStore:
             self.counters.error("storage_io")
             raise_storage_error(f"{name} of {key!r}" if key else name, exc, self._timeout_s)
 
-    def _load(self, k: str) -> StoredAttrs | None:
-        """The attributes of ``k`` with its current version, or None if it is missing."""
-        io = self.conn.ioctx()
-        try:
-            # All xattrs in one operation: get_xattr's binding may ask twice for a
-            # record over 4 KiB (it grows its buffer), and measured slower even below.
-            blob = dict(io.get_xattrs(k)).get(ATTRS_XATTR)
-        except self._rados.ObjectNotFound:
-            return None
-        if blob is None:
-            raise StorageIOError(
-                f"RADOS object {k!r} has no Shuttle attributes: another tool wrote it. "
-                "Remove it with `rados rm`, or write it through Shuttle."
-            )
-        version = io.get_last_version()
-        rec = decode_attrs(blob)
-        chunks = rec.chunks
-        if rec.stale_chunks:
-            chunks = self._rechunked(StoredAttrs(k, rec.size, version, rec.mtime_ns, None, ()))
-        return StoredAttrs(k, rec.size, version, rec.mtime_ns, rec.hash, chunks)
-
-    def _rechunked(self, rec: StoredAttrs) -> tuple[ChunkRef, ...]:
-        """The chunk list of an object whose record predates the chunking in use (an
-        older Shuttle wrote it): computed from its contents, kept in memory by version
-        (a gateway cannot rewrite the record without a new version that every other
-        gateway would have to be told of); the object's next change writes a fresh one."""
-        known = self._rechunk_memo.get((rec.key, rec.version))
-        if known is not None:
-            return known
-        chunks = tuple(chunk_buffer(self._contents(rec)))
-        with self._rechunk_lock:
-            self._rechunk_memo[(rec.key, rec.version)] = chunks
-            while len(self._rechunk_memo) > RECHUNK_MEMO_ENTRIES_MAX:
-                self._rechunk_memo.pop(next(iter(self._rechunk_memo)))
-        self.counters.add(objects_rechunked=1)
-        return chunks
-
-    def _commit(
-        self, k: str, rec: StoredAttrs | None, build: Callable[[Any], None], new: StoredAttrs
-    ) -> int:
-        """One guarded write operation on ``k``: ``build(op)`` plus the new attributes,
-        if ``k`` is still as ``rec`` says. Returns the new version; raises _Raced."""
-        io = self.conn.ioctx()
-        with self._rados.WriteOpCtx() as op:
-            if rec is None:
-                op.new(self._rados.LIBRADOS_CREATE_EXCLUSIVE)
-            else:
-                op.assert_version(rec.version)
-            build(op)
-            op.set_xattr(ATTRS_XATTR, encode_attrs(new))
-            try:
-                io.operate_write_op(op, k)
-            except self._rados.Error as exc:
-                if error_errno(exc) in VERSION_ERRNOS:
-                    raise Raced from exc
-                raise
-        return int(io.get_last_version())
-
-    def _index(self, k: str, *, add: bool) -> None:
-        io = self.conn.ioctx()
-        with self._rados.WriteOpCtx() as op:
-            if add:
-                io.set_omap(op, (k,), (b"",))
-            else:
-                io.remove_omap_keys(op, (k,))
-            # Removing from a shard that was never written finds no object: fine.
-            with contextlib.suppress(self._rados.ObjectNotFound):
-                io.operate_write_op(op, shard_of(k))
-
-    def _changed(self, k: str) -> None:
-        """After a change through this node: drop the key's cached blocks."""
-        self.reader.forget(k)
-
-    def _hooked(self, k: str) -> contextlib.AbstractContextManager[object]:
-        hook = self.change_hook
-        return hook.changing(k) if hook is not None else contextlib.nullcontext()
-
-    def _change(
-        self,
-        k: str,
-        expected: int | None,
-        plan: Callable[[StoredAttrs | None], tuple[Callable[[Any], None], StoredAttrs]],
-    ) -> StoredAttrs:
-        """Compare-and-set loop of every change but remove: look, plan, write guarded."""
-        with self._hooked(k):
-            for _attempt in range(CAS_ATTEMPTS_MAX):
-                rec = self._load(k)
-                _check_version(k, rec, expected)
-                try:
-                    build, new = plan(rec)
-                except Raced:  # it changed while the plan read it
-                    self.races += 1
-                    continue
-                if rec is None:
-                    self._index(k, add=True)  # listed before it exists (rados_index)
-                else:  # every gateway drops the key first (rados_watch)
-                    announced_s = self.coherence.announce(k, rec.version + 1)
-                try:
-                    version = self._commit(k, rec, build, new)
-                except Raced:
-                    self.races += 1
-                    if expected is not None:
-                        _check_version(k, self._load(k), expected)  # raises: it changed
-                    continue
-                if rec is None:
-                    self._index(k, add=True)  # and after, should a remove have raced
-                self._changed(k)
-                if rec is not None:  # last: it may raise, and the change is made already
-                    self.coherence.committed(k, version, announced_s)
-                return StoredAttrs(k, new.size, version, new.mtime_ns, new.hash, new.chunks)
-        raise StorageIOError(
-            f"{k!r} changed {CAS_ATTEMPTS_MAX} times under this change (other gateways "
-            "write it constantly); nothing was changed by this call: retry later"
-        )
-
     # --- reads -----------------------------------------------------------------------
 
     def stat(self, key: str, *, expected_version: int | None = None) -> ObjectAttrs:
         k = validate_key(key)
         with self._op("stat", k):
-            rec = self._load(k)
+            rec = self.changes.load(k)
             if rec is None:
                 raise no_object(k)
-            _check_version(k, rec, expected_version)
+            check_attrs_version(k, rec, expected_version)
             return _complete(rec)
 
     def stat_is_cached(self, key: str) -> bool:
@@ -285,7 +157,7 @@ class RadosStore:
         with self._op("stat_many"):
             out: builtins.list[ObjectAttrs | None] = []
             for k in checked:
-                rec = self._load(k)
+                rec = self.changes.load(k)
                 out.append(None if rec is None else _complete(rec))
             return out
 
@@ -307,9 +179,9 @@ class RadosStore:
     ) -> asyncio.Future[T] | None:
         """A read that missed :meth:`read_cached`, started on the running event loop: a
         future of ``wrap(bytes)`` that the loop completes, or None (:meth:`read` in a
-        thread answers it). See :meth:`VersionedReader.read_async
-        <shuttle.store.rados_read.VersionedReader.read_async>`."""
-        return self.reader.read_async(key, offset, length, expected_version, wrap)
+        thread answers it). See :meth:`LoopReads.read_async
+        <shuttle.store.rados_miss.LoopReads.read_async>`."""
+        return self.misses.read_async(key, offset, length, expected_version, wrap)
 
     def read(
         self,
@@ -368,7 +240,7 @@ class RadosStore:
             new = StoredAttrs(k, len(blob), 0, mtime_ns, whole, chunks)
             return (lambda op: op.write_full(blob)), new
 
-        done = self._change(k, expected, plan)
+        done = self.changes.change(k, expected, plan, self.change_hook)
         self.counters.add(bytes_written=len(blob))
         return done
 
@@ -408,36 +280,7 @@ class RadosStore:
     def remove(self, key: str, *, expected_version: int | None = None) -> None:
         k = validate_key(key)
         with self._op("remove", k):
-            self._remove(k, expected_version)
-
-    def _remove(self, k: str, expected: int | None) -> None:
-        with self._hooked(k):
-            for _attempt in range(CAS_ATTEMPTS_MAX):
-                rec = self._load(k)
-                if rec is None:
-                    self._index(k, add=False)  # a dangling entry (rados_index) goes
-                    raise NotFoundError(f"no object {k!r} to remove.")
-                _check_version(k, rec, expected)
-                announced_s = self.coherence.announce(k, rec.version + 1)
-                io = self.conn.ioctx()
-                with self._rados.WriteOpCtx() as op:
-                    op.assert_version(rec.version)
-                    op.remove()
-                    try:
-                        io.operate_write_op(op, k)
-                    except self._rados.Error as exc:
-                        if error_errno(exc) not in VERSION_ERRNOS:
-                            raise
-                        self.races += 1
-                        continue
-                self._changed(k)
-                self._index(k, add=False)
-                if self._load(k) is not None:
-                    self._index(k, add=True)  # re-created meanwhile: keep it listed
-                # Last: it may raise, and the key must be unlisted whatever it says.
-                self.coherence.committed(k, rec.version + 1, announced_s)
-                return
-        raise StorageIOError(f"{k!r} kept changing under a remove; retry later")
+            self.changes.remove(k, expected_version, self.change_hook)
 
     def remove_many(self, keys: Sequence[str]) -> builtins.list[bool]:
         checked = [validate_key(k) for k in keys]
@@ -445,19 +288,13 @@ class RadosStore:
         with self._op("remove_many"):
             for k in checked:
                 try:
-                    self._remove(k, None)
+                    self.changes.remove(k, None, self.change_hook)
                     out.append(True)
                 except NotFoundError:
                     out.append(False)
         return out
 
     # --- in-place changes ------------------------------------------------------------------
-
-    def _contents(self, rec: StoredAttrs) -> bytearray:
-        """The whole current contents of ``rec``'s version (raises _Raced if it moved)."""
-        if rec.size == 0:
-            return bytearray()
-        return bytearray(self.reader.pipelined(rec.key, 0, rec.size, rec.version))
 
     def set_mtime(
         self, key: str, mtime_ns: int, *, expected_version: int | None = None
@@ -477,7 +314,7 @@ class RadosStore:
                 new = StoredAttrs(k, rec.size, 0, mtime_ns, rec.hash, rec.chunks)
                 return (lambda op: None), new
 
-            return _complete(self._change(k, expected_version, plan))
+            return _complete(self.changes.change(k, expected_version, plan, self.change_hook))
 
     def write(
         self,
@@ -504,7 +341,7 @@ class RadosStore:
             def plan(rec: StoredAttrs | None) -> tuple[Callable[[Any], None], StoredAttrs]:
                 if rec is None and not create:
                     raise NotFoundError(f"no object {k!r} to write; pass create=True to make it.")
-                old = self._contents(rec) if rec is not None else bytearray()
+                old = self.changes.contents(rec) if rec is not None else bytearray()
                 old_size = len(old)
                 new = old
                 if piece:
@@ -526,7 +363,7 @@ class RadosStore:
 
                 return build, attrs
 
-            done = self._change(k, expected_version, plan)
+            done = self.changes.change(k, expected_version, plan, self.change_hook)
             self.counters.add(bytes_written=len(piece))
             return WriteResult(k, done.size, done.version, done.mtime_ns)
 
@@ -541,7 +378,7 @@ class RadosStore:
             def plan(rec: StoredAttrs | None) -> tuple[Callable[[Any], None], StoredAttrs]:
                 if rec is None:
                     raise NotFoundError(f"no object {k!r} to truncate.")
-                old = self._contents(rec)
+                old = self.changes.contents(rec)
                 new = old[:size] + bytes(max(0, size - len(old)))
                 chunks = rechunk(
                     rec.chunks,
@@ -553,7 +390,7 @@ class RadosStore:
                 attrs = StoredAttrs(k, size, 0, mtime_ns, object_hash(new), tuple(chunks))
                 return (lambda op: op.truncate(size)), attrs
 
-            done = self._change(k, expected_version, plan)
+            done = self.changes.change(k, expected_version, plan, self.change_hook)
             return WriteResult(k, done.size, done.version, done.mtime_ns)
 
     # --- upload sessions ---------------------------------------------------------------
@@ -634,10 +471,11 @@ class RadosStore:
             "pool": self.conn.pool,
             "namespace": self.conn.namespace,
             **self.conn.where(),  # conf, keyring, user: what an OSD site needs here
-            "races": self.races + self.reader.races,
+            "races": self.races + self.changes.races + self.reader.races,
             "object_bytes_max": self.object_bytes_max,
             **self.conn.stats(),  # reads in flight
             **self.reader.stats(),
+            **self.misses.stats(),
             # Reads started on the event loop now (None: every miss takes the pool).
             "aio_in_flight": None if self.aio is None else self.aio.in_flight(),
             "coherence": self.coherence.stats(),
@@ -662,7 +500,3 @@ class RadosStore:
 def _complete(rec: StoredAttrs) -> ObjectAttrs:
     assert rec.hash is not None, "the RADOS store writes the whole hash with every change"
     return rec.complete(rec.hash)
-
-
-def _check_version(k: str, rec: StoredAttrs | None, expected: int | None) -> None:
-    check_version_number(k, 0 if rec is None else rec.version, expected)

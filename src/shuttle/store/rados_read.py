@@ -10,8 +10,9 @@ knows to be current. It knows that in one of two ways:
   to this one, which drops the key (:meth:`VersionedReader.announced`) before the
   change is written. An entry that is still there is current. The node answers such a
   read on its event loop when the blocks are resident (:meth:`VersionedReader.read_cached`).
-  When they are not, it starts the read of the blocks from RADOS there and completes
-  it there (:meth:`VersionedReader.read_async`, :mod:`shuttle.store.rados_aio`).
+  When they are not, it starts the read from RADOS there and completes it there
+  (:mod:`shuttle.store.rados_miss`, which uses :meth:`VersionedReader.trusted_entry`,
+  :meth:`~VersionedReader.still_current` and :meth:`~VersionedReader.drop_older`).
 * *validated*: otherwise (no healthy watch, or a new watch's probation) each read asks
   RADOS once: resident blocks are confirmed by a ``stat`` (one round trip, no data),
   blocks that are not resident are read with the version they are of (one round trip,
@@ -28,36 +29,30 @@ fetched the old version before the change from caching it after the announcement
 Counters (``stats()["rados"]``): ``validations`` (stats sent to confirm a cached
 version), ``stat_free_hits`` (reads that trusted a cached version instead),
 ``inline_hits`` (of those, answered on the event loop), ``announced`` (announcements
-heard), ``cold_reads``, ``aio_reads`` (misses of a trusted key read from RADOS by a
-read the event loop started, :meth:`VersionedReader.read_async`) and ``aio_newer``
-(of those, reads that found a newer version than the entry's).
+heard) and ``cold_reads`` (the reads of the loop's misses count theirs in
+:mod:`shuttle.store.rados_miss`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from shuttle.errors import (
     InvalidArgumentError,
     LimitExceededError,
-    ShuttleError,
     VersionMismatchError,
 )
 from shuttle.store.cache import BlockCache
 from shuttle.store.core import READ_BYTES_MAX, StoreConfig
 from shuttle.store.keys import no_object
-from shuttle.store.locks import KeyLocks
-from shuttle.store.rados_aio import AioClient, read_error
+from shuttle.store.locks import KeyLocks, RWLock
 from shuttle.store.rados_conn import PIPELINE_PIECE_BYTES, RadosConnection, read_pieces
 from shuttle.store.rados_watch import PROBATION_S
 from shuttle.store.stats import StoreCounters
-
-T = TypeVar("T")
 
 #: Versions remembered for the block cache. When full, the cache is emptied with them.
 CACHED_VERSIONS_MAX = 65536
@@ -91,7 +86,8 @@ class Entry:
     """What the cache knows of one key: the version its blocks are of, and its size."""
 
     version: int
-    #: The object's size, or (``exact`` False) a whole-block bound it is at least.
+    #: The object's size, or (``exact`` False) a bound it is at least: the end of the
+    #: whole blocks, or of the bytes, that a read found there.
     size: int
     exact: bool
     #: Monotonic time just before the RADOS operation that reported ``version``.
@@ -109,7 +105,7 @@ class VersionedReader:
         counters: StoreCounters | None = None,
     ) -> None:
         self.conn = conn
-        #: The store's counters, which :meth:`read_async` counts its reads in.
+        #: The store's counters (reads started on the loop count theirs in them too).
         self.counters = counters or StoreCounters()
         self.rados = conn.rados
         self.timeout_s = conn.op_timeout_s
@@ -117,8 +113,6 @@ class VersionedReader:
         self.config = config
         #: Set by the store once its watch exists; None: every cached read is validated.
         self.trust: Trust | None = None
-        #: Set by the store: reads started on the event loop (None: none are).
-        self.aio: AioClient | None = None
         self._locks = KeyLocks()
         self._versions: dict[str, Entry] = {}  # key -> what its cached blocks are
         self._floors: dict[str, int] = {}  # key -> the least version it may cache
@@ -136,10 +130,6 @@ class VersionedReader:
         self.inline_hits = 0
         self.announcements = 0
         self.cold_reads = 0
-        #: Misses answered by a read started on the event loop (:meth:`read_async`), and
-        #: of those, reads that found a newer version than the entry's (not cached).
-        self.aio_reads = 0
-        self.aio_newer = 0
 
     # --- what the cache knows --------------------------------------------------------
 
@@ -189,7 +179,7 @@ class VersionedReader:
             self._versions.clear()
         self.cache.clear()
 
-    def _trusted_entry(self, k: str) -> Entry | None:
+    def trusted_entry(self, k: str) -> Entry | None:
         """``k``'s entry if it may be used without asking RADOS (never blocks)."""
         trust = self.trust
         if trust is None or not trust.trusted():
@@ -232,7 +222,7 @@ class VersionedReader:
             return None
         lock = self._locks.lock_for(k)
         generation, epoch = lock.generation, self._epoch
-        e = self._trusted_entry(k)
+        e = self.trusted_entry(k)
         if generation & 1 or e is None or (expected is not None and expected != e.version):
             return None
         end = offset + length
@@ -249,128 +239,30 @@ class VersionedReader:
         self.stat_free_hits += 1
         return data
 
-    def read_async(
-        self,
-        k: str,
-        offset: int,
-        length: int,
-        expected: int | None,
-        wrap: Callable[[bytes], T],
-    ) -> asyncio.Future[T] | None:
-        """A small read of a key whose entry is trusted but whose blocks are not all
-        resident, started on the running event loop: a future of ``wrap(bytes)`` that
-        the loop completes when RADOS answers (:mod:`shuttle.store.rados_aio`), or None
-        (no trusted entry, a change under way, anything unusual: :meth:`read_once` in a
-        thread answers it). Never blocks; returns None rather than raising.
+    def lock_for(self, k: str) -> RWLock:
+        """``k``'s lock: a read holds it shared, a change through this node exclusively."""
+        return self._locks.lock_for(k)
 
-        Exactly the thread path's read (``read_once``: a trusted entry, then ``_cached``
-        and the block cache's fetch) but for how RADOS is asked: the key's lock is held
-        shared from the start until the answer is in the cache (taken only if no change
-        holds it or waits for it, and given back on the loop), the whole blocks around
-        the range are read in one operation, and their version is the one RADOS reports
-        for that operation. Bytes of the entry's version go into the cache as
-        ``_cached`` puts them; bytes of another (the key changed since the entry was
-        made: its announcement is on its way) are answered uncached, as a cold read
-        answers them, after the same ``expected`` check. The future fails with the
-        errors the thread path raises (NotFoundError, VersionMismatchError,
-        StorageIOError naming a timeout)."""
-        aio = self.aio
-        if not (
-            aio is not None
-            and type(k) is str
-            and type(length) is int
-            and 0 < length <= self.config.cache_read_bytes_max
-            and type(offset) is int
-            and offset >= 0
-            and self.cache.capacity_bytes > 0
-        ):
-            return None
-        e = self._trusted_entry(k)
-        if e is None or (expected is not None and expected != e.version):
-            return None  # validated first, or a mismatch the thread path words
-        if e.exact and offset >= e.size:
-            return None  # nothing to read: the thread path answers b""
-        lock = self._locks.lock_for(k)
-        if not lock.try_acquire_read():
-            return None  # a change through this node under way or waiting
-        if self._versions.get(k) is not e:  # replaced before the lock was taken
-            lock.release_read()
-            return None
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        bsz = self.cache.block_size_bytes
-        start = offset - offset % bsz
-        stop = -(-(offset + length) // bsz) * bsz
-        counters = self.counters
-        t0 = time.monotonic()
+    def entry(self, k: str) -> Entry | None:
+        """``k``'s entry now, trusted or not (never blocks)."""
+        return self._versions.get(k)
 
-        def done(rv: int, version: int, data: bytes) -> None:
-            try:
-                if rv < 0:
-                    raise read_error(k, -rv, self.timeout_s)
-                seen = Entry(version, start + len(data), len(data) < stop - start, t0)
-                out = self._answer(k, e, seen, start, data, offset, length, expected)
-                counters.read_done(len(out))
-                if not future.cancelled():
-                    future.set_result(wrap(out))
-            except ShuttleError as exc:  # as the thread path's ``_op`` counts it
-                counters.op("read")
-                counters.error(exc.code)
-                if not future.cancelled():
-                    future.set_exception(exc)
-            except Exception as exc:  # a bug: answered (as an internal error), not hung
-                if not future.done():
-                    future.set_exception(exc)
-            finally:
-                lock.release_read()
-
-        if not aio.read(k, start, stop - start, done, loop):
-            lock.release_read()
-            return None
-        self.stat_free_hits += 1  # trusted, as the thread path counts its reads of it
-        return future
-
-    def _answer(
-        self,
-        k: str,
-        e: Entry,
-        seen: Entry,
-        start: int,
-        data: bytes,
-        offset: int,
-        length: int,
-        expected: int | None,
-    ) -> bytes:
-        """:meth:`read_async`'s answer from the whole blocks from ``start`` that RADOS
-        returned (fewer at the object's end: ``seen.exact``) at ``seen.version``, the
-        key's read lock held (``e``: the trusted entry the read began with)."""
-        self.aio_reads += 1
-        version = seen.version
-        if version != e.version:  # changed since the entry was made (unannounced, or
-            self.aio_newer += 1  # its announcement still on its way): not trusted now
-            self._drop_older(k, version)
-        check_version_number(k, version, expected)
-        size = seen.size  # a short read ends at the object's end
-        end = min(size, offset + length)
-        if offset >= end:
-            return b""
+    def still_current(self, k: str, e: Entry, seen: Entry) -> bool:
+        """Whether ``e``, the trusted entry a read of ``k`` began with, is still ``k``'s
+        entry and of the version that read saw (``seen``): then the bytes it read may
+        go into the cache. What ``seen`` tells more of that version (its size, a fresh
+        confirmation) is merged into the entry, as :meth:`_record` merges it, without
+        the key's write lock, which no merge needs. The caller holds the key's lock
+        shared."""
         trust_from = self._trust_floor()
         with self._versions_lock:
             have = self._versions.get(k)
-            current = have is not None and have.version == version == e.version
+            current = have is not None and have.version == seen.version == e.version
             if current and have is not None and _newer_news(have, seen, trust_from):
-                # More of the same version (its size, a fresh confirmation): as _record
-                # merges it, without the key's write lock, which no merge needs.
                 self._versions[k] = _merged(have, seen)
-        if not current:  # the right bytes, of another version than the cache's
-            return data[offset - start : end - start]
+        return current
 
-        def fetch(a: int, b: int) -> bytes:
-            return data[a - start : b - start]
-
-        return self.cache.read(k, offset, end - offset, size, fetch)
-
-    def _drop_older(self, k: str, version: int) -> None:
+    def drop_older(self, k: str, version: int) -> None:
         """RADOS reported ``version`` of ``k``: drop its entry (and blocks) if older.
         Never waits for the key's lock (the event loop calls it), as an announcement."""
         with self._versions_lock:
@@ -402,7 +294,7 @@ class VersionedReader:
                 return data
         generation = self._generation
         if cached and length:
-            e = self._trusted_entry(k)
+            e = self.trusted_entry(k)
             if e is not None and (e.exact or offset + length <= e.size):
                 check_version_number(k, e.version, expected)
                 self.stat_free_hits += 1
@@ -573,14 +465,14 @@ class VersionedReader:
                     # A newer version than the entry's (written with librados directly,
                     # unannounced): drop the entry, so the next try reads it cold instead
                     # of racing the same stale entry until it gives up.
-                    self._drop_older(k, seen)
+                    self.drop_older(k, seen)
                     raise Raced
             return bytes(data)
         data = read_pieces(io, k, offset, n, self.timeout_s)
         if version is not None:
             now = self.size_version(k)[1]
             if now != version:  # versions only grow: equal after means one version
-                self._drop_older(k, now)
+                self.drop_older(k, now)
                 raise Raced
         return data
 
@@ -591,8 +483,6 @@ class VersionedReader:
             "inline_hits": self.inline_hits,
             "announced": self.announcements,
             "cold_reads": self.cold_reads,
-            "aio_reads": self.aio_reads,
-            "aio_newer": self.aio_newer,
         }
 
 

@@ -1,0 +1,183 @@
+"""Reads that miss a RADOS gateway's block cache, started and completed on its event loop.
+
+A small read of a key whose cached version the gateway trusts (its watch healthy, its
+probation over: :mod:`shuttle.store.rados_watch`) but whose blocks are not all
+resident is read from RADOS by an asynchronous read the node's event loop starts
+(:mod:`shuttle.store.rados_aio`), and answered there when RADOS answers: no thread of
+the node's pool takes part. What it reads is :class:`~shuttle.store.rados_admission.
+MissAdmission`'s decision:
+
+* *whole*: the blocks around the range, which go into the cache (the cache has room
+  for them, or one of them was missed recently enough that it would stay);
+* *partial*: only the bytes asked for, cached nowhere (a block admitted now would be
+  evicted before its next use: the working set is larger than the cache).
+
+Either way the version check is the thread path's (:meth:`VersionedReader.read_once
+<shuttle.store.rados_read.VersionedReader.read_once>`): the read is one RADOS
+operation, which reports the version of the bytes it returned; bytes of the trusted
+entry's version are answered (and, whole, cached), bytes of a newer version (a change
+written with librados directly, or one whose announcement is on its way) are answered
+uncached after the ``expected`` check and drop the stale entry. A read never returns
+bytes of a version other than the one it names.
+
+Counters (in the store's ``stats()["rados"]``): ``aio_reads`` (misses answered this
+way), ``aio_newer`` (of those, reads that found a newer version than the entry's),
+``aio_bytes`` (bytes they read from RADOS), and the admission's ``whole_reads``,
+``partial_reads`` and ``ghost_hits``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from shuttle.errors import ShuttleError
+from shuttle.store.rados_admission import MissAdmission
+from shuttle.store.rados_aio import AioClient, read_error
+from shuttle.store.rados_read import Entry, VersionedReader, check_version_number
+
+T = TypeVar("T")
+
+
+class LoopReads:
+    """The misses of one RADOS store that its event loop reads (see the module)."""
+
+    def __init__(self, reader: VersionedReader, aio: AioClient | None) -> None:
+        self.reader = reader
+        self.aio = aio
+        cache = reader.cache
+        self.admission = MissAdmission(
+            cache.capacity_bytes // cache.block_size_bytes if cache.capacity_bytes else 0
+        )
+        self.aio_reads = 0
+        self.aio_newer = 0
+        self.aio_bytes = 0
+
+    def read_async(
+        self,
+        k: str,
+        offset: int,
+        length: int,
+        expected: int | None,
+        wrap: Callable[[bytes], T],
+    ) -> asyncio.Future[T] | None:
+        """A small read of a key whose entry is trusted but whose blocks are not all
+        resident, started on the running event loop: a future of ``wrap(bytes)`` that
+        the loop completes when RADOS answers, or None (no trusted entry, a change
+        under way, anything unusual: the thread path answers it). Never blocks;
+        returns None rather than raising.
+
+        The key's lock is held shared from the start until the answer is in the cache
+        (taken only if no change holds it or waits for it, and given back on the
+        loop), as the thread path holds it around its fetch. The future fails with the
+        errors the thread path raises (NotFoundError, VersionMismatchError,
+        StorageIOError naming a timeout)."""
+        aio, reader = self.aio, self.reader
+        cache = reader.cache
+        if not (
+            aio is not None
+            and type(k) is str
+            and type(length) is int
+            and 0 < length <= reader.config.cache_read_bytes_max
+            and type(offset) is int
+            and offset >= 0
+            and cache.capacity_bytes > 0
+        ):
+            return None
+        e = reader.trusted_entry(k)
+        if e is None or (expected is not None and expected != e.version):
+            return None  # validated first, or a mismatch the thread path words
+        end = min(offset + length, e.size) if e.exact else offset + length
+        if offset >= end:
+            return None  # nothing to read: the thread path answers b""
+        lock = reader.lock_for(k)
+        if not lock.try_acquire_read():
+            return None  # a change through this node under way or waiting
+        if reader.entry(k) is not e:  # replaced before the lock was taken
+            lock.release_read()
+            return None
+        bsz = cache.block_size_bytes
+        first, last = offset // bsz, (end - 1) // bsz
+        room = cache.stats()
+        whole = self.admission.whole(
+            k, first, last, room.bytes_cached + (last - first + 1) * bsz <= room.capacity_bytes
+        )
+        start, stop = (first * bsz, (last + 1) * bsz) if whole else (offset, end)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        counters = reader.counters
+        t0 = time.monotonic()
+
+        def done(rv: int, version: int, data: bytes) -> None:
+            try:
+                if rv < 0:
+                    raise read_error(k, -rv, reader.timeout_s)
+                # A short read ends at the object's end; a full one says it is longer.
+                seen = Entry(version, start + len(data), len(data) < stop - start, t0)
+                out = self._answer(k, e, seen, start, data, offset, length, expected, whole)
+                counters.read_done(len(out))
+                if not future.cancelled():
+                    future.set_result(wrap(out))
+            except ShuttleError as exc:  # as the thread path's ``_op`` counts it
+                counters.op("read")
+                counters.error(exc.code)
+                if not future.cancelled():
+                    future.set_exception(exc)
+            except Exception as exc:  # a bug: answered (as an internal error), not hung
+                if not future.done():
+                    future.set_exception(exc)
+            finally:
+                lock.release_read()
+
+        if not aio.read(k, start, stop - start, done, loop):
+            lock.release_read()
+            return None
+        reader.stat_free_hits += 1  # trusted, as the thread path counts its reads of it
+        return future
+
+    def _answer(
+        self,
+        k: str,
+        e: Entry,
+        seen: Entry,
+        start: int,
+        data: bytes,
+        offset: int,
+        length: int,
+        expected: int | None,
+        whole: bool,
+    ) -> bytes:
+        """:meth:`read_async`'s answer from the bytes from ``start`` that RADOS returned
+        (fewer at the object's end: ``seen.exact``) at ``seen.version``, the key's read
+        lock held (``e``: the trusted entry the read began with); ``whole``: they are
+        whole blocks, for the cache."""
+        self.aio_reads += 1
+        self.aio_bytes += len(data)
+        reader = self.reader
+        version = seen.version
+        if version != e.version:  # changed since the entry was made (unannounced, or
+            self.aio_newer += 1  # its announcement still on its way): not trusted now
+            reader.drop_older(k, version)
+        check_version_number(k, version, expected)
+        size = seen.size  # a short read ends at the object's end
+        end = min(size, offset + length)
+        if offset >= end:
+            return b""
+        current = reader.still_current(k, e, seen)
+        if not (current and whole):  # the right bytes, not for the cache
+            return data[offset - start : end - start]
+
+        def fetch(a: int, b: int) -> bytes:
+            return data[a - start : b - start]
+
+        return reader.cache.read(k, offset, end - offset, size, fetch)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "aio_reads": self.aio_reads,
+            "aio_newer": self.aio_newer,
+            "aio_bytes": self.aio_bytes,
+            **self.admission.stats(),
+        }
