@@ -10,8 +10,10 @@ drift on a shared machine hits them alike):
 
 * ``librados_4k``: a blocking 4 KiB read through the Python binding, in the calling
   thread (``shuttle bench ceph netrand``'s anchor, ``librados``);
-* ``librados_64k``: the same, 64 KiB: what a node reads for a 4 KiB miss (one block
-  of its cache, :data:`shuttle.blockcache.DEFAULT_BLOCK_SIZE_BYTES`);
+* ``librados_64k``: the same, 64 KiB: what a node with 64 KiB cache blocks
+  (``--cache-block-bytes 65536``, the library's
+  :data:`shuttle.blockcache.DEFAULT_BLOCK_SIZE_BYTES`) reads for a 4 KiB miss; a
+  node's default block is 4 KiB (``shuttle serve``'s ``CACHE_BLOCK_BYTES_DEFAULT``);
 * ``pool_64k``: from an event loop (uvloop, as a node's), the blocking 64 KiB read and
   its version run in a thread pool (``run_in_executor``): a node's miss before this
   branch, without the client's hop;
@@ -20,7 +22,8 @@ drift on a shared machine hits them alike):
 
 Prints each way's p50 and p90 (µs) and its p50 over ``librados_4k``'s, pooled and
 paired by round (the median of the round-by-round ratios), with the spread of the
-paired ratios; writes them as JSON.
+paired ratios, and this process's CPU per read (every thread's, librados's included);
+writes them as JSON.
 """
 
 from __future__ import annotations
@@ -146,12 +149,16 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
     rng = random.Random(1)
     samples: dict[str, list[float]] = {w: [] for w in ways}
     by_round: dict[str, list[float]] = {w: [] for w in ways}
+    # This process's CPU (every thread: librados's, both clients') per read, by way.
+    cpu_s: dict[str, float] = {w: 0.0 for w in ways}
     try:
         for rnd in range(args.rounds + 1):
             offs = [rng.randrange(blocks) * BLOCK_BYTES for _ in range(args.reads)]
             for name, way in ways.items():
+                cpu0 = time.process_time()
                 lat = await way(offs)
                 if rnd:  # round 0 warms every path (and the OSDs' caches)
+                    cpu_s[name] += time.process_time() - cpu0
                     samples[name] += lat
                     by_round[name].append(statistics.median(lat))
             print(
@@ -174,6 +181,7 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
             "p50_over_librados_4k": round(_pct(samples[w], 0.5) / _pct(samples[anchor], 0.5), 3),
             "paired_median": round(statistics.median(paired), 3),
             "paired_range": [round(min(paired), 3), round(max(paired), 3)],
+            "cpu_us_per_read": round(cpu_s[w] / len(samples[w]) * 1e6, 1),
             "p50_us_by_round": [round(x, 1) for x in by_round[w]],
         }
     return out
@@ -197,11 +205,11 @@ def main() -> None:
     finally:
         ceph.down()
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"{'way':<14}{'p50 µs':>9}{'p90 µs':>9}{'/ lib 4k':>10}{'paired':>8}  range")
+    print(f"{'way':<14}{'p50 µs':>9}{'p90 µs':>9}{'/ lib 4k':>10}{'paired':>8}{'CPU µs':>8}  range")
     for w, r in ways.items():
         print(
             f"{w:<14}{r['p50_us']:>9}{r['p90_us']:>9}{r['p50_over_librados_4k']:>10}"
-            f"{r['paired_median']:>8}  {r['paired_range']}"
+            f"{r['paired_median']:>8}{r['cpu_us_per_read']:>8}  {r['paired_range']}"
         )
     report = {
         "experiment": "rados-miss",

@@ -1,13 +1,18 @@
 """How a RADOS gateway's block cache fares on ``shuttle bench ceph netrand``'s reads
 (issue 26, item 2): the benchmark's page sequence replayed, without Ceph, through the
 node's own block cache (:class:`shuttle.blockcache.BlockCache`), once as the node read
-misses before (every miss reads its whole 64 KiB block and caches it) and once with
-the admission test of :mod:`shuttle.store.rados_admission` (a miss reads only the page
-unless the cache has room or the block missed recently).
+misses before (every miss reads its whole block and caches it, LRU) and once with the
+admission test of :mod:`shuttle.store.rados_admission` (a miss reads only the page,
+uncached, unless the cache has room or the block missed recently).
 
     .venv/bin/python benchmarks/rados_reuse.py [--file-bytes 8388608]
-        [--cache-bytes 1048576] [--block-bytes 65536] [--pages 400] [--rounds 10]
+        [--cache-bytes 1048576] [--block-bytes 4096] [--pages 400] [--rounds 10]
         [--json-out FILE]
+
+``--block-bytes`` is the node's cache block (``shuttle serve --cache-block-bytes``,
+4 KiB by default; the benchmark's ``--node-block-bytes``). With the defaults the
+replay's counts are the live node's exactly (hits, misses, partial and whole reads:
+the run's ``rados_counters``), so it also explains them.
 
 The sequence is the benchmark's: round 0 reads its pages once (warm-up), every later
 round reads its pages twice and times the second pass (``lcg`` generator, seed 1 +
@@ -28,6 +33,7 @@ from typing import Any
 
 from shuttle.bench.netrand import GENERATORS
 from shuttle.blockcache import BlockCache
+from shuttle.node.config import CACHE_BLOCK_BYTES_DEFAULT
 from shuttle.store.rados_admission import MissAdmission
 
 KEY = "bench/ceph.dat"
@@ -108,7 +114,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--file-bytes", type=int, default=8 << 20)
     ap.add_argument("--cache-bytes", type=int, default=1 << 20)
-    ap.add_argument("--block-bytes", type=int, default=64 << 10)
+    ap.add_argument("--block-bytes", type=int, default=CACHE_BLOCK_BYTES_DEFAULT)
     ap.add_argument("--pages", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--json-out", type=Path)

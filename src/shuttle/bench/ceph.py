@@ -97,7 +97,7 @@ def stand(
     checkout's ``src`` folder, on a namespace of its own in the same pool, so that two
     versions of the node are measured in one run, interleaved. ``node_cache_bytes``:
     every node's block cache (None: the node's default); ``node_block_bytes``: its
-    block size (None: the node's default, 64 KiB)."""
+    block size (None: the node's default, 4 KiB)."""
     block_args = [] if node_block_bytes is None else ["--cache-block-bytes", str(node_block_bytes)]
     scratch = scratch_dir("shuttle-bench-ceph-", workdir)
     ceph = LocalCeph(scratch / "ceph", osds=osds)
@@ -269,7 +269,7 @@ class CephNetrandConfig:
     #: Every node's block cache (None: the node's default, 64 MiB); smaller than the
     #: pages read (``pages`` × 4 KiB) times the RADOS node's reads that miss it.
     node_cache_bytes: int | None = None
-    #: Every node's cache block size (None: the node's default, 64 KiB): what a node
+    #: Every node's cache block size (None: the node's default, 4 KiB): what a node
     #: reads for a 4 KiB page that misses its cache.
     node_block_bytes: int | None = None
 
@@ -423,6 +423,8 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
         # Each node's process CPU (every thread) over its timed passes.
         cpu_s: dict[str, float] = {mode: 0.0 for mode in bench.pids}
         cpu_reads: dict[str, int] = {mode: 0 for mode in bench.pids}
+        # And this process's (the client's, every thread: librados's for ``librados``).
+        client_cpu_s: dict[str, float] = {mode: 0.0 for mode in fetchers}
         for mode in rados_modes:
             _wait_for_trust(bench.clients[mode], progress, probation=config.wait_for_trust)
         for mode in rados_modes:
@@ -440,7 +442,9 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
                     before = rados_counters(bench.clients[mode]) if log else None
                     pid = bench.pids.get(mode)
                     cpu0 = process_cpu_s(pid) if pid is not None else None
+                    mine0 = time.process_time()
                     timed_run(pages, fetch, PAGE_BYTES, samples[mode])
+                    client_cpu_s[mode] += time.process_time() - mine0
                     cpu1 = process_cpu_s(pid) if pid is not None else None
                     if cpu0 is not None and cpu1 is not None:
                         cpu_s[mode] += cpu1 - cpu0
@@ -468,6 +472,12 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
         # 2.5 µs a read over 4,000 reads).
         "node_cpu_us_per_read": {
             m: round(cpu_s[m] / cpu_reads[m] * 1e6, 1) for m in cpu_s if cpu_reads[m]
+        },
+        # This process's CPU over each mode's timed passes, per read (µs): the client's
+        # side of a read (for ``librados``, the whole of it: librados's threads included).
+        "client_cpu_us_per_read": {
+            m: round(client_cpu_s[m] / (config.pages * config.rounds) * 1e6, 1)
+            for m in client_cpu_s
         },
     }
     lib = report["modes"]["librados"]["p50_us"]

@@ -85,7 +85,7 @@ def netrand(
         int | None,
         typer.Option(
             min=512,
-            help="Every node's cache block size in bytes (default: the node's, 64 KiB): "
+            help="Every node's cache block size in bytes (default: the node's, 4 KiB): "
             "what a node reads from RADOS (or its disk) for a page that misses its cache.",
         ),
     ] = None,
@@ -109,10 +109,20 @@ def netrand(
     )
     report = run_netrand(config, progress_lines("ceph netrand", console))
     table = Table(title=f"4 KiB random reads, warm: {pages} pages × {rounds} rounds")
-    heads = ("mode", "p50 µs", "p90 µs", "p99 µs", "mean µs", "p50 / librados", "node CPU µs/read")
+    heads = (
+        "mode",
+        "p50 µs",
+        "p90 µs",
+        "p99 µs",
+        "mean µs",
+        "p50 / librados",
+        "node CPU µs/read",
+        "client CPU µs/read",
+    )
     for col in heads:
         table.add_column(col, justify="right")
     cpu = report.get("node_cpu_us_per_read", {})
+    mine = report.get("client_cpu_us_per_read", {})
     for mode, s in report["modes"].items():
         ratio = report["p50_over_librados"].get(mode)
         table.add_row(
@@ -120,6 +130,7 @@ def netrand(
             *(f"{s[k]:.0f}" for k in ("p50_us", "p90_us", "p99_us", "mean_us")),
             "-" if ratio is None else f"{ratio:.2f}",
             f"{cpu[mode]:.0f}" if mode in cpu else "-",
+            f"{mine[mode]:.0f}" if mode in mine else "-",
         )
     console.print(table)
     _rados_counters(report)

@@ -1,14 +1,16 @@
-"""Which misses of a RADOS gateway's block cache are worth reading a whole block for.
+"""Which misses of a RADOS gateway's block cache are worth caching (and reading whole).
 
 A miss of the node's block cache used to read the whole blocks around the range asked
-for (64 KiB for a 4 KiB page) and put them into the cache, betting that the rest of
-the block, or the page again, is read before the block is evicted. When the working
-set is much larger than the cache, the bet loses: the block is evicted unused, and
-the miss paid for 64 KiB from RADOS where the client asked for 4 KiB (measured:
-benchmarks/README.md, "Warm reads on a RADOS gateway": 1.5× a 4 KiB read's time on
-the local Ceph; replayed by benchmarks/rados_reuse.py, every one of the 3,532 timed
-misses of ``shuttle bench ceph netrand --file-bytes 8388608 --node-cache-bytes
-1048576`` re-read a block the cache had evicted, 89 % of them one evicted unused).
+for and put them into the cache (LRU), betting that the page, or the rest of its
+block, is read again before the block is evicted. When the working set is much larger
+than the cache, the bet loses: the block is evicted unused, and it evicted a block
+that might have been read again. Replayed by benchmarks/rados_reuse.py, every one of
+the 3,514 timed misses of ``shuttle bench ceph netrand --file-bytes 8388608
+--node-cache-bytes 1048576`` re-read a block the cache had evicted, 90 % of them one
+evicted without a single hit. With blocks larger than a page (``--cache-block-bytes``;
+the node's default block is a 4 KiB page), such a miss also reads more from RADOS than
+the client asked for (a 64 KiB read takes 1.5× a 4 KiB one on the local Ceph:
+benchmarks/README.md, "Warm reads on a RADOS gateway").
 
 The test here is 2Q's ghost queue (Johnson and Shasha, VLDB 1994: "A1out") used for
 admission: the gateway remembers the blocks of its last misses, as many as its cache
