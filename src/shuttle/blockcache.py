@@ -171,6 +171,44 @@ class BlockCache:
         lock.release()
         return blk[offset - base : end - base]
 
+    def fill(self, key: str, offset: int, end: int, block: bytes) -> bytes:
+        """Bytes ``[offset, end)`` of ``key`` out of ``block``, the whole block that holds
+        them (block ``offset // B``: ``B`` bytes, or fewer if it is the object's last),
+        just read by the caller after :meth:`read_hit` missed; the block is cached.
+
+        :meth:`read` of a range within one block, with its fetch already done: the same
+        fill rule (the whole block is kept), the same counters (a miss, the block's
+        bytes from disk) and the same eviction; if another reader cached the block
+        meanwhile, that copy is used and counted as a hit, as :meth:`read` would. One
+        turn of the cache's mutex instead of :meth:`read`'s three, no fetch function:
+        a node's block-cache miss on its event loop calls it
+        (:mod:`shuttle.store.missread`). ``end`` must be clipped to the object's size
+        and within the block; the caller holds the key's lock shared, as for
+        :meth:`read`."""
+        bsz = self.block_size_bytes
+        idx = offset // bsz
+        base = idx * bsz
+        if end - base > len(block) or end <= offset:
+            raise ValueError(
+                f"fill of {key!r}: [{offset}, {end}) is not within the {len(block)}-byte "
+                f"block at {base}; pass the whole block that holds the range"
+            )
+        ident = (key, idx)
+        lock = self._lock
+        lock.acquire()
+        cached = self._blocks.get(ident)
+        if cached is not None and len(cached) == len(block):
+            self._blocks.move_to_end(ident)
+            self._hits += 1
+            self._bytes_from_cache += end - offset
+            block = cached
+        else:
+            self._misses += 1
+            self._bytes_from_disk += len(block)
+            self._insert(ident, block)
+        lock.release()
+        return block[offset - base : end - base]
+
     def _read_hits(self, key: str, offset: int, end: int) -> bytes | None:
         """:meth:`read_hit` of a range over several blocks."""
         bsz = self.block_size_bytes

@@ -66,11 +66,18 @@ MODULES: tuple[str, ...] = (
     "shuttle.store.stats",
     "shuttle.store.locks",
     "shuttle.store.fastread",
+    # The node's block-cache miss that the page cache holds, below the protocol too: the
+    # read itself, the RWF_NOWAIT read it calls and the open files it borrows from.
+    "shuttle.store.missread",
+    "shuttle.store.nowait",
+    "shuttle.store.openfiles",
 )
 
 #: Extension modules written in C, built with the mypyc group and used with it, all or
-#: none: ``shuttle.wire._readlane`` (the read lane, ``shuttle/wire/readlane.py``).
-C_EXTENSIONS: tuple[str, ...] = ("shuttle.wire._readlane",)
+#: none: ``shuttle.wire._readlane`` (the read lane, ``shuttle/wire/readlane.py``) and
+#: ``shuttle.store._nowait`` (a page-cache read into a new bytes object,
+#: ``shuttle/store/nowait.py``).
+C_EXTENSIONS: tuple[str, ...] = ("shuttle.wire._readlane", "shuttle.store._nowait")
 
 #: Everything the build makes and the manifest records.
 BUILT: tuple[str, ...] = MODULES + C_EXTENSIONS

@@ -49,7 +49,7 @@ from shuttle.runtime.sandbox_limits import (
     WALL_S_PER_CALL_DEFAULT as SANDBOX_WALL_S_DEFAULT,
 )
 from shuttle.runtime.sandbox_limits import SandboxLimits
-from shuttle.store.core import OBJECT_BYTES_MAX_DEFAULT, OBJECT_SIZE_BYTES_MAX
+from shuttle.store.config import OBJECT_BYTES_MAX_DEFAULT, OBJECT_SIZE_BYTES_MAX
 from shuttle.store.rados_conn import CephOptions
 from shuttle.store.registry import StoreSpec, parse_store_spec
 

@@ -35,6 +35,7 @@ from shuttle.store import ObjectAttrs, WriteResult
 from shuttle.store.fastread import CachedReads
 from shuttle.store.interface import Store
 from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX, Listing, list_within
+from shuttle.store.missread import MissReads
 from shuttle.store.rados_locality import PrimaryLocator
 
 #: Chunks listed inline in a stat result. A chunk costs about 45 bytes of header, so
@@ -230,13 +231,21 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
     # where the platform can tell): read on the loop too, never waiting for the disk.
     read_nowait = getattr(store, "read_nowait", None)
 
-    def read_miss(key: str, offset: int, length: int, version: int | None) -> bytes | None:
+    def read_nowait_within(key: str, offset: int, length: int, version: int | None) -> bytes | None:
         """The read lane's call when ``lane`` missed: the page cache's answer, or None
         (the thread pool reads it)."""
         if read_nowait is not None and length <= INLINE_READ_BYTES_MAX:
             data: bytes | None = read_nowait(key, offset, length, version)
             return data
         return None
+
+    # A local store's compiled miss read takes those calls itself, as the hit's does.
+    miss_reads = getattr(store, "miss_reads", None)
+    read_miss: ReadLane = (
+        miss_reads.limited(INLINE_READ_BYTES_MAX).read
+        if isinstance(miss_reads, MissReads)
+        else read_nowait_within
+    )
 
     def read_cached(args: dict[str, Any], payload: bytes) -> Reply | None:
         """``read`` on the event loop: a block-cache hit (the read lane's call), else a

@@ -23,7 +23,7 @@ from shuttle.net.registry import Mode, OperationRegistry, arg
 from shuttle.node.config import NodeConfig
 from shuttle.node.worker import READY_LINE
 from shuttle.node.worker_restarts import RestartBackoff, exit_reason
-from shuttle.store.core import ChangeHook
+from shuttle.store.config import ChangeHook
 from shuttle.store.generations import ChangeGenerations
 
 log = logging.getLogger("shuttle.node")

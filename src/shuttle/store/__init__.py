@@ -20,13 +20,19 @@ Layout:
 * ``listing``    listing by prefix, in key order, in pages
 * ``stats``      store-level counters
 * ``fastread``   a cache-hit read without the key's lock (compiled; the node's read lane)
-* ``nowait``     a block-cache miss the page cache holds, read on the loop (RWF_NOWAIT)
+* ``missread``   a block-cache miss the page cache holds, read on the loop (compiled; the
+  node's read lane when the block cache missed)
+* ``nowait``     reads that never wait for the disk (RWF_NOWAIT; ``_nowait.c`` in C)
 * ``openfiles``  object files kept open across reads, one per object version, closed by
   every change
 * ``generations`` change generations in shared memory: what a node's worker processes
   check their reads of the files by (a seqlock per slot of keys)
+* ``config``     :class:`StoreConfig`, the size limits, the hook every change passes
 * ``core``       opening, recovery, checkpoints and the guards every change goes through
-* ``objects``    :class:`ObjectStore`, the public API tying the above together
+* ``reads``      the reads: stat, read (and its two ways on the loop), list
+* ``rangewrites`` the in-place changes: range write and truncate
+* ``objects``    :class:`ObjectStore`, the public API tying the above together (and the
+  whole-object changes, upload sessions, the node's services)
 * ``interface``  :class:`Store`, what a node needs of a store (local and RADOS keep it)
 * ``registry``   the stores by name (``local``, ``rados:POOL``) and :func:`open_store`
 * ``rados``      :class:`RadosStore`: objects in a Ceph RADOS pool, served by many nodes

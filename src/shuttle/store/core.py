@@ -23,7 +23,6 @@ after it, recovery on the next open redoes the record.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import stat as stat_mod
@@ -31,8 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import Any, Protocol, Self, TypeVar, cast
+from typing import Any, Self, TypeVar, cast
 
 from shuttle.errors import (
     DiskFullError,
@@ -47,8 +45,6 @@ from shuttle.errors import (
 )
 from shuttle.store.attrs import ABSENT, AttrTable, ObjectAttrs, StoredAttrs
 from shuttle.store.cache import (
-    DEFAULT_BLOCK_SIZE_BYTES,
-    DEFAULT_CAPACITY_BYTES,
     BlockCache,
 )
 from shuttle.store.chunking import (
@@ -57,14 +53,23 @@ from shuttle.store.chunking import (
     hash_file,
     hash_file_only,
 )
-from shuttle.store.durability import CheckpointSync, SyncMode
+from shuttle.store.config import READ_BYTES_MAX as READ_BYTES_MAX  # for rados_read
+from shuttle.store.config import WRITE_BYTES_MAX as WRITE_BYTES_MAX  # for rados
+from shuttle.store.config import ChangeHook as ChangeHook  # for rados
+from shuttle.store.config import StoreConfig as StoreConfig  # for rados, rados_read
+from shuttle.store.durability import CheckpointSync
 from shuttle.store.fastread import CachedReads
 from shuttle.store.journal import Journal
 from shuttle.store.keys import parent_keys
 from shuttle.store.layout import Layout
 from shuttle.store.locks import KeyLocks, RWLock
+from shuttle.store.missread import MissReads
 from shuttle.store.nowait import NowaitReads
-from shuttle.store.openfiles import OPEN_FILES_MAX, OpenFiles, open_files_max
+from shuttle.store.openfiles import (
+    OpenFiles,
+    is_out_of_descriptors,
+    open_files_max,
+)
 from shuttle.store.paths import SafeRoot, fsync_dir, pwrite_all
 from shuttle.store.recovery import (
     RecoveryReport,
@@ -73,7 +78,6 @@ from shuttle.store.recovery import (
 )
 from shuttle.store.space import (
     ATTR_BYTES_BASE,
-    RESERVE_BYTES_DEFAULT,
     SpaceGuard,
     is_disk_full,
 )
@@ -84,80 +88,8 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-#: One range write or one read moves at most this much. The journal holds a range
-#: write's bytes until the next checkpoint, so the bound keeps it small; bigger objects
-#: stream in through an upload session, and reads come in pieces.
-WRITE_BYTES_MAX = 64 * 1024 * 1024
-READ_BYTES_MAX = 64 * 1024 * 1024
-#: Largest object any store accepts (sparse offsets included): 1 TiB, below every file
-#: system's file size limit. A store's own limit (``StoreConfig.object_bytes_max``) is
-#: at most this.
-OBJECT_SIZE_BYTES_MAX = 1 << 40
-#: A store's default limit on object size: 64 GiB, far above the data sets we move.
-#: An object's chunk list grows with its size (64 GiB of zeros: 262,144 chunks, a
-#: 9 MiB attribute file and ~50 MB in memory), so the limit keeps one object's
-#: attributes affordable; raise it with ``shuttle serve --object-bytes-max``.
-OBJECT_BYTES_MAX_DEFAULT = 64 << 30
 #: The reserve file inside the internal directory (see :mod:`shuttle.store.space`).
 RESERVE_FILE_NAME = "reserve"
-
-
-class ChangeHook(Protocol):
-    """Told of every change to an object before it happens (the node's callback
-    promises, :mod:`shuttle.node.callbacks`: each one on the key is broken first).
-
-    ``changing(key)`` is entered before the change takes the key's lock and exited
-    after the change is applied (or failed); entering may block (it must not take
-    any store lock). Every change goes through it: put, create, write, truncate,
-    remove, an upload's commit, and mobile objects writing through the store.
-    """
-
-    def changing(self, key: str) -> AbstractContextManager[object]: ...
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    """Tunables of one store (the node's configuration fills it in)."""
-
-    #: Block cache size; 0 disables the cache.
-    cache_capacity_bytes: int = DEFAULT_CAPACITY_BYTES
-    cache_block_size_bytes: int = DEFAULT_BLOCK_SIZE_BYTES
-    #: Reads longer than this bypass the cache (a streaming read of a large object would
-    #: otherwise evict everything for data read once).
-    cache_read_bytes_max: int = 256 * 1024
-    #: Puts up to this size carry their data inside the journal record: one fdatasync
-    #: per put. Larger ones go through a staging file (one more fsync, no double write).
-    inline_put_bytes_max: int = 1024 * 1024
-    #: A checkpoint runs when the journal passes either bound. Recovery time is bounded
-    #: by the work since the last checkpoint; 64 MiB replays in well under a second.
-    journal_bytes_max: int = 64 * 1024 * 1024
-    journal_records_max: int = 4096
-    #: Largest object this store accepts (puts, writes, truncates, uploads).
-    object_bytes_max: int = OBJECT_BYTES_MAX_DEFAULT
-    #: Space kept back so that removes work on a full disk (at most 1/16 of the file
-    #: system; 0: none). See :mod:`shuttle.store.space`.
-    reserve_bytes: int = RESERVE_BYTES_DEFAULT
-
-    #: How a checkpoint makes changes durable: "syncfs" (one call for the file system),
-    #: "fsync" (each changed file and directory), or "auto": syncfs where the file system
-    #: is known to honour it, fsync elsewhere (FUSE, NFS). See shuttle.store.durability.
-    sync_mode: SyncMode = "auto"
-    #: Object files kept open across reads (shuttle.store.openfiles; 0: open each
-    #: time), fitted to a sixteenth of the process's descriptor limit.
-    open_files_max: int = OPEN_FILES_MAX
-
-    def __post_init__(self) -> None:
-        if not 0 < self.object_bytes_max <= OBJECT_SIZE_BYTES_MAX:
-            raise InvalidArgumentError(
-                f'"object_bytes_max" must be in 1..{OBJECT_SIZE_BYTES_MAX} (1 TiB), got '
-                f"{self.object_bytes_max}"
-            )
-        if self.reserve_bytes < 0:
-            raise InvalidArgumentError(f'"reserve_bytes" must be >= 0, got {self.reserve_bytes}')
-        if self.open_files_max < 0:
-            raise InvalidArgumentError(
-                f'"open_files_max" must be >= 0 (0: keep no file open), got {self.open_files_max}'
-            )
 
 
 class StoreCore:
@@ -206,6 +138,17 @@ class StoreCore:
             #: Object files kept open across reads, one version each; every change
             #: forgets its key's (_change_lock).
             self.open_files = OpenFiles(open_files_max(self.config.open_files_max))
+            #: The miss read itself (ObjectStore.read_nowait; a node's read lane calls
+            #: it directly, compiled): reads nowait and open_files above at every call.
+            self.miss_reads = MissReads(
+                self,
+                self._locks,
+                cast(dict[str, Any], dirty),
+                cast(dict[str, Any], clean),
+                self.cache,
+                self.counters,
+                self.config.cache_read_bytes_max,
+            )
             self.durability = CheckpointSync(self.paths, self.attrs.path_of, self.config.sync_mode)
             log.info("store %s: checkpoints sync by %s", self.layout.root, self.durability.mode)
             self.uploads = UploadTable(self.layout.uploads_dir)
@@ -635,17 +578,10 @@ def _is_reg(mode: int) -> bool:
     return stat_mod.S_ISREG(mode)
 
 
-#: Errors of a process (or system) out of file descriptors: transient, not disk faults.
-_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
-
 #: Waits between retries of a journaled change that found no free descriptor: about
 #: 2 s in all, for connections and reads to give some back. (The node caps its
 #: connections below its descriptor limit, so this is the rare case.)
 DESCRIPTOR_RETRY_DELAYS_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
-
-
-def is_out_of_descriptors(exc: OSError) -> bool:
-    return exc.errno in _OUT_OF_DESCRIPTORS
 
 
 def _retry_while_out_of_descriptors(change: Callable[[], _T]) -> _T:

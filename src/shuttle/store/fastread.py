@@ -1,6 +1,6 @@
 """A small read answered from the block cache without the key's lock, compiled.
 
-:meth:`ObjectStore.read_cached <shuttle.store.objects.ObjectStore.read_cached>`'s
+:meth:`ObjectStore.read_cached <shuttle.store.reads.ReadOps.read_cached>`'s
 lookup, alone in a module so that it can be compiled with the mypyc group
 (:mod:`shuttle.compiled`) while the store around it stays interpreted; why reading
 without the lock is safe is argued in :meth:`CachedReads.read`. A node's read

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from shuttle.store.attrs import ObjectAttrs, WriteResult
 from shuttle.store.cache import BlockCache
-from shuttle.store.core import ChangeHook
+from shuttle.store.config import ChangeHook
 from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX, Listing
 from shuttle.store.paths import BytesLike
 

@@ -22,7 +22,11 @@ class RWLock:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        # The condition's mutex, also held directly where nothing waits: entering a
+        # threading.Condition runs its Python-level __enter__ and __exit__, about a
+        # microsecond of interpreted calls per shared hold on the node's read paths.
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
@@ -53,19 +57,26 @@ class RWLock:
     def try_acquire_read(self) -> bool:
         """Take the lock shared if no writer holds it or waits for it, and say whether
         it was taken: never waits for a writer, so an event loop may call it (the
-        node's reads of the page cache there, :mod:`shuttle.store.nowait`). The
+        node's reads of the page cache there, :mod:`shuttle.store.missread`). The
         condition's mutex is only ever held for a few instructions."""
-        with self._cond:
-            if self._writer or self._writers_waiting:
-                return False
-            self._readers += 1
-            return True
+        mutex = self._mutex
+        mutex.acquire()
+        if self._writer or self._writers_waiting:
+            mutex.release()
+            return False
+        self._readers += 1
+        mutex.release()
+        return True
 
     def release_read(self) -> None:
-        with self._cond:
+        mutex = self._mutex
+        mutex.acquire()
+        try:
             self._readers -= 1
             if self._readers == 0 and self._writers_waiting:
-                self._cond.notify_all()
+                self._cond.notify_all()  # the condition's mutex is held: mutex is it
+        finally:
+            mutex.release()
 
     def acquire_write(self) -> None:
         with self._cond:

@@ -21,8 +21,11 @@ goes to the pool only when the kernel says it would block.
   system costs one failed call, not one per read.
 
 The ``pread`` it calls is injectable, so tests can play a file system that would block
-or has no support for the flag. Nothing here decides what a read returns: the store
-(:meth:`ObjectStore.read_nowait <shuttle.store.objects.ObjectStore.read_nowait>`)
+or has no support for the flag. The platform's reads into a new ``bytes`` object: in C
+where Shuttle runs its compiled modules (``shuttle.store._nowait``, ``_nowait.c``: no
+copy), else through a reused ``bytearray`` and one copy (:class:`ReusedBufferPread`,
+the reference). Nothing here decides what a read returns: the store
+(:meth:`ObjectStore.read_nowait <shuttle.store.reads.ReadOps.read_nowait>`)
 hands the bytes to the block cache exactly as its thread path does.
 """
 
@@ -36,24 +39,59 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-#: ``(fd, buffer, offset) -> bytes read`` without waiting for the device; raises
-#: BlockingIOError when it would wait, OSError(EOPNOTSUPP) when it cannot say.
-PreadNowait = Callable[[int, bytearray, int], int]
+#: ``(fd, length, offset) -> bytes`` without waiting for the device: what the page cache
+#: holds of the range (shorter when only its start is resident, or at the end of the
+#: file); raises BlockingIOError when none of it is, OSError(EOPNOTSUPP) when it cannot say.
+PreadNowait = Callable[[int, int, int], bytes]
 
 #: The errors that mean "this file system (or kernel) cannot read without waiting".
 _UNSUPPORTED = frozenset((errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS))
 
 
-def preadv_nowait(fd: int, buffer: bytearray, offset: int) -> int:
-    """``preadv2(fd, [buffer], offset, RWF_NOWAIT)``: what the page cache holds."""
-    return os.preadv(fd, [buffer], offset, os.RWF_NOWAIT)
+class ReusedBufferPread:
+    """``preadv2(fd, [buffer], offset, RWF_NOWAIT)`` into a reused ``bytearray``, then
+    one copy into ``bytes``: the reference for ``_nowait.c``, and what runs without the
+    compiled modules. A fresh 64 KiB bytearray is zeroed first (about 1.4 µs), so the
+    buffer is kept while it has the size asked for (a block, nearly always); it is
+    taken out of the attribute while in use, so a second thread never shares it."""
+
+    def __init__(self) -> None:
+        self._spare: bytearray | None = None
+
+    def __call__(self, fd: int, length: int, offset: int) -> bytes:
+        buffer = self._spare
+        if buffer is None or len(buffer) != length:
+            buffer = bytearray(length)
+        else:
+            self._spare = None
+        try:
+            got = os.preadv(fd, [buffer], offset, os.RWF_NOWAIT)
+            return bytes(buffer) if got == length else bytes(buffer[:got])
+        finally:
+            self._spare = buffer
+
+
+def _native() -> PreadNowait | None:
+    """The C read, when Shuttle runs its compiled modules (else None)."""
+    from shuttle.compiled import active
+
+    if not active().compiled:
+        return None
+    try:
+        from shuttle.store import _nowait
+    except ImportError:  # pragma: no cover - compiled.check() requires it
+        return None
+    native: PreadNowait = _nowait.pread_nowait
+    return native
 
 
 def platform_pread() -> PreadNowait | None:
-    """:func:`preadv_nowait` where Python and the OS have it (Linux), else None."""
-    if hasattr(os, "preadv") and hasattr(os, "RWF_NOWAIT"):
-        return preadv_nowait
-    return None
+    """A read with ``RWF_NOWAIT`` where Python and the OS have it (Linux), else None:
+    the C one with the compiled modules, else a :class:`ReusedBufferPread`."""
+    if not (hasattr(os, "preadv") and hasattr(os, "RWF_NOWAIT")):
+        return None
+    native = _native()
+    return native if native is not None else ReusedBufferPread()
 
 
 class NowaitReads:
@@ -68,7 +106,6 @@ class NowaitReads:
         self._pread = pread if pread is not None else platform_pread()
         self.served = 0
         self.would_block = 0
-        self._spare: bytearray | None = None
         self.unsupported: str | None = (
             None if self._pread is not None else "os.preadv with RWF_NOWAIT is not available"
         )
@@ -87,19 +124,10 @@ class NowaitReads:
         if pread is None or self.unsupported is not None:
             return None
         want = stop - start
-        # The read's buffer is reused while it has the size asked for (a block, nearly
-        # always): a fresh 64 KiB bytearray is zeroed first, about 1.4 µs. Taken out of
-        # the attribute while in use, so a second thread never shares it.
-        buffer = self._spare
-        if buffer is None or len(buffer) != want:
-            buffer = bytearray(want)
-        else:
-            self._spare = None
         try:
-            got = pread(fd, buffer, start)
+            data = pread(fd, want, start)
         except BlockingIOError:
             self.would_block += 1
-            self._spare = buffer
             return None
         except OSError as exc:
             if exc.errno not in _UNSUPPORTED:
@@ -111,13 +139,10 @@ class NowaitReads:
                 self.unsupported,
             )
             return None
-        if got != want:  # only part resident (or the end of a changed file)
+        if len(data) != want:  # only part resident (or the end of a changed file)
             self.would_block += 1
-            self._spare = buffer
             return None
         self.served += 1
-        data = bytes(buffer)
-        self._spare = buffer
         return data
 
     def stats(self) -> dict[str, Any]:

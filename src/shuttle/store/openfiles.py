@@ -46,6 +46,7 @@ idle one back (:meth:`OpenFiles.clear`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import resource
 import threading
@@ -60,6 +61,16 @@ OPEN_FILES_MAX = 128
 #: Never more than this share of the process's descriptor limit (a limit of 1024
 #: keeps at most 64 files open), so connections and the store's own files keep room.
 OPEN_FILES_LIMIT_SHARE = 16
+
+
+#: Errors of a process (or system) out of file descriptors: transient, not disk faults.
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def is_out_of_descriptors(exc: OSError) -> bool:
+    """Whether ``exc`` says the process (or the system) has no descriptor to spare: a
+    store then gives back the files it keeps open (:meth:`OpenFiles.clear`)."""
+    return exc.errno in _OUT_OF_DESCRIPTORS
 
 
 def open_files_max(requested: int = OPEN_FILES_MAX, descriptor_limit: int | None = None) -> int:

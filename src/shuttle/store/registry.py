@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shuttle.errors import ConfigError
-from shuttle.store.core import StoreConfig
+from shuttle.store.config import StoreConfig
 from shuttle.store.interface import Store
 from shuttle.store.objects import ObjectStore
 from shuttle.store.rados_conn import CephOptions

@@ -13,6 +13,7 @@ from shuttle.errors import ConfigError, InvalidArgumentError, UnknownOperationEr
 from shuttle.net.registry import Mode, OperationRegistry, Reply
 from shuttle.node import handlers
 from shuttle.store import ObjectStore
+from shuttle.store.missread import MissReads
 from shuttle.store.nowait import NowaitReads
 
 
@@ -71,7 +72,7 @@ def test_small_reads_and_cached_stats_run_inline(registry: OperationRegistry) ->
     assert stat.inline is not None and stat.inline({"key": "../bad"}, b"") is None
 
 
-def would_block(fd: int, buffer: bytearray, offset: int) -> int:
+def would_block(fd: int, length: int, offset: int) -> bytes:
     """RWF_NOWAIT's answer when the blocks are not in the page cache."""
     raise BlockingIOError(errno.EAGAIN, "would block")
 
@@ -91,6 +92,27 @@ def test_a_miss_the_page_cache_holds_is_answered_inline(tmp_path: Path) -> None:
     assert isinstance(out, Reply) and out.payload == data[60 << 10 : 68 << 10]
     assert store.nowait.served == 1 and store.cache.stats().bytes_from_disk == 128 << 10
     assert inline({"key": "k", "offset": 0, "length": 128 << 10}, b"") is None  # over 64 KiB
+
+
+def test_the_read_lanes_miss_call_is_the_stores_compiled_miss_read(tmp_path: Path) -> None:
+    """A local store's miss read takes the lane's calls itself (no interpreted frame in
+    between), within the node's inline limit, and answers as ``read_nowait`` does."""
+    store = ObjectStore(tmp_path / "data")
+    reg = OperationRegistry()
+    handlers.register_storage_ops(reg, store)
+    data = os.urandom(300 << 10)
+    store.put("k", data)
+    store.read("k", 0, len(data), use_cache=False)  # in the page cache
+    store.cache.clear()
+    miss = reg.get("read").read_miss
+    assert miss is not None and isinstance(getattr(miss, "__self__", None), MissReads)
+    assert miss("k", 0, 128 << 10, None) is None  # over the inline limit: the pool's
+    for offset, length in ((5, 100), (60 << 10, 8 << 10), (len(data) - 10, 100)):
+        store.cache.clear()
+        got = miss("k", offset, length, None)
+        store.cache.clear()
+        assert got == store.read_nowait("k", offset, length) == data[offset : offset + length]
+    store.close()
 
 
 def test_a_read_that_would_block_is_not_answered_inline(tmp_path: Path) -> None:

@@ -73,10 +73,10 @@ def node(
     real = platform_pread()
     assert real is not None, "this test needs os.preadv with RWF_NOWAIT (Linux)"
 
-    def nowait(fd: int, buffer: bytearray, offset: int) -> int:
+    def nowait(fd: int, length: int, offset: int) -> bytes:
         if offset >= SLOW_FROM:
             raise BlockingIOError(errno.EAGAIN, "would block")
-        return real(fd, buffer, offset)
+        return real(fd, length, offset)
 
     store.nowait._pread = nowait
 

@@ -147,8 +147,8 @@ def test_a_change_that_starts_during_a_read_voids_it(
     store, gens = primary
     changed: list[bool] = []
 
-    def pread_then_change(fd: int, buffer: bytearray, offset: int) -> int:
-        got = os.preadv(fd, [buffer], offset)
+    def pread_then_change(fd: int, length: int, offset: int) -> bytes:
+        got = os.pread(fd, length, offset)
         if not changed:  # the primary changes the object while the worker reads it
             changed.append(True)
             store.write("k", 0, b"NEW")

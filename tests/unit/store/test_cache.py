@@ -64,6 +64,19 @@ class CacheModel(RuleBasedStateMachine):
             if end - offset <= 12 * 512 - 2 * 512:  # fits in the cache with room to spare
                 assert self.cache.read_hit(key, offset, end) == bytes(obj[offset:end])
 
+    @rule(key=st.sampled_from(KEYS), offset=st.integers(0, 3000), length=st.integers(1, 600))
+    def fill(self, key: str, offset: int, length: int) -> None:
+        """The event loop's miss: read_hit misses, the caller reads the whole block that
+        holds the range and hands it to fill (a node's miss on its loop)."""
+        obj = self.disk.objects[key]
+        end = min(len(obj), offset + length, (offset // 512 + 1) * 512)  # within one block
+        if offset >= end or self.cache.read_hit(key, offset, end) is not None:
+            return
+        base = offset // 512 * 512
+        block = self.disk.fetcher(key)(base, min(base + 512, len(obj)))
+        assert self.cache.fill(key, offset, end, block) == bytes(obj[offset:end])
+        assert self.cache.read_hit(key, offset, end) == bytes(obj[offset:end])
+
     @rule(key=st.sampled_from(KEYS), offset=st.integers(0, 3000), data=st.binary(max_size=700))
     def write(self, key: str, offset: int, data: bytes) -> None:
         obj = self.disk.objects[key]
@@ -123,6 +136,41 @@ def test_counters_count_blocks_and_bytes() -> None:
     s = cache.stats()
     assert (s.hits, s.misses, s.bytes_from_disk, s.bytes_from_cache) == (1, 2, 2048, 1024)
     assert (s.blocks_cached, s.bytes_cached) == (2, 2048)
+
+
+@pytest.mark.parametrize(
+    ("offset", "length"), [(100, 200), (1024, 1024), (3000, 72), (4096 + 10, 50), (0, 1)]
+)
+def test_fill_is_read_with_its_fetch_done(offset: int, length: int) -> None:
+    """The same miss through read (with a fetch) and through fill (the block read by
+    the caller): the same bytes, counters and cached blocks, a cold cache and a warm."""
+    size = 4096 + 100  # a short last block too
+    data = bytes(range(256)) * 16 + bytes(100)
+    disk = Disk()
+    disk.objects["k"] = bytearray(data)
+    by_read = BlockCache(capacity_bytes=3 * 1024, block_size_bytes=1024)
+    by_fill = BlockCache(capacity_bytes=3 * 1024, block_size_bytes=1024)
+    end = min(offset + length, size)
+    base = offset // 1024 * 1024
+    block = data[base : min(base + 1024, size)]
+    for warm in (False, True):  # a miss, then the same range again: a hit in both
+        assert by_read.read("k", offset, length, size, disk.fetcher("k")) == data[offset:end]
+        assert by_fill.fill("k", offset, end, block) == data[offset:end], warm
+        assert by_read.stats() == by_fill.stats()
+    for other in range(4):  # evictions alike (three blocks fit)
+        lo = other * 1024
+        by_read.read("k", lo, 10, size, disk.fetcher("k"))
+        by_fill.fill("k", lo, lo + 10, data[lo : lo + 1024])
+        assert by_read.stats() == by_fill.stats()
+
+
+def test_fill_refuses_a_range_outside_its_block() -> None:
+    cache = BlockCache(capacity_bytes=1 << 20, block_size_bytes=1024)
+    with pytest.raises(ValueError, match="not within the 1024-byte block at 1024"):
+        cache.fill("k", 2000, 2100, bytes(1024))  # crosses into the next block
+    with pytest.raises(ValueError, match="not within the 100-byte block at 0"):
+        cache.fill("k", 50, 150, bytes(100))  # past a short block's end
+    assert cache.stats().blocks_cached == 0
 
 
 def test_runs_of_missing_blocks_are_fetched_in_one_call() -> None:

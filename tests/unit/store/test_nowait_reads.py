@@ -11,11 +11,12 @@ import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from shuttle.store import ObjectStore, StoreConfig
-from shuttle.store.nowait import NowaitReads, platform_pread
+from shuttle.store.nowait import NowaitReads, ReusedBufferPread, platform_pread
 
 BLOCK = 4096
 DATA = os.urandom(10 * BLOCK + 100)  # a short last block too
@@ -35,14 +36,14 @@ class FileSystem:
         assert real is not None, "these tests need os.preadv with RWF_NOWAIT (Linux)"
         self.real = real
 
-    def __call__(self, fd: int, buffer: bytearray, offset: int) -> int:
+    def __call__(self, fd: int, length: int, offset: int) -> bytes:
         self.calls += 1
         if self.would_block:
             raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
         if self.errno is not None:
             raise OSError(self.errno, os.strerror(self.errno))
-        got = self.real(fd, buffer, offset)
-        return got // 2 if self.short else got
+        got = self.real(fd, length, offset)
+        return got[: len(got) // 2] if self.short else got
 
 
 @pytest.fixture
@@ -165,3 +166,50 @@ def test_without_a_block_cache_it_reads_just_the_range(tmp_path: Path, fs: FileS
         s.put("k", DATA)
         assert s.read_nowait("k", 123, 4000) == DATA[123:4123]
         assert s.cache.stats().bytes_from_disk == 0
+
+
+def _c_read() -> Any:
+    try:
+        from shuttle.store import _nowait
+    except ImportError:
+        pytest.skip("the C read is not built (scripts/build_compiled.py)")
+    return _nowait.pread_nowait
+
+
+def test_the_c_read_answers_as_the_reference_does(tmp_path: Path) -> None:
+    """``_nowait.c`` against :class:`ReusedBufferPread` on the same file: a resident
+    range, one that runs past the end (short), one past the end (empty), a bad
+    descriptor (the same OSError) and bad arguments (refused, saying which)."""
+    c_read, reference = _c_read(), ReusedBufferPread()
+    path = tmp_path / "f"
+    path.write_bytes(DATA)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.pread(fd, len(DATA), 0)  # resident
+        for length, offset in ((BLOCK, 0), (BLOCK, 3 * BLOCK + 7), (BLOCK, 10 * BLOCK), (50, 0)):
+            got = c_read(fd, length, offset)
+            assert type(got) is bytes and got == reference(fd, length, offset)
+            assert got == DATA[offset : offset + length]
+        assert c_read(fd, 100, len(DATA) + 5) == reference(fd, 100, len(DATA) + 5) == b""
+    finally:
+        os.close(fd)
+    errors = []
+    for read in (c_read, reference):
+        with pytest.raises(OSError) as caught:
+            read(fd, 100, 0)  # closed
+        errors.append((type(caught.value), caught.value.errno))
+    assert errors[0] == errors[1] == (OSError, errno.EBADF)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        c_read(0, -1, 0)
+    with pytest.raises(TypeError, match="takes 3 arguments"):
+        c_read(0, 1)
+
+
+def test_the_platform_read_is_the_c_one_with_the_compiled_modules() -> None:
+    from shuttle import compiled
+
+    read = platform_pread()
+    if compiled.active().compiled:
+        assert read is _c_read()
+    else:
+        assert isinstance(read, ReusedBufferPread)

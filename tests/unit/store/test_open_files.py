@@ -15,6 +15,7 @@ import pytest
 
 from shuttle.errors import InvalidArgumentError
 from shuttle.store import ObjectStore, StoreConfig
+from shuttle.store.nowait import NowaitReads, platform_pread
 from shuttle.store.openfiles import OpenFiles, open_files_max
 
 BLOCK = 4096
@@ -166,6 +167,39 @@ def test_a_file_is_never_closed_under_a_reader(tmp_path: Path) -> None:
         with pytest.raises(OSError):
             os.fstat(fd)
     assert a.fd == -1 and b.fd == -1
+
+
+def test_a_miss_on_the_loop_reads_through_a_lease_another_thread_cannot_close(
+    tmp_path: Path,
+) -> None:
+    """While a miss reads (``preadv`` lets other threads run), another key's read evicts
+    its file (one kept at most) and a new file takes the lowest free number: the miss
+    still reads its own object, because it borrowed the descriptor. Without the lease
+    the evicted number would be closed and reused, and the read would return the other
+    file's bytes (or fail)."""
+    with ObjectStore(tmp_path / "data", config(open_files_max=1)) as s:
+        s.put("k", OLD)
+        s.put("j", NEW)
+        real = platform_pread()
+        assert real is not None, "this test needs os.preadv with RWF_NOWAIT (Linux)"
+        meanwhile: list[bytes] = []
+        decoys: list[int] = []
+
+        def another_thread_reads_j_first(fd: int, length: int, offset: int) -> bytes:
+            if not meanwhile:  # once: "j" evicts "k"'s file from the one slot
+                s.cache.clear()
+                meanwhile.append(s.read("j", 0, 100))
+                decoys.append(os.open(tmp_path / "data" / "j", os.O_RDONLY))  # lowest free
+            return real(fd, length, offset)
+
+        s.nowait = NowaitReads(another_thread_reads_j_first)
+        s.cache.clear()
+        try:
+            assert s.read_nowait("k", BLOCK, 100) == OLD[BLOCK : BLOCK + 100]
+        finally:
+            for fd in decoys:
+                os.close(fd)
+        assert meanwhile == [NEW[:100]] and s.stats()["open_files"]["evictions"] >= 1
 
 
 def test_the_cache_stays_within_its_bound(tmp_path: Path) -> None:
