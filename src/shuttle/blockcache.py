@@ -133,7 +133,10 @@ class BlockCache:
             with self._lock:
                 self._bytes_from_disk += len(data)
                 for j in range(idx, run_end + 1):
-                    blk = data[(j - idx) * bsz : (j - idx + 1) * bsz]
+                    # A run of one block is kept as fetched (if immutable): compiled,
+                    # even a slice of the whole copies it (64 KiB, about 4 µs a miss).
+                    whole = run_end == idx and type(data) is bytes
+                    blk = data if whole else data[(j - idx) * bsz : (j - idx + 1) * bsz]
                     found[j] = blk
                     self._insert((key, j), blk)
             idx = run_end + 1
