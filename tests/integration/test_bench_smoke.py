@@ -216,15 +216,23 @@ def test_abacus_mix_smoke(tmp_path: Path) -> None:
         "0.5",
         "--object-bytes",
         str(1 << 20),
+        "--partial",
+        "1",
         "--json-out",
         str(out),
         timeout=240,
     )
     assert result.returncode == 0, result.stderr.decode()
     report = json.loads(out.read_text())
-    assert set(report["throughput"]) == {"client", "server", "split", "adaptive"}
-    assert all(report["throughput"][p] > 0 for p in ("client", "server", "split", "adaptive"))
-    for placement, cheap, heavy in (("client", 0, 0), ("server", 2, 2), ("split", 2, 0)):
+    placements = ("client", "server", "split", "split-1", "adaptive")
+    assert tuple(report["throughput"]) == placements
+    assert all(report["throughput"][p] > 0 for p in placements)
+    for placement, cheap, heavy in (
+        ("client", 0, 0),
+        ("server", 2, 2),
+        ("split", 2, 0),
+        ("split-1", 1, 0),
+    ):
         (one,) = report["passes"][placement]
         assert one["at_server"] == {"cheap": cheap, "heavy": heavy}
         assert sum(one["total_calls"].values()) > 0
@@ -235,6 +243,13 @@ def test_abacus_mix_smoke(tmp_path: Path) -> None:
     assert all(final[k]["server"] + final[k]["client"] == 2 for k in ("cheap", "heavy"))
     assert set(report["passes"]["adaptive"][0]["decisions"]) >= {"evaluations", "moves_made"}
     assert report["adaptive_over_better_static"] > 0
+    # The ceiling: the best split of the run, against the better static and adaptive.
+    ceiling = report["ceiling"]
+    assert ceiling["placement_per_run"][0] in ("split", "split-1")
+    assert ceiling["calls_per_s_per_run"][0] == max(
+        report["throughput"]["split"], report["throughput"]["split-1"]
+    )
+    assert ceiling["adaptive_over_ceiling_per_run"][0] > 0
 
 
 def test_abacus_mix_refuses_a_share_that_is_not_a_fraction() -> None:

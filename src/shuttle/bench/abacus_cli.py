@@ -606,13 +606,22 @@ def mix(
             "heavy one at its client) in each run: the ceiling adaptive is read against.",
         ),
     ] = True,
+    partial: Annotated[
+        str,
+        typer.Option(
+            help="Partial splits to run too, e.g. 4,8,12: for each K a placement with the "
+            "first K clients' cheap filters at the node and every other filter at its "
+            "client (when the node saturates, every cheap filter there is not the best "
+            "placement; the best split of a run is the ceiling).",
+        ),
+    ] = "",
     json_path: JsonOpt = None,
 ) -> None:
     """Many clients, each calling a cheap filter (selective, little CPU: best at the
     node) and a CPU-heavy one (best at the client, so the node does not saturate) in a
     closed loop: aggregate calls per second with every filter at the client, every
     filter at the node, and adaptive, and where each kind ended."""
-    from shuttle.bench.mix import MixSettings, run_mix_benchmark
+    from shuttle.bench.mix import MixSettings, parse_partial, run_mix_benchmark
 
     settings = MixSettings(
         clients=clients,
@@ -637,6 +646,7 @@ def mix(
         node_cpu=node_cpu,
         logs_dir=logs,
         split=split,
+        partial=parse_partial(partial),
     )
     settings.check()
     with bench_status("mix", console) as update:
@@ -676,6 +686,20 @@ def mix(
         f"{final['heavy']['server']}/{clients}",
     )
     console.print(table)
+    ceiling = report.get("ceiling")
+    if ceiling is not None and settings.partial:
+        for i, name in enumerate(ceiling["placement_per_run"]):
+            rates = ", ".join(
+                f"{p} {report['throughput_runs'][p]['runs'][i]:.1f}"
+                for p in report["throughput_runs"]
+                if p == "split" or p.startswith("split-")
+            )
+            console.print(
+                f"run {i + 1}: splits {rates}; the best, {name}, "
+                f"{ceiling['over_better_static_per_run'][i]:.2f}× the better static, "
+                f"adaptive {ceiling['adaptive_over_ceiling_per_run'][i]:.2f}× it",
+                highlight=False,
+            )
     console.print(
         f"adaptive / all at client {report['adaptive_over_client']:.2f}, / all at server "
         f"{report['adaptive_over_server']:.2f} (ATC 2020: 1.10 and 1.85)",

@@ -62,9 +62,15 @@ from shuttle.runtime.config import RuntimeConfig
 
 #: The placements, in the order each run makes them. ``split`` is an oracle, not a
 #: policy: it knows the kinds and puts every cheap filter at the node and every heavy
-#: one at its client, the placement the adaptive run-time should find; it bounds what
-#: any placement can give in this emulation (the ceiling adaptive is read against).
+#: one at its client, the placement the adaptive run-time should find when the node
+#: has the CPU for every cheap filter. ``split-K`` (``--partial K``, between ``split``
+#: and ``adaptive``) puts only the first K clients' cheap filters at the node: when
+#: the node saturates, all of them is not the best placement, and the best of the
+#: splits a run makes is the ceiling adaptive is read against.
 PLACEMENTS = ("client", "server", "split", "adaptive")
+#: Prefix of the partial splits' placement names (``split-4``: four cheap filters at
+#: the node).
+PARTIAL_PREFIX = "split-"
 #: The two kinds of function every client calls.
 KINDS = ("cheap", "heavy")
 #: More client processes than this measure the machine's process table, not placement.
@@ -123,10 +129,16 @@ class MixSettings:
     logs_dir: Path | None = None
     #: Also run the oracle ``split`` placement (:data:`PLACEMENTS`) in every run.
     split: bool = True
+    #: Partial splits to run too: for each K, the first K clients' cheap filters at
+    #: the node and every other filter at its client (``split-K``).
+    partial: tuple[int, ...] = ()
 
     def placements(self) -> tuple[str, ...]:
-        """The placements each run makes, in order."""
-        return tuple(p for p in PLACEMENTS if self.split or p != "split")
+        """The placements each run makes, in order: the uniform ones, the splits
+        (every cheap filter at the node, then the partial ones), adaptive."""
+        fixed = tuple(p for p in PLACEMENTS[:-1] if self.split or p != "split")
+        partial = tuple(f"{PARTIAL_PREFIX}{k}" for k in self.partial)
+        return (*fixed, *partial, PLACEMENTS[-1])
 
     def check(self) -> None:
         """Refuse settings that cannot make a meaningful run, saying which and why."""
@@ -153,6 +165,32 @@ class MixSettings:
                 f"({self.object_bytes}); make the object at least one block"
             )
         parse_link_profile(self.link)
+        for k in self.partial:
+            if not 1 <= k < self.clients:
+                raise ConfigError(
+                    f"--partial {k}: a partial split puts K of the {self.clients} clients' "
+                    f"cheap filters at the node, so K must be 1..{self.clients - 1} "
+                    "(0 is the all-at-client placement, every one the split)"
+                )
+        if len(set(self.partial)) != len(self.partial):
+            raise ConfigError(f"--partial lists a K twice: {list(self.partial)}")
+
+
+def parse_partial(text: str) -> tuple[int, ...]:
+    """``--partial``'s value, ``"4,8,12"``, as (4, 8, 12); :class:`ConfigError` says
+    what is wrong with anything else."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise ConfigError(
+                f"--partial takes the numbers of cheap filters to put at the node, "
+                f"comma-separated (e.g. 4,8,12); {part!r} is not a whole number"
+            ) from None
+    return tuple(out)
 
 
 # --- one client process ------------------------------------------------------------------
@@ -180,9 +218,17 @@ def _filter_params(settings: MixSettings, kind: str) -> dict[str, Any]:
     }
 
 
-def _at_node(placement: str, kind: str) -> bool:
-    """Whether a filter of ``kind`` starts at the node in ``placement``."""
-    return placement == "server" or (placement == "split" and kind == "cheap")
+def _at_node(placement: str, kind: str, index: int) -> bool:
+    """Whether client ``index``'s filter of ``kind`` starts at the node in ``placement``."""
+    if placement == "server":
+        return True
+    if kind != "cheap":
+        return False
+    if placement == "split":
+        return True
+    if placement.startswith(PARTIAL_PREFIX):
+        return index < int(placement.removeprefix(PARTIAL_PREFIX))
+    return False
 
 
 def _one_pass(
@@ -208,7 +254,7 @@ def _one_pass(
             filters = {
                 kind: rt.create(
                     "filter",
-                    at=node if _at_node(placement, kind) else None,
+                    at=node if _at_node(placement, kind, index) else None,
                     placement="auto" if placement == "adaptive" else "static",
                     storage=rt.storage(node),
                     key=key,
@@ -389,6 +435,8 @@ def _decisions(
     stacks_max = 0
     made: dict[str, dict[str, int]] = {k: {"to_server": 0, "to_client": 0} for k in KINDS}
     refused: dict[str, dict[str, int]] = {k: {} for k in KINDS}
+    #: Per kind and direction, the reasons of the moves made (numbers left out).
+    why: dict[str, dict[str, int]] = {k: {} for k in KINDS}
     for path, offset in zip(_decision_logs(bench), since, strict=True):
         if not path.exists():
             continue
@@ -410,21 +458,25 @@ def _decisions(
                 kind = _kind_of(str(move.get("stack", "")))
                 if kind not in made:
                     continue
+                # "net benefit 0.123 s ≤ B_thresh ..." → "net benefit ≤ B_thresh".
+                reason = " ".join(
+                    w
+                    for w in str(move.get("reason", "")).split()
+                    if not any(c.isdigit() for c in w)
+                )
                 if move.get("execute"):
-                    made[kind][str(move.get("direction"))] += 1
+                    direction = str(move.get("direction"))
+                    made[kind][direction] += 1
+                    key = f"{direction}: {reason}"
+                    why[kind][key] = why[kind].get(key, 0) + 1
                 else:
-                    # "net benefit 0.123 s ≤ B_thresh ..." → "net benefit ≤ B_thresh".
-                    reason = " ".join(
-                        w
-                        for w in str(move.get("reason", "")).split()
-                        if not any(c.isdigit() for c in w)
-                    )
                     refused[kind][reason] = refused[kind].get(reason, 0) + 1
     return {
         "evaluations": evaluations,
         "evaluations_per_s": round(evaluations / wall_s, 2) if wall_s > 0 else None,
         "stacks_max": stacks_max,
         "moves_made": made,
+        "moves_made_reasons": why,
         "moves_refused": refused,
     }
 
@@ -556,4 +608,25 @@ def _report(
             round(rates["adaptive"][i] / max(rates["split"][i], 1e-9), 3)
             for i in range(settings.runs)
         ]
+    splits = [p for p in placements if p == "split" or p.startswith(PARTIAL_PREFIX)]
+    if splits:
+        out["ceiling"] = _ceiling(rates, splits, settings.runs)
     return out
+
+
+def _ceiling(rates: dict[str, list[float]], splits: Sequence[str], runs: int) -> dict[str, Any]:
+    """The best static split of each run (``split`` or a ``split-K``): the ceiling, per
+    run against the better uniform placement of the same run, and adaptive against it.
+    Per run, because the passes of a run are neighbours in time."""
+    best = [max(splits, key=lambda p: rates[p][i]) for i in range(runs)]
+    uniform = [max(rates["client"][i], rates["server"][i], 1e-9) for i in range(runs)]
+    return {
+        "placement_per_run": best,
+        "calls_per_s_per_run": [round(rates[p][i], 3) for i, p in enumerate(best)],
+        "over_better_static_per_run": [
+            round(rates[p][i] / uniform[i], 3) for i, p in enumerate(best)
+        ],
+        "adaptive_over_ceiling_per_run": [
+            round(rates["adaptive"][i] / max(rates[p][i], 1e-9), 3) for i, p in enumerate(best)
+        ],
+    }

@@ -1,0 +1,68 @@
+"""``shuttle bench abacus mix``'s settings: the placements a run makes (the partial
+splits among them), where each client's filters start, and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from shuttle.bench.mix import MixSettings, _at_node, _ceiling, parse_partial
+from shuttle.errors import ConfigError
+
+
+def test_the_partial_splits_run_between_the_split_and_adaptive() -> None:
+    assert MixSettings().placements() == ("client", "server", "split", "adaptive")
+    settings = MixSettings(clients=16, partial=(4, 12))
+    assert settings.placements() == (
+        "client",
+        "server",
+        "split",
+        "split-4",
+        "split-12",
+        "adaptive",
+    )
+    assert MixSettings(split=False, partial=(4,)).placements() == (
+        "client",
+        "server",
+        "split-4",
+        "adaptive",
+    )
+
+
+def test_a_partial_split_puts_the_first_k_clients_cheap_filters_at_the_node() -> None:
+    at_node = [i for i in range(16) if _at_node("split-4", "cheap", i)]
+    assert at_node == [0, 1, 2, 3]
+    assert not any(_at_node("split-4", "heavy", i) for i in range(16))
+    assert all(
+        _at_node("split", "cheap", i) and not _at_node("split", "heavy", i) for i in range(3)
+    )
+    assert all(_at_node("server", k, 5) for k in ("cheap", "heavy"))
+    assert not any(_at_node(p, "cheap", 0) for p in ("client", "adaptive"))
+
+
+def test_partial_splits_that_are_not_partial_are_refused_saying_why() -> None:
+    assert parse_partial("4, 8,12") == (4, 8, 12)
+    assert parse_partial("") == ()
+    with pytest.raises(ConfigError, match="'x' is not a whole number"):
+        parse_partial("4,x")
+    for bad in ((0,), (16,)):
+        with pytest.raises(ConfigError, match=r"K must be 1\.\.15"):
+            MixSettings(clients=16, partial=bad).check()
+    with pytest.raises(ConfigError, match="lists a K twice"):
+        MixSettings(clients=16, partial=(4, 4)).check()
+
+
+def test_the_ceiling_is_the_best_split_of_each_run() -> None:
+    rates = {
+        "client": [70.0, 30.0],
+        "server": [20.0, 10.0],
+        "split": [77.0, 25.0],
+        "split-8": [84.0, 33.0],
+        "adaptive": [80.0, 36.0],
+    }
+    got = _ceiling(rates, ["split", "split-8"], 2)
+    assert got["placement_per_run"] == ["split-8", "split-8"]
+    assert got["calls_per_s_per_run"] == [84.0, 33.0]
+    assert got["over_better_static_per_run"] == [1.2, 1.1]
+    assert got["adaptive_over_ceiling_per_run"] == [round(80 / 84, 3), round(36 / 33, 3)]
+    rates["split"] = [90.0, 20.0]
+    assert _ceiling(rates, ["split", "split-8"], 2)["placement_per_run"] == ["split", "split-8"]
