@@ -68,6 +68,8 @@ class EdgeDigest:
     far_s: float = 0.0
     remote: bool = False
     active_s: float | None = None
+    #: Calls on the edge still in progress as the window ended.
+    in_flight: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,8 @@ class Digest:
     links: Mapping[str, LinkDigest] = field(default_factory=lambda: MappingProxyType({}))
     #: The CPU its process and the others on its CPUs used (None: not measured).
     cpu: CpuUse | None = None
+    #: Calls in progress in the objects it hosts, on average over the window.
+    calls_in_progress: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.links, MappingProxyType):
@@ -140,6 +144,7 @@ class Digest:
             "consoles": list(self.consoles),
             "links": {node: _fields(link) for node, link in self.links.items()},
             "cpu": None if self.cpu is None else _fields(self.cpu),
+            "calls_in_progress": self.calls_in_progress,
         }
 
 
@@ -219,6 +224,7 @@ def _parse_edge(e: Mapping[str, Any], where: str) -> EdgeDigest:
         far_s=_number(e.get("far_s", 0.0), f"{where}.far_s"),
         remote=_flag(e.get("remote", False), f"{where}.remote"),
         active_s=_number(e.get("active_s"), f"{where}.active_s", optional=True),
+        in_flight=int(_number(e.get("in_flight", 0), f"{where}.in_flight")),
     )
 
 
@@ -287,6 +293,7 @@ def _parse(raw: Any) -> Digest:
             for node, link in links.items()
         },
         cpu=_parse_cpu(raw.get("cpu")),
+        calls_in_progress=_number(raw.get("calls_in_progress", 0.0), "calls_in_progress"),
     )
 
 
@@ -336,6 +343,7 @@ def build_digest(
             far_s=e.far_s,
             remote=e.remote,
             active_s=window.active_s.get((caller, callee)),
+            in_flight=window.in_flight.get((caller, callee), 0),
         )
         for (caller, callee), e in window.edges.items()
     )
@@ -354,4 +362,5 @@ def build_digest(
         consoles=tuple(consoles),
         links=links or {},
         cpu=cpu,
+        calls_in_progress=round(window.calls_in_progress, 4),
     )

@@ -23,7 +23,11 @@ per edge of the object graph:
   under contention is a stack the resource manager must still see), and a remote
   call's stall is counted as it accrues, at every tick, not all at once when it
   returns: a window sees the time it spent blocked, not the calls that happened to
-  end in it.
+  end in it. A window also says how many calls were in progress on each of its edges
+  as it ended (``in_flight``: the reads below such a call are counted, its CPU and
+  its result not yet), and how many calls were inside this run-time's objects on
+  average (``calls_in_progress``, one per thread: at a node, those beyond the one
+  holding the interpreter's lock wait for it asleep, which the load ``L`` misses).
 
 Counters only grow. Every tick (a few per window) the monitor keeps a snapshot, so
 the counts over the last ``H`` are one subtraction: a moving window, as the paper's
@@ -105,6 +109,8 @@ class EdgeCounters:
 
 
 Edge = tuple[str, str]
+#: A tick's snapshot: when, the cumulative counters, and the call-seconds in objects.
+_Snapshot = tuple[float, dict[str, ObjectCounters], dict[Edge, EdgeCounters], float]
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,11 @@ class Window:
     objects: dict[str, ObjectCounters] = field(default_factory=dict)
     edges: dict[Edge, EdgeCounters] = field(default_factory=dict)
     active_s: dict[str | Edge, float] = field(default_factory=dict)
+    #: Per edge of the window, the calls on it still in progress as it ended.
+    in_flight: dict[Edge, int] = field(default_factory=dict)
+    #: Calls in progress in this run-time's objects (outermost ones: one per thread
+    #: inside an object), on average over the window.
+    calls_in_progress: float = 0.0
 
 
 @dataclass(slots=True)
@@ -149,9 +160,13 @@ class ResourceMonitor:
         self._open: dict[int, list[Any]] = {}
         self._tokens = itertools.count(1)
         self._local = threading.local()
-        self._history: deque[tuple[float, dict[str, ObjectCounters], dict[Edge, EdgeCounters]]]
-        self._history = deque(maxlen=HISTORY_MAX)
-        self._history.append((self._clock(), {}, {}))
+        #: Outermost calls in progress in objects here, and their count integrated
+        #: over time (call-seconds) up to ``_busy_t``.
+        self._busy_calls = 0
+        self._busy_call_s = 0.0
+        self._busy_t = self._clock()
+        self._history: deque[_Snapshot] = deque(maxlen=HISTORY_MAX)
+        self._history.append((self._busy_t, {}, {}, 0.0))
 
     # --- who is running ------------------------------------------------------------
 
@@ -184,8 +199,19 @@ class ResourceMonitor:
     def enter(self, rid: str) -> Frame:
         """A call enters object ``rid`` on this thread."""
         frame = Frame(rid, time.thread_time(), self._clock())
-        self._stack().append(frame)
+        stack = self._stack()
+        if not stack:  # an outermost call: one more thread inside an object here
+            with self._lock:
+                self._busy_accrue(frame.wall0)
+                self._busy_calls += 1
+        stack.append(frame)
         return frame
+
+    def _busy_accrue(self, now: float) -> None:
+        """Integrate the calls in progress up to ``now`` (lock held)."""
+        if now > self._busy_t:
+            self._busy_call_s += self._busy_calls * (now - self._busy_t)
+            self._busy_t = now
 
     def own_cpu_s(self, frame: Frame) -> float:
         """CPU the object has used in this call so far, nested calls excluded."""
@@ -208,11 +234,15 @@ class ResourceMonitor:
         assert popped is frame, "monitor frames must be exited in order"
         total_cpu = time.thread_time() - frame.cpu0
         own = total_cpu - frame.child_cpu if external_cpu_s is None else external_cpu_s
-        wall = self._clock() - frame.wall0
+        end = self._clock()
+        wall = end - frame.wall0
         if stack:
             stack[-1].child_cpu += total_cpu
             stack[-1].remote_s += frame.remote_s
         with self._lock:
+            if not stack:
+                self._busy_accrue(end)
+                self._busy_calls -= 1
             c = self._objects.get(frame.rid)
             if c is None:
                 c = self._objects[frame.rid] = ObjectCounters()
@@ -320,20 +350,24 @@ class ResourceMonitor:
         now = self._clock()
         with self._lock:
             self._accrue(now)
+            self._busy_accrue(now)
+            busy = self._busy_call_s
         objects, edges = self.totals()
-        self._history.append((now, objects, edges))
+        self._history.append((now, objects, edges, busy))
 
     def window(self) -> Window:
         """Counts over the last ``H`` (or since the monitor started, if sooner)."""
         now = self._clock()
         with self._lock:
             self._accrue(now)
+            self._busy_accrue(now)
+            busy = self._busy_call_s
         objects, edges = self.totals()
-        base_t, base_o, base_e = self._history[0]
-        for t, o, e in self._history:
+        base_t, base_o, base_e, base_busy = self._history[0]
+        for t, o, e, b in self._history:
             if t > now - self.window_s:
                 break
-            base_t, base_o, base_e = t, o, e
+            base_t, base_o, base_e, base_busy = t, o, e, b
         zero_o, zero_e = ObjectCounters(), EdgeCounters()
         win_o = {
             rid: c.minus(base_o.get(rid, zero_o))
@@ -352,16 +386,22 @@ class ResourceMonitor:
             # (A shorter one shows when it returns: a warm-up read of a table is
             # not a stack stuck under contention.)
             stuck = now - IN_FLIGHT_WINDOWS * self.window_s
-            busy = {c[0] for c in self._open.values() if c[3] <= stuck and c[0] not in win_e}
-        for k in busy:  # a call in progress, none completed in the window
+            stuck_edges = {c[0] for c in self._open.values() if c[3] <= stuck and c[0] not in win_e}
+            open_edges = [c[0] for c in self._open.values()]
+        for k in stuck_edges:  # a call in progress, none completed in the window
             win_e[k] = EdgeCounters(remote=edges[k].remote if k in edges else False)
+        in_flight: dict[Edge, int] = {}
+        for k in open_edges:
+            if k in win_e:
+                in_flight[k] = in_flight.get(k, 0) + 1
         active: dict[str | Edge, float] = {}
         keys: list[str | Edge] = [*win_o, *win_e]
         for key in keys:
             seen = first.get(key)
             if seen is not None and seen > base_t:
                 active[key] = max(0.0, now - seen)
-        return Window(span, win_o, win_e, active)
+        in_progress = (busy - base_busy) / span if span > 0 else 0.0
+        return Window(span, win_o, win_e, active, in_flight, max(0.0, in_progress))
 
     def forget(self, rid: str) -> None:
         """Drop the counters of an object that left or is gone (its edges too), from
@@ -372,7 +412,7 @@ class ResourceMonitor:
             for key in [k for k in self._edges if rid in k]:
                 del self._edges[key]
                 self._first_seen.pop(key, None)
-            for _, objects, edges in self._history:
+            for _, objects, edges, _ in self._history:
                 objects.pop(rid, None)
                 for key in [k for k in edges if rid in k]:
                     del edges[key]

@@ -20,6 +20,7 @@ from shuttle.runtime.placement_costs import (
     unfinished,
 )
 from shuttle.runtime.placement_load import Coefficients, Prediction, predict, server_cpu_s
+from shuttle.runtime.placement_many import many_clients_view
 from shuttle.runtime.placement_views import (
     SATURATED_SCORE_MIN,
     TOLERANCE_S,
@@ -147,6 +148,9 @@ def choose(
     pinned = frozenset(pinned)
     window = config.window_s
     stacks = list(stacks)
+    if config.aggregate(len({s.client for s in stacks})):
+        # The node's queued calls in its load, each stack's completed calls only.
+        stacks, nodes = many_clients_view(stacks, nodes)
     by_id = {s.stack_id: s for s in stacks}
     table = Coefficients(nodes)  # one evaluation's terms, kept across its predictions
     current = predict(stacks, {}, nodes, window, table)
@@ -239,6 +243,10 @@ class _CpuBudget:
     window_s: float
     table: Coefficients
     capacity_s: Mapping[str, float]
+    #: The servers whose measured use is over the share that sends stacks back
+    #: (:attr:`PlacementConfig.server_cpu_share_evict`): only these shed stacks for
+    #: their CPU, down to ``capacity_s``.
+    shedding: frozenset[str] = frozenset()
 
     @staticmethod
     def of(
@@ -248,12 +256,18 @@ class _CpuBudget:
         table: Coefficients,
     ) -> _CpuBudget:
         capacity: dict[str, float] = {}
+        shedding: set[str] = set()
         if config.aggregate(len({s.client for s in stacks})):
             for server in {s.server for s in stacks}:
-                cap = nodes[server].cpu_capacity_s(config.server_cpu_share_max, config.window_s)
-                if cap is not None:
-                    capacity[server] = cap
-        return _CpuBudget(stacks, nodes, config.window_s, table, capacity)
+                node = nodes[server]
+                cap = node.cpu_capacity_s(config.server_cpu_share_max, config.window_s)
+                evict = node.cpu_capacity_s(config.server_cpu_share_evict, config.window_s)
+                if cap is None or evict is None or node.cpu_busy is None:
+                    continue
+                capacity[server] = cap
+                if node.cpu_busy * config.window_s > evict:
+                    shedding.add(server)
+        return _CpuBudget(stacks, nodes, config.window_s, table, capacity, frozenset(shedding))
 
     def used(self, prediction: Prediction) -> dict[str, float]:
         if not self.capacity_s:
@@ -291,9 +305,11 @@ def _moves(
     """The moves from the current placement to ``best`` and whether to make each.
 
     With many clients (``cpu.capacity_s`` set, or :meth:`PlacementConfig.aggregate`),
-    a move goes ahead if it saves more than it costs and the moves of the evaluation
-    together save more than ``B_thresh`` (docs/runtime.md, "Many clients"); a hosted
-    stack the CPU budget sends back goes whatever its own benefit."""
+    a move to the server goes ahead if it saves more than it costs and the moves to the
+    server of the evaluation together save more than ``B_thresh`` (docs/runtime.md,
+    "Many clients"); a move back must save ``B_thresh`` alone, unless the node is over
+    the share of its CPU that sends stacks back and the budget sends it back, whatever
+    its own benefit."""
     shares = (
         client_shares(stacks, current)
         if config.threshold_per_share
@@ -341,11 +357,13 @@ def _moves(
         order = tuple(s.objects[j].rid for j in s.moved(s.split, k_to))
         net = benefit - cost
         over = _cpu_over_if_kept(s, best, cpu, worth_per_server_cpu_s(s, k_to, s.split, nodes))
-        verdict = None if together is None else _together_verdict(net, together, config.threshold_s)
+        if together is not None:
+            # Many clients: moves in are judged together, a move back alone, by the
+            # paper's B_thresh: the hysteresis that keeps a stack from going back and
+            # in again as the node's measured wait swings (docs/runtime.md).
+            note += " (many clients: a move back is judged alone)"
         if over is not None:
             execute, why = True, over
-        elif verdict is not None and verdict[0]:
-            execute, why = verdict
         elif net > threshold:
             execute, why = True, f"net benefit {net:.3f} s > B_thresh {threshold:.3f} s{note}"
         else:
@@ -445,7 +463,8 @@ def _together(
     in the mix benchmark every cheap move was refused at 0.07-0.27 s. The evaluation's
     moves are one placement (equation 7's vector, chosen greedily over every stack), so
     they are judged together: each must repay its migration, and all of them together
-    must save ``B_thresh``."""
+    must save ``B_thresh``. Only the moves to the server: a move back must save
+    ``B_thresh`` alone (the hysteresis against a measured wait that swings)."""
     if not config.aggregate(len({s.client for s in stacks})):
         return None
     nets = [
@@ -453,7 +472,7 @@ def _together(
         - best.response_s[s.stack_id]
         - migration_cost_s(s, s.split, best.placement[s.stack_id])
         for s in stacks
-        if best.placement[s.stack_id] != s.split
+        if best.placement[s.stack_id] < s.split  # moves back are judged alone
     ]
     paying = [n for n in nets if n > 0]
     return len(paying), sum(paying)
@@ -482,7 +501,9 @@ def _cpu_over_if_kept(s: StackView, best: Prediction, cpu: _CpuBudget, worth: fl
     (and its leaving frees CPU), and what it saves its client per server CPU second,
     ``worth``, is under :data:`SATURATED_SCORE_MIN`."""
     cap = cpu.capacity_s.get(s.server)
-    if cap is None or worth >= SATURATED_SCORE_MIN:
+    if cap is None or worth >= SATURATED_SCORE_MIN or s.server not in cpu.shedding:
+        # Not over the share that sends stacks back: the band between it and the
+        # budget is the hysteresis (a use that swings around the budget moves nothing).
         return None
     kept = {**best.placement, s.stack_id: s.split}
     used = server_cpu_s(cpu.stacks, kept, cpu.nodes, cpu.window_s, cpu.table).get(s.server, 0.0)

@@ -27,6 +27,13 @@ AGGREGATE_CLIENTS_MIN_DEFAULT = 5
 #: 0.9. Past it, each hosted object's calls queue for the node's one interpreter, and
 #: the cheap stacks the node hosts lose more than a CPU-heavy newcomer gains.
 SERVER_CPU_SHARE_MAX_DEFAULT = 0.7
+#: The node sends stacks back for its CPU only once its measured use passes this share
+#: of the CPU it could have had (and then down to :data:`SERVER_CPU_SHARE_MAX_DEFAULT`):
+#: a band, so that a node whose use swings around its budget with the other processes
+#: on its CPU does not send filters back and take them in again from one window to
+#: the next. In the mix benchmark's 16-client passes (a node that got a quarter of a
+#: core) the use swung by ±0.05 s a window around a 0.18-0.24 s budget.
+SERVER_CPU_SHARE_EVICT_DEFAULT = 0.9
 #: Beyond that share a stack is still admitted (and not sent back) if it saves its
 #: client more than this many seconds per second of the node's CPU it takes: at a
 #: node whose CPU is spoken for, each second given to one stack is taken from those
@@ -64,6 +71,9 @@ class PlacementConfig:
     #: than B_thresh). 0: never (the paper's per-stack rule at any scale).
     aggregate_clients_min: int = AGGREGATE_CLIENTS_MIN_DEFAULT
     server_cpu_share_max: float = SERVER_CPU_SHARE_MAX_DEFAULT
+    #: In that regime, the share of its CPU the node's measured use must pass before
+    #: it sends stacks back for their CPU (down to :attr:`server_cpu_share_max`).
+    server_cpu_share_evict: float = SERVER_CPU_SHARE_EVICT_DEFAULT
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.window_s) and self.window_s > 0):
@@ -82,6 +92,12 @@ class PlacementConfig:
         if not 0 < self.server_cpu_share_max <= 1:
             raise ConfigError(
                 f"server CPU share must be in (0, 1], got {self.server_cpu_share_max!r}"
+            )
+        if not self.server_cpu_share_max <= self.server_cpu_share_evict <= 1:
+            raise ConfigError(
+                f"the server CPU share that sends stacks back must be between the share "
+                f"planned ({self.server_cpu_share_max!r}) and 1, got "
+                f"{self.server_cpu_share_evict!r}"
             )
 
     def aggregate(self, clients: int) -> bool:
@@ -110,6 +126,11 @@ class NodeView:
     cpu_busy: float | None = None
     cpu_available: float | None = None
     cpus: int = 1
+    #: Calls in progress in the objects it hosts, on average over the window (its own
+    #: digest's; 0: not measured). A call waiting for the interpreter's lock sleeps,
+    #: so ``load`` does not count it; the many-clients rule does
+    #: (:func:`~shuttle.runtime.placement_many.queued_load`).
+    calls_in_progress: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.speed > 0 and math.isfinite(self.speed)):
@@ -118,6 +139,11 @@ class NodeView:
             raise ConfigError(f"node {self.node_id}: load L must be ≥ 0, got {self.load!r}")
         if self.cpus < 1:
             raise ConfigError(f"node {self.node_id}: cpus must be ≥ 1, got {self.cpus!r}")
+        if not (self.calls_in_progress >= 0 and math.isfinite(self.calls_in_progress)):
+            raise ConfigError(
+                f"node {self.node_id}: calls in progress must be ≥ 0, "
+                f"got {self.calls_in_progress!r}"
+            )
 
     def cpu_capacity_s(self, share: float, window_s: float) -> float | None:
         """CPU seconds per window the node's work may be planned to take: ``share`` of
@@ -156,10 +182,15 @@ class EdgeView:
     #: calls, becomes a per-call overhead
     #: (:func:`~shuttle.runtime.placement_costs.call_overhead_s`).
     measured_s: float = 0.0
+    #: Calls on the edge still in progress as the window ended (their bytes below
+    #: them may be counted, their own CPU and result are not yet).
+    in_flight: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.measured_s) and self.measured_s >= 0):
             raise ConfigError(f"measured stall must be ≥ 0 seconds, got {self.measured_s!r}")
+        if not (math.isfinite(self.in_flight) and self.in_flight >= 0):
+            raise ConfigError(f"calls in flight must be ≥ 0, got {self.in_flight!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -274,6 +274,7 @@ def _nodes_json(nodes: Mapping[str, NodeView]) -> dict[str, Any]:
         n.node_id: {
             "speed": n.speed,
             "load": round(n.load, 4),
+            "calls_in_progress": round(n.calls_in_progress, 4),
             "memory_capacity_bytes": n.memory_capacity_bytes,
         }
         for n in nodes.values()
@@ -304,6 +305,7 @@ def _stack_json(s: StackView) -> dict[str, Any]:
                 "bytes": round(e.bytes),
                 "calls": round(e.calls, 3),
                 "measured_s": round(e.measured_s, 6),
+                "in_flight": e.in_flight,
             }
             for e in s.edges
         ],

@@ -112,6 +112,8 @@ class _Merged:
     #: Seconds per second callers blocked on each remote edge beyond the callee's own
     #: time (the measured stall less what the callee reported as its own).
     edge_wait_per_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: Calls in progress on each edge as its caller's window ended (not a rate).
+    edge_in_flight: dict[tuple[str, str], float] = field(default_factory=dict)
     quiesce: dict[str, float | None] = field(default_factory=dict)
 
 
@@ -189,6 +191,7 @@ def _merge(digests: Sequence[Digest], facts: NodeFacts) -> _Merged:
             m.edge_calls_per_s[key] = m.edge_calls_per_s.get(key, 0.0) + e.calls / seen
             wait = max(0.0, e.stall_s - e.far_s) / seen
             m.edge_wait_per_s[key] = m.edge_wait_per_s.get(key, 0.0) + wait
+            m.edge_in_flight[key] = m.edge_in_flight.get(key, 0.0) + e.in_flight
     # Objects hosted here are here, whatever an older digest says.
     for rid in facts.hosted:
         m.host[rid] = me
@@ -214,6 +217,7 @@ def _stacks(
             None if cpu is None else cpu.own_per_s,
             None if cpu is None else cpu.available_per_s,
             1 if cpu is None else cpu.cpus,
+            local.calls_in_progress,
         )
     }
     stacks: list[StackView] = []
@@ -272,6 +276,7 @@ def _stacks(
                     m.edge_bytes_per_s.get((a, b), 0.0) * window,
                     m.edge_calls_per_s.get((a, b), 0.0) * window,
                     m.edge_wait_per_s.get((a, b), 0.0) * window,
+                    m.edge_in_flight.get((a, b), 0.0),
                 )
                 for a, b in itertools.pairwise(chain)
             )
