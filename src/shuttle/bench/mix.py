@@ -16,8 +16,8 @@ object on its node: a cheap one (passes ``cheap_pass`` of each block, burns
 node's resource manager sees). In a pass every client calls them in a closed loop for
 ``duration_s``, picking the cheap one with probability ``cheap_share`` (seeded per
 client and run, the same sequence in every placement). Four placements, interleaved
-run by run: every filter static at its client, every filter static at the node, the
-oracle split (every cheap filter static at the node, every heavy one at its client:
+run by run (every other run in the reverse order): every filter static at its
+client, every filter static at the node, the oracle split (every cheap filter static at the node, every heavy one at its client:
 the ceiling, ``split=False`` leaves it out), and adaptive (both start at the client;
 the run-time moves them). A pass reports the calls
 completed from ``warmup_s`` to its end (steady state, the figure the target is read
@@ -534,7 +534,10 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
         setup = _Setup(tuple(bench.nodes), bench.key, tuple(_data_keys(bench, settings)), settings)
         with _client_processes(setup) as run_pass:
             for run in range(settings.runs):
-                for placement in placements:
+                # Every other run in the reverse order: on a machine whose load drifts
+                # (others' runs starting), the first placement of a run is not always
+                # the one that ran on the quieter machine.
+                for placement in placements if run % 2 == 0 else placements[::-1]:
                     progress(f"run {run + 1}/{settings.runs}: {placement}")
                     cpu0, wall0 = _node_cpu_s(bench), time.monotonic()
                     logged = _log_sizes(bench)

@@ -40,9 +40,14 @@ def settled(stack: StackView) -> StackView:
     console's) still in progress as the window ended, the edges below carry traffic of
     calls not done yet, whose CPU and result the window has not counted. Their
     bytes, calls and measured stall are taken in proportion to the top edge's
-    completed calls, ``c / (c + in flight)``; with none completed, none of it."""
+    completed calls, ``c / (c + in flight)``. With none completed there is nothing to
+    judge from, and the stack is left as measured: ``--settle-calls``
+    (:func:`~shuttle.runtime.placement_costs.unfinished`) leaves it undecided. (Scaled
+    to nothing, a cheap filter at the node in the middle of its first call of the
+    window read as one whose move back costs no transfer, and was sent back for the
+    node's CPU.)"""
     top = stack.edges[0]
-    if top.in_flight <= 0:
+    if top.in_flight <= 0 or top.calls <= 0:
         return stack
     share = top.calls / (top.calls + top.in_flight)
     below = tuple(

@@ -254,7 +254,8 @@ def test_a_stack_is_judged_from_its_completed_calls_only() -> None:
         LAN,
         0.0005,
     )
-    assert settled(none_done).edges[1] == EdgeView(0, 0)
+    # None completed: nothing to judge from; as measured (--settle-calls leaves it).
+    assert settled(none_done) == none_done
 
 
 def test_a_read_of_a_call_in_progress_does_not_send_a_heavy_filter_to_the_node() -> None:
