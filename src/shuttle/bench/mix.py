@@ -16,12 +16,14 @@ object on its node: a cheap one (passes ``cheap_pass`` of each block, burns
 node's resource manager sees). In a pass every client calls them in a closed loop for
 ``duration_s``, picking the cheap one with probability ``cheap_share`` (seeded per
 client and run, the same sequence in every placement). Four placements, interleaved
-run by run (every other run in the reverse order): every filter static at its
-client, every filter static at the node, the oracle split (every cheap filter static at the node, every heavy one at its client:
-the ceiling, ``split=False`` leaves it out), and adaptive (both start at the client;
-the run-time moves them). A pass reports the calls
-completed from ``warmup_s`` to its end (steady state, the figure the target is read
-from) and over the whole pass, per kind, and where each filter ended.
+run by run (every other run in the reverse order): every filter static at its client,
+every filter static at the node, the oracle split (every cheap filter static at the
+node, every heavy one at its client; ``split=False`` leaves it out), and adaptive (both
+start at the client; the run-time moves them); with ``partial``, partial splits too
+(the first K clients' cheap filters at the node): the best split of a run is the
+ceiling. A pass reports the calls completed from ``warmup_s`` to its end (steady
+state, the figure the target is read from) and over the whole pass, per kind, and
+where each filter ended.
 
 **Two cores.** The node runs on one CPU and every client on the other
 (:func:`shuttle.bench.abacus.choose_cpus`), so the clients together have one core and
