@@ -1,7 +1,7 @@
 """The placement model of ABACUS section 5.4: measurements in, decisions out. No I/O.
 
 This module is the model's front: it names every piece the rest of the run-time uses,
-from four modules, one per concept:
+from five modules, one per concept:
 
 * :mod:`~shuttle.runtime.placement_views`   the inputs: knobs, nodes, objects, edges, stacks
 * :mod:`~shuttle.runtime.placement_costs`   one stack's equations 3-6, a move's price,
@@ -9,6 +9,8 @@ from four modules, one per concept:
 * :mod:`~shuttle.runtime.placement_load`    equations 5-7 over a placement vector: the
   server load's fixed point
 * :mod:`~shuttle.runtime.placement_choice`  the greedy choice of 5.4.3 and its verdicts
+* :mod:`~shuttle.runtime.placement_many`    with many clients: the node's queued calls
+  in its load, each stack's traffic from its completed calls
 
 Vocabulary (the paper's). A *stack* is a chain of objects ``O_0 .. O_n``: ``O_0`` is
 the application's console (anchored at the client), ``O_n`` a storage object
