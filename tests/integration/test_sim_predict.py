@@ -99,6 +99,13 @@ def test_calibrate_then_predict_with_live_runs(cluster: Path, tmp_path: Path) ->
     cal = json.loads(measured.read_text())
     assert cal["measured"]["read_node_cpu_per_request_s"] > 0
     assert cal["link"]["name"] == "lan" and "link rate achieved" in output
+    # The per-call cost: the calibration's small reads in 2 fresh processes (a quick
+    # calibration), each with its console calls to a grep at the node.
+    fresh = cal["measured"]["fresh_reads"]
+    assert (fresh["source"], fresh["processes"], fresh["spots"]) == ("calibration", 2, 11)
+    assert cal["measured"]["rpc_overhead_s"] == fresh["residual_s"]
+    assert len(cal["measured"]["fresh_calls"]["per_process"]) == 2
+    assert cal["server"]["call_overhead_s"] >= 0.0 and "connecting" in output
     # The model's link is the rate the live shaper achieved: at most the profile's.
     achieved = cal["measured"]["link_bandwidth_bits_per_s"]
     assert 0.2 * 10e6 <= achieved <= 10e6
@@ -141,6 +148,9 @@ def test_the_validation_command_runs_a_row_per_speed_and_link(tmp_path: Path) ->
     (row,) = data["rows"]
     assert (row["link"], row["speed"], row["files"]) == ("san", 0.5, 12)
     assert row["calibration"]["n1"]["node_cpu_factor"] == 0.5
+    # The per-call cost was timed on the recorded grep's own reads: a spot a read.
+    fresh = row["calibration"]["n1"]["measured"]["fresh_reads"]
+    assert fresh["source"] == "program" and fresh["spots"] == row["trace"]["storage_calls"]
     assert row["live"]["client_s"] > 0 and row["predicted"]["server_s"] > 0
     assert data["corpus"]["files"] == 12 and data["summary"]["simulator"]["predictions"] == 2
     text = table.read_text()

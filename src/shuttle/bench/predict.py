@@ -6,7 +6,8 @@ cluster, over this link, beside nodes this fast?*
 1. **Record** the grep in process at the client over the real nodes
    (:mod:`shuttle.bench.objrecord`): its reads, its console's calls, the CPU between.
 2. **Calibrate** every node that holds some of the keys, over the link in force
-   (:mod:`shuttle.bench.calibrate`), or take a calibration made before.
+   (:mod:`shuttle.bench.calibrate`; the per-call cost timed on the recorded
+   program's own reads in fresh processes), or take a calibration made before.
 3. **Simulate** the recorded program alone at the client and at the server on the
    calibrated model (:mod:`shuttle.sim.forecast`), and search the link bandwidth and
    the node speed at which the answer flips.
@@ -33,11 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from shuttle.bench.calibrate import CALLS, RATIO_RUNS, Calibration, calibrate
+from shuttle.bench.calibrate.fresh import Spot
 from shuttle.bench.objrecord import by_node, record_object
 from shuttle.client.client import Client
 from shuttle.client.connect import connect
 from shuttle.errors import ConfigError, NotFoundError, ShuttleError
 from shuttle.net.profiles import BURST_BYTES_MIN, BURST_WINDOW_S
+from shuttle.objects.lines import BLOCK_BYTES_DEFAULT
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.placement import EdgeView, NodeView, ObjectView, StackView, predict_single
 from shuttle.sim.config import ServerConfig, from_mapping, load_tables
@@ -51,6 +54,8 @@ from shuttle.sim.forecast import (
 )
 from shuttle.sim.sources import load_trace_file
 from shuttle.sim.workload import BLOCK_READ, CALL, RETURN, Columns
+from shuttle.traces.io import read_csv
+from shuttle.traces.record import Op
 
 Progress = Callable[[str], None]
 
@@ -85,6 +90,17 @@ def load_calibration(path: Path) -> ServerConfig:
     if "server" not in tables:
         raise ConfigError(f"{path} has no [server] table; make it with `shuttle sim calibrate`")
     return from_mapping(ServerConfig, tables["server"], f"{path} [server]")
+
+
+def program_reads(trace: Path, length: int) -> dict[int, list[Spot]]:
+    """The recorded program's reads, per stack (the records' ``client``), in its order:
+    ``(key, offset, length)`` with the length the program asked for (a grep asks for
+    ``block_bytes`` and gets what the object holds), for the calibration to time."""
+    out: dict[int, list[Spot]] = {}
+    for record in read_csv(trace):
+        if record.op is Op.READ:
+            out.setdefault(record.client, []).append((record.file, record.offset, length))
+    return out
 
 
 # --- the run-time's own model ---------------------------------------------------------
@@ -309,6 +325,8 @@ def predict(req: PredictRequest, progress: Progress = lambda _m: None) -> dict[s
             groups = by_node(rt, names)
             sidecar = record_object(rt, run, trace_path, extra={"cluster": str(req.cluster)})
         trace = load_trace_file(trace_path)
+        length = int(run.params.get("block_bytes", BLOCK_BYTES_DEFAULT))
+        program = program_reads(trace_path, length)
     stacks_trace = split_stacks(trace)
     configs: dict[str, ServerConfig] = {}
     calibrations: dict[str, Any] = {}
@@ -325,6 +343,7 @@ def predict(req: PredictRequest, progress: Progress = lambda _m: None) -> dict[s
             cpu_factor=req.cpu_factor,
             calls=req.calls,
             ratio_runs=1 if req.calls < 50 else RATIO_RUNS,
+            reads=program.get(list(groups).index(node)),
             progress=lambda m, node=node: progress(f"calibrating {node}: {m}"),  # type: ignore[misc]
         )
         configs[node] = cal.server_config()

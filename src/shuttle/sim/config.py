@@ -124,6 +124,12 @@ class ServerConfig:
     #: Time the mobile application's first remote call spends opening its connection
     #: (a live run-time dials and authenticates), paid once as it starts.
     connect_s: float = 0.0
+    #: Time a live program spends making its object before the object's first call,
+    #: paid once as it starts, at each placement: at the client the object is made in
+    #: process (``client_setup_s``), at the server by a call whose link and CPU the
+    #: trace's first call already costs (``server_setup_s``: the rest).
+    client_setup_s: float = 0.0
+    server_setup_s: float = 0.0
     #: Server CPU per request of any kind, on top of its kind's cost (which is per
     #: block for block requests): the part of serving a request that does not grow
     #: with its size.
@@ -153,7 +159,7 @@ class ServerConfig:
         _non_negative(self, "metadata_read_cycles", "metadata_write_cycles")
         _non_negative(self, "block_read_cycles", "block_write_cycles")
         _non_negative(self, "network_burst_bytes", "rpc_overhead_s", "call_overhead_s")
-        _non_negative(self, "connect_s")
+        _non_negative(self, "connect_s", "client_setup_s", "server_setup_s")
         _non_negative(self, "request_cycles", "call_cycles")
         _positive(self, "mobile_client_cpu_ratio", "mobile_server_cpu_ratio")
         for name in ("local_request_cycles", "local_block_read_cycles", "rpc_request_header_bytes"):

@@ -28,6 +28,8 @@ What the live system adds (issue 24; every default leaves the above unchanged):
 * With ``network_burst_bytes`` the application's link is a token bucket per direction
   (:mod:`shuttle.sim.link`): a reply is handed to it when the server has done the
   request, so the bucket refills while the program thinks, as a live link's does.
+* ``connect_s`` and ``client_setup_s`` / ``server_setup_s``: opening the connection
+  and making the object at its placement, paid once before the first record.
 * ``network_exact_bytes``: messages carry the trace's bytes instead of whole blocks;
   ``rpc_overhead_s``: the client's own time per storage request besides the link.
 * ``mobile_client_cpu_ratio`` / ``mobile_server_cpu_ratio`` scale the program's think
@@ -152,10 +154,13 @@ class MobileApp:
         if not self.kinds:
             self._finish(now)
             return
-        if self.config.connect_s > 0.0:
-            # Opening the connection comes before the first remote call; the program is
-            # sequential, so paying it first gives the same finish.
-            self.schedule(now + self.config.connect_s, self._connected, None)
+        setup_s = self.config.server_setup_s if self.at_server else self.config.client_setup_s
+        startup_s = self.config.connect_s + setup_s
+        if startup_s > 0.0:
+            # Opening the connection and making the object come before the first
+            # remote call; the program is sequential, so paying them first gives the
+            # same finish.
+            self.schedule(now + startup_s, self._connected, None)
             return
         self._think(now)
 

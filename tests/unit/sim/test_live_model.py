@@ -150,6 +150,14 @@ def test_opening_the_connection_is_paid_once_at_either_placement() -> None:
         assert simulate_alone(config, GREP, placement).run_time_s == pytest.approx(base + 0.004)
 
 
+def test_making_the_object_is_paid_once_at_its_own_placement() -> None:
+    config = replace(LIVE, connect_s=0.004, client_setup_s=0.001, server_setup_s=0.003)
+    for placement, setup in (("client", 0.001), ("server", 0.003)):
+        base = simulate_alone(LIVE, GREP, placement).run_time_s
+        run = simulate_alone(config, GREP, placement).run_time_s
+        assert run == pytest.approx(base + 0.004 + setup)
+
+
 def test_request_headers_can_differ_from_reply_headers() -> None:
     config = replace(LIVE, rpc_request_header_bytes=300)
     run = simulate_alone(config, GREP, "server")

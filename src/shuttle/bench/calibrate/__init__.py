@@ -1,0 +1,35 @@
+"""``shuttle sim calibrate``: measure on a live node what the simulator needs to
+predict it.
+
+Layout, one module per concept:
+
+* :mod:`.run` -- :func:`calibrate`, the phases in order (its docstring says what each
+  measures and why);
+* :mod:`.result` -- :class:`Calibration`: what was measured and the simulator's
+  ``[server]`` table it gives (and its TOML);
+* :mod:`.timing` -- the node's CPU clock and calls timed back to back;
+* :mod:`.link` -- a call's link time replayed through the shaper's buckets, the
+  residual, the rate the shaper achieved;
+* :mod:`.phases` -- the calibration's objects and each phase's measurement;
+* :mod:`.fresh` -- the program's reads timed in fresh processes (the per-call cost);
+* :mod:`.hosted` -- the reference objects and the fit of the hosted costs.
+"""
+
+from shuttle.bench.calibrate.hosted import RATIO_RUNS
+from shuttle.bench.calibrate.link import achieved_bandwidth_bits_per_s, link_residual_s
+from shuttle.bench.calibrate.result import LIVE_BLOCK_BYTES, Calibration
+from shuttle.bench.calibrate.run import calibrate
+from shuttle.bench.calibrate.timing import CALLS, Timed, node_cpu_clock, timed_calls
+
+__all__ = [
+    "CALLS",
+    "LIVE_BLOCK_BYTES",
+    "RATIO_RUNS",
+    "Calibration",
+    "Timed",
+    "achieved_bandwidth_bits_per_s",
+    "calibrate",
+    "link_residual_s",
+    "node_cpu_clock",
+    "timed_calls",
+]
