@@ -109,7 +109,12 @@ def one_speed(
                     predicted_client_s=f.client_s,
                     predicted_server_s=f.server_s,
                     calibration_s=time.perf_counter() - t0,
-                    fresh=m.get("fresh_reads", {}).get("spread"),
+                    # The per-process figures, and the in-process phases' reads.
+                    fresh_reads=m.get("fresh_reads"),
+                    fresh_calls=m.get("fresh_calls"),
+                    reads_loopback=m.get("reads_loopback"),
+                    reads_link=m.get("reads_link"),
+                    load_average=os.getloadavg()[0],
                 )
                 cals[name].append(row)
                 node_us = row["read_node_cpu_per_request_s"] * 1e6

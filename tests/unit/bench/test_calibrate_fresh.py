@@ -185,3 +185,16 @@ def test_the_hosted_fit_gives_back_the_costs_its_runs_were_made_with() -> None:
     assert fit["local_read_cpu_per_request_s"] == pytest.approx(l_request)
     assert fit["local_read_cpu_per_block_s"] == pytest.approx(l_block)
     assert fit["mobile_client_cpu_ratio"] == pytest.approx(1.05)
+
+
+def test_making_the_object_is_charged_less_its_larger_arguments_link_time() -> None:
+    from dataclasses import replace
+
+    run = replace(process(300e-6, 200e-6), create_bytes=20_003)
+    # The call carries 153 bytes (3 of them arguments, 150 the header); the creation
+    # 20,003 of arguments: 20,000 more, which the model's first call already sends.
+    cost = console_call_cost([run], LAN, 153, 76, 150)
+    assert cost is not None
+    assert cost.server_setup_s == pytest.approx(0.005 - 500e-6 - 20_000 / (10e6 / 8))
+    loop = console_call_cost([run], LOOPBACK, 153, 76, 150)
+    assert loop is not None and loop.server_setup_s == pytest.approx(0.005 - 500e-6)
