@@ -124,7 +124,7 @@ def calibrate(
     calibration's own objects. ``processes=0`` times them in this process instead
     (the way before; what the benchmark compares against). ``console_calls``: calls
     each fresh process makes to a grep at the node (default
-    :data:`~.fresh.FRESH_CONSOLE_CALLS`; ``shuttle sim predict`` passes the program's).
+    :data:`~.fresh.FRESH_CONSOLE_CALLS`, about what a grep over 16 MB makes).
 
     Raises :class:`ConfigError` for a node not in the cluster or not on this machine,
     a negative ``processes``, or a link the cluster does not know."""
