@@ -3,16 +3,16 @@ predict it.
 
 Layout, one module per concept:
 
-* :mod:`.run` -- :func:`calibrate`, the phases in order (its docstring says what each
+* ``run``  :func:`calibrate`, the phases in order (its docstring says what each
   measures and why);
-* :mod:`.result` -- :class:`Calibration`: what was measured and the simulator's
+* ``result``  :class:`Calibration`: what was measured and the simulator's
   ``[server]`` table it gives (and its TOML);
-* :mod:`.timing` -- the node's CPU clock and calls timed back to back;
-* :mod:`.link` -- a call's link time replayed through the shaper's buckets, the
+* ``timing``  the node's CPU clock and calls timed back to back;
+* ``link``  a call's link time replayed through the shaper's buckets, the
   residual, the rate the shaper achieved;
-* :mod:`.phases` -- the calibration's objects and each phase's measurement;
-* :mod:`.fresh` -- the program's reads timed in fresh processes (the per-call cost);
-* :mod:`.hosted` -- the reference objects and the fit of the hosted costs.
+* ``phases``  the calibration's objects and each phase's measurement;
+* ``fresh``  the program's reads timed in fresh processes (the per-call cost);
+* ``hosted``  the reference objects and the fit of the hosted costs.
 """
 
 from shuttle.bench.calibrate.hosted import RATIO_RUNS
