@@ -18,7 +18,7 @@ from shuttle.store.rados import RadosStore
 from shuttle.store.rados_aio import read_error
 from shuttle.store.rados_conn import CephOptions
 from tests.store_suite.conftest import SUITE_CONFIG
-from tests.store_suite.gateway_waits import trusting, wait_until
+from tests.store_suite.gateway_waits import trusting, two_gateways, wait_until
 
 Pair = tuple[RadosStore, RadosStore]
 
@@ -26,20 +26,7 @@ Pair = tuple[RadosStore, RadosStore]
 @pytest.fixture(scope="module")
 def gateways(ceph: LocalCeph) -> Iterator[Pair]:
     """Two gateways on a fresh namespace, shared by the module's tests."""
-    info = ceph.info()
-    opts = CephOptions(info.conf_path, info.keyring_path, op_timeout_s=20)
-    namespace = f"a{secrets.token_hex(6)}"
-    a = RadosStore(info.pool, namespace=namespace, config=SUITE_CONFIG, ceph=opts)
-    try:
-        b = RadosStore(info.pool, namespace=namespace, config=SUITE_CONFIG, ceph=opts)
-    except BaseException:
-        a.close()
-        raise
-    try:
-        yield a, b
-    finally:
-        b.close()
-        a.close()
+    yield from two_gateways(ceph, SUITE_CONFIG, "a")
 
 
 @pytest.fixture

@@ -16,8 +16,7 @@ from shuttle.cluster.ceph import LocalCeph
 from shuttle.errors import VersionMismatchError
 from shuttle.store import StoreConfig
 from shuttle.store.rados import RadosStore
-from shuttle.store.rados_conn import CephOptions
-from tests.store_suite.gateway_waits import trusting, wait_until
+from tests.store_suite.gateway_waits import trusting, two_gateways, wait_until
 
 BLOCK = 16384
 #: Four blocks of 16 KiB: a 256 KiB object is four times the cache.
@@ -29,20 +28,7 @@ Pair = tuple[RadosStore, RadosStore]
 
 @pytest.fixture(scope="module")
 def gateways(ceph: LocalCeph) -> Iterator[Pair]:
-    info = ceph.info()
-    opts = CephOptions(info.conf_path, info.keyring_path, op_timeout_s=20)
-    namespace = f"p{secrets.token_hex(6)}"
-    a = RadosStore(info.pool, namespace=namespace, config=CONFIG, ceph=opts)
-    try:
-        b = RadosStore(info.pool, namespace=namespace, config=CONFIG, ceph=opts)
-    except BaseException:
-        a.close()
-        raise
-    try:
-        yield a, b
-    finally:
-        b.close()
-        a.close()
+    yield from two_gateways(ceph, CONFIG, "p")
 
 
 @pytest.fixture
