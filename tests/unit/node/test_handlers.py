@@ -77,7 +77,9 @@ def would_block(fd: int, length: int, offset: int) -> bytes:
     raise BlockingIOError(errno.EAGAIN, "would block")
 
 
-def test_a_miss_the_page_cache_holds_is_answered_inline(tmp_path: Path) -> None:
+def _paged_store(tmp_path: Path) -> tuple[ObjectStore, OperationRegistry, bytes]:
+    """A store with its storage ops registered and a 300 KiB object ``k`` in the page
+    cache but not in the block cache."""
     store = ObjectStore(tmp_path / "data")
     reg = OperationRegistry()
     handlers.register_storage_ops(reg, store)
@@ -85,6 +87,11 @@ def test_a_miss_the_page_cache_holds_is_answered_inline(tmp_path: Path) -> None:
     store.put("k", data)
     store.read("k", 0, len(data), use_cache=False)  # in the page cache
     store.cache.clear()
+    return store, reg, data
+
+
+def test_a_miss_the_page_cache_holds_is_answered_inline(tmp_path: Path) -> None:
+    store, reg, data = _paged_store(tmp_path)
     inline = reg.get("read").inline
     assert inline is not None
     args = {"key": "k", "offset": 60 << 10, "length": 8 << 10}  # spans two blocks
@@ -97,13 +104,7 @@ def test_a_miss_the_page_cache_holds_is_answered_inline(tmp_path: Path) -> None:
 def test_the_read_lanes_miss_call_is_the_stores_compiled_miss_read(tmp_path: Path) -> None:
     """A local store's miss read takes the lane's calls itself (no interpreted frame in
     between), within the node's inline limit, and answers as ``read_nowait`` does."""
-    store = ObjectStore(tmp_path / "data")
-    reg = OperationRegistry()
-    handlers.register_storage_ops(reg, store)
-    data = os.urandom(300 << 10)
-    store.put("k", data)
-    store.read("k", 0, len(data), use_cache=False)  # in the page cache
-    store.cache.clear()
+    store, reg, data = _paged_store(tmp_path)
     miss = reg.get("read").read_miss
     assert miss is not None and isinstance(getattr(miss, "__self__", None), MissReads)
     assert miss("k", 0, 128 << 10, None) is None  # over the inline limit: the pool's
