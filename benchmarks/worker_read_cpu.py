@@ -20,19 +20,15 @@ for each, and this tree's over the anchor's per pair, with the spread of the rat
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent.parent / "src"
+import anchor_pairs
+
 PAGE = 4096
 OBJECT_BYTES = 1 << 20
 KEYS = 16
@@ -88,54 +84,5 @@ def child() -> dict[str, float]:
     return {"read_us": best * 1e6}
 
 
-def measure(src: Path) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(src), "SHUTTLE_PURE": "1"}
-    out = subprocess.run(
-        [sys.executable, __file__, "--child"], env=env, check=True, capture_output=True, text=True
-    )
-    figures: dict[str, float] = json.loads(out.stdout)
-    return figures
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--anchor", type=Path, help="another checkout's src (the code before)")
-    ap.add_argument("--pairs", type=int, default=6)
-    ap.add_argument("--json", type=Path)
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child()))
-        return
-    if args.anchor is None or not (args.anchor / "shuttle").is_dir():
-        ap.error("--anchor must be a directory holding the shuttle package (a checkout's src)")
-    pairs = []
-    for n in range(args.pairs):
-        order = [("anchor", args.anchor), ("this", HERE)]
-        got = dict((name, measure(src)) for name, src in (order if n % 2 == 0 else order[::-1]))
-        pairs.append(got)
-        print(
-            f"pair {n + 1}: worker read {got['anchor']['read_us']:.2f} -> "
-            f"{got['this']['read_us']:.2f} µs"
-        )
-    ratios = [p["this"]["read_us"] / p["anchor"]["read_us"] for p in pairs]
-    report: dict[str, Any] = {
-        "pairs": pairs,
-        "load_avg": os.getloadavg(),
-        "read_us_ratio": {
-            "median": statistics.median(ratios),
-            "min": min(ratios),
-            "max": max(ratios),
-        },
-    }
-    print(
-        f"read_us: this / anchor median {statistics.median(ratios):.3f} "
-        f"(pairs {min(ratios):.3f}..{max(ratios):.3f})"
-    )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
-
-
 if __name__ == "__main__":
-    main()
+    anchor_pairs.main(child, __file__, __doc__.split("\n\n")[0], pairs=6, env={"SHUTTLE_PURE": "1"})
