@@ -43,6 +43,7 @@ from types import ModuleType
 MODULES: tuple[str, ...] = (
     "shuttle.wire.frames",
     "shuttle.wire.connection",
+    "shuttle.wire.handshake",
     "shuttle.wire.events",
     "shuttle.wire.states",
     "shuttle.wire.limits",

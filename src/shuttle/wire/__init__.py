@@ -6,13 +6,15 @@ Layout:
 * ``events``      one class per frame kind, plus ``RequestRejected`` and ``NEED_DATA``
 * ``frames``      the frame layout: encoder and a bounded-memory reader
 * ``states``      roles, states and the table of allowed transitions
+* ``handshake``   the frames outside calls (CHALLENGE, HELLO, WELCOME, GOODBYE) as
+  headers and back, and the protocol version a handshake settles on
 * ``connection``  the state machine of one end (handshake, request ids, limits)
 * ``readlane``    a small read's request and reply as bytes (C in ``_readlane.c``)
 
 There are no sockets in this package; ``shuttle.net`` moves the bytes.
 """
 
-from shuttle.wire.connection import Connection, choose_version
+from shuttle.wire.connection import Connection
 from shuttle.wire.events import (
     NEED_DATA,
     Challenge,
@@ -28,6 +30,7 @@ from shuttle.wire.events import (
     Response,
     Welcome,
 )
+from shuttle.wire.handshake import choose_version
 from shuttle.wire.limits import (
     HEADER_BYTES_MAX,
     IN_FLIGHT_MAX,

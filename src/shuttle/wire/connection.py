@@ -17,6 +17,10 @@ lanes against the general path (tests/unit/wire/test_fast_lanes.py).
 
 Request ids let many requests be in flight at once (pipelining); responses may come
 back in any order. The client picks ids; the node answers each exactly once.
+
+What the frames outside calls (the handshake's, GOODBYE) hold, and the version a
+handshake settles on, are :mod:`shuttle.wire.handshake`'s: this module keeps the
+state they change.
 """
 
 from __future__ import annotations
@@ -33,13 +37,10 @@ from shuttle.errors import (
 )
 from shuttle.wire.events import (
     NEED_DATA,
-    Challenge,
     ConnectionClosed,
     ErrorResponse,
     Event,
     FrameKind,
-    Goodbye,
-    Hello,
     NeedData,
     Payload,
     Request,
@@ -55,15 +56,8 @@ from shuttle.wire.frames import (
     encode_frame,
     encode_frame_fast,
 )
-from shuttle.wire.limits import (
-    NONCE_BYTES,
-    OP_NAME_BYTES_MAX,
-    PREFIX_BYTES,
-    PROTOCOL_VERSION_MAX,
-    PROTOCOL_VERSION_MIN,
-    SCHEME_BYTES_MAX,
-    Limits,
-)
+from shuttle.wire.handshake import control_event, control_header
+from shuttle.wire.limits import OP_NAME_BYTES_MAX, PREFIX_BYTES, Limits
 from shuttle.wire.readlane import (
     pack_read_reply,
     pack_read_request,
@@ -81,21 +75,6 @@ from shuttle.wire.states import REQUEST as _REQUEST
 from shuttle.wire.states import RESPONSE as _RESPONSE
 from shuttle.wire.states import SEND_REQUEST as _SEND_REQUEST
 from shuttle.wire.states import SEND_RESPONSE as _SEND_RESPONSE
-
-
-def choose_version(hello: Hello) -> int:
-    """The highest protocol version both sides speak (server side of the handshake).
-
-    Raises :class:`RemoteProtocolError` naming both ranges if there is none.
-    """
-    version = min(hello.version_max, PROTOCOL_VERSION_MAX)
-    if version < max(hello.version_min, PROTOCOL_VERSION_MIN):
-        raise RemoteProtocolError(
-            f"no common protocol version: client speaks {hello.version_min}.."
-            f"{hello.version_max}, node speaks {PROTOCOL_VERSION_MIN}..{PROTOCOL_VERSION_MAX}; "
-            "upgrade the older side"
-        )
-    return version
 
 
 class Connection:
@@ -357,37 +336,8 @@ class Connection:
             return FrameKind.RESPONSE, [event.rid, event.result], event.payload
         if isinstance(event, ErrorResponse):
             return FrameKind.ERROR, [event.rid, event.code, event.message], b""
-        if isinstance(event, Hello):
-            header: dict[str, Any] = {
-                "version_min": event.version_min,
-                "version_max": event.version_max,
-                "client": event.client_name,
-            }
-            if event.credentials is not None:
-                header["credentials"] = event.credentials
-            return FrameKind.HELLO, header, b""
-        if isinstance(event, Welcome):
-            welcome: dict[str, Any] = {
-                "version": event.version,
-                "node": event.node_id,
-                "limits": event.limits,
-            }
-            if event.proof is not None:
-                welcome["proof"] = event.proof
-            return FrameKind.WELCOME, welcome, b""
-        if isinstance(event, Challenge):
-            return (
-                FrameKind.CHALLENGE,
-                {
-                    "nonce": event.nonce,
-                    "key_required": event.key_required,
-                    "scheme": event.scheme,
-                },
-                b"",
-            )
-        if isinstance(event, Goodbye):
-            return FrameKind.GOODBYE, {"reason": event.reason}, b""
-        raise LocalProtocolError(f"{type(event).__name__} is not sent on the wire")
+        kind, header = control_header(event)
+        return kind, header, b""
 
     # --- receiving ----------------------------------------------------------------
 
@@ -617,30 +567,7 @@ class Connection:
                     f"limit of {self.our_limits.payload_bytes_max}; request smaller ranges",
                 )
             return Response(rid, h[1], payload)
-        if not isinstance(h, dict):
-            raise RemoteProtocolError(f"malformed {kind.name} header {brief(h)}")
-        if kind is FrameKind.HELLO:
-            vmin, vmax = h.get("version_min"), h.get("version_max")
-            if not isinstance(vmin, int) or not isinstance(vmax, int):
-                raise RemoteProtocolError(f"HELLO without integer versions: {brief(h)}")
-            creds = h.get("credentials")
-            return Hello(
-                vmin, vmax, str(h.get("client", "")), creds if isinstance(creds, dict) else None
-            )
-        if kind is FrameKind.WELCOME:
-            version, node, proof = h.get("version"), h.get("node"), h.get("proof")
-            if (
-                not isinstance(version, int)
-                or not isinstance(node, str)
-                or not (proof is None or isinstance(proof, bytes))
-            ):
-                raise RemoteProtocolError(f"malformed WELCOME header {brief(h)}")
-            limits = h.get("limits")
-            return Welcome(version, node, limits if isinstance(limits, dict) else {}, proof)
-        if kind is FrameKind.CHALLENGE:
-            return _challenge_from(h)
-        # FrameKind.GOODBYE: the only kind left.
-        return Goodbye(str(h.get("reason", "")))
+        return control_event(kind, h)
 
     def _refused_request(self, h: Any, payload: bytes | bytearray, refused: int) -> Event:
         """What a REQUEST frame that :meth:`_take_request` did not take becomes: a
@@ -681,21 +608,3 @@ class Connection:
             raise AssertionError(f"_take_request refused the well-formed request {brief(h)}")
         self._in_flight.add(rid)  # answered like any request, with an ErrorResponse
         return RequestRejected(rid, error)
-
-
-def _challenge_from(h: dict[str, Any]) -> Challenge:
-    """The :class:`Challenge` in a CHALLENGE header; :class:`RemoteProtocolError` if
-    it is malformed (a nonce of the wrong size would weaken every proof over it)."""
-    nonce, required, scheme = h.get("nonce"), h.get("key_required"), h.get("scheme")
-    if (
-        not isinstance(nonce, bytes)
-        or len(nonce) != NONCE_BYTES
-        or not isinstance(required, bool)
-        or not isinstance(scheme, str)
-        or not 0 < len(scheme) <= SCHEME_BYTES_MAX
-    ):
-        raise RemoteProtocolError(
-            f"malformed CHALLENGE header {brief(h)} (expected a {NONCE_BYTES}-byte nonce, "
-            "a boolean key_required and a scheme name); is the node a different Shuttle?"
-        )
-    return Challenge(nonce, required, scheme)
