@@ -13,6 +13,8 @@ Layout:
 * ``branches`` the optimistic branch of a speculation: a thread or a forked child
 * ``calls``    what each call sends and how its answer reads (sans-I/O, shared by both APIs)
 * ``integrity``  end-to-end checks: payload hashes on writes, chunk hashes on reads
+* ``connections``  one client's connections to its nodes: one per thread and node, counted
+* ``uploads``  one streamed upload over one connection: begin, pipelined writes, commit
 * ``client``   :class:`Client`, the synchronous API (no asyncio needed)
 * ``gateways`` :class:`GatewayClient`: fails over between nodes that share one store (RADOS)
 * ``locality`` which gateway node sits beside a key's primary OSD (learned in the background)

@@ -37,6 +37,7 @@ from shuttle.client.cache import (
     _blocks_name,
 )
 from shuttle.client.calls import PIECE_BYTES_DEFAULT, WINDOW_DEFAULT, Op, Pieces
+from shuttle.client.connections import counter_totals
 from shuttle.client.integrity import RangeVerifier, UploadHasher, check_written
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
 from shuttle.client.routing import node_for_key
@@ -462,12 +463,7 @@ class AsyncClient:
 
     def counters(self) -> dict[str, Any]:
         """Requests, round trips, bytes and cache hits so far (``Client.counters``'s keys)."""
-        totals = dict.fromkeys(
-            ("requests", "round_trips", "bytes_sent", "bytes_received", "connects", "errors"), 0
-        )
-        for conn in self._conns.values():
-            for name in totals:
-                totals[name] += getattr(conn.counters, name)
+        totals = counter_totals(self._conns.values())
         cache = self.cache.stats()
         return {
             **totals,

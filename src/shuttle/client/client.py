@@ -4,19 +4,20 @@ Usable without asyncio: every call blocks until its answer is in. Large objects
 move as many 1 MiB range requests kept in flight on one connection (pipelining), so
 a stream is limited by the link, not by round trips. Keys are spread over the
 nodes by rendezvous hashing (:mod:`shuttle.client.routing`). One client may be shared
-by threads: each thread gets its own connection to each node.
+by threads: each thread gets its own connection to each node
+(:mod:`shuttle.client.connections`). A streamed upload's session is
+:mod:`shuttle.client.uploads`'s.
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
 import io
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, Protocol, TypeVar
+from typing import IO, Any, TypeVar
 
 from shuttle.client import calls
 from shuttle.client.cache import CLIENT_BLOCK_BYTES_DEFAULT, CLIENT_CACHE_BYTES_DEFAULT, ClientCache
@@ -29,16 +30,18 @@ from shuttle.client.calls import (
 from shuttle.client.calls import (
     WINDOW_DEFAULT as WINDOW_DEFAULT,
 )
-from shuttle.client.calls import Op, Pieces, interrupted
-from shuttle.client.integrity import RangeVerifier, UploadHasher, check_written
+from shuttle.client.calls import Op, Pieces
+from shuttle.client.connections import Dial, NodeConnection, ThreadConnections
+from shuttle.client.integrity import RangeVerifier, check_written
 from shuttle.client.lookaside import LookasideReader, LookasideStore, StoreSet
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
 from shuttle.client.namespace import Namespace
 from shuttle.client.routing import node_for_key
+from shuttle.client.uploads import upload
 from shuttle.client.validation import VALIDATION_DEFAULT, ValidationMode, make_mode
-from shuttle.errors import InvalidArgumentError, NotFoundError, ShuttleError
+from shuttle.errors import InvalidArgumentError, NotFoundError
 from shuttle.net.blocking import BlockingConnection, Call
-from shuttle.net.blocking_stream import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, ConnectionCounters
+from shuttle.net.blocking_stream import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
 from shuttle.net.memory import tune_allocator
 from shuttle.net.shaping import Link
 from shuttle.net.tls import ClientTls
@@ -55,41 +58,6 @@ Source = Pieces | str | Path
 
 def _no_progress(_: int) -> None:
     pass
-
-
-class NodeConnection(Protocol):
-    """What the client needs of one connection to a node: :class:`BlockingConnection`
-    over a socket, or :class:`shuttle.testing.MemoryConnection` in tests."""
-
-    counters: ConnectionCounters
-
-    def call(
-        self,
-        op: str,
-        args: dict[str, Any] | None = None,
-        payload: Payload = b"",
-        *,
-        idempotent: bool = True,
-    ) -> Response: ...
-
-    def call_many(
-        self, calls: Iterable[Call], *, window: int = ..., idempotent: bool = True
-    ) -> Iterator[Response]: ...
-
-    def close(self) -> None: ...
-
-
-#: Opens a connection to a node (called once per thread and node).
-Dial = Callable[[NodeAddress], NodeConnection]
-
-
-class _ThreadConnections(threading.local):
-    """One thread's connections to the nodes, by node id (built empty in each thread
-    on first use, so the hot path reads a plain attribute, not ``getattr`` with a
-    default)."""
-
-    def __init__(self) -> None:
-        self.conns: dict[str, NodeConnection] = {}
 
 
 class Client:
@@ -151,9 +119,8 @@ class Client:
             for n in self.nodes
             if n.link is not None and not n.link.is_unshaped
         }
-        self._dial: Dial = dial or self._dial_socket
-        self._local = _ThreadConnections()
-        self._connections: list[NodeConnection] = []
+        #: This process's connections to the nodes, one per thread and node.
+        self._conns = ThreadConnections(dial or self._dial_socket)
         self._lock = threading.Lock()
         #: Validation modes by name, built on first use; ``validation`` is the default.
         self._modes: dict[str, ValidationMode] = {}
@@ -182,19 +149,12 @@ class Client:
 
     def connection(self, node: NodeAddress) -> NodeConnection:
         """This thread's connection to ``node`` (opened on first use)."""
-        conns = self._local.conns
-        conn = conns.get(node.node_id)
-        if conn is None:
-            conn = self._dial(node)
-            conns[node.node_id] = conn
-            with self._lock:
-                self._connections.append(conn)
-        return conn
+        return self._conns.get(node)
 
     def dial(self, node: NodeAddress) -> NodeConnection:
         """A new connection to ``node`` that the caller owns (and closes): for a
         conversation of its own, such as the callback mode's long poll."""
-        return self._dial(node)
+        return self._conns.dial(node)
 
     def _dial_socket(self, node: NodeAddress) -> NodeConnection:
         return BlockingConnection(
@@ -217,9 +177,7 @@ class Client:
         more: a request sent on it would be read as the rest of that frame, and the
         node would wait for the remainder until its frame timeout. Closing it also ends
         what the node held for the connection (its upload sessions)."""
-        conn = self._local.conns.get(node.node_id)
-        if conn is not None:
-            conn.close()
+        self._conns.drop(node)
 
     def call(
         self,
@@ -282,11 +240,7 @@ class Client:
             namespace, self._namespace = self._namespace, None
         if namespace is not None:
             namespace.close()
-        with self._lock:
-            conns, self._connections = self._connections, []
-        for conn in conns:
-            conn.close()
-        self._local = _ThreadConnections()
+        self._conns.close()
 
     def __enter__(self) -> Client:
         return self
@@ -362,7 +316,7 @@ class Client:
         socket connection takes it by its read lane (``BlockingConnection.read``)."""
         if node is None:
             node = self.node_for(key)
-        conn = self._local.conns.get(node.node_id)  # connection()'s lookup, one call fewer
+        conn = self._conns.mine.conns.get(node.node_id)  # connection()'s lookup, one call fewer
         if conn is None:
             conn = self.connection(node)
         if type(conn) is BlockingConnection:
@@ -479,8 +433,7 @@ class Client:
         every connection, lock and cached block, so the child dials its own and never
         waits on a lock another thread of the parent held at the fork."""
         self._lock = threading.Lock()
-        self._local = _ThreadConnections()
-        self._connections = []
+        self._conns.forget_after_fork()
         self._modes = {}
         self._namespace = None  # its threads are the parent's
         blocks = self.cache.blocks
@@ -536,33 +489,16 @@ class Client:
         progress: Progress,
         mtime_ns: int | None = None,
     ) -> ObjectInfo:
-        node = self.node_for(key)
-        conn = self.connection(node)
-        # Every request of an upload goes over this one connection (the session's node).
-        upload = calls.upload_id(_on(conn, calls.upload_begin(key, expected_version)))
-        sizes: deque[int] = deque()
-        sent = UploadHasher()  # the object's hash, to check the commit's answer against
-
-        def writes() -> Iterator[Call]:
-            offset = 0
-            for piece in pieces:
-                sizes.append(len(piece))
-                sent.update(piece)
-                op = calls.upload_write(upload, offset, piece, key=key)
-                yield Call(op.op, op.args, op.payload)
-                offset += len(piece)
-
-        try:
-            for _ in conn.call_many(writes(), window=self.window, idempotent=False):
-                progress(sizes.popleft())
-            info = calls.object_info(_on(conn, calls.upload_commit(upload, mtime_ns)))
-        except BaseException as exc:
-            if interrupted(exc):
-                conn.close()  # the node ends the session with its connection
-            else:
-                with contextlib.suppress(ShuttleError):  # else the node expires it itself
-                    _on(conn, calls.upload_abort(upload))
-            raise
+        conn = self.connection(self.node_for(key))
+        info, sent = upload(
+            conn,
+            key,
+            pieces,
+            expected_version=expected_version,
+            window=self.window,
+            progress=progress,
+            mtime_ns=mtime_ns,
+        )
         self.forget(key)
         return check_written(info, key, sent.size, sent.digest())
 
@@ -651,19 +587,7 @@ class Client:
 
     def counters(self) -> dict[str, Any]:
         """Requests, round trips, bytes and cache hits of this client so far."""
-        with self._lock:
-            conns = list(self._connections)
-        totals = {
-            "requests": 0,
-            "round_trips": 0,
-            "bytes_sent": 0,
-            "bytes_received": 0,
-            "connects": 0,
-            "errors": 0,
-        }
-        for conn in conns:
-            for name in totals:
-                totals[name] += getattr(conn.counters, name)
+        totals = self._conns.totals()
         cache = self.cache.stats()
         with self._lock:
             modes = dict(self._modes)
@@ -675,8 +599,3 @@ class Client:
             "validation": {name: mode.stats() for name, mode in modes.items()},
             **({"lookaside": self.lookaside.stats()} if self.lookaside is not None else {}),
         }
-
-
-def _on(conn: NodeConnection, op: Op) -> Response:
-    """Make the request ``op`` over ``conn``."""
-    return conn.call(op.op, op.args, op.payload, idempotent=op.idempotent)

@@ -40,7 +40,8 @@ from shuttle.errors import RemoteProtocolError, ShuttleError, UnknownOperationEr
 from shuttle.net.attr_rows import ROWS_FORM
 
 if TYPE_CHECKING:
-    from shuttle.client.client import Client, NodeConnection
+    from shuttle.client.client import Client
+    from shuttle.client.connections import NodeConnection
 
 log = logging.getLogger("shuttle.client.callback")
 
