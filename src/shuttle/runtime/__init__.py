@@ -33,7 +33,8 @@ Layout (one module per concept; docs/runtime.md explains the model):
 * ``planner_input``  the pure part: digests, the node's facts and its location table
   → the stacks the model sees, and who carries out each move
 * ``hosting``    making, restoring and ending hosted objects (the one builder of
-  :class:`~shuttle.runtime.hosting.Hosted`), their managers and sandboxes
+  :class:`~shuttle.runtime.hosted.Hosted`), their managers and sandboxes
+* ``hosted``     a hosted object's record: its gate, epoch, lease, stage and durable writes
 * ``locations``  the location table: hosted, homed (with epochs), hints, migrating
 * ``moves``      the record of migrations: events, last moves, failures
 * ``binding``    the binding manager: ids, references, the loop bridge, an object's

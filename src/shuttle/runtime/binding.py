@@ -56,7 +56,8 @@ from shuttle.runtime.authority import ACTING, acting
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.durable import Durability
 from shuttle.runtime.gate import GateState
-from shuttle.runtime.hosting import Hosted, Hosting
+from shuttle.runtime.hosted import Hosted
+from shuttle.runtime.hosting import Hosting
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.locations import LocationTable
 from shuttle.runtime.mobile import MobileObject

@@ -31,7 +31,7 @@ from shuttle.net.cpu import burn_cpu
 from shuttle.runtime import budget, values
 from shuttle.runtime.authority import acting, acting_for, check_call
 from shuttle.runtime.gate import GateState
-from shuttle.runtime.hosting import Hosted, admitted_while_quiescing
+from shuttle.runtime.hosted import Hosted, admitted_while_quiescing
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import CallMoved
 

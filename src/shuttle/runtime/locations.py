@@ -3,7 +3,7 @@
 One :class:`LocationTable` per run-time owns every table of where objects are:
 
 * ``hosted``: the objects running (or staged, arriving) here, each a
-  :class:`~shuttle.runtime.hosting.Hosted` behind its gate;
+  :class:`~shuttle.runtime.hosted.Hosted` behind its gate;
 * ``homed``: for the objects this run-time is the home of, where each runs and the
   *epoch* of its current activation (:class:`HomeEntry`), with the bookkeeping that
   fences migrations (which move was committed, which were given up);
@@ -35,7 +35,7 @@ from shuttle.errors import InvalidArgumentError, ObjectBusyError
 from shuttle.runtime.ids import ObjectId
 
 if TYPE_CHECKING:
-    from shuttle.runtime.hosting import Hosted
+    from shuttle.runtime.hosted import Hosted
 
 #: Moves a home remembers as given up (fenced), per object: a source asks about its
 #: one move in doubt; a handful covers several moves abandoned in a row.

@@ -54,7 +54,8 @@ from shuttle.runtime import migration, values
 from shuttle.runtime.authority import acting_for
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.digest import CpuUse
-from shuttle.runtime.hosting import POLICIES, admitted_while_quiescing
+from shuttle.runtime.hosted import admitted_while_quiescing
+from shuttle.runtime.hosting import POLICIES
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.load import LoadSample, LoadSampler, available_cpu_s
 from shuttle.runtime.mobile import builtin_type

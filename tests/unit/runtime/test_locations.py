@@ -8,7 +8,7 @@ import pytest
 from shuttle.errors import InvalidArgumentError, ObjectBusyError
 from shuttle.runtime import locations
 from shuttle.runtime.gate import Gate, GateState
-from shuttle.runtime.hosting import Hosted
+from shuttle.runtime.hosted import Hosted
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.locations import Commit, Hint, HomeEntry, LocationTable, Resolution
 
