@@ -46,7 +46,9 @@ Layout (one module per concept; docs/runtime.md explains the model):
 * ``migration_machine`` a migration as a state machine with no I/O (events in,
   instructions out)
 * ``migration``  its executor, and the target's and the home's side of a move
-* ``durable``    durable objects: writes before answers, leases, re-activation
+* ``durable``    durable objects, the home's side: records, leases granted,
+  re-activation
+* ``durable_host`` durable objects, the host's side: writes before answers, leases held
 * ``durable_records`` a durable object's record on its home's disk (two slots)
 * ``faultpoints`` test hooks that hold a migration at a named step (the fault tier)
 * ``peers``      connections to other run-times, one per peer and acting principal

@@ -252,7 +252,7 @@ class BindingManager:
             raise
         if durable:
             try:
-                self.durability.register(hosted)
+                self.durability.host.register(hosted)
             except BaseException:
                 self.table.left(rid)
                 self.table.forgotten(rid)
@@ -320,7 +320,7 @@ class BindingManager:
             self.table.forgotten(rid)
             self.durability.forget(rid)
         elif hosted is not None and hosted.durable:
-            self.durability.tell_home_ended(hosted)
+            self.durability.host.tell_home_ended(hosted)
         return hosted is not None
 
     def describe(self) -> list[dict[str, Any]]:

@@ -101,7 +101,7 @@ def _enter_hosted(
         if (
             hosted.durable
             and time.monotonic() >= hosted.lease_until
-            and not bm.durability.renew_now(hosted)
+            and not bm.durability.host.renew_now(hosted)
         ):
             raise Retired
         chain = bm.current_chain()
@@ -168,7 +168,7 @@ def _persist(bm: BindingManager, hosted: Hosted) -> None:
     """A durable object's call may have changed it: its state reaches its home's
     disk before the call is answered. A stale copy (another activation is
     current) ends, and the call goes to the current one."""
-    if not bm.durability.persist(hosted):
+    if not bm.durability.host.persist(hosted):
         raise Retired  # the stale copy ended; its call never reached the home
 
 

@@ -398,7 +398,7 @@ def register_runtime_ops(
             "epoch": hosted.epoch,
             "serving": hosted.serving(time.monotonic()),
             "durable": hosted.durable,
-            "lease_left_s": bm.durability.lease_left_s(hosted),
+            "lease_left_s": bm.durability.host.lease_left_s(hosted),
         }
 
     async def fence(args: dict[str, Any], payload: bytes) -> Any:
