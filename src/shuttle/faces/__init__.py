@@ -12,6 +12,8 @@ Layout:
 * ``inodes``     the FUSE mount's inode numbers: which path each names, lookup counts
 * ``handles``    open files of the mount: a reader per handle, a write buffer per inode
 * ``fuse``       :class:`ShuttleOperations`, the pyfuse3 operations of the mount
+* ``fuse_errors`` how a failure in an operation becomes the errno a program sees
+* ``space``      the cluster's space as the mount's ``statfs`` reports it
 * ``mount``      :func:`serve_mount` (the FUSE loop), :class:`MountProcess` (a mount in a
   child process), :func:`unmount`
 * ``fsspec_fs``  :class:`ShuttleFileSystem`, the ``shuttle://`` fsspec filesystem

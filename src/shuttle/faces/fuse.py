@@ -23,21 +23,20 @@ What a program sees (docs/mount.md has the whole story):
 
 The client blocks, so every client call runs on a small fixed pool of threads (each
 keeps its connections to the nodes) while the trio loop stays free to serve the
-kernel.
+kernel. How a failure becomes an errno is :mod:`shuttle.faces.fuse_errors`'s; what
+``statfs`` reports, :mod:`shuttle.faces.space`'s.
 """
 
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 import os
 import stat
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,11 +47,12 @@ from shuttle.client.client import SINGLE_PUT_BYTES_MAX, Client
 from shuttle.client.files import RemoteReader
 from shuttle.client.model import ObjectInfo
 from shuttle.client.validation.base import DirectoryKeyError
-from shuttle.errors import NotFoundError, ShuttleError
+from shuttle.errors import NotFoundError
+from shuttle.faces.fuse_errors import fuse_errors, guarded
 from shuttle.faces.handles import Handle, WriteBuffer
 from shuttle.faces.inodes import ROOT_INODE, InodeTable
-from shuttle.faces.oserrors import errno_of
 from shuttle.faces.reading import close_reader, confirmed_info, open_reader, read_confirmed
+from shuttle.faces.space import STATFS_TTL_S, cluster_space
 from shuttle.faces.tree import DIR_MARKER, KeyTree, join, parent
 
 log = logging.getLogger(__name__)
@@ -76,29 +76,6 @@ DIR_TIMEOUT_S_DEFAULT = 1.0
 BLOCK_BYTES = 64 << 10
 #: Names longer than this cannot be keys (a key component is at most 255 bytes).
 NAME_BYTES_MAX = 255
-#: How long statfs answers from the nodes' last report: a node's stats are a few
-#: hundred bytes of counters, and df or a file manager may ask many times a second.
-STATFS_TTL_S = 2.0
-#: What statfs reports when no node reports its disk (a RADOS store: the pool's
-#: space is Ceph's to tell), so programs that check before writing go ahead; a
-#: full node still says ENOSPC at close.
-UNKNOWN_SPACE_BYTES = 1 << 46
-
-
-def cluster_space(client: Client) -> tuple[int, int]:
-    """``(total, free)`` bytes of the disks under the cluster's nodes, each disk once
-    (nodes on one file system report the same ``fsid``, and would count it twice)."""
-    disks: dict[tuple[str, int], tuple[int, int]] = {}
-    for node in client.nodes:
-        space = client.node_stats(node).get("store", {}).get("space", {})
-        if "total_bytes" in space and "free_bytes" in space:
-            disk = (node.host, int(space.get("fsid", node.port)))
-            disks[disk] = (int(space["total_bytes"]), int(space["free_bytes"]))
-    if not disks:
-        return UNKNOWN_SPACE_BYTES, UNKNOWN_SPACE_BYTES
-    return sum(t for t, _ in disks.values()), sum(f for _, f in disks.values())
-
-
 _FILE_MODE = stat.S_IFREG | 0o644
 _DIR_MODE = stat.S_IFDIR | 0o755
 
@@ -163,7 +140,7 @@ class ShuttleOperations(pyfuse3.Operations):
         future = self._pool.submit(fn, *args)
         future.add_done_callback(lambda f: token.run_sync_soon(send.send_nowait, f))
         done = await receive.receive()
-        with _fuse_errors():
+        with fuse_errors():
             return done.result()
 
     def _path(self, ino: int) -> str:
@@ -592,45 +569,11 @@ class ShuttleOperations(pyfuse3.Operations):
         return out
 
 
-def _guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    """Any failure of an operation becomes an errno for the program: pyfuse3 ends the
-    whole mount when a handler raises anything but ``FUSEError``."""
-
-    @functools.wraps(fn)
-    async def operation(*args: Any, **kwargs: Any) -> T:
-        try:
-            return await fn(*args, **kwargs)
-        except pyfuse3.FUSEError:
-            raise
-        except ShuttleError as exc:
-            raise pyfuse3.FUSEError(errno_of(exc)) from exc
-        except OSError as exc:  # the local write buffer (a full $TMPDIR, say)
-            log.warning("%s: %s", fn.__name__, exc)
-            raise pyfuse3.FUSEError(exc.errno or errno.EIO) from exc
-        except Exception as exc:
-            log.exception("%s failed; the program sees EIO", fn.__name__)
-            raise pyfuse3.FUSEError(errno.EIO) from exc
-
-    return operation
-
-
-#: The operations the mount implements (each guarded by :func:`_guarded`).
+#: The operations the mount implements (each guarded by :func:`guarded`).
 OPERATIONS = (
     "lookup", "forget", "getattr", "setattr", "mkdir", "rmdir", "unlink", "rename",
     "opendir", "readdir", "releasedir", "open", "create", "read", "write", "flush",
     "fsync", "release", "statfs",
 )  # fmt: skip
 for _name in OPERATIONS:
-    setattr(ShuttleOperations, _name, _guarded(getattr(ShuttleOperations, _name)))
-
-
-@contextmanager
-def _fuse_errors() -> Iterator[None]:
-    """Shuttle errors become the errno the kernel hands the program."""
-    try:
-        yield
-    except ShuttleError as exc:
-        number = errno_of(exc)
-        if number not in (errno.ENOENT, errno.EEXIST, errno.ENOTEMPTY):
-            log.warning("%s: %s", type(exc).__name__, exc)
-        raise pyfuse3.FUSEError(number) from exc
+    setattr(ShuttleOperations, _name, guarded(getattr(ShuttleOperations, _name)))

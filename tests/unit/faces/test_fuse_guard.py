@@ -12,7 +12,8 @@ import trio
 
 from shuttle.client import Client
 from shuttle.errors import NotFoundError
-from shuttle.faces.fuse import OPERATIONS, ShuttleOperations, _guarded
+from shuttle.faces.fuse import OPERATIONS, ShuttleOperations
+from shuttle.faces.fuse_errors import guarded
 
 
 @pytest.mark.parametrize(
@@ -29,7 +30,7 @@ def test_every_failure_becomes_an_errno(raised: BaseException, expected: int) ->
         raise raised
 
     with pytest.raises(pyfuse3.FUSEError) as caught:
-        trio.run(_guarded(operation))
+        trio.run(guarded(operation))
     assert caught.value.errno == expected
 
 
