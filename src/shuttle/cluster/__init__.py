@@ -10,6 +10,7 @@ Layout:
 * ``ceph``         :class:`LocalCeph`: a single-host Ceph (one mon, N OSDs) for tests and demos
 * ``cephclient``   :class:`CephInfo` and ``connect``: reach a Ceph with bounded waits
 * ``cephconf``     the local Ceph's conf, cephx keys and keyrings
+* ``cephprocs``    the local Ceph's daemons as processes: pid checks, waits, their logs
 """
 
 import importlib

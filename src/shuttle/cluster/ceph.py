@@ -13,7 +13,9 @@ hangs clients), ``osd class load list = *`` (cls_lua), one OSD per failure domai
 instances coexist), per-process admin sockets, the mon's free-space warnings relaxed,
 and client timeouts (I/O to a PG that is not active hangs instead of failing).
 
-Readiness is checked without a mgr: every PG of the pool takes a probe write.
+Readiness is checked without a mgr: every PG of the pool takes a probe write. The
+daemons as processes (is a recorded pid still ours, has it exited, what its log says)
+are :mod:`shuttle.cluster.cephprocs`'s.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,6 +43,14 @@ from shuttle.cluster.cephconf import (
     keyring_text,
     new_key,
     run_dir,
+)
+from shuttle.cluster.cephprocs import (
+    log_errors,
+    log_tail,
+    pid_runs,
+    port_open,
+    wait_exit,
+    wait_gone,
 )
 from shuttle.errors import ConfigError, ExternalToolError, RequestTimeoutError
 
@@ -246,12 +255,12 @@ class LocalCeph:
                 admin, prefix="osd new", uuid=osd_uuid, id=i,
                 inbuf=json.dumps({"cephx_secret": key}).encode(),
             )  # fmt: skip
-            rc = _wait_exit(mkfs[i], deadline)
+            rc = wait_exit(mkfs[i], deadline)
             if rc != 0:
                 raise ExternalToolError(
                     f"ceph-osd --mkfs for osd.{i} failed (exit status {rc}); "
                     f"see {self.root / 'log' / f'osd.{i}.mkfs.out'} and {self.log_path(f'osd.{i}')}"
-                    f"; its last errors:\n{_errors(self.log_path(f'osd.{i}'))}"
+                    f"; its last errors:\n{log_errors(self.log_path(f'osd.{i}'))}"
                 )
             (self.root / "osd" / f"osd.{i}" / "keyring").write_text(
                 keyring_text({f"osd.{i}": (key, {})})
@@ -261,11 +270,11 @@ class LocalCeph:
         self.wait_osds_up(set(range(self.osds)), max(1.0, deadline - time.monotonic()))
 
     def _resume(self, deadline: float) -> None:
-        if not _pid_runs(self.pids.get("mon.a"), self.conf_path):
+        if not pid_runs(self.pids.get("mon.a"), self.conf_path):
             self._start_daemon("mon.a", ["ceph-mon", "-f", "-c", str(self.conf_path), "-i", "a"])
         self.admin(deadline)
         for i in range(self.osds):
-            if not _pid_runs(self.pids.get(f"osd.{i}"), self.conf_path):
+            if not pid_runs(self.pids.get(f"osd.{i}"), self.conf_path):
                 self.start_osd(i, wait=False)
         self.wait_osds_up(set(range(self.osds)), max(1.0, deadline - time.monotonic()))
 
@@ -303,14 +312,14 @@ class LocalCeph:
         if proc is not None and proc.poll() is not None:
             raise ExternalToolError(
                 f"{name} exited with status {proc.returncode}; last lines of "
-                f"{self.log_path(name)}:\n{_tail(self.log_path(name))}\n"
-                f"{_tail(self.root / 'log' / f'{name}.out', 5)}"
+                f"{self.log_path(name)}:\n{log_tail(self.log_path(name))}\n"
+                f"{log_tail(self.root / 'log' / f'{name}.out', 5)}"
             )
 
     def start_osd(self, i: int, *, wait: bool = True, timeout_s: float = 60.0) -> None:
         """Start OSD ``i`` (again) and, with ``wait``, wait until it is up and the
         pool's PGs are active."""
-        if _pid_runs(self.pids.get(f"osd.{i}"), self.conf_path):
+        if pid_runs(self.pids.get(f"osd.{i}"), self.conf_path):
             raise ConfigError(f"osd.{i} already runs (pid {self.pids[f'osd.{i}']})")
         self._start_daemon(f"osd.{i}", ["ceph-osd", "-f", "-c", str(self.conf_path), "-i", str(i)])
         if wait:
@@ -323,10 +332,10 @@ class LocalCeph:
         at once, so that clients move on to the other replicas."""
         name = f"osd.{i}"
         pid = self.pids.get(name)
-        if _pid_runs(pid, self.conf_path):
+        if pid_runs(pid, self.conf_path):
             assert pid is not None
             os.kill(pid, sig)
-            _wait_gone(pid, self._procs.get(name), timeout_s, self.conf_path)
+            wait_gone(pid, self._procs.get(name), timeout_s, self.conf_path)
         self.pids.pop(name, None)
         self._save_state()
         mon_command(self.admin(), prefix="osd down", ids=[name])
@@ -336,9 +345,9 @@ class LocalCeph:
         """SIGKILL every daemon of this Ceph and wait until they are gone."""
         self.close_admin()
         for name, pid in list(self.pids.items()):
-            if _pid_runs(pid, self.conf_path):
+            if pid_runs(pid, self.conf_path):
                 os.kill(pid, signal.SIGKILL)
-                _wait_gone(pid, self._procs.get(name), 10.0, self.conf_path)
+                wait_gone(pid, self._procs.get(name), 10.0, self.conf_path)
         # Reap the daemons this process started: a zombie left behind is reaped by the
         # next wait for any child, which then gets a pid it never started (mutmut's
         # runner does so, and stops).
@@ -359,7 +368,7 @@ class LocalCeph:
     def running(self) -> dict[str, bool]:
         """Each daemon of the state file: whether its process runs."""
         names = ["mon.a", *(f"osd.{i}" for i in range(self.osds))]
-        return {n: _pid_runs(self.pids.get(n), self.conf_path) for n in names}
+        return {n: pid_runs(self.pids.get(n), self.conf_path) for n in names}
 
     def memory_bytes(self) -> int:
         """Resident memory of the running daemons, summed (from /proc)."""
@@ -381,7 +390,7 @@ class LocalCeph:
         last: Exception | None = None
         while time.monotonic() < deadline:
             self._check_alive("mon.a")
-            if _port_open(self.mon_port):
+            if port_open(self.mon_port):
                 try:
                     self._admin = connect(
                         self.conf_path, self.keyring_path, timeout_s=5, op_timeout_s=10
@@ -513,77 +522,6 @@ def _ioctx(client: Any, pool: str) -> Iterator[Any]:
         yield io
     finally:
         io.close()
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _pid_runs(pid: int | None, conf: Path) -> bool:
-    """Whether ``pid`` is alive and is a Ceph daemon of the conf ``conf`` (pids get
-    reused; zombies count as gone)."""
-    if not pid:
-        return False
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return status.rsplit(")", 1)[1].split()[0] != "Z" and str(conf).encode() in cmdline
-
-
-def _exited(pid: int, conf: Path) -> bool:
-    """Whether daemon ``pid`` (of conf ``conf``) has finished exiting: gone, a zombie,
-    or the pid reused by another program. A process still tearing itself down after a
-    SIGKILL already shows an empty command line but is not gone yet."""
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True
-    if status.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-        return True
-    return bool(cmdline) and str(conf).encode() not in cmdline.split(b"\0")
-
-
-def _wait_gone(
-    pid: int, proc: subprocess.Popen[bytes] | None, timeout_s: float, conf: Path
-) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            return True
-        if _exited(pid, conf):
-            return True
-        time.sleep(0.02)
-    return False
-
-
-def _wait_exit(proc: subprocess.Popen[bytes], deadline: float) -> int | None:
-    try:
-        return proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return None
-
-
-def _errors(log: Path, lines: int = 4) -> str:
-    """The last error lines (Ceph's level -1) of a daemon's log, shortened."""
-    try:
-        text = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    found = [line.strip()[:240] for line in text if " -1 " in line]
-    return "\n".join(found[-lines:]) or "(none)"
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def cluster_ceph_root(cluster_root: Path) -> Path:
