@@ -21,6 +21,7 @@ Layout:
   offers (intents, stripe versions, conditional parity writes)
 * ``directory``    hierarchical names over directory blocks
 * ``dirblocks``    directory blocks and the blocks an update writes (pure)
+* ``dirturns``     the locks that make one run-time's updates of a directory take turns
 * ``isolation``    the node service: callbacks and optimistic concurrency control
 * ``holders``      which holders hold promises on which keys, on disk (the isolation
   object's durable part)

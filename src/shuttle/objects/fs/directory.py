@@ -50,18 +50,16 @@ cache and counters are rebuilt from there. So no call changes its durable part, 
 none waits for a write.
 
 **Serialisation (ABACUS 6.5).** Directory objects on one run-time share a manager
-whose per-directory locks order their updates of one directory: moved to the
-directory's node, the clients' objects take turns locally instead of retrying over
-the network. The lock only orders: correctness is the commit's.
+whose per-directory locks (:mod:`shuttle.objects.fs.dirturns`) order their updates of
+one directory: moved to the directory's node, the clients' objects take turns locally
+instead of retrying over the network. The lock only orders: correctness is the commit's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
-import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +90,7 @@ from shuttle.objects.fs.dirblocks import (
     split_path,
     stored_body_bytes,
 )
+from shuttle.objects.fs.dirturns import DirectoryTurns
 from shuttle.objects.fs.promises import Held, PromiseCache, Ticket
 from shuttle.rendezvous import winner
 from shuttle.runtime import values
@@ -118,11 +117,6 @@ CACHE_BLOCKS_MAX = 1024
 #: Samples of (time, inserts, retries) kept for the Figure 11 timeline; when full,
 #: every other one goes, so the list spans the whole run at a coarser grain.
 TIMELINE_SAMPLES_MAX = 2048
-#: How long an update waits for its turn among this run-time's directory objects;
-#: past it, it goes ahead optimistically (the lock orders, it does not protect).
-SERIALISE_WAIT_S = 1.0
-#: Locks shared by one run-time's directory objects (directories hash onto them).
-LOCK_STRIPES = 64
 
 # --- the object ----------------------------------------------------------------------
 
@@ -133,11 +127,11 @@ class DirectoryManager(ObjectManager):
 
     def __init__(self, cls: type[MobileObject], node_id: str) -> None:
         super().__init__(cls, node_id)
-        self.stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
+        self.turns = DirectoryTurns()
 
     def share(self, obj: MobileObject) -> None:
         if isinstance(obj, DirectoryObject):
-            obj._stripes = self.stripes
+            obj._turns = self.turns
 
 
 #: A block's name: (key, offset).
@@ -202,8 +196,8 @@ class DirectoryObject(MobileObject):
         self._promises: PromiseCache[Block, Cached] = PromiseCache(capacity=CACHE_BLOCKS_MAX)
         #: One lock for the cache and the counters (reentrant).
         self._lock = self._promises.lock
-        if not hasattr(self, "_stripes"):
-            self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
+        if not hasattr(self, "_turns"):
+            self._turns = DirectoryTurns()
         self._node_ids = sorted(self.isolations)
 
     # --- migration ----------------------------------------------------------------------
@@ -487,20 +481,10 @@ class DirectoryObject(MobileObject):
 
     # --- updating -----------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _serialised(self, key: str) -> Iterator[None]:
+    def _serialised(self, key: str) -> contextlib.AbstractContextManager[None]:
         """This run-time's updates of directory ``key``, one at a time (see the module
         doc); held across the commit, never taken by :meth:`invalidate`."""
-        lock = self._stripes[zlib.crc32(key.encode()) % LOCK_STRIPES]
-        if not lock.acquire(blocking=False):
-            self._count("serialised_waits")
-            if not lock.acquire(timeout=SERIALISE_WAIT_S):
-                yield  # a slow peer: go ahead optimistically
-                return
-        try:
-            yield
-        finally:
-            lock.release()
+        return self._turns.turn(key, lambda: self._count("serialised_waits"))
 
     def _update(
         self,
