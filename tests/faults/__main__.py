@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from shuttle.net.netns import netns_unavailable_reason
-from tests.faults.harness import Report, run_points, write_json
+from tests.faults.harness import run_points
+from tests.faults.report import Report, write_json
 
 
 def main(argv: list[str] | None = None) -> int:

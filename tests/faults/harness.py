@@ -19,7 +19,9 @@ thread, and at each *point*:
    address) or heals the cut;
 4. waits for the object to settle and checks every node.
 
-Counted (``Report``): **two_live_copies**, two copies of an object serving at once
+What runs (the steps, the rotation) is :mod:`tests.faults.plan`; what is counted,
+:mod:`tests.faults.report`. Counted (``Report``): **two_live_copies**, two copies of
+an object serving at once
 (every node probed for the object's id, ``object.probe``; when two say they serve,
 the older epoch is asked again: serving after the newer one is an overlap);
 **lost_acknowledged_calls**, an acknowledged append missing from its journal, or
@@ -34,13 +36,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import os
 import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +66,18 @@ from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import MobileObject
 from shuttle.runtime.refs import Ref
 from tests.faults.lab import FaultLab
+from tests.faults.plan import (
+    DURABLE_LEASE_S,
+    HOME_STEPS,
+    HOST_STEPS,
+    NODES,
+    SOURCE_STEPS,
+    TARGET_STEPS,
+    rotation,
+)
+from tests.faults.report import Report
 from tests.integration.nodeproc import NodeProcess
 
-NODES = 4
-#: A short lease: a dead host is waited out in about two seconds (docs/runtime.md).
-DURABLE_LEASE_S = 1.0
 #: How long a killed node stays down, or a cut-off one cut off.
 FAULT_S_MIN, FAULT_S_MAX = 0.5, 2.5
 #: Starts of a node tried before the tier gives up (a start can time out when others
@@ -83,14 +91,6 @@ SETTLE_TIMEOUT_S = 150.0
 #: call that failed (an object being brought back is not hammered meanwhile).
 CALL_PAUSE_S = 0.02
 ERROR_PAUSE_S = 0.1
-
-#: Steps by who performs them.
-SOURCE_STEPS = ("quiesce", "checkpoint", "install", "activate", "switch")
-TARGET_STEPS = ("staged", "commit", "open")
-HOME_STEPS = ("home-commit", "home-committed")
-HOST_STEPS = ("persist",)
-VICTIMS = ("source", "target", "home")
-KINDS = ("kill", "cut")
 
 
 class Journal(MobileObject):
@@ -119,57 +119,6 @@ class Counter(MobileObject):
     def add(self) -> int:
         self.n += 1
         return self.n
-
-
-@dataclass
-class Report:
-    """The tier's figures (``--json``)."""
-
-    points: int = 0
-    planned: int = 0
-    not_reached: int = 0
-    migrations: int = 0
-    migrations_ok: int = 0
-    two_live_copies: int = 0
-    lost_acknowledged_calls: int = 0
-    unclear_errors: int = 0
-    durable_objects_lost: int = 0
-    duplicated_appends: int = 0
-    acknowledged_calls: int = 0
-    failed_calls: int = 0
-    not_settled: int = 0
-    non_durable_lost: int = 0
-    restarts: int = 0
-    #: Node starts that timed out on a loaded machine and were tried again.
-    slow_starts: int = 0
-    cuts: int = 0
-    probes: int = 0
-    errors_by_type: dict[str, int] = field(default_factory=dict)
-    faults: dict[str, int] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-    nodes: int = NODES
-    durable_lease_s: float = DURABLE_LEASE_S
-    seed: int = 0
-    elapsed_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return (
-            self.two_live_copies == 0
-            and self.lost_acknowledged_calls == 0
-            and self.unclear_errors == 0
-            and self.durable_objects_lost == 0
-            and self.duplicated_appends == 0
-            and self.not_settled == 0
-        )
-
-    def problem(self, text: str) -> None:
-        if len(self.problems) < 200:
-            self.problems.append(text)
-
-
-def write_json(report: Report, path: Path) -> None:
-    path.write_text(json.dumps({**asdict(report), "ok": report.ok}, indent=2) + "\n")
 
 
 @dataclass
@@ -571,19 +520,6 @@ class Tier:
             os.environ.pop(faultpoints.FAULT_DIR_ENV, None)
         else:
             os.environ[faultpoints.FAULT_DIR_ENV] = self._env_before
-
-
-def rotation(seed: int) -> list[tuple[str, str, str]]:
-    """Every (step, fault, victim) once, in a shuffled order (persist has no target)."""
-    combos = [
-        (step, kind, victim)
-        for step in (*SOURCE_STEPS, *TARGET_STEPS, *HOME_STEPS, *HOST_STEPS)
-        for kind in KINDS
-        for victim in VICTIMS
-        if not (step in HOST_STEPS and victim == "target")
-    ]
-    random.Random(seed).shuffle(combos)
-    return combos
 
 
 def run_points(
