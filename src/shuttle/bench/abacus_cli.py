@@ -615,6 +615,14 @@ def mix(
             "placement; the best split of a run is the ceiling).",
         ),
     ] = "",
+    arrivals_max: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="The node's limit on stacks on their way to it and not yet observed "
+            "there (shuttle serve --arrivals-max; default: the node's, 8; 0: no limit).",
+        ),
+    ] = None,
     json_path: JsonOpt = None,
 ) -> None:
     """Many clients, each calling a cheap filter (selective, little CPU: best at the
@@ -647,6 +655,7 @@ def mix(
         logs_dir=logs,
         split=split,
         partial=parse_partial(partial),
+        arrivals_max=arrivals_max,
     )
     settings.check()
     with bench_status("mix", console) as update:

@@ -45,6 +45,7 @@ import multiprocessing.connection
 import multiprocessing.synchronize
 import os
 import random
+import re
 import statistics
 import threading
 import time
@@ -99,6 +100,12 @@ FILTER_MEMORY_BYTES = 1 << 20
 LINK_DEFAULT = "bw=10Mbit,lat=0.5ms,burst=64KiB"
 #: Prefix of the data objects' keys (one per node).
 DATA_PREFIX = "bench/mix-"
+#: The many-clients rule's note on a node's queue and its arrivals, in the decision
+#: log (runtime/placement_choice.py): the wait per call, stacks on their way, held back.
+_QUEUE_NOTE = re.compile(
+    r"waits ([0-9.]+) s a call beyond the model.*?; (\d+) stacks on their way there, "
+    r"\d+ at most, (\d+) held back"
+)
 
 
 @dataclass
@@ -134,6 +141,9 @@ class MixSettings:
     #: Partial splits to run too: for each K, the first K clients' cheap filters at
     #: the node and every other filter at its client (``split-K``).
     partial: tuple[int, ...] = ()
+    #: The nodes' limit on stacks on their way to them and not yet observed
+    #: (``shuttle serve --arrivals-max``; None: the node's default).
+    arrivals_max: int | None = None
 
     def placements(self) -> tuple[str, ...]:
         """The placements each run makes, in order: the uniform ones, the splits
@@ -174,6 +184,8 @@ class MixSettings:
                     f"cheap filters at the node, so K must be 1..{self.clients - 1} "
                     "(0 is the all-at-client placement, every one the split)"
                 )
+        if self.arrivals_max is not None and self.arrivals_max < 0:
+            raise ConfigError(f"--arrivals-max must be ≥ 0 (0: no limit), got {self.arrivals_max}")
         if len(set(self.partial)) != len(self.partial):
             raise ConfigError(f"--partial lists a K twice: {list(self.partial)}")
 
@@ -439,6 +451,11 @@ def _decisions(
     refused: dict[str, dict[str, int]] = {k: {} for k in KINDS}
     #: Per kind and direction, the reasons of the moves made (numbers left out).
     why: dict[str, dict[str, int]] = {k: {} for k in KINDS}
+    #: Per evaluation: the node's wait per call charged to arrivals, and the stacks on
+    #: their way; and the candidates held back for them, in all.
+    waits: list[float] = []
+    on_way: list[int] = []
+    held_back = 0
     for path, offset in zip(_decision_logs(bench), since, strict=True):
         if not path.exists():
             continue
@@ -456,6 +473,12 @@ def _decisions(
                 continue  # a torn last line
             evaluations += 1
             stacks_max = max(stacks_max, len(record.get("stacks", [])))
+            for note in record.get("notes", []):
+                found = _QUEUE_NOTE.search(str(note))
+                if found:
+                    waits.append(float(found.group(1)))
+                    on_way.append(int(found.group(2)))
+                    held_back += int(found.group(3))
             for move in record.get("moves", []):
                 kind = _kind_of(str(move.get("stack", "")))
                 if kind not in made:
@@ -480,7 +503,18 @@ def _decisions(
         "moves_made": made,
         "moves_made_reasons": why,
         "moves_refused": refused,
+        # The many-clients rule's arrivals (docs/runtime.md, "Many clients").
+        "queue_s_per_call": _spread(waits),
+        "arriving": _spread([float(x) for x in on_way]),
+        "arrivals_held_back": held_back,
     }
+
+
+def _spread(values: Sequence[float]) -> dict[str, float] | None:
+    """Median and maximum (None: no value)."""
+    if not values:
+        return None
+    return {"median": round(statistics.median(values), 4), "max": round(max(values), 4)}
 
 
 def _pass_report(
@@ -521,6 +555,8 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
     node_args.append("--settle-calls")
     if settings.threshold_share:
         node_args.append("--threshold-share")
+    if settings.arrivals_max is not None:
+        node_args += ["--arrivals-max", str(settings.arrivals_max)]
     placements = settings.placements()
     passes: dict[str, list[dict[str, Any]]] = {p: [] for p in placements}
     with bench_node(

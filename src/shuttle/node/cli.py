@@ -84,6 +84,15 @@ def serve(
             "moves of an evaluation judged together (default 5; 0: never).",
         ),
     ] = None,
+    arrivals_max: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Run-time: with many clients, the stacks that may be on their way to the "
+            "node and not yet observed there for a window; more are admitted as these are, "
+            "at the wait per call the stacks there measure (default 8; 0: no limit).",
+        ),
+    ] = None,
     residence: Annotated[
         float | None,
         typer.Option(help="Run-time: seconds an object stays put after it moved (default 5 H)."),
@@ -342,6 +351,7 @@ def serve(
         "threshold_share": threshold_share,
         "settle_calls": settle_calls,
         "aggregate_clients": aggregate_clients,
+        "arrivals_max": arrivals_max,
         "residence_s": residence,
         "object_memory_bytes": object_memory,
         "adaptive": None if adapt else False,

@@ -38,7 +38,7 @@ from shuttle.runtime.config import (
     WINDOW_S_DEFAULT,
     RuntimeConfig,
 )
-from shuttle.runtime.placement import AGGREGATE_CLIENTS_MIN_DEFAULT
+from shuttle.runtime.placement import AGGREGATE_CLIENTS_MIN_DEFAULT, ARRIVALS_MAX_DEFAULT
 from shuttle.runtime.sandbox_limits import (
     CPU_S_PER_CALL_DEFAULT as SANDBOX_CPU_S_DEFAULT,
 )
@@ -142,6 +142,9 @@ class NodeConfig:
     #: From this many clients with stacks here, decide for their aggregate throughput
     #: (docs/runtime.md, "Many clients"); 0: never.
     aggregate_clients: int = AGGREGATE_CLIENTS_MIN_DEFAULT
+    #: With many clients, the stacks that may be on their way here and not yet
+    #: observed (docs/runtime.md, "Many clients"); 0: no limit.
+    arrivals_max: int = ARRIVALS_MAX_DEFAULT
     #: Anti-thrashing: an object that moved stays put this long (None: 5 H).
     residence_s: float | None = None
     #: Memory lent to hosted mobile objects, for the placement model (None: no limit).
@@ -321,6 +324,7 @@ class NodeConfig:
             threshold_per_share=self.threshold_share,
             settle_calls=self.settle_calls,
             aggregate_clients_min=self.aggregate_clients,
+            arrivals_max=self.arrivals_max,
             residence_s=self.residence_s,
             object_memory_bytes=self.object_memory_bytes,
             adaptive=self.adaptive,

@@ -10,7 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shuttle.errors import ConfigError
-from shuttle.runtime.placement import AGGREGATE_CLIENTS_MIN_DEFAULT, PlacementConfig
+from shuttle.runtime.placement import (
+    AGGREGATE_CLIENTS_MIN_DEFAULT,
+    ARRIVALS_MAX_DEFAULT,
+    PlacementConfig,
+)
 
 #: H, the observation window (ABACUS used 1 s in every experiment).
 WINDOW_S_DEFAULT = 1.0
@@ -69,6 +73,9 @@ class RuntimeConfig:
     #: From this many clients with stacks at the node, decide for their aggregate
     #: throughput (docs/runtime.md, "Many clients"); 0: never.
     aggregate_clients_min: int = AGGREGATE_CLIENTS_MIN_DEFAULT
+    #: With many clients, the stacks that may be on their way to the node and not yet
+    #: observed there (docs/runtime.md, "Many clients"); 0: no limit.
+    arrivals_max: int = ARRIVALS_MAX_DEFAULT
     drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT
     staged_ttl_s: float = STAGED_TTL_S_DEFAULT
     lease_s: float = LEASE_S_DEFAULT
@@ -114,6 +121,7 @@ class RuntimeConfig:
             self.threshold_per_share,
             self.settle_calls,
             self.aggregate_clients_min,
+            arrivals_max=self.arrivals_max,
         )
 
     @property

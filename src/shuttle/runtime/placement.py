@@ -10,7 +10,8 @@ from five modules, one per concept:
   server load's fixed point
 * :mod:`~shuttle.runtime.placement_choice`  the greedy choice of 5.4.3 and its verdicts
 * :mod:`~shuttle.runtime.placement_many`    with many clients: the node's queued calls
-  in its load, each stack's traffic from its completed calls
+  in its load, each stack's traffic from its completed calls, the node's wait per
+  call as the price of a call there for a stack not there yet
 
 Vocabulary (the paper's). A *stack* is a chain of objects ``O_0 .. O_n``: ``O_0`` is
 the application's console (anchored at the client), ``O_n`` a storage object
@@ -78,6 +79,7 @@ from shuttle.runtime.placement_costs import (
     load_change,
     migration_cost_s,
     modelled_stall_s,
+    queue_s,
     response_time_s,
     server_work_s,
     stall_s,
@@ -85,6 +87,7 @@ from shuttle.runtime.placement_costs import (
 from shuttle.runtime.placement_load import Prediction, predict, predict_single, server_cpu_s
 from shuttle.runtime.placement_views import (
     AGGREGATE_CLIENTS_MIN_DEFAULT,
+    ARRIVALS_MAX_DEFAULT,
     ITERATIONS_MAX,
     QUIESCE_S_DEFAULT,
     TOLERANCE_S,
@@ -97,6 +100,7 @@ from shuttle.runtime.placement_views import (
 
 __all__ = [
     "AGGREGATE_CLIENTS_MIN_DEFAULT",
+    "ARRIVALS_MAX_DEFAULT",
     "ITERATIONS_MAX",
     "QUIESCE_S_DEFAULT",
     "TOLERANCE_S",
@@ -120,6 +124,7 @@ __all__ = [
     "modelled_stall_s",
     "predict",
     "predict_single",
+    "queue_s",
     "response_time_s",
     "server_cpu_s",
     "server_work_s",

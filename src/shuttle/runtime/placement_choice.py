@@ -16,6 +16,7 @@ from shuttle.runtime.placement_costs import (
     hosted_memory_bytes,
     migration_cost_s,
     modelled_stall_s,
+    queue_s,
     server_work_s,
     unfinished,
 )
@@ -140,15 +141,19 @@ def choose(
     config: PlacementConfig,
     *,
     pinned: Iterable[str] = (),
+    arriving: Mapping[str, int] | None = None,
 ) -> Plan:
     """Decide the placement of ``stacks`` (5.4.3); see the module docstring.
 
     ``nodes`` must hold every stack's client and server. ``pinned`` names objects
-    that must not move in this evaluation."""
+    that must not move in this evaluation. ``arriving``: per server, the stacks
+    decided to move there and not yet observed there for a window (the many-clients
+    rule admits at most :attr:`PlacementConfig.arrivals_max` on their way at once)."""
     pinned = frozenset(pinned)
     window = config.window_s
     stacks = list(stacks)
-    if config.aggregate(len({s.client for s in stacks})):
+    many = config.aggregate(len({s.client for s in stacks}))
+    if many:
         # The node's queued calls in its load, each stack's completed calls only.
         stacks, nodes = many_clients_view(stacks, nodes)
     by_id = {s.stack_id: s for s in stacks}
@@ -198,6 +203,10 @@ def choose(
         )
     # Many clients: the servers' CPU is allocated too (docs/runtime.md, "Many clients").
     cpu = _CpuBudget.of(stacks, nodes, config, table)
+    # Many clients: a few stacks on their way to a server at once, then observe the
+    # wait they make there (docs/runtime.md, "Many clients").
+    admit = _arrivals_left(stacks, config, arriving or {}) if many else {}
+    capped: dict[str, int] = {}
     best = baseline
     best_used = cpu.used(baseline)
     for cand in candidates:
@@ -213,8 +222,14 @@ def choose(
         worth = worth_per_server_cpu_s(stack, base[stack.stack_id], cand.split, nodes)
         if cpu.over(stack.server, trial_used, best_used, worth):
             continue
+        arrival = cand.split < stack.split and stack.server in admit
+        if arrival and admit[stack.server] <= 0:
+            capped[stack.server] = capped.get(stack.server, 0) + 1  # held back: noted
+            continue
         chosen[cand.stack_id] = cand.split
         admitted[cand.stack_id] = cand
+        if arrival:
+            admit[stack.server] -= 1
         if room is not None:
             free[stack.server] = room - need
         best, best_used = trial, trial_used
@@ -228,8 +243,39 @@ def choose(
             )
         )
 
+    for srv in sorted(admit):
+        waiting = (arriving or {}).get(srv, 0)
+        wait = nodes[srv].queue_s_per_call
+        if waiting or capped.get(srv) or wait > 0:
+            notes.append(
+                f"many clients: {srv} waits {wait:.4f} s a call beyond the model (its "
+                f"stacks' measure, charged to arrivals); {waiting} stacks on their way "
+                f"there, {config.arrivals_max} at most, {capped.get(srv, 0)} held back"
+            )
+
     moves = _moves(stacks, current, best, admitted, candidates, nodes, config, pinned, cpu)
     return Plan(current, best, tuple(candidates), moves, config.threshold_s, tuple(notes))
+
+
+def _arrivals_left(
+    stacks: Sequence[StackView], config: PlacementConfig, arriving: Mapping[str, int]
+) -> dict[str, int]:
+    """Per server, how many more stacks this evaluation may send there: at most
+    :attr:`PlacementConfig.arrivals_max` on their way and not observed yet, less
+    those already (``arriving``). Empty with no limit (``arrivals_max`` 0).
+
+    A node's measurements price only the stacks already there: the wait a newcomer
+    will add is not in them until it has been there for a window. At 64 clients
+    every cheap filter was admitted on an idle node's figures within a few
+    evaluations, and most came back once their calls queued; a few at a time, each
+    batch priced at the wait the ones before it made (:func:`queue_s`), stop where
+    the queue outweighs the transfer saved."""
+    if config.arrivals_max <= 0:
+        return {}
+    return {
+        srv: max(0, config.arrivals_max - arriving.get(srv, 0))
+        for srv in {s.server for s in stacks}
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,10 +484,16 @@ def worth_per_server_cpu_s(
     estimate, not the measured price of equation 4's ``C_k`` (:func:`stall_s`): the
     measured wait includes the queue at the node itself, the thing the budget is
     protecting, and with it a heavy filter's two equal transfers (256 KiB either way)
-    differed by up to 0.1 s a window, enough to send some to a node over its budget."""
+    differed by up to 0.1 s a window, enough to send some to a node over its budget.
+    For a stack not at the server yet, the wait its calls would have there, as the
+    stacks there measure it (:func:`queue_s`), is taken from what it saves: a cheap
+    filter whose calls would wait at the node longer than its transfer takes is
+    worth less than nothing there, and the budget holds it back."""
     client, server = nodes[stack.client], nodes[stack.server]
     saved = (client_work_s(stack, k_client) - client_work_s(stack, k_server)) / client.speed
     saved += modelled_stall_s(stack, k_client) - modelled_stall_s(stack, k_server)
+    # A stack not at the server yet would wait there what the stacks there wait.
+    saved -= queue_s(stack, k_server, server) - queue_s(stack, k_client, server)
     cpu = (server_work_s(stack, k_server) - server_work_s(stack, k_client)) / server.speed
     if cpu <= 0:
         return math.inf if saved > 0 else 0.0

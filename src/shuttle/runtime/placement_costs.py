@@ -80,6 +80,24 @@ def stall_s(stack: StackView, k: int) -> float:
     return link + edge.calls * overhead + _peer_s(stack, k, overhead)
 
 
+def queue_s(stack: StackView, k: int, server: NodeView) -> float:
+    """The wait at ``server`` a split that moves objects there (``k`` below the split
+    in force) adds to the stack's response time: a call on the edge that would cross
+    the link, per call, at the wait the stacks already at the server measure beyond
+    what equation 4 prices for them (:attr:`NodeView.queue_s_per_call`, set by the
+    many-clients rule; 0 otherwise, and nothing changes). The stacks already there
+    are priced at what they measure; a stack not there yet measured nothing of the
+    queue it would join, and an idle node's load priced every cheap filter in at
+    once (docs/runtime.md, "Many clients").
+
+    Less what the stack pays per call already at every split: the overhead its own
+    calls across the link measured (:func:`call_overhead_s`, its reads waiting at
+    the same node), which :func:`stall_s` charges at the server's split too."""
+    if k >= stack.split or server.queue_s_per_call <= 0:
+        return 0.0
+    return stack.edges[k].calls * max(0.0, server.queue_s_per_call - call_overhead_s(stack))
+
+
 def client_work_s(stack: StackView, k: int) -> float:
     """``Σ_{j≤k} h_j b_j``: reference CPU seconds of the objects at the client."""
     return sum(stack.objects[j].cpu_s for j in range(k + 1))
@@ -93,10 +111,12 @@ def server_work_s(stack: StackView, k: int) -> float:
 def response_time_s(
     stack: StackView, k: int, client: NodeView, server: NodeView, server_load: float
 ) -> float:
-    """Equation 4: ``T_app(k)`` with the server at load ``server_load``."""
+    """Equation 4: ``T_app(k)`` with the server at load ``server_load`` (and, for a
+    split that moves objects to the server, the wait there: :func:`queue_s`)."""
     return (
         effective_load(client.load) * client_work_s(stack, k) / client.speed
         + stall_s(stack, k)
+        + queue_s(stack, k, server)
         + effective_load(server_load) * server_work_s(stack, k) / server.speed
     )
 

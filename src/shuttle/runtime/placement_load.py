@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from shuttle.runtime.placement_costs import (
     client_work_s,
     effective_load,
+    queue_s,
     server_work_s,
     stall_s,
 )
@@ -52,15 +53,18 @@ class Coefficients:
         self._terms: dict[tuple[str, int], tuple[float, float, float]] = {}
 
     def terms(self, stack: StackView, k: int) -> tuple[float, float, float]:
-        """``(a, b, moved)`` of ``stack`` split at ``k``: ``T_app(k) = a + max(1, L)·b``,
+        """``(a, b, moved)`` of ``stack`` split at ``k``: ``T_app(k) = a + max(1, L)·b``
+        (``a`` with the wait at the server for objects not there yet, ``queue_s``),
         and ``moved`` the work (server CPU seconds) of the objects that change side from
         its split in force to ``k``."""
         key = (stack.stack_id, k)
         got = self._terms.get(key)
         if got is None:
             client, server = self.nodes[stack.client], self.nodes[stack.server]
-            a = effective_load(client.load) * client_work_s(stack, k) / client.speed + stall_s(
-                stack, k
+            a = (
+                effective_load(client.load) * client_work_s(stack, k) / client.speed
+                + stall_s(stack, k)
+                + queue_s(stack, k, server)
             )
             b = server_work_s(stack, k) / server.speed
             moved = sum(stack.objects[j].cpu_s for j in stack.moved(stack.split, k)) / server.speed

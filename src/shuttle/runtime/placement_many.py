@@ -1,6 +1,8 @@
 """What the many-clients rule reads differently from the paper (docs/runtime.md, "Many
-clients"): the node's load with the calls queued for its interpreter, and each stack's
-traffic from its completed calls only. Pure, no I/O; applied by
+clients"): the node's load with the calls queued for its interpreter, each stack's
+traffic from its completed calls only, and the wait per call at the node that the
+stacks already there measure, the price of a call there for a stack not there yet.
+Pure, no I/O; applied by
 :func:`~shuttle.runtime.placement_choice.choose` only in that regime, so the paper's
 per-stack decisions (one to four clients) see the window as it was measured.
 
@@ -15,6 +17,10 @@ aggregate throughput"):
   completed calls (the read of a call still burning its CPU at the client), which
   equation 4 reads as a transfer the node would save: 0.2 s at 10 Mbit/s, enough to
   send a filter that saves nothing to the node.
+* A stack not at the node measured nothing of the queue it would join there. At 64
+  clients every cheap filter was priced in at an idle node's load, and 20-32 of
+  the 93-106 that went in per pass stayed: the others were sent back once their
+  calls queued (150-500 ms each against 11 ms estimated), and came in again.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from shuttle.runtime.placement_costs import effective_load, modelled_stall_s, server_work_s
 from shuttle.runtime.placement_views import EdgeView, NodeView, StackView
 
 #: Calls one interpreter runs at a time: of the calls in progress in a node's hosted
@@ -56,6 +63,7 @@ def settled(stack: StackView) -> StackView:
             bytes=e.bytes * share,
             calls=e.calls * share,
             measured_s=e.measured_s * share,
+            far_s=e.far_s * share,
         )
         for e in stack.edges[1:]
     )
@@ -67,15 +75,50 @@ def _scaled(edge: EdgeView, share: float) -> EdgeView:
     return replace(edge, bytes=edge.bytes * share, calls=edge.calls * share)
 
 
+def queue_wait_s(stacks: Sequence[StackView], node: NodeView) -> float:
+    """Seconds each call to ``node``'s hosted objects waited beyond what equation 4
+    prices, as the stacks hosted there (split with a mobile object at ``node``)
+    measured it over the window: on the edge that crosses their link, what a call
+    took in all (the caller's measured wait beyond the callee's own time, and the
+    callee's own time) less what the model gives it (the link's estimate, and the
+    server's work at its load), summed over those stacks and divided by their calls;
+    0 when none is there or none waited more than priced.
+
+    It is what the queue at the node costs a call now: the executor's and the
+    interpreter's queue, and the node's CPU shared with its own serving of reads,
+    which a node's ``L`` sees only in part. A stack not there yet is charged it per
+    call (:func:`~shuttle.runtime.placement_costs.queue_s`), so that arrivals stop
+    when the queue they make outweighs the transfer they save."""
+    waited = calls = 0.0
+    for s in stacks:
+        if s.server != node.node_id or s.split >= s.n - 1:
+            continue
+        edge = s.edges[s.split]
+        if edge.calls <= 0:
+            continue
+        took = edge.measured_s + edge.far_s
+        priced = (
+            modelled_stall_s(s, s.split)
+            + effective_load(node.load) * server_work_s(s, s.split) / node.speed
+        )
+        waited += took - priced
+        calls += edge.calls
+    return max(0.0, waited) / calls if calls > 0 else 0.0
+
+
 def many_clients_view(
     stacks: Sequence[StackView], nodes: Mapping[str, NodeView]
 ) -> tuple[list[StackView], dict[str, NodeView]]:
     """The stacks and nodes as the many-clients rule decides on them: each server's
     load with its queued calls (:func:`queued_load`), each stack's traffic from its
-    completed calls (:func:`settled`)."""
+    completed calls (:func:`settled`), and each server's wait per call as its hosted
+    stacks measure it (:func:`queue_wait_s`)."""
     servers = {s.server for s in stacks}
-    view = {
-        n: replace(node, load=queued_load(node)) if n in servers else node
-        for n, node in nodes.items()
-    }
-    return [settled(s) for s in stacks], view
+    settled_stacks = [settled(s) for s in stacks]
+    view = {}
+    for n, node in nodes.items():
+        if n in servers:
+            node = replace(node, load=queued_load(node))
+            node = replace(node, queue_s_per_call=queue_wait_s(settled_stacks, node))
+        view[n] = node
+    return settled_stacks, view

@@ -41,6 +41,16 @@ SERVER_CPU_SHARE_EVICT_DEFAULT = 0.9
 #: saves its client a 256 KiB transfer for a millisecond of filtering is worth ~50; a
 #: CPU-heavy filter that saves no transfer, about 1 or less.
 SATURATED_SCORE_MIN = 1.0
+#: In that regime, the stacks that may be on their way to a node at once, decided to
+#: move there and not yet observed there for a window
+#: (:attr:`PlacementConfig.arrivals_max`): a node's measured wait cannot price the
+#: stacks that are not there yet, so it admits a few, observes the wait they make,
+#: and admits more only at that price (docs/runtime.md, "Many clients"). At 64 clients
+#: on the idle machine every cheap filter was admitted within a few evaluations on an
+#: idle node's measurements, 93-106 went in per pass and 20-32 stayed (the rest sent
+#: back once their calls queued). Eight: the 16-client cells, where every cheap filter
+#: belongs at the node, take two batches.
+ARRIVALS_MAX_DEFAULT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,9 @@ class PlacementConfig:
     #: In that regime, the share of its CPU the node's measured use must pass before
     #: it sends stacks back for their CPU (down to :attr:`server_cpu_share_max`).
     server_cpu_share_evict: float = SERVER_CPU_SHARE_EVICT_DEFAULT
+    #: In that regime, the stacks that may be on their way to a node and not yet
+    #: observed there (:data:`ARRIVALS_MAX_DEFAULT`); 0: no limit.
+    arrivals_max: int = ARRIVALS_MAX_DEFAULT
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.window_s) and self.window_s > 0):
@@ -98,6 +111,12 @@ class PlacementConfig:
                 f"the server CPU share that sends stacks back must be between the share "
                 f"planned ({self.server_cpu_share_max!r}) and 1, got "
                 f"{self.server_cpu_share_evict!r}"
+            )
+
+        if self.arrivals_max < 0:
+            raise ConfigError(
+                f"arrivals must be ≥ 0 (0: no limit on the stacks on their way to a node), "
+                f"got {self.arrivals_max!r}"
             )
 
     def aggregate(self, clients: int) -> bool:
@@ -131,6 +150,11 @@ class NodeView:
     #: so ``load`` does not count it; the many-clients rule does
     #: (:func:`~shuttle.runtime.placement_many.queued_load`).
     calls_in_progress: float = 0.0
+    #: Seconds each call to its hosted objects waits beyond what equation 4 prices,
+    #: as the stacks already there measure it (the many-clients rule's view,
+    #: :func:`~shuttle.runtime.placement_many.queue_wait_s`; 0 otherwise): the price
+    #: of a call to the node for a stack that is not there yet.
+    queue_s_per_call: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.speed > 0 and math.isfinite(self.speed)):
@@ -143,6 +167,11 @@ class NodeView:
             raise ConfigError(
                 f"node {self.node_id}: calls in progress must be ≥ 0, "
                 f"got {self.calls_in_progress!r}"
+            )
+        if not (self.queue_s_per_call >= 0 and math.isfinite(self.queue_s_per_call)):
+            raise ConfigError(
+                f"node {self.node_id}: wait per call must be ≥ 0 seconds, "
+                f"got {self.queue_s_per_call!r}"
             )
 
     def cpu_capacity_s(self, share: float, window_s: float) -> float | None:
@@ -185,10 +214,17 @@ class EdgeView:
     #: Calls on the edge still in progress as the window ended (their bytes below
     #: them may be counted, their own CPU and result are not yet).
     in_flight: float = 0.0
+    #: Of the time the caller blocked on the edge's remote calls, the seconds the
+    #: callee reported as its own (its wall time in the calls: its CPU, and its wait
+    #: for the interpreter). With :attr:`measured_s`, what a call across the link
+    #: took in all (:func:`~shuttle.runtime.placement_many.queue_wait_s`).
+    far_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.measured_s) and self.measured_s >= 0):
             raise ConfigError(f"measured stall must be ≥ 0 seconds, got {self.measured_s!r}")
+        if not (math.isfinite(self.far_s) and self.far_s >= 0):
+            raise ConfigError(f"the callee's own time must be ≥ 0 seconds, got {self.far_s!r}")
         if not (math.isfinite(self.in_flight) and self.in_flight >= 0):
             raise ConfigError(f"calls in flight must be ≥ 0, got {self.in_flight!r}")
 

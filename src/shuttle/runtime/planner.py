@@ -48,6 +48,7 @@ from shuttle.runtime.planner_input import (
     ModelInput,
     NodeFacts,
     PlannerKnobs,
+    arrivals_unobserved,
     model_input,
     route_moves,
 )
@@ -122,6 +123,9 @@ class ResourceManager:
         #: Clients heard from since the last evaluation, and when that was.
         self._round: set[str] = set()
         self._evaluated_at = -float("inf")
+        #: Objects this node decided to move to itself and has not observed here for a
+        #: window yet: rid -> when decided (the many-clients rule's arrivals).
+        self._arriving: dict[str, float] = {}
         self._seq = 0
         self._lock = threading.Lock()
         self._log_path = config.decision_log
@@ -213,12 +217,25 @@ class ResourceManager:
     ) -> tuple[dict[str, tuple[Decision, ...]], list[LocalMove]]:
         """Decide over every stack using this node (call under the lock). Returns
         decisions per client and the moves this node starts itself."""
-        given = model_input(self.local_digest(), self.fresh_digests(), self.facts(), self.knobs)
+        local, facts, now = self.local_digest(), self.facts(), self.clock()
+        given = model_input(local, self.fresh_digests(), facts, self.knobs)
         if not given.stacks:
             return {}, []
-        plan = choose(given.stacks, given.nodes, self.placement, pinned=given.pinned)
+        self._arriving = arrivals_unobserved(
+            self._arriving, local, facts.hosted, now, self.config.window_s
+        )
+        plan = choose(
+            given.stacks,
+            given.nodes,
+            self.placement,
+            pinned=given.pinned,
+            arriving={self.node_id: len(self._arriving)},
+        )
         self.evaluations += 1
         routing = route_moves(plan, given, self.node_id, adaptive=self.config.adaptive)
+        if self.config.adaptive:
+            # One object per stack (the first to move) stands for its stack's arrival.
+            self._arriving.update({m.rids[0]: now for m in plan.executed if m.to_server})
         self._record(trigger, given, plan, list(routing.actions))
         return dict(routing.decisions), list(routing.local_moves)
 

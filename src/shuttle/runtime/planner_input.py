@@ -47,6 +47,14 @@ SPAN_S_MIN = 1e-3
 #: ABACUS), taken as unlimited with no latency next to the client's links.
 PEER_BANDWIDTH_BYTES_PER_S: float | None = None
 PEER_LATENCY_S = 0.0
+#: A stack decided to move to the node counts as on its way there (the many-clients
+#: rule admits a few at a time: ``PlacementConfig.arrivals_max``) until the node has
+#: hosted its object for this many windows, so that a window of its calls there is in
+#: the measurements the next stacks are priced by.
+ARRIVAL_OBSERVED_WINDOWS = 1.0
+#: ... or until this many windows after the decision: a decision not delivered (2 H),
+#: a move that failed or went back, stops holding the others up.
+ARRIVAL_WINDOWS_MAX = 4.0
 
 #: What an object no digest describes counts as: nothing measured, not movable.
 _UNSEEN = ObjectDigest(rid="")
@@ -112,6 +120,8 @@ class _Merged:
     #: Seconds per second callers blocked on each remote edge beyond the callee's own
     #: time (the measured stall less what the callee reported as its own).
     edge_wait_per_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: Seconds per second of that stall the callees reported as their own.
+    edge_far_per_s: dict[tuple[str, str], float] = field(default_factory=dict)
     #: Calls in progress on each edge as its caller's window ended (not a rate).
     edge_in_flight: dict[tuple[str, str], float] = field(default_factory=dict)
     quiesce: dict[str, float | None] = field(default_factory=dict)
@@ -191,6 +201,8 @@ def _merge(digests: Sequence[Digest], facts: NodeFacts) -> _Merged:
             m.edge_calls_per_s[key] = m.edge_calls_per_s.get(key, 0.0) + e.calls / seen
             wait = max(0.0, e.stall_s - e.far_s) / seen
             m.edge_wait_per_s[key] = m.edge_wait_per_s.get(key, 0.0) + wait
+            far = min(e.far_s, e.stall_s) / seen
+            m.edge_far_per_s[key] = m.edge_far_per_s.get(key, 0.0) + max(0.0, far)
             m.edge_in_flight[key] = m.edge_in_flight.get(key, 0.0) + e.in_flight
     # Objects hosted here are here, whatever an older digest says.
     for rid in facts.hosted:
@@ -277,6 +289,7 @@ def _stacks(
                     m.edge_calls_per_s.get((a, b), 0.0) * window,
                     m.edge_wait_per_s.get((a, b), 0.0) * window,
                     m.edge_in_flight.get((a, b), 0.0),
+                    m.edge_far_per_s.get((a, b), 0.0) * window,
                 )
                 for a, b in itertools.pairwise(chain)
             )
@@ -302,6 +315,30 @@ def _stacks(
                 )
             )
     return stacks, nodes
+
+
+def arrivals_unobserved(
+    decided: Mapping[str, float],
+    local: Digest,
+    hosted: frozenset[str],
+    now: float,
+    window_s: float,
+) -> dict[str, float]:
+    """Of the objects the node decided to move to itself (rid -> when, on the
+    planner's monotonic clock), those still on their way: not yet hosted here for
+    :data:`ARRIVAL_OBSERVED_WINDOWS` windows (by the node's own digest, ``local``:
+    the age of its last move), and decided less than :data:`ARRIVAL_WINDOWS_MAX`
+    windows ago. The many-clients rule admits more only as these are observed."""
+    ages = {o.rid: o.moved_age_s for o in local.objects}
+    out = {}
+    for rid, at in decided.items():
+        if now - at >= ARRIVAL_WINDOWS_MAX * window_s:
+            continue  # never arrived, or failed, or went back: stop waiting for it
+        age = ages.get(rid)
+        if rid in hosted and age is not None and age >= ARRIVAL_OBSERVED_WINDOWS * window_s:
+            continue  # here for a whole window: its calls are in the measurements
+        out[rid] = at
+    return out
 
 
 def _pinned(m: _Merged, facts: NodeFacts, knobs: PlannerKnobs) -> set[str]:

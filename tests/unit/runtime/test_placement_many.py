@@ -137,12 +137,13 @@ def test_the_node_cpu_budget_holds_back_stacks_not_worth_the_cpu_they_take() -> 
     # load the node more than it saves: equation 5). With the node's use measured at
     # 0.66 s a window, its budget (0.7 s) takes the cheap filters (1 ms of node CPU
     # each, 0.2 s saved: 200 s per CPU second) and not the heavy one (40 ms for 0.034 s).
+    # (No limit on the stacks on their way: test_placement_many_arrivals.py has it.)
     stacks, nodes = mix(8, kinds=("cheap", "heavy"), client_load=40.0)
     cheap = {s.stack_id for s in stacks if s.stack_id.endswith("cheap")}
 
     def at_node(node: NodeView) -> set[str]:
         nodes["n1"] = node
-        plan = choose(stacks, nodes, PlacementConfig())
+        plan = choose(stacks, nodes, PlacementConfig(arrivals_max=0))
         there = {sid for sid, k in plan.best.placement.items() if k == 0}
         assert {m.stack_id for m in plan.moves if m.execute} == there  # made together
         return there
@@ -151,7 +152,7 @@ def test_the_node_cpu_budget_holds_back_stacks_not_worth_the_cpu_they_take() -> 
     assert cheap < roomy and len(roomy - cheap) == 1
     assert at_node(NodeView("n1", NODE_SPEED, 1.0, cpu_busy=0.3)) == roomy
     assert at_node(NodeView("n1", NODE_SPEED, 1.0, cpu_busy=0.66)) == cheap
-    plan = choose(stacks, nodes, PlacementConfig())
+    plan = choose(stacks, nodes, PlacementConfig(arrivals_max=0))
     assert plan.notes == ("many clients: n1 CPU 0.660 s now, 0.668 s planned, of 0.700 s a window",)
     assert server_cpu_s(stacks, plan.best.placement, nodes, 1.0)["n1"] == pytest.approx(0.668)
 
@@ -178,17 +179,18 @@ def test_the_budget_weighs_what_a_stack_saves_its_client_unweighted_by_its_load(
 
 
 def test_other_processes_on_the_node_cpus_shrink_its_budget() -> None:
+    # (No limit on the stacks on their way: test_placement_many_arrivals.py has it.)
     stacks, nodes = mix(8, kinds=("cheap", "heavy"), client_load=40.0)
     # Other processes leave the node 45 % of its one CPU: 0.7 x 0.45 = 0.315 s a window.
     nodes["n1"] = NodeView("n1", NODE_SPEED, 1.0, cpu_busy=0.3, cpu_available=0.45)
     assert nodes["n1"].cpu_capacity_s(0.7, 1.0) == pytest.approx(0.315)
-    plan = choose(stacks, nodes, PlacementConfig())
+    plan = choose(stacks, nodes, PlacementConfig(arrivals_max=0))
     there = [sid for sid, k in plan.best.placement.items() if k == 0]
     # 0.3 s + 8 ms of cheap filters leaves 7 ms: not one heavy filter.
     assert len(there) == 8 and all(sid.endswith("cheap") for sid in there)
     # With the whole CPU available, one goes, as on a node with room.
     nodes["n1"] = NodeView("n1", NODE_SPEED, 1.0, cpu_busy=0.3, cpu_available=1.0)
-    assert executed(choose(stacks, nodes, PlacementConfig()).moves) == 9
+    assert executed(choose(stacks, nodes, PlacementConfig(arrivals_max=0)).moves) == 9
 
 
 def test_a_node_over_its_cpu_budget_sends_back_stacks_not_worth_their_cpu() -> None:

@@ -77,7 +77,8 @@ def test_an_evaluation_computes_each_stacks_terms_once_per_split(
 
     monkeypatch.setattr(placement_load, "stall_s", counted)
     stacks, nodes = mix(64)
-    plan = choose(stacks, nodes, PlacementConfig())
+    # (No limit on the stacks on their way: test_placement_many_arrivals.py has it.)
+    plan = choose(stacks, nodes, PlacementConfig(arrivals_max=0))
     assert calls == 2 * len(stacks)
     # And the decision is the one the model makes for these stacks: every cheap filter
     # to the node, every heavy one (it saves no transfer) stays at its client.

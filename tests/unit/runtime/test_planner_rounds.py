@@ -8,6 +8,7 @@ evaluate 64 times a second.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -98,6 +99,9 @@ def test_a_few_clients_are_evaluated_on_every_digest(manager: Any) -> None:
 
 def test_many_clients_are_evaluated_once_per_round(manager: Any) -> None:
     rm, clock = manager
+    # No limit on the stacks on their way to the node: this is about when each client
+    # hears its decision (test_placement_many_arrivals.py has the limit).
+    rm.placement = replace(rm.placement, arrivals_max=0)
     clients = [f"c-{i}" for i in range(8)]
     decided: dict[str, list[dict[str, Any]]] = {}
     for c in clients:  # the first digests: each is new, so each completes a round
