@@ -89,8 +89,9 @@ def serve(
         typer.Option(
             min=0,
             help="Run-time: with many clients, the stacks that may be on their way to the "
-            "node and not yet observed there for a window; more are admitted as these are, "
-            "at the wait per call the stacks there measure (default 8; 0: no limit).",
+            "node and not yet observed there for a window (or as many as it hosts, if "
+            "more); more are admitted as these are, at the wait per call the stacks there "
+            "measure (default 8; 0: no limit).",
         ),
     ] = None,
     residence: Annotated[

@@ -205,7 +205,8 @@ def choose(
     cpu = _CpuBudget.of(stacks, nodes, config, table)
     # Many clients: a few stacks on their way to a server at once, then observe the
     # wait they make there (docs/runtime.md, "Many clients").
-    admit = _arrivals_left(stacks, config, arriving or {}) if many else {}
+    limit = _arrival_limits(stacks, config) if many else {}
+    admit = {srv: max(0, n - (arriving or {}).get(srv, 0)) for srv, n in limit.items()}
     capped: dict[str, int] = {}
     best = baseline
     best_used = cpu.used(baseline)
@@ -250,32 +251,35 @@ def choose(
             notes.append(
                 f"many clients: {srv} waits {wait:.4f} s a call beyond the model (its "
                 f"stacks' measure, charged to arrivals); {waiting} stacks on their way "
-                f"there, {config.arrivals_max} at most, {capped.get(srv, 0)} held back"
+                f"there, {limit[srv]} at most, {capped.get(srv, 0)} held back"
             )
 
     moves = _moves(stacks, current, best, admitted, candidates, nodes, config, pinned, cpu)
     return Plan(current, best, tuple(candidates), moves, config.threshold_s, tuple(notes))
 
 
-def _arrivals_left(
-    stacks: Sequence[StackView], config: PlacementConfig, arriving: Mapping[str, int]
-) -> dict[str, int]:
-    """Per server, how many more stacks this evaluation may send there: at most
-    :attr:`PlacementConfig.arrivals_max` on their way and not observed yet, less
-    those already (``arriving``). Empty with no limit (``arrivals_max`` 0).
+def _arrival_limits(stacks: Sequence[StackView], config: PlacementConfig) -> dict[str, int]:
+    """Per server, how many stacks may be on their way there and not observed yet:
+    :attr:`PlacementConfig.arrivals_max`, or as many as the server hosts already,
+    whichever is more. Empty with no limit (``arrivals_max`` 0).
 
     A node's measurements price only the stacks already there: the wait a newcomer
     will add is not in them until it has been there for a window. At 64 clients
     every cheap filter was admitted on an idle node's figures within a few
     evaluations, and most came back once their calls queued; a few at a time, each
     batch priced at the wait the ones before it made (:func:`queue_s`), stop where
-    the queue outweighs the transfer saved."""
+    the queue outweighs the transfer saved. A batch may be as large as all the
+    stacks there (a slow start: 8, 16, 32, 64 as each is observed), so that a node
+    with the CPU for every one of 64 cheap filters has them in four batches, not
+    eight; the queue's price, not the batch, is what stops them."""
     if config.arrivals_max <= 0:
         return {}
-    return {
-        srv: max(0, config.arrivals_max - arriving.get(srv, 0))
-        for srv in {s.server for s in stacks}
-    }
+    hosted: dict[str, int] = {}
+    for s in stacks:
+        hosted.setdefault(s.server, 0)
+        if s.split < s.n - 1:  # a mobile object of it is at the server
+            hosted[s.server] += 1
+    return {srv: max(config.arrivals_max, there) for srv, there in hosted.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,13 +43,14 @@ SERVER_CPU_SHARE_EVICT_DEFAULT = 0.9
 SATURATED_SCORE_MIN = 1.0
 #: In that regime, the stacks that may be on their way to a node at once, decided to
 #: move there and not yet observed there for a window
-#: (:attr:`PlacementConfig.arrivals_max`): a node's measured wait cannot price the
-#: stacks that are not there yet, so it admits a few, observes the wait they make,
-#: and admits more only at that price (docs/runtime.md, "Many clients"). At 64 clients
-#: on the idle machine every cheap filter was admitted within a few evaluations on an
-#: idle node's measurements, 93-106 went in per pass and 20-32 stayed (the rest sent
-#: back once their calls queued). Eight: the 16-client cells, where every cheap filter
-#: belongs at the node, take two batches.
+#: (:attr:`PlacementConfig.arrivals_max`; or as many as the node hosts already, if
+#: more: a slow start): a node's measured wait cannot price the stacks that are not
+#: there yet, so it admits a few, observes the wait they make, and admits more only at
+#: that price (docs/runtime.md, "Many clients"). At 64 clients on the idle machine
+#: every cheap filter was admitted within a few evaluations on an idle node's
+#: measurements, 93-106 went in per pass and 20-32 stayed (the rest sent back once
+#: their calls queued). Eight: the 16-client cells, where every cheap filter belongs
+#: at the node, take two batches.
 ARRIVALS_MAX_DEFAULT = 8
 
 

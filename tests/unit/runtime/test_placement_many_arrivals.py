@@ -9,6 +9,7 @@ The stacks are the mix benchmark's (tests/unit/runtime/test_placement_many.py)."
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -172,6 +173,12 @@ def test_a_few_stacks_at_a_time_are_sent_to_the_node() -> None:
     # No limit: all sixteen, as before.
     plan = choose(stacks, nodes, PlacementConfig(arrivals_max=0))
     assert sum(m.execute and m.to_server for m in plan.moves) == 16
+    # Twelve at the node already (observed): twelve may be on their way.
+    stacks, nodes = mix(32)
+    stacks = [replace(s, split=0) if i < 12 else s for i, s in enumerate(stacks)]
+    plan = choose(stacks, nodes, PlacementConfig(), arriving={"n1": 2})
+    assert sum(m.execute and m.to_server for m in plan.moves) == 10
+    assert any("2 stacks on their way there, 12 at most, 10 held back" in n for n in plan.notes)
     # Below the many-clients condition there is no limit.
     stacks, nodes = mix(4)
     plan = choose(stacks, nodes, PlacementConfig(aggregate_clients_min=0), arriving={"n1": 8})
