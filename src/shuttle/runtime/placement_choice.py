@@ -207,6 +207,11 @@ def choose(
     # wait they make there (docs/runtime.md, "Many clients").
     limit = _arrival_limits(stacks, config) if many else {}
     admit = {srv: max(0, n - (arriving or {}).get(srv, 0)) for srv, n in limit.items()}
+    # With none on their way, the node's measured CPU holds all that is there: as many
+    # more as its budget has room for by the CPU they take (measured at their clients)
+    # may come at once; the limit binds past the budget (the server's measured
+    # saturation admits, as in Bhardwaj et al., ATC 2020).
+    unhurried = {srv for srv in limit if not (arriving or {}).get(srv, 0)}
     capped: dict[str, int] = {}
     best = baseline
     best_used = cpu.used(baseline)
@@ -224,13 +229,17 @@ def choose(
         if cpu.over(stack.server, trial_used, best_used, worth):
             continue
         arrival = cand.split < stack.split and stack.server in admit
-        if arrival and admit[stack.server] <= 0:
+        if (
+            arrival
+            and admit[stack.server] <= 0
+            and not (stack.server in unhurried and cpu.within(stack.server, trial_used))
+        ):
             capped[stack.server] = capped.get(stack.server, 0) + 1  # held back: noted
             continue
         chosen[cand.stack_id] = cand.split
         admitted[cand.stack_id] = cand
         if arrival:
-            admit[stack.server] -= 1
+            admit[stack.server] = max(0, admit[stack.server] - 1)
         if room is not None:
             free[stack.server] = room - need
         best, best_used = trial, trial_used
@@ -264,7 +273,9 @@ def _arrival_limits(stacks: Sequence[StackView], config: PlacementConfig) -> dic
     whichever is more. Empty with no limit (``arrivals_max`` 0).
 
     A node's measurements price only the stacks already there: the wait a newcomer
-    will add is not in them until it has been there for a window. At 64 clients
+    will add is not in them until it has been there for a window. (With none on
+    their way, more may come at once as long as the node's predicted CPU stays within
+    its budget, ``_CpuBudget.within``: the limit binds where the node saturates.) At 64 clients
     every cheap filter was admitted on an idle node's figures within a few
     evaluations, and most came back once their calls queued; a few at a time, each
     batch priced at the wait the ones before it made (:func:`queue_s`), stop where
@@ -325,6 +336,12 @@ class _CpuBudget:
         return server_cpu_s(
             self.stacks, prediction.placement, self.nodes, self.window_s, self.table
         )
+
+    def within(self, server: str, trial: Mapping[str, float]) -> bool:
+        """Whether ``trial`` keeps ``server``'s predicted CPU within its budget (False
+        when its use is not measured: then nothing is known to be within it)."""
+        cap = self.capacity_s.get(server)
+        return cap is not None and trial.get(server, 0.0) <= cap
 
     def over(
         self, server: str, trial: Mapping[str, float], best: Mapping[str, float], worth: float
