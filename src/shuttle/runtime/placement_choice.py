@@ -148,7 +148,7 @@ def choose(
     ``nodes`` must hold every stack's client and server. ``pinned`` names objects
     that must not move in this evaluation. ``arriving``: per server, the stacks
     decided to move there and not yet observed there for a window (the many-clients
-    rule admits at most :attr:`PlacementConfig.arrivals_max` on their way at once)."""
+    rule limits them: :func:`_arrival_limits`)."""
     pinned = frozenset(pinned)
     window = config.window_s
     stacks = list(stacks)
@@ -273,16 +273,17 @@ def _arrival_limits(stacks: Sequence[StackView], config: PlacementConfig) -> dic
     whichever is more. Empty with no limit (``arrivals_max`` 0).
 
     A node's measurements price only the stacks already there: the wait a newcomer
-    will add is not in them until it has been there for a window. (With none on
-    their way, more may come at once as long as the node's predicted CPU stays within
-    its budget, ``_CpuBudget.within``: the limit binds where the node saturates.) At 64 clients
+    will add is not in them until it has been there for a window. At 64 clients
     every cheap filter was admitted on an idle node's figures within a few
     evaluations, and most came back once their calls queued; a few at a time, each
     batch priced at the wait the ones before it made (:func:`queue_s`), stop where
     the queue outweighs the transfer saved. A batch may be as large as all the
     stacks there (a slow start: 8, 16, 32, 64 as each is observed), so that a node
     with the CPU for every one of 64 cheap filters has them in four batches, not
-    eight; the queue's price, not the batch, is what stops them."""
+    eight; the queue's price, not the batch, is what stops them. (With none on
+    their way, :func:`choose` lets more come at once while the node's predicted CPU
+    stays within its budget, ``_CpuBudget.within``: the limit binds where the node
+    saturates.)"""
     if config.arrivals_max <= 0:
         return {}
     hosted: dict[str, int] = {}
