@@ -11,7 +11,8 @@ from five modules, one per concept:
 * :mod:`~shuttle.runtime.placement_choice`  the greedy choice of 5.4.3 and its verdicts
 * :mod:`~shuttle.runtime.placement_many`    with many clients: the node's queued calls
   in its load, each stack's traffic from its completed calls, the node's wait per
-  call as the price of a call there for a stack not there yet
+  call as the price of a call there for a stack not there yet, the limit on arrivals,
+  the moves in judged together
 
 Vocabulary (the paper's). A *stack* is a chain of objects ``O_0 .. O_n``: ``O_0`` is
 the application's console (anchored at the client), ``O_n`` a storage object

@@ -21,7 +21,12 @@ from shuttle.runtime.placement_costs import (
     unfinished,
 )
 from shuttle.runtime.placement_load import Coefficients, Prediction, predict, server_cpu_s
-from shuttle.runtime.placement_many import many_clients_view
+from shuttle.runtime.placement_many import (
+    arrival_limits,
+    many_clients_view,
+    moves_in_together,
+    together_verdict,
+)
 from shuttle.runtime.placement_views import (
     SATURATED_SCORE_MIN,
     TOLERANCE_S,
@@ -148,7 +153,7 @@ def choose(
     ``nodes`` must hold every stack's client and server. ``pinned`` names objects
     that must not move in this evaluation. ``arriving``: per server, the stacks
     decided to move there and not yet observed there for a window (the many-clients
-    rule limits them: :func:`_arrival_limits`)."""
+    rule limits them: :func:`~shuttle.runtime.placement_many.arrival_limits`)."""
     pinned = frozenset(pinned)
     window = config.window_s
     stacks = list(stacks)
@@ -205,7 +210,7 @@ def choose(
     cpu = _CpuBudget.of(stacks, nodes, config, table)
     # Many clients: a few stacks on their way to a server at once, then observe the
     # wait they make there (docs/runtime.md, "Many clients").
-    limit = _arrival_limits(stacks, config) if many else {}
+    limit = arrival_limits(stacks, config) if many else {}
     admit = {srv: max(0, n - (arriving or {}).get(srv, 0)) for srv, n in limit.items()}
     # With none on their way, the node's measured CPU holds all that is there: as many
     # more as its budget has room for by the CPU they take (measured at their clients)
@@ -265,33 +270,6 @@ def choose(
 
     moves = _moves(stacks, current, best, admitted, candidates, nodes, config, pinned, cpu)
     return Plan(current, best, tuple(candidates), moves, config.threshold_s, tuple(notes))
-
-
-def _arrival_limits(stacks: Sequence[StackView], config: PlacementConfig) -> dict[str, int]:
-    """Per server, how many stacks may be on their way there and not observed yet:
-    :attr:`PlacementConfig.arrivals_max`, or as many as the server hosts already,
-    whichever is more. Empty with no limit (``arrivals_max`` 0).
-
-    A node's measurements price only the stacks already there: the wait a newcomer
-    will add is not in them until it has been there for a window. At 64 clients
-    every cheap filter was admitted on an idle node's figures within a few
-    evaluations, and most came back once their calls queued; a few at a time, each
-    batch priced at the wait the ones before it made (:func:`queue_s`), stop where
-    the queue outweighs the transfer saved. A batch may be as large as all the
-    stacks there (a slow start: 8, 16, 32, 64 as each is observed), so that a node
-    with the CPU for every one of 64 cheap filters has them in four batches, not
-    eight; the queue's price, not the batch, is what stops them. (With none on
-    their way, :func:`choose` lets more come at once while the node's predicted CPU
-    stays within its budget, ``_CpuBudget.within``: the limit binds where the node
-    saturates.)"""
-    if config.arrivals_max <= 0:
-        return {}
-    hosted: dict[str, int] = {}
-    for s in stacks:
-        hosted.setdefault(s.server, 0)
-        if s.split < s.n - 1:  # a mobile object of it is at the server
-            hosted[s.server] += 1
-    return {srv: max(config.arrivals_max, there) for srv, there in hosted.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +361,7 @@ def _moves(
         if config.threshold_per_share
         else {s.stack_id: 1.0 for s in stacks}
     )
-    together = _together(stacks, current, best, config)
+    together = moves_in_together(stacks, current, best, config)
     best_score = {c.stack_id: c.score for c in candidates if admitted.get(c.stack_id) == c}
     # The score each stack has at the split it holds now (what an eviction gives up).
     held_score: dict[str, float] = {}
@@ -406,7 +384,7 @@ def _moves(
             order = tuple(s.objects[j].rid for j in reversed(s.moved(s.split, k_to)))
             net = benefit - cost
             if together is not None:
-                ok, reason = _together_verdict(net, together, config.threshold_s)
+                ok, reason = together_verdict(net, together, config.threshold_s)
             else:
                 ok = net > threshold
                 reason = (
@@ -520,53 +498,6 @@ def worth_per_server_cpu_s(
     if cpu <= 0:
         return math.inf if saved > 0 else 0.0
     return saved / cpu
-
-
-def _together(
-    stacks: Sequence[StackView],
-    current: Prediction,
-    best: Prediction,
-    config: PlacementConfig,
-) -> tuple[int, float] | None:
-    """With many clients: how many moves of the evaluation save more than they cost,
-    and their net benefits summed (None: not that regime).
-
-    The paper's ``B_thresh`` asks each move to save 30 % of ``H`` for its own stack,
-    against moving on noise. A client that calls a cheap function among others gains
-    from moving it a fraction of that, while the node's clients together gain the sum:
-    in the mix benchmark every cheap move was refused at 0.07-0.27 s. The evaluation's
-    moves are one placement (equation 7's vector, chosen greedily over every stack), so
-    they are judged together: each must repay its migration, and all of them together
-    must save ``B_thresh``. Only the moves to the server: a move back must save
-    ``B_thresh`` alone (the hysteresis against a measured wait that swings)."""
-    if not config.aggregate(len({s.client for s in stacks})):
-        return None
-    nets = [
-        current.response_s[s.stack_id]
-        - best.response_s[s.stack_id]
-        - migration_cost_s(s, s.split, best.placement[s.stack_id])
-        for s in stacks
-        if best.placement[s.stack_id] < s.split  # moves back are judged alone
-    ]
-    paying = [n for n in nets if n > 0]
-    return len(paying), sum(paying)
-
-
-def _together_verdict(
-    net: float, together: tuple[int, float], threshold: float
-) -> tuple[bool, str]:
-    count, total = together
-    if net <= 0:
-        return False, f"net benefit {net:.3f} s ≤ 0 (many clients: each move must repay itself)"
-    if total <= threshold:
-        return False, (
-            f"net benefit {net:.3f} s > 0, but the {count} moves that repay themselves "
-            f"together {total:.3f} s ≤ B_thresh {threshold:.3f} s (many clients)"
-        )
-    return True, (
-        f"net benefit {net:.3f} s > 0, and the {count} moves that repay themselves "
-        f"together {total:.3f} s > B_thresh {threshold:.3f} s (many clients)"
-    )
 
 
 def _cpu_over_if_kept(s: StackView, best: Prediction, cpu: _CpuBudget, worth: float) -> str | None:
