@@ -218,12 +218,17 @@ def test_abacus_mix_smoke(tmp_path: Path) -> None:
         str(1 << 20),
         "--partial",
         "1",
+        "--arrivals-max",
+        "3",
         "--json-out",
         str(out),
         timeout=240,
     )
     assert result.returncode == 0, result.stderr.decode()
     report = json.loads(out.read_text())
+    # The flag reaches the settings, and the nodes started with it (shuttle serve
+    # refuses a flag it does not know, so the run itself checks --arrivals-max there).
+    assert report["settings"]["arrivals_max"] == 3
     placements = ("client", "server", "split", "split-1", "adaptive")
     assert tuple(report["throughput"]) == placements
     assert all(report["throughput"][p] > 0 for p in placements)
@@ -241,7 +246,12 @@ def test_abacus_mix_smoke(tmp_path: Path) -> None:
     )
     final = report["final_placement"]
     assert all(final[k]["server"] + final[k]["client"] == 2 for k in ("cheap", "heavy"))
-    assert set(report["passes"]["adaptive"][0]["decisions"]) >= {"evaluations", "moves_made"}
+    assert set(report["passes"]["adaptive"][0]["decisions"]) >= {
+        "evaluations",
+        "moves_made",
+        "queue_s_per_call",
+        "arrivals_held_back",
+    }
     assert report["adaptive_over_better_static"] > 0
     # The ceiling: the best split of the run, against the better static and adaptive.
     ceiling = report["ceiling"]

@@ -66,3 +66,22 @@ def test_the_ceiling_is_the_best_split_of_each_run() -> None:
     assert got["adaptive_over_ceiling_per_run"] == [round(80 / 84, 3), round(36 / 33, 3)]
     rates["split"] = [90.0, 20.0]
     assert _ceiling(rates, ["split", "split-8"], 2)["placement_per_run"] == ["split", "split-8"]
+
+
+def test_a_negative_limit_on_arrivals_is_refused() -> None:
+    with pytest.raises(ConfigError, match="--arrivals-max must be ≥ 0"):
+        MixSettings(arrivals_max=-1).check()
+    MixSettings(arrivals_max=0).check()  # no limit
+
+
+def test_the_nodes_note_on_their_arrivals_is_read_back_from_the_decision_log() -> None:
+    # The note the many-clients rule writes (16 cheap filters, an idle node: 8 sent,
+    # 8 held back) is what the benchmark sums per adaptive pass.
+    from shuttle.bench.mix import _QUEUE_NOTE
+    from shuttle.runtime.placement import PlacementConfig, choose
+    from tests.unit.runtime.test_placement_many import mix
+
+    stacks, nodes = mix(16)
+    plan = choose(stacks, nodes, PlacementConfig())
+    found = [m for m in map(_QUEUE_NOTE.search, plan.notes) if m]
+    assert len(found) == 1 and found[0].groups() == ("0.0000", "0", "8")
