@@ -75,10 +75,15 @@ MODULES: tuple[str, ...] = (
 )
 
 #: Extension modules written in C, built with the mypyc group and used with it, all or
-#: none: ``shuttle.wire._readlane`` (the read lane, ``shuttle/wire/readlane.py``) and
+#: none: ``shuttle.wire._readlane`` (the read lane, ``shuttle/wire/readlane.py``),
 #: ``shuttle.store._nowait`` (a page-cache read into a new bytes object,
-#: ``shuttle/store/nowait.py``).
-C_EXTENSIONS: tuple[str, ...] = ("shuttle.wire._readlane", "shuttle.store._nowait")
+#: ``shuttle/store/nowait.py``) and ``shuttle.store._aiodone`` (librados completions
+#: through an eventfd, without the GIL: ``shuttle/store/rados_aio.py``).
+C_EXTENSIONS: tuple[str, ...] = (
+    "shuttle.wire._readlane",
+    "shuttle.store._nowait",
+    "shuttle.store._aiodone",
+)
 
 #: Everything the build makes and the manifest records.
 BUILT: tuple[str, ...] = MODULES + C_EXTENSIONS

@@ -390,8 +390,11 @@ def _cache_capacity(client: Client) -> int | None:
 
 
 def _coherence(client: Client) -> dict[str, Any]:
+    """The node's coherence (watch, probation) and how its misses complete
+    (``aio_completion``: "c", "ctypes", or None when they all take the pool)."""
     rados = client.node_stats(client.nodes[0]).get("store", {}).get("rados", {})
-    coherence: dict[str, Any] = rados.get("coherence", {})
+    coherence: dict[str, Any] = dict(rados.get("coherence", {}))
+    coherence["aio_completion"] = rados.get("aio_completion")
     return coherence
 
 

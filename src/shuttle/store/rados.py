@@ -478,6 +478,8 @@ class RadosStore:
             **self.misses.stats(),
             # Reads started on the event loop now (None: every miss takes the pool).
             "aio_in_flight": None if self.aio is None else self.aio.in_flight(),
+            # How librados hands those reads back: "c" (an eventfd) or "ctypes".
+            "aio_completion": None if self.aio is None else self.aio.completion,
             "coherence": self.coherence.stats(),
         }
         return out

@@ -18,14 +18,28 @@ I/O context's handle to itself. So this module opens a librados client of its ow
 (with the same configuration, keyring, user and bounded waits as the store's
 :class:`~shuttle.store.rados_conn.RadosConnection`), used for these reads only.
 
-Threads: librados calls :meth:`AioClient._on_complete` on its finisher thread; it reads
-the completion's result and version, frees the completion, and passes them to the loop
-with ``call_soon_threadsafe`` (thread-safe by contract); it touches nothing else. The
-loop side (:meth:`AioClient._completed`) finds the read's buffer and calls its
-``done``. Every read ends: librados fails an operation after ``rados_osd_op_timeout``
-(which the connection always sets, :func:`~shuttle.store.rados_conn.bound_waits`) with
-``ETIMEDOUT``; :meth:`AioClient.close` waits for the reads in flight before it shuts
-the client down, so no callback comes after.
+Completions, two ways (``AioClient(..., completion=...)``):
+
+* ``"c"`` (the default when Shuttle runs its compiled modules, :mod:`shuttle.compiled`):
+  the completion callback is C (``shuttle.store._aiodone``, ``_aiodone.c``). On
+  librados's finisher thread it reads the completion's result and version, frees it,
+  appends the read to a FIFO list under a mutex and writes to an eventfd if the list
+  was empty; it never takes the GIL. The loop watches the eventfd (``add_reader``) and
+  :meth:`AioClient._drain` hands every finished read of the batch to its ``done``, in
+  the order librados finished them. The read is started in C too (no ``ctypes`` call),
+  into the ``bytes`` object it is answered with (no ``string_at`` copy).
+* ``"ctypes"`` (the reference, and what runs without the compiled modules): librados
+  calls :meth:`AioClient._on_complete`, a Python function behind a ``ctypes`` callback,
+  on its finisher thread: it takes the GIL, reads the completion's result and version,
+  frees it, and passes them to the loop with ``call_soon_threadsafe`` (thread-safe by
+  contract); it touches nothing else. The loop side (:meth:`AioClient._completed`)
+  finds the read's buffer and calls its ``done``.
+
+tests/store_suite/test_rados_aio_done.py runs both on the same reads. Every read ends:
+librados fails an operation after ``rados_osd_op_timeout`` (which the connection always
+sets, :func:`~shuttle.store.rados_conn.bound_waits`) with ``ETIMEDOUT``;
+:meth:`AioClient.close` waits for the reads in flight before it shuts the client down,
+so no callback comes after.
 """
 
 from __future__ import annotations
@@ -38,12 +52,16 @@ import itertools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shuttle.errors import ConfigError, ShuttleError, StorageIOError
 from shuttle.store.keys import no_object
 from shuttle.store.rados_conn import CephOptions, bound_waits, timed_out_message
+
+if TYPE_CHECKING:
+    from shuttle.store._aiodone import Completions
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +73,10 @@ Done = Callable[[int, int, bytes], None]
 LIBRADOS_NAMES = ("librados.so.2", "rados")
 
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+
+#: How librados hands a finished read to the loop (see the module): a C callback and an
+#: eventfd, or the reference, a Python callback through ``ctypes``.
+COMPLETIONS = ("c", "ctypes")
 
 #: Seconds past the op timeout that ``close`` waits for librados's last callbacks.
 CLOSE_MARGIN_S = 5.0
@@ -85,6 +107,27 @@ def load_librados() -> Any:
         "librados's C library (librados.so.2) is not installed: install Debian's "
         "librados2 (scripts/setup-ceph.sh does)"
     )
+
+
+def native_completions() -> type[Completions] | None:
+    """``shuttle.store._aiodone.Completions`` when Shuttle runs its compiled modules
+    (else None: the ``ctypes`` path)."""
+    from shuttle.compiled import active
+
+    if not active().compiled:
+        return None
+    try:
+        from shuttle.store import _aiodone
+    except ImportError:  # pragma: no cover - compiled.check() requires it
+        return None
+    return _aiodone.Completions
+
+
+def _address(fn: Any) -> int:
+    """The address of a ctypes foreign function, for the C completions."""
+    address = ctypes.cast(fn, ctypes.c_void_p).value
+    assert address, "a loaded librados function has an address"
+    return address
 
 
 def _declare(lib: Any) -> None:
@@ -130,6 +173,12 @@ class _Conf:
         return buf.value.decode() if rc == 0 else ""
 
 
+def _compiled_reason() -> str:
+    from shuttle.compiled import active
+
+    return active().reason
+
+
 def read_error(key: str, code: int, timeout_s: float) -> ShuttleError:
     """The error a failed read of ``key`` raises (``code``: a positive errno), as the
     blocking read's: NotFoundError for a missing object, a timeout that says what to
@@ -148,8 +197,38 @@ class AioClient:
     ``read`` is called on the loop; ``done`` runs on the same loop. Thread-safe
     otherwise (``close`` from any thread)."""
 
-    def __init__(self, pool: str, namespace: str, options: CephOptions) -> None:
+    def __init__(
+        self, pool: str, namespace: str, options: CephOptions, completion: str | None = None
+    ) -> None:
+        native = native_completions()
+        if completion is None:
+            completion = "c" if native is not None else "ctypes"
+        if completion not in COMPLETIONS:
+            raise ConfigError(
+                f"unknown completion {completion!r} for asynchronous RADOS reads: "
+                f"use one of {', '.join(COMPLETIONS)}"
+            )
+        if completion == "c" and native is None:
+            raise ConfigError(
+                "the C completions (shuttle.store._aiodone) need Shuttle's compiled modules, "
+                f"which are not in use here ({_compiled_reason()}): run scripts/setup.sh, or "
+                "use completion='ctypes'"
+            )
+        #: ``"c"`` or ``"ctypes"``: how librados hands a finished read to the loop.
+        self.completion = completion
         self.lib = lib = load_librados()
+        #: The C completions (made first: they hold no librados state), and the loop
+        #: that watches their eventfd.
+        self._ring: Completions | None = None
+        self._watched: asyncio.AbstractEventLoop | None = None
+        if native is not None and completion == "c":
+            self._ring = native(
+                _address(lib.rados_aio_create_completion2),
+                _address(lib.rados_aio_read),
+                _address(lib.rados_aio_get_return_value),
+                _address(lib.rados_aio_get_version),
+                _address(lib.rados_aio_release),
+            )
         cluster = ctypes.c_void_p()
         # The cluster's name: None, Ceph's default ("ceph"), as the Python binding's.
         rc = lib.rados_create2(ctypes.byref(cluster), None, options.user.encode(), 0)
@@ -185,6 +264,8 @@ class AioClient:
             if rc < 0:
                 raise ConfigError(f"librados could not open pool {pool!r}: {os.strerror(-rc)}")
             lib.rados_ioctx_set_namespace(self._io, namespace.encode())
+            #: The I/O context's address, for the C completions.
+            self._io_address: int = self._io.value or 0
         except BaseException:
             if self._io.value:
                 lib.rados_ioctx_destroy(self._io)
@@ -205,6 +286,9 @@ class AioClient:
         #: Reads started, and reads that ended in an error.
         self.reads = 0
         self.errors = 0
+        #: When librados called back for the read whose ``done`` runs now
+        #: (``time.monotonic_ns``): for benchmarks that split a read's time.
+        self.callback_ns = 0
 
     def read(
         self, key: str, offset: int, length: int, done: Done, loop: asyncio.AbstractEventLoop
@@ -212,6 +296,9 @@ class AioClient:
         """Start reading ``length`` bytes of ``key`` at ``offset``; ``done`` is called on
         ``loop`` (the running one) when RADOS answers. False: not started (closed, or
         librados refused it), and ``done`` will not be called."""
+        ring = self._ring
+        if ring is not None:
+            return self._read_c(ring, key, offset, length, done, loop)
         buf = ctypes.create_string_buffer(length)
         token = next(self._tokens)
         comp = ctypes.c_void_p()
@@ -249,13 +336,15 @@ class AioClient:
                 self._in_librados -= 1
                 self._quiet.notify_all()
             if found is not None:
-                found[2].call_soon_threadsafe(self._completed, key, rv, version)
+                found[2].call_soon_threadsafe(
+                    self._completed, key, rv, version, time.monotonic_ns()
+                )
         except RuntimeError:  # the loop is closed: nobody waits for this read any more
             pass
         except Exception:  # never let an error escape into librados's thread
             log.exception("asynchronous RADOS read completion failed")
 
-    def _completed(self, token: int, rv: int, version: int) -> None:
+    def _completed(self, token: int, rv: int, version: int, callback_ns: int) -> None:
         """On the loop: hand the read's bytes (or its error) to its ``done``."""
         with self._lock:
             found = self._pending.pop(token, None)
@@ -264,9 +353,78 @@ class AioClient:
         buf, done, _loop = found
         if rv < 0:
             self.errors += 1
+        self.callback_ns = callback_ns
         done(rv, version, ctypes.string_at(buf, rv) if rv > 0 else b"")
 
+    # --- the C completions ------------------------------------------------------------
+
+    def _read_c(
+        self,
+        ring: Completions,
+        key: str,
+        offset: int,
+        length: int,
+        done: Done,
+        loop: asyncio.AbstractEventLoop,
+    ) -> bool:
+        """:meth:`read` through the C completions."""
+        if loop is not self._watched:
+            self._watch(ring, loop)
+        rc = ring.read(self._io_address, key.encode(), offset, length, (done, loop))
+        if rc < 0:
+            if rc != -errno.ESHUTDOWN:  # closed: not worth a warning
+                log.warning(
+                    "librados refused an asynchronous read of %r: %s", key, os.strerror(-rc)
+                )
+            return False
+        self.reads += 1
+        return True
+
+    def _watch(self, ring: Completions, loop: asyncio.AbstractEventLoop) -> None:
+        """Have ``loop`` (the running one) drain the finished reads. A loop watched
+        before and still open lets go of the eventfd (a node has one loop; tests run
+        one after another); its reads still in flight are answered on it."""
+        fd = ring.fileno()
+        old = self._watched
+        if old is not None and not old.is_closed():
+            old.remove_reader(fd)
+        loop.add_reader(fd, self._drain, ring)
+        self._watched = loop
+
+    def _drain(self, ring: Completions) -> None:
+        """On the watching loop, when the eventfd is readable: every finished read of
+        the batch to its ``done``, oldest first (a read started on another loop, on
+        that loop if it is still open)."""
+        here = self._watched
+        assert here is not None, "drained only by the loop _watch registered"
+        for (done, loop), rv, version, data, callback_ns in ring.drain():
+            if rv < 0:
+                self.errors += 1
+            if loop is not here:
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(done, rv, version, data)
+                continue
+            self.callback_ns = callback_ns
+            try:
+                done(rv, version, data)
+            except Exception as exc:  # as call_soon would: reported, the batch goes on
+                loop.call_exception_handler(
+                    {"message": "asynchronous RADOS read completion failed", "exception": exc}
+                )
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Block until librados has called back for every read it was given (their
+        ``done`` may still wait for the loop); False at the timeout. The loop's thread
+        may call it: neither path needs the loop to call back."""
+        if self._ring is not None:
+            return self._ring.wait_idle(timeout_s)
+        with self._lock:
+            return self._quiet.wait_for(lambda: self._in_librados == 0, timeout_s)
+
     def in_flight(self) -> int:
+        """Reads started whose ``done`` has not been called yet."""
+        if self._ring is not None:
+            return self._ring.in_flight()
         with self._lock:
             return len(self._pending)
 
@@ -279,7 +437,13 @@ class AioClient:
             if self._closed:
                 return
             self._closed = True
-            if not self._quiet.wait_for(
+        # The C path: the loop keeps watching the eventfd (safe: no read finishes now,
+        # and it may be another thread's loop); the ring lives as long as this object.
+        ring = self._ring
+        if ring is not None and not ring.close(self.op_timeout_s + CLOSE_MARGIN_S):
+            log.warning("%d asynchronous RADOS reads had no answer at close", ring.in_flight())
+        with self._lock:
+            if self._ring is None and not self._quiet.wait_for(
                 lambda: self._in_librados == 0, self.op_timeout_s + CLOSE_MARGIN_S
             ):
                 log.warning("%d asynchronous RADOS reads had no answer at close", self._in_librados)

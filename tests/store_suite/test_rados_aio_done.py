@@ -1,0 +1,217 @@
+"""How librados hands a finished asynchronous read back to the event loop
+(:class:`shuttle.store.rados_aio.AioClient`): the C completions (``_aiodone.c``: a
+callback that never takes the GIL, a FIFO list and an eventfd the loop drains) against
+the reference, a Python callback through ``ctypes``, on the same reads of a real Ceph.
+
+What a broken completion would do and what catches it here: a lost wake-up (reads
+finished while the loop was busy, never answered: every wait is bounded); reads
+answered out of the order librados finished them, or with another read's bytes; an
+error code from librados not reaching the caller; a read answered twice or never."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from shuttle.cluster.ceph import LocalCeph
+from shuttle.cluster.cephclient import connect
+from shuttle.errors import ConfigError
+from shuttle.store.rados_aio import COMPLETIONS, AioClient, native_completions
+from shuttle.store.rados_conn import CephOptions
+
+#: Each object's bytes: 64 pages, page ``i`` filled with the byte ``i`` (xor a salt), so
+#: a read answered with another read's bytes shows it.
+PAGE = 4096
+PAGES = 64
+#: Bounded waits, generous for a loaded 2-core machine: an answer that never comes
+#: (a lost wake-up) fails the test instead of hanging it.
+ANSWER_S = 60.0
+
+
+def _object(salt: int) -> bytes:
+    return b"".join(bytes([(i ^ salt) & 0xFF]) * PAGE for i in range(PAGES))
+
+
+@pytest.fixture(scope="module")
+def namespace(ceph: LocalCeph) -> Iterator[tuple[str, bytes, int]]:
+    """A fresh namespace holding object ``o`` (version returned) of :func:`_object`."""
+    info = ceph.info()
+    ns = f"d{secrets.token_hex(6)}"
+    cluster = connect(info.conf_path, info.keyring_path, op_timeout_s=20)
+    io = cluster.open_ioctx(info.pool)
+    io.set_namespace(ns)
+    data = _object(0x5A)
+    io.write_full("o", data)
+    version = io.get_last_version()
+    try:
+        yield ns, data, version
+    finally:
+        io.remove_object("o")
+        io.close()
+        cluster.shutdown()
+
+
+@pytest.fixture(params=COMPLETIONS)
+def client(
+    request: pytest.FixtureRequest, ceph: LocalCeph, namespace: tuple[str, bytes, int]
+) -> Iterator[AioClient]:
+    completion = str(request.param)
+    if completion == "c" and native_completions() is None:
+        pytest.skip("the C completions need the compiled modules (scripts/setup.sh)")
+    info = ceph.info()
+    opts = CephOptions(info.conf_path, info.keyring_path, op_timeout_s=20)
+    c = AioClient(info.pool, namespace[0], opts, completion=completion)
+    assert c.completion == completion
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+Answer = tuple[int, int, bytes, int]  # rv, version, data, the callback's monotonic ns
+
+
+def _start(
+    c: AioClient, key: str, offset: int, length: int, log: list[int], tag: int
+) -> asyncio.Future[Answer]:
+    """Start a read; its future gets (rv, version, data, callback_ns); ``log`` gets
+    ``tag`` in the order the reads are answered."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Answer] = loop.create_future()
+
+    def done(rv: int, version: int, data: bytes) -> None:
+        log.append(tag)
+        assert not fut.done(), f"read {tag} answered twice"
+        fut.set_result((rv, version, data, c.callback_ns))
+
+    assert c.read(key, offset, length, done, loop), "the read was not started"
+    return fut
+
+
+def test_both_ways_answer_the_same_reads_with_the_same_bytes_and_version(
+    client: AioClient, namespace: tuple[str, bytes, int]
+) -> None:
+    _ns, data, version = namespace
+    cases = [(0, PAGE), (PAGE * 3 + 100, 5000), (PAGE * (PAGES - 1), PAGE * 2), (17, 1)]
+
+    async def go() -> list[Answer]:
+        log: list[int] = []
+        out = []
+        for i, (off, n) in enumerate(cases):
+            out.append(await asyncio.wait_for(_start(client, "o", off, n, log, i), ANSWER_S))
+        return out
+
+    errors = client.errors
+    for (off, n), (rv, v, got, _cb) in zip(cases, asyncio.run(go()), strict=True):
+        assert got == data[off : off + n]  # the last one is short: the object's end
+        assert rv == len(got) and v == version
+    assert client.errors == errors
+    assert client.in_flight() == 0
+
+
+def test_many_reads_in_flight_each_get_their_own_bytes(
+    client: AioClient, namespace: tuple[str, bytes, int]
+) -> None:
+    """64 reads at once, several rounds: every one answered once, with its own page
+    (a completion matched to the wrong read, or lost, fails here)."""
+    _ns, data, _v = namespace
+
+    async def go() -> None:
+        for _round in range(5):
+            log: list[int] = []
+            order = list(range(PAGES))
+            futs = [_start(client, "o", i * PAGE, PAGE, log, i) for i in order]
+            answers = await asyncio.wait_for(asyncio.gather(*futs), ANSWER_S)
+            for i, (rv, _version, got, _cb) in enumerate(answers):
+                assert rv == PAGE and got == data[i * PAGE : (i + 1) * PAGE], f"page {i}"
+            assert sorted(log) == order
+
+    asyncio.run(go())
+    assert client.in_flight() == 0
+
+
+def test_reads_finished_while_the_loop_is_busy_wake_it_and_come_in_finishing_order(
+    client: AioClient, namespace: tuple[str, bytes, int]
+) -> None:
+    """The loop's thread blocks until librados has called back for all 32 reads (no
+    loop turn in between), then returns to the loop: it must be woken for them (one
+    batch on the C path) and answer them in the order librados finished them."""
+    _ns, data, _v = namespace
+
+    async def go() -> None:
+        for _round in range(3):
+            log: list[int] = []
+            futs = [_start(client, "o", i * PAGE, PAGE, log, i) for i in range(32)]
+            assert client.wait_idle(ANSWER_S), "librados did not call back"
+            assert log == []  # nothing answered before the loop turns
+            answers = await asyncio.wait_for(asyncio.gather(*futs), ANSWER_S)
+            finished = [answers[tag][3] for tag in log]
+            assert finished == sorted(finished), "answered out of librados's order"
+            assert all(a[2] == data[i * PAGE : (i + 1) * PAGE] for i, a in enumerate(answers))
+
+    asyncio.run(go())
+
+
+def test_an_error_from_librados_reaches_the_caller(
+    client: AioClient, namespace: tuple[str, bytes, int]
+) -> None:
+    async def go() -> tuple[Answer, Answer]:
+        log: list[int] = []
+        missing = _start(client, "no-such-object", 0, PAGE, log, 0)
+        good = _start(client, "o", PAGE, PAGE, log, 1)  # the batch goes on after it
+        return await asyncio.wait_for(asyncio.gather(missing, good), ANSWER_S)
+
+    errors = client.errors
+    (rv, _version, got, _cb), (rv2, _v2, got2, _cb2) = asyncio.run(go())
+    assert rv == -errno.ENOENT and got == b""
+    assert rv2 == PAGE and got2 == namespace[1][PAGE : 2 * PAGE]
+    assert client.errors == errors + 1
+    assert client.in_flight() == 0
+
+
+def test_a_done_that_raises_is_reported_and_the_batch_goes_on(
+    client: AioClient, namespace: tuple[str, bytes, int]
+) -> None:
+    reported: list[BaseException] = []
+
+    async def go() -> Answer:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _l, ctx: reported.append(ctx["exception"]))
+
+        def boom(rv: int, version: int, data: bytes) -> None:
+            raise RuntimeError("a bug in done")
+
+        assert client.read("o", 0, PAGE, boom, loop)
+        fut = _start(client, "o", PAGE, PAGE, [], 1)
+        return await asyncio.wait_for(fut, ANSWER_S)
+
+    rv, _v, got, _cb = asyncio.run(go())
+    assert rv == PAGE and got == namespace[1][PAGE : 2 * PAGE]
+    assert [str(e) for e in reported] == ["a bug in done"]
+
+
+def test_a_closed_client_starts_nothing(client: AioClient) -> None:
+    client.close()
+
+    async def go() -> bool:
+        return client.read("o", 0, 10, lambda rv, v, d: None, asyncio.get_running_loop())
+
+    assert not asyncio.run(go())
+    client.close()  # idempotent
+
+
+def test_an_unknown_completion_is_refused_with_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"unknown completion 'fast'.*use one of c, ctypes"):
+        AioClient("pool", "", CephOptions(), completion="fast")
+
+
+def test_the_c_completions_refuse_a_null_function() -> None:
+    native = native_completions()
+    if native is None:
+        pytest.skip("the C completions need the compiled modules (scripts/setup.sh)")
+    with pytest.raises(ValueError, match="the address of aio_read is 0"):
+        native(1, 0, 1, 1, 1)
