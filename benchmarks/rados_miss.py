@@ -2,7 +2,7 @@
 read itself against the hand-offs around it, in one process, interleaved.
 
     .venv/bin/python benchmarks/rados_miss.py [--rounds 10] [--reads 200] [--osds 3]
-        [--json-out FILE]
+        [--ways librados_4k,aio_4k,caio_4k] [--json-out FILE]
 
 Starts a local Ceph, writes an 8 MiB object, and times random reads of it, one at a
 time, in these ways, round by round (each round runs every way once, in turn, so
@@ -18,7 +18,17 @@ drift on a shared machine hits them alike):
   its version run in a thread pool (``run_in_executor``): a node's miss before this
   branch, without the client's hop;
 * ``aio_64k`` / ``aio_4k``: from the event loop, an asynchronous read through
-  :class:`shuttle.store.rados_aio.AioClient`, completed on the loop: a node's miss now.
+  :class:`shuttle.store.rados_aio.AioClient` with its reference completion (a Python
+  callback through ``ctypes``, ``call_soon_threadsafe``): a node's miss before the C
+  completions;
+* ``caio_4k``: the same with the C completions (``completion="c"``: a C callback, an
+  eventfd the loop drains; needs the compiled modules): a node's miss now.
+
+For the asynchronous ways it also splits each read's time (medians, µs): ``submit``
+(starting it, until ``read`` returns), ``librados`` (from there to librados's
+callback on its finisher thread), ``wake`` (from the callback until the loop runs the
+read's ``done``) and ``resume`` (from ``done`` until the awaiting coroutine runs).
+``--ways`` picks the ways (the anchor ``librados_4k`` always runs).
 
 Prints each way's p50 and p90 (µs) and its p50 over ``librados_4k``'s, pooled and
 paired by round (the median of the round-by-round ratios), with the spread of the
@@ -46,13 +56,25 @@ import uvloop
 
 from shuttle.cluster.ceph import LocalCeph
 from shuttle.cluster.cephclient import connect
-from shuttle.store.rados_aio import AioClient
+from shuttle.store.rados_aio import AioClient, native_completions
 from shuttle.store.rados_conn import CephOptions
 
 OID = "bench-rados-miss"
 OBJECT_BYTES = 8 << 20
 BLOCK_BYTES = 64 << 10
 PAGE_BYTES = 4 << 10
+#: The phases of an asynchronous read (module docstring).
+PHASES = ("submit", "librados", "wake", "resume")
+WAYS = (
+    "librados_4k",
+    "librados_16k",
+    "librados_64k",
+    "pool_64k",
+    "aio_64k",
+    "pool_4k",
+    "aio_4k",
+    "caio_4k",
+)
 #: A node's I/O pool for a RADOS store has this many threads (EXECUTOR_THREADS_RADOS);
 #: one read at a time uses one of them, but which one wakes is the pool's choice.
 POOL_THREADS = 32
@@ -87,26 +109,40 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
     with open("/dev/urandom", "rb") as f:
         data = f.read(OBJECT_BYTES)
     io.write_full(OID, data)
-    aio = AioClient(pool, "", CephOptions(conf, keyring))
+    aio = AioClient(pool, "", CephOptions(conf, keyring), completion="ctypes")
+    caio = AioClient(pool, "", CephOptions(conf, keyring), completion="c") if args.c else None
     loop = asyncio.get_running_loop()
+    #: way -> phase -> µs per read (the asynchronous ways).
+    phases: dict[str, dict[str, list[float]]] = {}
     pool_ex = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="pool")
 
     def blocking_64k(off: int) -> tuple[bytes, int]:
         got = io.read(OID, BLOCK_BYTES, off)
         return got, io.get_last_version()
 
-    def aio_read(length: int) -> Callable[[int], Awaitable[bytes]]:
-        def read(off: int) -> Awaitable[bytes]:
-            fut: asyncio.Future[bytes] = loop.create_future()
+    async def aio_timed(client: AioClient, way: str, length: int, offs: list[int]) -> list[float]:
+        """Reads one at a time, each split into its phases (module docstring)."""
+        split = phases.setdefault(way, {p: [] for p in PHASES})
+        out = []
+        for off in offs:
+            fut: asyncio.Future[int] = loop.create_future()
 
-            def done(rv: int, version: int, got: bytes) -> None:
+            def done(rv: int, version: int, got: bytes, fut: asyncio.Future[int] = fut) -> None:
                 assert rv == length and version > 0, (rv, version)
-                fut.set_result(got)
+                fut.set_result(time.monotonic_ns())
 
-            assert aio.read(OID, off, length, done, loop)
-            return fut
-
-        return read
+            t0 = time.monotonic_ns()
+            assert client.read(OID, off, length, done, loop)
+            t1 = time.monotonic_ns()
+            t_done = await fut
+            t_end = time.monotonic_ns()
+            cb = client.callback_ns
+            for phase, us in zip(
+                PHASES, (t1 - t0, cb - t1, t_done - cb, t_end - t_done), strict=True
+            ):
+                split[phase].append(us / 1e3)
+            out.append((t_end - t0) / 1e3)
+        return out
 
     blocks = OBJECT_BYTES // BLOCK_BYTES
 
@@ -125,7 +161,7 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
         )
 
     async def aio64(offs: list[int]) -> list[float]:
-        return await _timed(len(offs), offs, aio_read(BLOCK_BYTES))
+        return await aio_timed(aio, "aio_64k", BLOCK_BYTES, offs)
 
     async def pool4(offs: list[int]) -> list[float]:
         return await _timed(
@@ -135,9 +171,13 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
         )
 
     async def aio4(offs: list[int]) -> list[float]:
-        return await _timed(len(offs), offs, aio_read(PAGE_BYTES))
+        return await aio_timed(aio, "aio_4k", PAGE_BYTES, offs)
 
-    ways: dict[str, Callable[[list[int]], Awaitable[list[float]]]] = {
+    async def caio4(offs: list[int]) -> list[float]:
+        assert caio is not None
+        return await aio_timed(caio, "caio_4k", PAGE_BYTES, offs)
+
+    every: dict[str, Callable[[list[int]], Awaitable[list[float]]]] = {
         "librados_4k": lib4,
         "librados_16k": lib16,
         "librados_64k": lib64,
@@ -145,7 +185,9 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
         "aio_64k": aio64,
         "pool_4k": pool4,
         "aio_4k": aio4,
+        "caio_4k": caio4,
     }
+    ways = {w: f for w, f in every.items() if w == "librados_4k" or w in args.ways}
     rng = random.Random(1)
     samples: dict[str, list[float]] = {w: [] for w in ways}
     by_round: dict[str, list[float]] = {w: [] for w in ways}
@@ -168,6 +210,8 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
             )
     finally:
         aio.close()
+        if caio is not None:
+            caio.close()
         pool_ex.shutdown()
         io.close()
         cluster.shutdown()
@@ -184,6 +228,10 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
             "cpu_us_per_read": round(cpu_s[w] / len(samples[w]) * 1e6, 1),
             "p50_us_by_round": [round(x, 1) for x in by_round[w]],
         }
+        if w in phases:  # round 0's reads included: they are few, and warm the path
+            out[w]["phases_p50_us"] = {
+                p: round(statistics.median(xs), 1) for p, xs in phases[w].items()
+            }
     return out
 
 
@@ -192,10 +240,25 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--reads", type=int, default=200, help="reads per way per round")
     parser.add_argument("--osds", type=int, default=3)
+    parser.add_argument(
+        "--ways",
+        default=",".join(WAYS),
+        help=f"comma-separated, of {', '.join(WAYS)} (default: all; librados_4k always)",
+    )
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     if args.rounds < 1 or args.reads < 1 or args.osds < 1:
         parser.error("--rounds, --reads and --osds must be ≥ 1")
+    args.ways = [w.strip() for w in args.ways.split(",") if w.strip()]
+    unknown = sorted(set(args.ways) - set(WAYS))
+    if unknown:
+        parser.error(f"--ways: unknown {', '.join(unknown)}; choose from {', '.join(WAYS)}")
+    args.c = "caio_4k" in args.ways
+    if args.c and native_completions() is None:
+        parser.error(
+            "--ways caio_4k needs the compiled modules (scripts/setup.sh); "
+            "leave caio_4k out to run without them"
+        )
     scratch = Path(tempfile.mkdtemp(prefix="shuttle-rados-miss-"))
     ceph = LocalCeph(scratch / "ceph", osds=args.osds, die_with_parent=True)
     load_before = os.getloadavg()
@@ -211,6 +274,10 @@ def main() -> None:
             f"{w:<14}{r['p50_us']:>9}{r['p90_us']:>9}{r['p50_over_librados_4k']:>10}"
             f"{r['paired_median']:>8}{r['cpu_us_per_read']:>8}  {r['paired_range']}"
         )
+    for w, r in ways.items():
+        if "phases_p50_us" in r:
+            split = ", ".join(f"{p} {us}" for p, us in r["phases_p50_us"].items())
+            print(f"{w}: phases p50 µs: {split}")
     report = {
         "experiment": "rados-miss",
         "config": vars(args) | {"json_out": str(args.json_out) if args.json_out else None},
