@@ -15,7 +15,7 @@ import pytest
 from shuttle.cluster.ceph import LocalCeph
 from shuttle.errors import NotFoundError, StorageIOError, VersionMismatchError
 from shuttle.store.rados import RadosStore
-from shuttle.store.rados_aio import read_error
+from shuttle.store.rados_aio import native_completions, read_error
 from shuttle.store.rados_conn import CephOptions
 from tests.store_suite.conftest import SUITE_CONFIG
 from tests.store_suite.gateway_waits import trusting, two_gateways, wait_until
@@ -73,6 +73,8 @@ def test_a_miss_of_a_trusted_key_is_read_on_the_loop_and_cached(pair: Pair) -> N
     assert after["cold_reads"] == before["cold_reads"]  # not the thread path's read
     assert after["validations"] == before["validations"]  # and no stat
     assert after["aio_in_flight"] == 0
+    # The C completions where Shuttle runs its compiled modules, else the ctypes path.
+    assert after["aio_completion"] == ("c" if native_completions() else "ctypes")
     assert b.read_cached("m/k", 4096, 8192) == data[4096:12288]  # both blocks resident
     # The object's end: a short read, clipped.
     assert _aio(b, "m/k", 16000, 4096) == data[16000:]

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -215,3 +218,25 @@ def test_the_c_completions_refuse_a_null_function() -> None:
         pytest.skip("the C completions need the compiled modules (scripts/setup.sh)")
     with pytest.raises(ValueError, match="the address of aio_read is 0"):
         native(1, 0, 1, 1, 1)
+
+
+def test_asking_for_the_c_completions_without_the_compiled_modules_says_what_to_do() -> None:
+    """``SHUTTLE_PURE=1`` (or no build): the ctypes path is the default, and asking for
+    the C one is refused with the reason and the way out."""
+    code = (
+        "from shuttle.store.rados_aio import AioClient, native_completions\n"
+        "from shuttle.store.rados_conn import CephOptions\n"
+        "from shuttle.errors import ConfigError\n"
+        "assert native_completions() is None\n"
+        "try:\n"
+        "    AioClient('pool', '', CephOptions(), completion='c')\n"
+        "except ConfigError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {**os.environ, "SHUTTLE_PURE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "need Shuttle's compiled modules" in out
+    assert "SHUTTLE_PURE is set" in out
+    assert "run scripts/setup.sh, or use completion='ctypes'" in out
