@@ -95,7 +95,7 @@ static int64_t monotonic_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* librados's finisher thread: no GIL, no Python. */
+/* librados's callback thread (Ceph 16: an io_context_pool thread): no GIL, no Python. */
 static void on_complete(rados_completion_t c, void *arg) {
     slot *s = (slot *)arg;
     core *k = s->k;
