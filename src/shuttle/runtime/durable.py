@@ -46,9 +46,6 @@ from shuttle.errors import InvalidArgumentError, ShuttleError
 from shuttle.runtime import faultpoints
 from shuttle.runtime.authority import acting_for
 from shuttle.runtime.durable_host import DurableHost
-from shuttle.runtime.durable_host import (  # re-exported: runtime/migration.py's import
-    granted_lease_s as granted_lease_s,
-)
 from shuttle.runtime.durable_records import Record, RecordFiles
 from shuttle.runtime.gate import GateState
 from shuttle.runtime.ids import ObjectId

@@ -38,10 +38,7 @@ from shuttle.net.principals import PrincipalBook
 from shuttle.runtime import values
 from shuttle.runtime.authority import acting_for
 from shuttle.runtime.gate import Gate, GateState
-
-# Hosted and Stage are re-exported: runtime/migration.py imports them from here.
-from shuttle.runtime.hosted import Hosted as Hosted
-from shuttle.runtime.hosted import Stage as Stage
+from shuttle.runtime.hosted import Hosted, Stage
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.locations import FIRST_EPOCH
 from shuttle.runtime.mobile import MobileObject, ObjectManager, builtin_type, type_label

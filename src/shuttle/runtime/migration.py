@@ -47,9 +47,10 @@ from shuttle.net.addresses import parse_address
 from shuttle.runtime import faultpoints, values
 from shuttle.runtime.authority import ACTING, acting_for
 from shuttle.runtime.binding import BindingManager
-from shuttle.runtime.durable import granted_lease_s
+from shuttle.runtime.durable_host import granted_lease_s
 from shuttle.runtime.gate import GateState
-from shuttle.runtime.hosting import POLICIES, Hosted, Stage
+from shuttle.runtime.hosted import Hosted, Stage
+from shuttle.runtime.hosting import POLICIES
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.migration_machine import (
     Abort,
