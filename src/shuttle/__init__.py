@@ -15,7 +15,7 @@ Layout (see docs/architecture.md):
 * ``shuttle.apps``    commands over the run-time (grep, objects, placement log)
 * ``shuttle.faces``   programs over the client: ``shuttle mount`` (FUSE), ``shuttle://`` (fsspec)
 * ``shuttle.node``    the storage-node process: config, operations, main loop
-* ``shuttle.blockcache``  the LRU block cache policy the store and the client share
+* ``shuttle.blockcache``  the block cache policy (CLOCK) the store and the client share
 * ``shuttle.cdc``     content-defined chunking and blake3 hashes the store and the client share
 * ``shuttle.rendezvous``  which node holds a key (rendezvous hashing; client and file system)
 * ``shuttle.errors``  every error Shuttle raises, by whose fault it is, with its exit code

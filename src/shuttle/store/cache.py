@@ -1,4 +1,4 @@
-"""The node's block cache: the shared LRU policy of :mod:`shuttle.blockcache`.
+"""The node's block cache: the shared CLOCK policy of :mod:`shuttle.blockcache`.
 
 The policy lives below both the store and the client, which use the same one; the
 store's modules import it under this name.

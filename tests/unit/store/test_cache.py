@@ -186,7 +186,7 @@ def test_runs_of_missing_blocks_are_fetched_in_one_call() -> None:
     assert calls == [(1024, 2048), (0, 1024), (2048, 10_000)]
 
 
-def test_lru_evicts_the_least_recently_used_block() -> None:
+def test_a_block_read_again_is_kept_over_one_that_was_not() -> None:
     disk = Disk()
     disk.objects["k"] = bytearray(4096)
     cache = BlockCache(capacity_bytes=2048, block_size_bytes=1024)
