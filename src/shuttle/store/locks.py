@@ -136,6 +136,14 @@ class _WriteGuard:
 #: stripe rarely, and the table costs about 200 KiB.
 STRIPES: Final = 1024
 
+#: Keys whose stripe is remembered (then forgotten all at once): compiled, ``hash(key)``
+#: is boxed into a new int object whenever it needs more than 62 bits, half of all
+#: keys, and the modulo of such an int is a generic call: 1.6-2.1 k instructions of a
+#: warm read's 12 k (callgrind, benchmarks/README.md). A remembered key costs a dict
+#: lookup by the hash its ``str`` already holds. 4,096 keys of at most 1 KiB each keep
+#: at most 4 MiB alive; a working set of more keys costs what no memo would.
+STRIPE_MEMO_KEYS_MAX: Final = 4096
+
 
 class KeyLocks:
     """A :class:`RWLock` per key, striped: key ``k`` uses lock ``hash(k) % stripes``.
@@ -147,12 +155,23 @@ class KeyLocks:
 
     def __init__(self, stripes: int = STRIPES) -> None:
         self._stripes = [RWLock() for _ in range(stripes)]
+        #: key -> its stripe, for the keys read lately (see STRIPE_MEMO_KEYS_MAX). Read
+        #: and written without a lock: each dict operation is atomic under the GIL, and
+        #: a lost entry only costs the next lookup the hash again.
+        self._memo: dict[str, RWLock] = {}
 
     def lock_for(self, key: str) -> RWLock:
-        return self._stripes[hash(key) % len(self._stripes)]
+        lock = self._memo.get(key)
+        if lock is None:
+            lock = self._stripes[hash(key) % len(self._stripes)]
+            memo = self._memo
+            if len(memo) >= STRIPE_MEMO_KEYS_MAX:
+                memo.clear()
+            memo[key] = lock
+        return lock
 
     def read(self, key: str) -> _ReadGuard:
-        return _ReadGuard(self._stripes[hash(key) % len(self._stripes)])
+        return _ReadGuard(self.lock_for(key))
 
     def write(self, key: str) -> _WriteGuard:
-        return _WriteGuard(self._stripes[hash(key) % len(self._stripes)])
+        return _WriteGuard(self.lock_for(key))

@@ -44,13 +44,14 @@ class StoreCounters:
             self.errors[code] += 1
 
     def read_done(self, nbytes: int) -> None:
-        """One ``read`` that returned ``nbytes``: ``op`` and ``add`` in one short lock
-        (the store's cache-hit path calls it for every page it serves)."""
-        lock = self._lock
-        lock.acquire()
+        """One ``read`` that returned ``nbytes``: ``op`` and ``add`` without the lock
+        (the store's loop-side reads call it for every page they serve). Compiled (the
+        mypyc group), each addition is a native one that never gives up the GIL, so no
+        count is lost against the locked updates; the pure Python build may lose one
+        when two threads count at the same instant, as the block cache's hit counters
+        may (:mod:`shuttle.blockcache`): these are statistics."""
         self.reads_done += 1
         self.bytes_read += nbytes
-        lock.release()
 
     def add(self, **amounts: int) -> None:
         with self._lock:

@@ -12,7 +12,7 @@ import pytest
 from shuttle.errors import StorageIOError
 from shuttle.store import ObjectStore, StoreConfig
 from shuttle.store import objects as objects_mod
-from shuttle.store.locks import KeyLocks, RWLock
+from shuttle.store.locks import STRIPE_MEMO_KEYS_MAX, KeyLocks, RWLock
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
@@ -79,6 +79,21 @@ def test_key_locks_map_a_key_to_one_lock() -> None:
     other = next(k for k in map(str, range(100)) if locks.lock_for(k) is not locks.lock_for("a"))
     with locks.write("a"), locks.read(other):  # different stripes do not block each other
         pass
+
+
+def test_remembered_stripes_are_the_hashed_ones_and_bounded() -> None:
+    """The memo of keys' stripes (the hash is costly compiled) gives each key the stripe
+    ``hash(k) % stripes`` gives, first time or remembered, and holds at most its bound
+    of keys, forgetting them all when full."""
+    locks = KeyLocks(stripes=8)
+    stripes = [locks.lock_for(k) for k in ("a", "a")]
+    assert stripes[0] is stripes[1]
+    keys = [f"key/{n}" for n in range(STRIPE_MEMO_KEYS_MAX + 100)]
+    for _ in range(2):
+        for k in keys:
+            assert locks.lock_for(k) is locks._stripes[hash(k) % 8]
+            assert len(locks._memo) <= STRIPE_MEMO_KEYS_MAX
+    assert 0 < len(locks._memo) <= STRIPE_MEMO_KEYS_MAX
 
 
 def test_checkpoint_runs_when_the_journal_passes_its_bound(root: Path) -> None:
