@@ -61,11 +61,12 @@ MODULES: tuple[str, ...] = (
     # request on a TLS connection).
     "shuttle.net.tls",
     # The node's warm read below the protocol: the lock-free cache-hit read itself,
-    # the block cache, the store's counters and its key locks (whose generation the
-    # read checks).
+    # what it shares with the miss read (the store's view), the block cache, the
+    # store's counters and its key locks (whose generation the read checks).
     "shuttle.blockcache",
     "shuttle.store.stats",
     "shuttle.store.locks",
+    "shuttle.store.loopreads",
     "shuttle.store.fastread",
     # The node's block-cache miss that the page cache holds, below the protocol too: the
     # read itself, the RWF_NOWAIT read it calls and the open files it borrows from.

@@ -15,10 +15,12 @@ Layout:
 * ``durability`` making a checkpoint durable before the journal may be emptied
 * ``space``      free space on the data file system, and the reserve that keeps it emptiable
 * ``locks``      reader/writer locks and the per-key lock table
-* ``cache``      the block cache (LRU, write-through) and its counters
+* ``cache``      the block cache (CLOCK, write-through, hits without a lock) and its counters
 * ``uploads``    upload sessions for large objects
 * ``listing``    listing by prefix, in key order, in pages
 * ``stats``      store-level counters
+* ``loopreads``  what the two reads on the event loop share: the store's view, the limit
+  (compiled)
 * ``fastread``   a cache-hit read without the key's lock (compiled; the node's read lane)
 * ``missread``   a block-cache miss the page cache holds, read on the loop (compiled; the
   node's read lane when the block cache missed)
@@ -28,7 +30,10 @@ Layout:
 * ``generations`` change generations in shared memory: what a node's worker processes
   check their reads of the files by (a seqlock per slot of keys)
 * ``config``     :class:`StoreConfig`, the size limits, the hook every change passes
-* ``core``       opening, recovery, checkpoints and the guards every change goes through
+* ``core``       opening, recovery, checkpoints, attribute lookup and the checks every
+  change makes
+* ``guards``     what wraps each call (its errors) and each change (its lock, the change
+  hook, the descriptor retry)
 * ``reads``      the reads: stat, read (and its two ways on the loop), list
 * ``rangewrites`` the in-place changes: range write and truncate
 * ``objects``    :class:`ObjectStore`, the public API tying the above together (and the

@@ -1,6 +1,7 @@
 """The store's machinery under :class:`~shuttle.store.objects.ObjectStore`: opening and
-recovery, checkpoints, attribute lookup, version checks, and the guards every change
-goes through. The public operations are in :mod:`shuttle.store.objects`.
+recovery, checkpoints, attribute lookup, version checks, and the steps every change
+takes (what wraps each call and each change, its errors and its lock, is in
+:mod:`shuttle.store.guards`). The public operations are in :mod:`shuttle.store.objects`.
 
 Every change follows one protocol (docs/storage-format.md has the details):
 
@@ -37,9 +38,7 @@ from shuttle.errors import (
     InvalidArgumentError,
     KeyConflictError,
     LimitExceededError,
-    NodeBusyError,
     NotFoundError,
-    ShuttleError,
     StorageIOError,
     VersionMismatchError,
 )
@@ -59,10 +58,12 @@ from shuttle.store.config import ChangeHook as ChangeHook  # for rados
 from shuttle.store.config import StoreConfig as StoreConfig  # for rados, rados_read
 from shuttle.store.durability import CheckpointSync
 from shuttle.store.fastread import CachedReads
+from shuttle.store.guards import OpScope, forgetting, hooked, retry_while_out_of_descriptors
 from shuttle.store.journal import Journal
 from shuttle.store.keys import parent_keys
 from shuttle.store.layout import Layout
 from shuttle.store.locks import KeyLocks, RWLock
+from shuttle.store.loopreads import StoreView
 from shuttle.store.missread import MissReads
 from shuttle.store.nowait import NowaitReads
 from shuttle.store.openfiles import (
@@ -122,16 +123,17 @@ class StoreCore:
             self.paths = SafeRoot(self.layout.root)
             self.attrs = AttrTable(self.layout.attrs_dir, self.layout.staging_dir)
             dirty, clean = self.attrs.maps()
-            #: The lock-free cache-hit read (ObjectStore.read_cached, a node's read lane).
-            self.cached_reads = CachedReads(
+            # The two reads an event loop may call look at the same parts of the store.
+            view = StoreView(
                 self,
                 self._locks,
                 cast(dict[str, Any], dirty),
                 cast(dict[str, Any], clean),
                 self.cache,
                 self.counters,
-                self.config.cache_read_bytes_max,
             )
+            #: The lock-free cache-hit read (ObjectStore.read_cached, a node's read lane).
+            self.cached_reads = CachedReads(view, self.config.cache_read_bytes_max)
             #: Block-cache misses read on the event loop when the page cache has them
             #: (ObjectStore.read_nowait, a node's read lane).
             self.nowait = NowaitReads()
@@ -140,15 +142,7 @@ class StoreCore:
             self.open_files = OpenFiles(open_files_max(self.config.open_files_max))
             #: The miss read itself (ObjectStore.read_nowait; a node's read lane calls
             #: it directly, compiled): reads nowait and open_files above at every call.
-            self.miss_reads = MissReads(
-                self,
-                self._locks,
-                cast(dict[str, Any], dirty),
-                cast(dict[str, Any], clean),
-                self.cache,
-                self.counters,
-                self.config.cache_read_bytes_max,
-            )
+            self.miss_reads = MissReads(view, self.config.cache_read_bytes_max)
             self.durability = CheckpointSync(self.paths, self.attrs.path_of, self.config.sync_mode)
             log.info("store %s: checkpoints sync by %s", self.layout.root, self.durability.mode)
             self.uploads = UploadTable(self.layout.uploads_dir)
@@ -485,20 +479,20 @@ class StoreCore:
         """The key's exclusive lock for a change, entered after the change hook (if
         any) let the change go ahead. Once it is held, the key's kept open file is
         forgotten (closed): no read through it can then outlive the change."""
-        locked = _forgetting(self.open_files, key, self._locks.write(key))
+        locked = forgetting(self.open_files, key, self._locks.write(key))
         hook = self.change_hook
         if hook is None:
             return locked
-        return _hooked(hook, key, locked)
+        return hooked(hook, key, locked)
 
     def _open_for_read(self, key: str) -> int:
         """A new read-only descriptor of ``key``'s file (what :class:`OpenFiles` keeps)."""
         return self.paths.open_file(key, os.O_RDONLY)
 
-    def _op(self, name: str) -> _OpScope:
+    def _op(self, name: str) -> OpScope:
         """Count an operation and turn OSErrors into StorageIOError."""
         self.counters.op(name)
-        return _OpScope(self.counters, name)
+        return OpScope(self.counters, name)
 
     def _apply(self, change: Callable[[], _T]) -> _T:
         """Step 3, ``change()``: it must be redoable (the journal's records are). On a
@@ -510,7 +504,7 @@ class StoreCore:
             except OSError as exc:
                 if is_out_of_descriptors(exc):
                     self.open_files.clear()  # the files kept open for reads first
-                    return _retry_while_out_of_descriptors(change)
+                    return retry_while_out_of_descriptors(change)
                 if not (is_disk_full(exc) and self.space.release_reserve()):
                     raise
                 log.warning("store %s: used the reserve to finish a change", self.layout.root)
@@ -559,75 +553,5 @@ class StoreCore:
                 self._pending_new.discard(key)
 
 
-@contextlib.contextmanager
-def _forgetting(
-    open_files: OpenFiles, key: str, lock: AbstractContextManager[object]
-) -> Iterator[None]:
-    with lock:
-        open_files.forget(key)
-        yield
-
-
-@contextlib.contextmanager
-def _hooked(hook: ChangeHook, key: str, lock: AbstractContextManager[object]) -> Iterator[None]:
-    with hook.changing(key), lock:
-        yield
-
-
 def _is_reg(mode: int) -> bool:
     return stat_mod.S_ISREG(mode)
-
-
-#: Waits between retries of a journaled change that found no free descriptor: about
-#: 2 s in all, for connections and reads to give some back. (The node caps its
-#: connections below its descriptor limit, so this is the rare case.)
-DESCRIPTOR_RETRY_DELAYS_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
-
-
-def _retry_while_out_of_descriptors(change: Callable[[], _T]) -> _T:
-    """Run a journaled change again while descriptors are short (its record is durable,
-    so giving up would leave the store refusing changes until a restart)."""
-    for delay in DESCRIPTOR_RETRY_DELAYS_S:
-        time.sleep(delay)
-        try:
-            return change()
-        except OSError as exc:
-            if not is_out_of_descriptors(exc):
-                raise
-    return change()
-
-
-class _OpScope:
-    """Around each public call: count its error, turn an OSError into StorageIOError.
-    A plain class, not a generator context manager: it is on every call's path."""
-
-    __slots__ = ("_counters", "_name")
-
-    def __init__(self, counters: StoreCounters, name: str) -> None:
-        self._counters = counters
-        self._name = name
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        if exc is None:
-            return
-        if isinstance(exc, ShuttleError):
-            self._counters.error(exc.code)
-        elif isinstance(exc, OSError) and is_out_of_descriptors(exc):
-            self._counters.error(NodeBusyError.code)
-            raise NodeBusyError(
-                f"{self._name} failed: the node is out of file descriptors ({exc.strerror}), "
-                "a passing shortage, not a disk fault. Nothing was changed: retry shortly; if "
-                "it persists, raise the node's 'ulimit -n' or lower --connections-max."
-            ) from exc
-        elif isinstance(exc, OSError) and is_disk_full(exc):
-            self._counters.error(DiskFullError.code)
-            raise DiskFullError(
-                f"{self._name} failed: the node's disk is full ({exc}). Nothing was changed. "
-                "Remove objects (removes always work) or give the file system more space."
-            ) from exc
-        elif isinstance(exc, OSError):
-            self._counters.error(StorageIOError.code)
-            raise StorageIOError(f"{self._name} failed on the node's disk: {exc}") from exc

@@ -5,40 +5,18 @@ lookup, alone in a module so that it can be compiled with the mypyc group
 (:mod:`shuttle.compiled`) while the store around it stays interpreted; why reading
 without the lock is safe is argued in :meth:`CachedReads.read`. A node's read
 lane calls :meth:`CachedReads.read` directly: a warm read then runs no interpreted
-frame on the node. It reads the attribute table's two maps by reference (the table
-never rebinds them, only changes their contents) and the store's ``_closed`` flag.
+frame on the node. What it looks at of the store (the attribute table's two maps, the
+key locks, the block cache, the store's ``_closed`` flag) is the
+:class:`~shuttle.store.loopreads.StoreView` it shares with the miss read.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from shuttle.blockcache import BlockCache
-from shuttle.store.attrs import StoredAttrs
-from shuttle.store.locks import KeyLocks
-from shuttle.store.stats import StoreCounters
+from shuttle.store.loopreads import LoopRead
 
 
-class CachedReads:
+class CachedReads(LoopRead):
     """The lock-free cache-hit read of one store, for reads of up to ``max_bytes``."""
-
-    def __init__(
-        self,
-        store: Any,
-        locks: KeyLocks,
-        dirty: dict[str, Any],
-        clean: dict[str, Any],
-        cache: BlockCache,
-        counters: StoreCounters,
-        max_bytes: int,
-    ) -> None:
-        self.store = store  # for its ``_closed`` flag
-        self.locks = locks
-        self.dirty = dirty
-        self.clean = clean
-        self.cache = cache
-        self.counters = counters
-        self.max_bytes = max_bytes
 
     def read(
         self, key: str, offset: int, length: int, expected_version: int | None
@@ -58,7 +36,8 @@ class CachedReads:
         # blocks, and a checkpoint moving a record between maps at worst makes us miss.
         # A block is an immutable ``bytes`` object, replaced whole and never patched in
         # place, so no read can see a torn block. Each step is atomic under the GIL (an
-        # int attribute read, dict lookups; the cache takes its own mutex), which the
+        # int attribute read, dict lookups, the block's bytes and its reference bit; the
+        # cache's hit takes no mutex either, shuttle.blockcache says why), which the
         # argument relies on: a free-threaded Python would need the generation read with
         # acquire ordering. Keys are not validated here: only valid keys ever have
         # attributes, so a key that finds a record is valid, and any other goes the long
@@ -66,37 +45,23 @@ class CachedReads:
         # the long way too.
         if not (0 < length <= self.max_bytes and offset >= 0):
             return None
-        lock = self.locks.lock_for(key)
+        view = self.view
+        lock = view.locks.lock_for(key)
         generation = lock.generation
         if generation & 1:
             return None
-        found = self.dirty.get(key)
-        if found is None:
-            found = self.clean.get(key)
-        if type(found) is not StoredAttrs:
+        rec = view.peek(key)
+        if rec is None:
             return None
-        rec: StoredAttrs = found
         if expected_version is not None and expected_version != rec.version:
             return None
         end = min(rec.size, offset + length)
         if offset >= end:
             return None
-        data = self.cache.read_hit(key, offset, end)
+        data = view.cache.read_hit(key, offset, end)
         # Closed last, just before the generation's second look: a store closed at any
         # point of the lookup answers nothing (and a test can land a change here).
-        if data is None or self.store._closed or lock.generation != generation:
+        if data is None or view.store._closed or lock.generation != generation:
             return None
-        self.counters.read_done(len(data))
+        view.counters.read_done(len(data))
         return data
-
-    def limited(self, max_bytes: int) -> CachedReads:
-        """The same reads, for at most ``max_bytes`` (a node's inline limit)."""
-        return CachedReads(
-            self.store,
-            self.locks,
-            self.dirty,
-            self.clean,
-            self.cache,
-            self.counters,
-            min(self.max_bytes, max_bytes),
-        )

@@ -38,40 +38,17 @@ Anything unusual declines (None), for :meth:`ObjectStore.read` to answer or rais
 
 from __future__ import annotations
 
-from typing import Any
-
-from shuttle.blockcache import BlockCache
 from shuttle.errors import ShuttleError
-from shuttle.store.attrs import StoredAttrs
-from shuttle.store.locks import KeyLocks
+from shuttle.store.loopreads import LoopRead
 from shuttle.store.nowait import NowaitReads
 from shuttle.store.openfiles import OpenFiles, is_out_of_descriptors
-from shuttle.store.stats import StoreCounters
 
 
-class MissReads:
+class MissReads(LoopRead):
     """The page-cache miss read of one store, for reads of up to ``max_bytes``.
 
     Reads the store's ``nowait``, ``open_files`` and ``_closed`` at every call (tests
     and a closing store replace or set them), the rest once."""
-
-    def __init__(
-        self,
-        store: Any,
-        locks: KeyLocks,
-        dirty: dict[str, Any],
-        clean: dict[str, Any],
-        cache: BlockCache,
-        counters: StoreCounters,
-        max_bytes: int,
-    ) -> None:
-        self.store = store  # its nowait reads, open files, _closed flag and file opener
-        self.locks = locks
-        self.dirty = dirty
-        self.clean = clean
-        self.cache = cache
-        self.counters = counters
-        self.max_bytes = max_bytes
 
     def read(
         self, key: str, offset: int, length: int, expected_version: int | None
@@ -79,7 +56,8 @@ class MissReads:
         """Bytes ``[offset, offset+length)`` of ``key`` if the page cache holds the
         blocks they need, else None (see the module). Never waits for a writer or for
         the disk; raises nothing."""
-        store = self.store
+        view = self.view
+        store = view.store
         nowait: NowaitReads = store.nowait
         if not (
             0 < length <= self.max_bytes
@@ -90,13 +68,13 @@ class MissReads:
             return None
         # The key is not validated: only a valid key has attributes in memory, and any
         # other declines here and is checked on the usual way (as in CachedReads).
-        if self._peek(key) is None:
+        if view.peek(key) is None:
             return None  # unknown, absent, or attributes still on disk: the usual way
-        lock = self.locks.lock_for(key)
+        lock = view.locks.lock_for(key)
         if not lock.try_acquire_read():
             return None  # a change under way or waiting: it may take a while
         try:
-            rec = self._peek(key)  # again, now that no change can run
+            rec = view.peek(key)  # again, now that no change can run
             if rec is None or rec.stale_chunks:
                 return None
             if expected_version is not None and expected_version != rec.version:
@@ -105,7 +83,7 @@ class MissReads:
             end = min(size, offset + length)
             if offset >= end:
                 return None
-            cache = self.cache
+            cache = view.cache
             cached = cache.capacity_bytes > 0
             if cached:  # the blocks the cache would fetch, read whole
                 bsz = cache.block_size_bytes
@@ -134,34 +112,10 @@ class MissReads:
                 data = cache.fill(key, offset, end, blocks)
             else:
                 data = cache.read(key, offset, end - offset, size, _Slicer(blocks, start).fetch)
-            self.counters.read_done(len(data))
+            view.counters.read_done(len(data))
             return data
         finally:
             lock.release_read()
-
-    def _peek(self, key: str) -> StoredAttrs | None:
-        """The key's attributes if in memory (the table's maps, read as
-        ``AttrTable.peek`` does, without its mutex: a dict lookup is atomic under the
-        GIL, and a checkpoint moving the record between maps at worst makes us decline)."""
-        found = self.dirty.get(key)
-        if found is None:
-            found = self.clean.get(key)
-        if type(found) is not StoredAttrs:
-            return None
-        rec: StoredAttrs = found
-        return rec
-
-    def limited(self, max_bytes: int) -> MissReads:
-        """The same reads, for at most ``max_bytes`` (a node's inline limit)."""
-        return MissReads(
-            self.store,
-            self.locks,
-            self.dirty,
-            self.clean,
-            self.cache,
-            self.counters,
-            min(self.max_bytes, max_bytes),
-        )
 
 
 class _Slicer:

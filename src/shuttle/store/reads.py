@@ -84,14 +84,8 @@ class ReadOps(StoreCore):
         then answers or raises."""
         # The lookup is CachedReads.read (shuttle.store.fastread, compiled, where the
         # argument for reading without the key's lock is), which a node's read lane
-        # calls directly; the checks here make "never raises" hold for any argument
-        # (the compiled method would refuse a non-int with TypeError).
-        if (
-            type(key) is str
-            and type(offset) is int
-            and type(length) is int
-            and (expected_version is None or type(expected_version) is int)
-        ):
+        # calls directly.
+        if _loop_read_args(key, offset, length, expected_version):
             return self.cached_reads.read(key, offset, length, expected_version)
         return None
 
@@ -112,14 +106,8 @@ class ReadOps(StoreCore):
         whole counts nothing here.
         """
         # The read is MissReads.read (shuttle.store.missread, compiled, where each step
-        # is argued), which a node's read lane calls directly; the checks here make
-        # "never raises" hold for any argument, as in read_cached.
-        if (
-            type(key) is str
-            and type(offset) is int
-            and type(length) is int
-            and (expected_version is None or type(expected_version) is int)
-        ):
+        # is argued), which a node's read lane calls directly.
+        if _loop_read_args(key, offset, length, expected_version):
             return self.miss_reads.read(key, offset, length, expected_version)
         return None
 
@@ -213,3 +201,16 @@ class ReadOps(StoreCore):
         p = validate_prefix(prefix)
         with self._op("list"):
             return list_page(self.paths, p, delimiter, start_after, limit)
+
+
+def _loop_read_args(key: object, offset: object, length: object, version: object) -> bool:
+    """True if a read's arguments have the exact types the compiled loop-side reads
+    take (:mod:`shuttle.store.loopreads`): they would refuse anything else with
+    TypeError, and :meth:`ReadOps.read_cached` and :meth:`ReadOps.read_nowait` promise
+    never to raise. Anything else is for :meth:`ReadOps.read` to check and name."""
+    return (
+        type(key) is str
+        and type(offset) is int
+        and type(length) is int
+        and (version is None or type(version) is int)
+    )

@@ -96,11 +96,11 @@ def test_a_change_during_the_lookup_sends_the_read_the_long_way(store: ObjectSto
                 store.write("k", 0, fill(2))  # a change lands right after the look
             return False
 
-    reads.store = RacingStore()
+    reads.view.store = RacingStore()
     try:
         assert store.read("k", 0, BLOCK) == fill(2)
     finally:
-        reads.store = store
+        reads.view.store = store
     assert raced
 
 
