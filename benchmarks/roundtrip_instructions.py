@@ -13,7 +13,9 @@ The kernel's part (system calls, context switches) is not counted; the floor a
 minimal uvloop server and raw client need is, for comparison.
 
 ``--top N`` also prints the node's N costliest functions per read (self cost, from
-``callgrind_annotate``, the second run's counts less the first's), and ``--compiled-only``
+``callgrind_annotate``, the second run's counts less the first's) and its N costliest
+compiled functions with what they call (inclusive: ``CachedReads.read`` with the block
+cache's hit under it, the protocol's ``_read`` around both), and ``--compiled-only``
 skips the pure Python pass: the profile to cut the node's serving code by.
 """
 
@@ -54,16 +56,26 @@ NODE_REQUEST_FUNCTION = "uv__stream_io"
 
 def _inclusive_ir(out_file: Path, function: str) -> int:
     """The instructions counted in ``function`` and its callees."""
-    text = subprocess.run(
-        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out_file)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    for line in text.splitlines():
-        if f":{function} " in line:
-            return int(line.split()[0].replace(",", ""))
-    raise RuntimeError(f"no {function} in {out_file}")
+    found = _costs(out_file, inclusive=True).get(function)
+    if found is None:
+        raise RuntimeError(f"no {function} in {out_file}")
+    return found
+
+
+#: How mypyc names the C function of a compiled method or function (``CPyDef_`` plus
+#: module, class and name, joined by three underscores).
+COMPILED_PREFIX = "CPyDef_"
+
+
+def _per_read(
+    runs: dict[int, dict[str, Any]], field: str, requests: int
+) -> list[tuple[str, float]]:
+    """Each function's cost per read in ``field``: the second run's less the first's."""
+    after, before = runs[2 * requests][field], runs[requests][field]
+    return sorted(
+        ((name, (cost - before.get(name, 0)) / requests) for name, cost in after.items()),
+        key=lambda item: -item[1],
+    )
 
 
 def _toggle(pid: int, on: bool) -> None:
@@ -89,10 +101,18 @@ def _client(port: int, requests: int) -> None:
         _toggle(os.getpid(), False)
 
 
-def _self_costs(out_file: Path) -> dict[str, int]:
-    """Instructions counted in each function itself (callgrind's exclusive cost)."""
+def _costs(out_file: Path, *, inclusive: bool) -> dict[str, int]:
+    """Instructions counted in each function, by its name: in the function itself
+    (callgrind's exclusive cost) or with its callees (``inclusive``)."""
     text = subprocess.run(
-        ["callgrind_annotate", "--inclusive=no", "--threshold=100", str(out_file)],
+        [
+            "callgrind_annotate",
+            f"--inclusive={'yes' if inclusive else 'no'}",
+            # No annotated source: its lines (and its "=>" call lines) look like costs.
+            "--auto=no",
+            "--threshold=100",
+            str(out_file),
+        ],
         check=True,
         capture_output=True,
         text=True,
@@ -102,7 +122,8 @@ def _self_costs(out_file: Path) -> dict[str, int]:
         parts = line.split(None, 1)
         if len(parts) == 2 and re.fullmatch(r"[\d,]+", parts[0]) and ":" in parts[1]:
             # (newer callgrind_annotate puts each cost's share in brackets after it)
-            name = re.sub(r"^\([\d.]+%\)\s+", "", parts[1]).split(" [", 1)[0]
+            where = re.sub(r"^\([\d.]+%\)\s+", "", parts[1]).split(" [", 1)[0]
+            name = where.rsplit(":", 1)[1]  # the function, without its file
             costs[name] = costs.get(name, 0) + int(parts[0].replace(",", ""))
     return costs
 
@@ -162,7 +183,12 @@ def measure(requests: int, pure: bool, workdir: Path) -> dict[str, Any]:
         "client_ir": _total_ir(client_out),
         "node_ir": _total_ir(node_out),
         "node_request_ir": _inclusive_ir(node_out, NODE_REQUEST_FUNCTION),
-        "node_functions": _self_costs(node_out),
+        "node_functions": _costs(node_out, inclusive=False),
+        "node_compiled_inclusive": {
+            name: cost
+            for name, cost in _costs(node_out, inclusive=True).items()
+            if name.startswith(COMPILED_PREFIX)
+        },
     }
 
 
@@ -191,24 +217,26 @@ def main() -> None:
             side: (runs[2 * args.requests][side] - runs[args.requests][side]) / args.requests
             for side in ("client_ir", "node_ir", "node_request_ir")
         }
-        functions = runs[2 * args.requests]["node_functions"]
-        before = runs[args.requests]["node_functions"]
-        top = sorted(
-            (
-                (name, (cost - before.get(name, 0)) / args.requests)
-                for name, cost in functions.items()
-            ),
-            key=lambda item: -item[1],
-        )[: args.top]
-        report[name] = per | {"node_top_functions": dict(top)}
+        top = _per_read(runs, "node_functions", args.requests)[: args.top]
+        compiled = _per_read(runs, "node_compiled_inclusive", args.requests)[: args.top]
+        report[name] = per | {
+            "node_top_functions": dict(top),
+            "node_compiled_inclusive": dict(compiled),
+        }
         print(
             f"{name:9s} client {per['client_ir'] / 1000:7.1f} k instructions per read, "
             f"node {per['node_ir'] / 1000:7.1f} k (of which handling the connection "
             f"{per['node_request_ir'] / 1000:.1f} k; the rest is periodic work)",
             flush=True,
         )
+        if top:
+            print("  the node's costliest functions per read (self):")
         for function, cost in top:
             print(f"    {cost:8.0f}  {function}")
+        if compiled:
+            print("  the node's costliest compiled functions per read (with their callees):")
+        for function, cost in compiled:
+            print(f"    {cost:8.0f}  {function.removeprefix(COMPILED_PREFIX)}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
