@@ -28,10 +28,11 @@ reader/writer lock; the client forgets a key after changing it. Everything that
 inserts, evicts, patches or drops blocks, and every read that fetches, holds the
 cache's mutex; a read that finds all its blocks (:meth:`BlockCache.read_hit`) takes
 none. That is safe because each step it takes is one operation on a built-in object,
-atomic under the GIL: a dict lookup in the map of blocks (a block is published there
-complete, after its bytes and bit are set, and removed from it whole), a read of the
-block's bytes (an immutable ``bytes`` object, replaced whole by a patch, never changed
-in place) and the store of its bit. A block evicted after the lookup still holds the
+atomic under the GIL: the lookups of the key's map of blocks and of the block in it (a
+block is published there complete, after its bytes and bit are set, and removed whole;
+a map dropped meanwhile only makes the lookup miss), a read of the block's bytes (an
+immutable ``bytes`` object, replaced whole by a patch, never changed in place) and the
+store of its bit. A block evicted after the lookup still holds the
 object's bytes at the version its key's lock (or, on the node's lock-free read, its
 generation check) vouches for. The hit's two counters are added to without the mutex:
 compiled (the mypyc group, :mod:`shuttle.compiled`) each addition runs without giving
