@@ -200,6 +200,11 @@ class BlockCache:
         block); it never fetches and takes no lock (the module says why that is safe),
         so an event loop may call it. A None counts nothing, and the caller then goes
         the long way. ``end`` must already be clipped to the object's size.
+
+        A read of more than one block is not atomic against a :meth:`write` in another
+        thread (old block *i* beside new block *i+1* can be returned): a caller must
+        check a version or generation of the key around it, as the store's loop-side
+        read (its stripe's generation) and the RADOS store (its epoch) do.
         """
         bsz = self.block_size_bytes
         idx = offset // bsz

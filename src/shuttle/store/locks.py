@@ -7,8 +7,11 @@ blocks back. Waiting writers block new readers, so a busy object cannot starve a
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Final
+
+from shuttle.store.keys import KEY_BYTES_MAX
 
 
 class RWLock:
@@ -136,12 +139,15 @@ class _WriteGuard:
 #: stripe rarely, and the table costs about 200 KiB.
 STRIPES: Final = 1024
 
-#: Keys whose stripe is remembered (then forgotten all at once): compiled, ``hash(key)``
+#: Keys whose stripe is remembered (the oldest forgotten first): compiled, ``hash(key)``
 #: is boxed into a new int object whenever it needs more than 62 bits, half of all
 #: keys, and the modulo of such an int is a generic call: 1.6-2.1 k instructions of a
 #: warm read's 12 k (callgrind, benchmarks/README.md). A remembered key costs a dict
-#: lookup by the hash its ``str`` already holds. 4,096 keys of at most 1 KiB each keep
-#: at most 4 MiB alive; a working set of more keys costs what no memo would.
+#: lookup by the hash its ``str`` already holds. Only a key of a valid length is kept
+#: (the read lane asks before the key is checked: a client's megabyte "keys" must not
+#: stay alive here): 4,096 keys of at most 1,024 characters keep at most 16 MiB alive
+#: (4 bytes a character at worst), about 4 MiB for ASCII keys. A working set of more
+#: keys costs what no memo would.
 STRIPE_MEMO_KEYS_MAX: Final = 4096
 
 
@@ -164,10 +170,15 @@ class KeyLocks:
         lock = self._memo.get(key)
         if lock is None:
             lock = self._stripes[hash(key) % len(self._stripes)]
-            memo = self._memo
-            if len(memo) >= STRIPE_MEMO_KEYS_MAX:
-                memo.clear()
-            memo[key] = lock
+            if len(key) <= KEY_BYTES_MAX:
+                memo = self._memo
+                if len(memo) >= STRIPE_MEMO_KEYS_MAX:
+                    # One forgotten, not all: freeing 4,096 strings at once on the
+                    # event loop would be a pause in the reads it answers.
+                    # (Another thread may change the memo first: no harm.)
+                    with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                        del memo[next(iter(memo))]
+                memo[key] = lock
         return lock
 
     def read(self, key: str) -> _ReadGuard:

@@ -12,6 +12,7 @@ import pytest
 from shuttle.errors import StorageIOError
 from shuttle.store import ObjectStore, StoreConfig
 from shuttle.store import objects as objects_mod
+from shuttle.store.keys import KEY_BYTES_MAX
 from shuttle.store.locks import STRIPE_MEMO_KEYS_MAX, KeyLocks, RWLock
 
 
@@ -84,7 +85,8 @@ def test_key_locks_map_a_key_to_one_lock() -> None:
 def test_remembered_stripes_are_the_hashed_ones_and_bounded() -> None:
     """The memo of keys' stripes (the hash is costly compiled) gives each key the stripe
     ``hash(k) % stripes`` gives, first time or remembered, and holds at most its bound
-    of keys, forgetting them all when full."""
+    of keys, forgetting the oldest when full; a key too long to be valid (the read lane
+    asks before the key is checked) is never kept."""
     locks = KeyLocks(stripes=8)
     stripes = [locks.lock_for(k) for k in ("a", "a")]
     assert stripes[0] is stripes[1]
@@ -93,7 +95,11 @@ def test_remembered_stripes_are_the_hashed_ones_and_bounded() -> None:
         for k in keys:
             assert locks.lock_for(k) is locks._stripes[hash(k) % 8]
             assert len(locks._memo) <= STRIPE_MEMO_KEYS_MAX
-    assert 0 < len(locks._memo) <= STRIPE_MEMO_KEYS_MAX
+    assert len(locks._memo) == STRIPE_MEMO_KEYS_MAX
+    assert keys[-1] in locks._memo and keys[0] not in locks._memo  # the oldest went
+    huge = "k" * (KEY_BYTES_MAX + 1)
+    assert locks.lock_for(huge) is locks._stripes[hash(huge) % 8]
+    assert huge not in locks._memo
 
 
 def test_checkpoint_runs_when_the_journal_passes_its_bound(root: Path) -> None:
