@@ -1,16 +1,16 @@
 """Which misses of a RADOS gateway's block cache are worth caching (and reading whole).
 
 A miss of the node's block cache used to read the whole blocks around the range asked
-for and put them into the cache (LRU), betting that the page, or the rest of its
-block, is read again before the block is evicted. When the working set is much larger
-than the cache, the bet loses: the block is evicted unused, and it evicted a block
-that might have been read again. Replayed by benchmarks/rados_reuse.py, every one of
-the 3,514 timed misses of ``shuttle bench ceph netrand --file-bytes 8388608
---node-cache-bytes 1048576`` re-read a block the cache had evicted, 90 % of them one
-evicted without a single hit. With blocks larger than a page (``--cache-block-bytes``;
-the node's default block is a 4 KiB page), such a miss also reads more from RADOS than
-the client asked for (a 64 KiB read takes 1.5× a 4 KiB one on the local Ceph:
-benchmarks/README.md, "Warm reads on a RADOS gateway").
+for and put them into the cache (LRU then; CLOCK now, an approximation of LRU), betting
+that the page, or the rest of its block, is read again before the block is evicted.
+When the working set is much larger than the cache, the bet loses: the block is evicted
+unused, and it evicted a block that might have been read again. Replayed by
+benchmarks/rados_reuse.py, every one of the 3,514 timed misses of ``shuttle bench ceph
+netrand --file-bytes 8388608 --node-cache-bytes 1048576`` re-read a block the cache had
+evicted, 90 % of them one evicted without a single hit. With blocks larger than a page
+(``--cache-block-bytes``; the node's default block is a 4 KiB page), such a miss also
+reads more from RADOS than the client asked for (a 64 KiB read takes 1.5× a 4 KiB one
+on the local Ceph: benchmarks/README.md, "Warm reads on a RADOS gateway").
 
 The test here is 2Q's ghost queue (Johnson and Shasha, VLDB 1994: "A1out") used for
 admission: the gateway remembers the blocks of its last misses, as many as its cache
@@ -25,7 +25,8 @@ holds blocks (the cache's *reach*). A miss reads and caches the whole blocks whe
 Otherwise it reads only the bytes asked for and caches nothing: a block admitted then
 would be evicted before its next use, and would evict one that might not be. With
 reads spread evenly over a working set W times the cache, about 1/W of the misses
-find their block in the ghost queue, which is the share an LRU cache would have hit.
+find their block in the ghost queue, which is the share an LRU cache would have hit
+(the node's CLOCK cache about the same).
 
 Pure bookkeeping, no I/O; thread-safe (one short lock). Counters (``stats()``):
 ``whole_reads`` (misses read and cached whole), ``partial_reads`` (misses read as
