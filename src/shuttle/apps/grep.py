@@ -54,6 +54,11 @@ class GrepResult:
     migrations: list[dict[str, Any]] = field(default_factory=list)
     #: Per RADOS-backed node under ``auto``: the three-site model's plan.
     sites: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Per node, what the timer holds (``shuttle sim predict --live`` sets each beside
+    #: the model's): ``made_s``, from the start to its object made and located (the
+    #: connection's dial is in it: the run-time dials on its first call), and
+    #: ``calls_s``, the wall time of each console call after (``next`` ..., ``progress``).
+    phases: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +72,7 @@ class GrepResult:
             "final_placement": self.final,
             "migrations": self.migrations,
             "site_plans": self.sites,
+            "phases": self.phases,
         }
 
 
@@ -182,16 +188,21 @@ def run_grep(
             batch_bytes=batch_bytes,
         )
         result.initial[node] = _where(rt, node, rt.where(refs[node]))
+        result.phases[node] = {"made_s": time.monotonic() - t0, "calls_s": []}
 
-    def drain(grep: Ref) -> None:
+    def drain(grep: Ref, calls_s: list[float]) -> None:
         done = False
         while not done:
+            t = time.monotonic()
             done, matches = grep.next()
+            calls_s.append(time.monotonic() - t)
             if matches:
                 with lock:
                     result.matches += len(matches)
                     on_matches(matches)
+        t = time.monotonic()
         progress = grep.progress()
+        calls_s.append(time.monotonic() - t)
         with lock:
             result.scanned_bytes += int(progress["scanned_bytes"])
 
@@ -200,7 +211,7 @@ def run_grep(
             with rt.console(f"grep-{node}"):
                 site = at_osd[node]
                 if site is None:
-                    drain(refs[node])
+                    drain(refs[node], result.phases[node]["calls_s"])
                     return
                 for key in by_node[node]:  # one osdgrep per object, each at its OSD
                     ref = rt.create(
@@ -218,7 +229,7 @@ def run_grep(
                         ignore_case=ignore_case,
                     )
                     try:
-                        drain(ref)
+                        drain(ref, [])
                     finally:
                         rt.destroy(ref)
         except BaseException as exc:  # reported to the caller below

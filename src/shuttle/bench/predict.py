@@ -21,6 +21,7 @@ cluster, over this link, beside nodes this fast?*
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from shuttle.bench.calibrate import CALLS, RATIO_RUNS, Calibration, calibrate
-from shuttle.bench.calibrate.fresh import Spot
+from shuttle.bench.calibrate.fresh import ProgramGrep, Spot
 from shuttle.bench.objrecord import by_node, record_object
 from shuttle.client.client import Client
 from shuttle.client.connect import connect
@@ -195,6 +196,24 @@ def live_grep(
 ) -> float:
     """Run ``shuttle grep`` (a process of its own, as a user would) and return its
     ``elapsed_s``: from making the grep objects to the last answer."""
+    return float(
+        live_grep_report(cluster, pattern, keys, placement, link=link, grep_options=grep_options)[
+            "elapsed_s"
+        ]
+    )
+
+
+def live_grep_report(
+    cluster: Path,
+    pattern: str,
+    keys: Sequence[str],
+    placement: str,
+    *,
+    link: str | None,
+    grep_options: Sequence[str] = (),
+) -> dict[str, Any]:
+    """:func:`live_grep`'s run, and its whole report (``--json-out``: ``elapsed_s``,
+    and ``phases``, what its timer holds per node)."""
     with tempfile.TemporaryDirectory(prefix="shuttle-predict-") as tmp:
         report = Path(tmp) / "grep.json"
         argv = [sys.executable, "-m", "shuttle", "grep", pattern, *keys]
@@ -208,8 +227,8 @@ def live_grep(
                 f"shuttle grep --placement {placement} failed (exit {done.returncode}): "
                 + (done.stderr.strip().splitlines() or ["no output"])[-1]
             )
-        data = json.loads(report.read_text())
-    return float(data["elapsed_s"])
+        data: dict[str, Any] = json.loads(report.read_text())
+    return data
 
 
 @dataclass
@@ -220,11 +239,14 @@ class LiveRuns:
 
     client_s: list[float] = field(default_factory=list)
     server_s: list[float] = field(default_factory=list)
+    #: What each run's timer held, per placement: the reports' ``phases``.
+    phases: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         client = statistics.median(self.client_s)
         server = statistics.median(self.server_s)
         return {
+            "phases": {site: phase_summary(runs) for site, runs in self.phases.items()},
             "client_s": client,
             "server_s": server,
             "faster": "server" if server < client else "client",
@@ -238,6 +260,22 @@ class LiveRuns:
                 "server": _spread(self.server_s),
             },
         }
+
+
+def phase_summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The live timer's phases over runs (the slowest node's stack of each run): the
+    median time to the object made (the dial in it) and of each run's median console
+    call, the calls a run made, and every run's phases as reported."""
+    stacks = [max(r.values(), key=lambda p: p["made_s"] + sum(p["calls_s"])) for r in runs if r]
+    if not stacks:
+        return {}
+    return {
+        "made_s": statistics.median(p["made_s"] for p in stacks),
+        "call_s": statistics.median(statistics.median(p["calls_s"]) for p in stacks),
+        "calls": statistics.median(len(p["calls_s"]) for p in stacks),
+        "calls_total_s": statistics.median(sum(p["calls_s"]) for p in stacks),
+        "runs": list(runs),
+    }
 
 
 def _spread(values: list[float]) -> float:
@@ -262,8 +300,12 @@ def run_live(
     for i in range(runs):
         for placement in ("client", "server"):
             progress(f"live run {i + 1}/{runs}: shuttle grep --placement {placement}")
-            t = live_grep(cluster, pattern, keys, placement, link=link, grep_options=grep_options)
+            report = live_grep_report(
+                cluster, pattern, keys, placement, link=link, grep_options=grep_options
+            )
+            t = float(report["elapsed_s"])
             (out.client_s if placement == "client" else out.server_s).append(t)
+            out.phases.setdefault(placement, []).append(report.get("phases", {}))
     return out
 
 
@@ -330,7 +372,7 @@ def predict(req: PredictRequest, progress: Progress = lambda _m: None) -> dict[s
     stacks_trace = split_stacks(trace)
     configs: dict[str, ServerConfig] = {}
     calibrations: dict[str, Any] = {}
-    for node in groups:
+    for index, node in enumerate(groups):
         if req.calibration is not None:
             configs[node] = load_calibration(req.calibration)
             calibrations[node] = {"file": str(req.calibration)}
@@ -343,7 +385,11 @@ def predict(req: PredictRequest, progress: Progress = lambda _m: None) -> dict[s
             cpu_factor=req.cpu_factor,
             calls=req.calls,
             ratio_runs=1 if req.calls < 50 else RATIO_RUNS,
-            reads=program.get(list(groups).index(node)),
+            reads=program.get(index),
+            program=ProgramGrep(
+                {k: v for k, v in run.params.items() if k != "keys"},
+                stack_counts(stacks_trace[index], BLOCK_BYTES_DEFAULT).object_cpu_s,
+            ),
             progress=lambda m, node=node: progress(f"calibrating {node}: {m}"),  # type: ignore[misc]
         )
         configs[node] = cal.server_config()
@@ -371,6 +417,10 @@ def predict(req: PredictRequest, progress: Progress = lambda _m: None) -> dict[s
             "client_s": result.client_s,
             "server_s": result.server_s,
             "faster": result.faster,
+            "phases": {
+                "client": model_phases(result.client),
+                "server": model_phases(result.server),
+            },
         },
     }
     if req.break_even:
@@ -411,6 +461,22 @@ def predict(req: PredictRequest, progress: Progress = lambda _m: None) -> dict[s
         out["runtime_model_error"] = _errors(out["runtime_model"], lj)
         out["load_average"] = list(os.getloadavg())
     return out
+
+
+def model_phases(runs: Sequence[Any]) -> dict[str, Any]:
+    """What the model's run holds, as :func:`phase_summary` gives a live run's (the
+    slowest stack): the object made and located (its first answer: the dial, the
+    making and its call), each console call after (the time between answers)."""
+    answers = max(runs, key=lambda r: r.run_time_s).mobile.extra.get("answers_s", [])
+    if len(answers) < 2:
+        return {}
+    calls = [b - a for a, b in itertools.pairwise(answers)]
+    return {
+        "made_s": answers[0],
+        "call_s": statistics.median(calls),
+        "calls": len(calls),
+        "calls_total_s": answers[-1] - answers[0],
+    }
 
 
 def _errors(predicted: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:

@@ -236,4 +236,33 @@ def markdown_table(result: dict[str, Any]) -> str:
                 f"| {row['load_average_before'][0]:.1f} |"
             )
         out.append("")
+    out += phases_table(result["rows"])
     return "\n".join(out).rstrip() + "\n"
+
+
+def phases_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """What the server placement's timer holds, live (the medians over its runs) beside
+    the simulator's run: the object made (the dial in it; the calibrated dial beside),
+    a console call's median, the calls and their total."""
+    out = [
+        "**The server placement's timer, live / simulated**",
+        "",
+        "| link | node speed | made s (dial) | console call ms | calls | calls total s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        live = row["live"].get("phases", {}).get("server", {})
+        model = row["predicted"].get("phases", {}).get("server", {})
+        if not live or not model:
+            continue
+        dial = [c.get("measured", {}).get("connect_s") for c in row["calibration"].values()]
+        dial_s = f" ({dial[0]:.3f})" if dial and isinstance(dial[0], float) else ""
+        out.append(
+            f"| {row['link']} | {row['speed']:g} "
+            f"| {live['made_s']:.3f} / {model['made_s']:.3f}{dial_s} "
+            f"| {live['call_s'] * 1e3:.1f} / {model['call_s'] * 1e3:.1f} "
+            f"| {live['calls']:g} / {model['calls']:g} "
+            f"| {live['calls_total_s']:.3f} / {model['calls_total_s']:.3f} |"
+        )
+    out.append("")
+    return out

@@ -325,6 +325,8 @@ class MobileApp:
         name = "console_calls" if kind == CALL else "console_returns"
         extra[name] = extra.get(name, 0) + 1
         if not self.at_server:
+            if kind == RETURN:
+                self._answered(now)
             self._next(now)
             return
         extra["console_bytes"] = extra.get("console_bytes", 0) + size
@@ -335,11 +337,20 @@ class MobileApp:
         else:
             arrive = now + self._message_s(nbytes)
         if kind == RETURN:
-            self.schedule(arrive + self.call_overhead_s, self._console_done, None)
+            self.schedule(arrive + self.call_overhead_s, self._returned, None)
         elif self.call_cost_s > 0.0:
             self.schedule(arrive, self._call_arrived, None)
         else:
             self.schedule(arrive, self._console_done, None)
+
+    def _answered(self, now: float) -> None:
+        """The console has an answer (``extra["answers_s"]``: when each arrived, from
+        the run's start; what a live run's console calls are set beside)."""
+        self.result.extra.setdefault("answers_s", []).append(now - self.result.started_s)
+
+    def _returned(self, now: float, _: Any) -> None:
+        self._answered(now)
+        self._console_done(now, None)
 
     def _call_arrived(self, now: float, _: Any) -> None:
         self.server.compute(now, self.call_cost_s, self._console_done)

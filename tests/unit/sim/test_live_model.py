@@ -73,7 +73,13 @@ def test_at_the_client_console_calls_are_free_and_reads_cross_the_link() -> None
     read_1 = msg(0) + (200 + 2 * 10) / HZ + msg(5000) + 0.0005
     read_2 = msg(0) + (200 + 1 * 10) / HZ + msg(1000) + 0.0005
     assert run.run_time_s == pytest.approx(OBJECT_THINK_S + CONSOLE_THINK_S + read_1 + read_2)
-    assert run.mobile.extra == {"console_calls": 2, "console_returns": 2}
+    # When each answer reached the console (set beside a live run's console calls).
+    first = 0.013 + read_1 + read_2
+    assert run.mobile.extra == {
+        "console_calls": 2,
+        "console_returns": 2,
+        "answers_s": [pytest.approx(first), pytest.approx(run.run_time_s)],
+    }
     assert run.requests.requests == 2
 
 
@@ -85,6 +91,9 @@ def test_at_the_server_console_calls_cross_the_link_and_reads_are_local() -> Non
     expected = OBJECT_THINK_S + CONSOLE_THINK_S + calls + answers + reads
     assert run.run_time_s == pytest.approx(expected)
     assert run.mobile.extra["console_bytes"] == 3 + 40 + 3 + 20
+    # The first answer: the call across, the object's 13 ms and reads, the answer back.
+    first = msg(3) + 300 / HZ + 0.013 + reads + msg(40) + 0.0007
+    assert run.mobile.extra["answers_s"] == [pytest.approx(first), pytest.approx(expected)]
 
 
 def test_server_speed_scales_the_program_and_the_node_but_not_the_console() -> None:

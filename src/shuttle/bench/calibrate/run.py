@@ -60,12 +60,14 @@ from shuttle.bench.calibrate.fresh import (
     FRESH_PROCESSES,
     FRESH_PROCESSES_QUICK,
     QUICK_CALLS,
+    ProgramGrep,
     Spot,
     console_call_cost,
     fresh_reads,
     mean_blocks,
     node_cpu_per_call_s,
     per_call_cost,
+    program_work,
     read_blocks,
     small_spots,
 )
@@ -109,6 +111,7 @@ def calibrate(
     reads: Sequence[Spot] | None = None,
     processes: int | None = None,
     console_calls: int | None = None,
+    program: ProgramGrep | None = None,
     progress: Callable[[str], None] = lambda _m: None,
 ) -> Calibration:
     """Measure node ``node`` (default: the cluster's first) of ``cluster`` over
@@ -122,9 +125,13 @@ def calibrate(
     :data:`~.fresh.FRESH_PROCESSES_QUICK` when ``calls`` is under
     :data:`~.fresh.QUICK_CALLS`); without ``reads``, on small reads of the
     calibration's own objects. ``processes=0`` times them in this process instead
-    (the way before; what the benchmark compares against). ``console_calls``: calls
-    each fresh process makes to a grep at the node (default
-    :data:`~.fresh.FRESH_CONSOLE_CALLS`, about what a grep over 16 MB makes).
+    (the way before; what the benchmark compares against). ``console_calls``: the
+    most ``next`` calls each fresh process makes to the grep it drains at the node
+    (default :data:`~.fresh.FRESH_CONSOLE_CALLS`). ``program``: the program's grep
+    (its options and its object's recorded CPU): each fresh process drains that grep
+    at the node, and the object's work there per second of its recording
+    (``mobile_server_cpu_ratio``) is the node's CPU over the drain less its calls'
+    own, measured rather than fitted.
 
     Raises :class:`ConfigError` for a node not in the cluster or not on this machine,
     a negative ``processes``, or a link the cluster does not know."""
@@ -215,6 +222,7 @@ def calibrate(
                     cluster, link, node_id, entry.pid, spots,
                     processes=n_processes,
                     console_calls=FRESH_CONSOLE_CALLS if console_calls is None else console_calls,
+                    program=None if program is None else program.options,
                 )  # fmt: skip
                 measured["read_node_cpu_per_request_loopback_s"] = measured[
                     "read_node_cpu_per_request_s"
@@ -231,19 +239,31 @@ def calibrate(
                     **cost.to_json(),
                 }
                 measured["rpc_overhead_s"] = cost.residual_s
-                measured["connect_s"] = cost.connect_s
-                # The console calls of a grep at the node, in the same processes.
-                calls_cost = console_call_cost(fresh, profile, call_request, call_reply, request)
+                # What shuttle grep --placement server pays inside its timer, in the
+                # same processes: the dial, the making, the drain's calls.
+                call_cpu = measured["call_node_cpu_loopback_s"]
+                calls_cost = console_call_cost(
+                    fresh, profile, call_request, reply, request, call_cpu
+                )
                 if calls_cost is None:
                     raise ConfigError(
-                        "the fresh processes made fewer than 2 console calls each; give "
-                        "console_calls >= 1"
+                        "the fresh processes drained no grep at the node; give console_calls >= 1"
                     )
                 measured["fresh_calls"] = calls_cost.to_json()
-                measured["call_node_cpu_s"] = calls_cost.node_cpu_s
+                measured["connect_s"] = calls_cost.connect_s
+                # A call's own node CPU (the dispatch, the answer): a light call's, on
+                # loopback; the rest of the drain's is the object's work (below).
+                measured["call_node_cpu_s"] = call_cpu
                 measured["call_overhead_s"] = calls_cost.residual_s
                 measured["server_setup_s"] = calls_cost.server_setup_s
                 measured["client_setup_s"] = calls_cost.client_setup_s
+                if program is not None and program.think_s > 0.0:
+                    server_fit = (
+                        "mobile_server_cpu_ratio", "local_read_cpu_per_request_s",
+                        "local_read_cpu_per_block_s",
+                    )  # fmt: skip
+                    measured["hosted_fit_server"] = {k: measured[k] for k in server_fit}
+                    measured.update(program_work(calls_cost, call_cpu, program, factor))
             else:
                 # In this process (the way before fresh processes; the benchmark's
                 # anchor): the small reads on the link, a connection from fresh
