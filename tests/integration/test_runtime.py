@@ -365,6 +365,12 @@ def test_shuttle_grep_command_prints_key_line_text_and_writes_its_report(
     assert sorted(done.stdout.splitlines()) == sorted(expected.splitlines())
     import json
 
-    assert json.loads(report.read_text())["initial_placement"] == {"n1": "server (n1)"}
+    data = json.loads(report.read_text())
+    assert data["initial_placement"] == {"n1": "server (n1)"}
+    # What the timer held: the object made (the dial in it), then each console call:
+    # ``next`` until done and ``progress``, all within the elapsed time.
+    phases = data["phases"]["n1"]
+    assert len(phases["calls_s"]) >= 2 and phases["made_s"] > 0
+    assert phases["made_s"] + sum(phases["calls_s"]) <= data["elapsed_s"]
     none = shuttle_cli("grep", "no such text", only[0], "--node", address, env=env)
     assert none.returncode == 1 and none.stdout == b""

@@ -104,7 +104,11 @@ def test_calibrate_then_predict_with_live_runs(cluster: Path, tmp_path: Path) ->
     fresh = cal["measured"]["fresh_reads"]
     assert (fresh["source"], fresh["processes"], fresh["spots"]) == ("calibration", 2, 11)
     assert cal["measured"]["rpc_overhead_s"] == fresh["residual_s"]
-    assert len(cal["measured"]["fresh_calls"]["per_process"]) == 2
+    calls = cal["measured"]["fresh_calls"]
+    assert len(calls["per_process"]) == 2
+    # The dial as shuttle grep's timer holds it: the first making less the second.
+    assert cal["measured"]["connect_s"] == calls["connect_s"] > 0
+    assert all(p["made_s"] > p["create_s"] for p in calls["per_process"])
     assert cal["server"]["call_overhead_s"] >= 0.0 and "connecting" in output
     # The model's link is the rate the live shaper achieved: at most the profile's.
     achieved = cal["measured"]["link_bandwidth_bits_per_s"]
@@ -127,6 +131,10 @@ def test_calibrate_then_predict_with_live_runs(cluster: Path, tmp_path: Path) ->
     assert set(data["error"]) >= {"client", "server"}
     assert data["runtime_model"]["faster"] in ("client", "server")
     assert data["trace"]["keys"] == CORPUS.files
+    # Both sides of the server placement's timer: the live run's and the model's.
+    live, model = data["live"]["phases"]["server"], data["predicted"]["phases"]["server"]
+    assert live["calls"] == model["calls"] >= 2
+    assert live["made_s"] > 0 and model["made_s"] > 0
 
 
 def test_live_runs_refuse_a_cpu_factor_the_nodes_do_not_have(cluster: Path) -> None:
@@ -155,5 +163,9 @@ def test_the_validation_command_runs_a_row_per_speed_and_link(tmp_path: Path) ->
     assert data["corpus"]["files"] == 12 and data["summary"]["simulator"]["predictions"] == 2
     text = table.read_text()
     assert "**The simulator" in text and "**The run-time's placement model" in text
-    assert text.count("| san | 0.5 |") == 2
+    assert "**The server placement's timer" in text
+    # The program's grep drained at the node: its work there, measured.
+    measured = row["calibration"]["n1"]["measured"]
+    assert measured["program_work_node_cpu_s"] > 0 and measured["program_think_s"] > 0
+    assert text.count("| san | 0.5 |") == 3  # both models, and the timer's phases
     assert "simulator: worst error" in output and "runtime_model: worst error" in output

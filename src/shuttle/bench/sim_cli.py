@@ -194,7 +194,9 @@ def calibrate_command(
 
     The per-read cost is timed as a program's run pays it: small reads replayed in
     several fresh processes, the median taken (`shuttle sim predict` replays the
-    recorded program's own reads).
+    recorded program's own reads). In the same processes, as `shuttle grep
+    --placement server` does inside its timer: the dial, the object's making at the
+    node, and a grep drained there (`shuttle sim predict`: the program's own).
 
     Writes a [server] table that `shuttle sim predict --calibration` and `shuttle sim
     sweep --config` read. The node must run on this machine (its CPU clock is read).
@@ -227,7 +229,7 @@ def calibrate_command(
         ("hosted CPU, client / node", (
             f"{m['mobile_client_cpu_ratio']:.3f} / {m['mobile_server_cpu_ratio']:.3f}")),
         ("per-read overhead on the link", f"{m['rpc_overhead_s'] * 1e6:.1f} µs"),
-        ("connecting", f"{m['connect_s'] * 1e6:.0f} µs"),
+        ("connecting (the dial in the timer)", f"{m['connect_s'] * 1e6:.0f} µs"),
         ("per-call overhead on the link", f"{m['call_overhead_s'] * 1e6:.1f} µs"),
         ("header bytes, request / reply", (
             f"{m['request_header_bytes']:.0f} / {m['reply_header_bytes']:.0f}")),

@@ -122,12 +122,14 @@ class ServerConfig:
     rpc_overhead_s: float = 0.0
     call_overhead_s: float = 0.0
     #: Time the mobile application's first remote call spends opening its connection
-    #: (a live run-time dials and authenticates), paid once as it starts.
+    #: (a live run-time dials and authenticates on its first call, inside the timer of
+    #: ``shuttle grep``), paid once as it starts, at either placement.
     connect_s: float = 0.0
     #: Time a live program spends making its object before the object's first call,
     #: paid once as it starts, at each placement: at the client the object is made in
     #: process (``client_setup_s``), at the server by a call whose link and CPU the
-    #: trace's first call already costs (``server_setup_s``: the rest).
+    #: trace's first call (the making, with its arguments' bytes) already costs
+    #: (``server_setup_s``: the rest).
     client_setup_s: float = 0.0
     server_setup_s: float = 0.0
     #: Server CPU per request of any kind, on top of its kind's cost (which is per

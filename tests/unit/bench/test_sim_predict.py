@@ -265,3 +265,57 @@ def test_the_validation_tables_show_each_model_on_the_same_runs() -> None:
         "| lan | 0.5 | 2.5 | 2.000 (4%) | 1.000 (10%) | 1.000 / 1.500 | -50.0% / +50.0% "
         "| server / client ✗ | 1.2 |"
     ]
+
+
+def test_the_live_timers_phases_are_summed_up_over_runs() -> None:
+    from shuttle.bench.predict import phase_summary
+
+    runs = [
+        {"n1": {"made_s": 0.11, "calls_s": [0.04, 0.05, 0.04]}},
+        {"n1": {"made_s": 0.10, "calls_s": [0.04, 0.04]}},
+        {"n1": {"made_s": 0.12, "calls_s": [0.06, 0.05, 0.07]}},
+    ]
+    got = phase_summary(runs)
+    assert got["made_s"] == pytest.approx(0.11)
+    assert got["call_s"] == pytest.approx(0.04)  # each run's median: 0.04, 0.04, 0.06
+    assert got["calls"] == 3
+    assert got["calls_total_s"] == pytest.approx(0.13)  # 0.13, 0.08, 0.18
+    assert got["runs"] == runs
+    assert phase_summary([{}]) == {}
+
+
+def test_the_models_phases_are_the_times_between_its_answers() -> None:
+    from types import SimpleNamespace
+
+    from shuttle.bench.predict import model_phases
+
+    def run(total: float, answers: list[float]) -> SimpleNamespace:
+        return SimpleNamespace(
+            run_time_s=total, mobile=SimpleNamespace(extra={"answers_s": answers})
+        )
+
+    # Two stacks: the slowest one's answers count.
+    got = model_phases([run(0.2, [0.05, 0.1, 0.2]), run(0.5, [0.1, 0.15, 0.3, 0.5])])
+    assert got == {
+        "made_s": 0.1,
+        "call_s": pytest.approx(0.15),  # 0.05, 0.15, 0.2
+        "calls": 3,
+        "calls_total_s": pytest.approx(0.4),
+    }
+    assert model_phases([run(0.1, [0.1])]) == {}
+
+
+def test_the_validation_table_sets_the_server_timers_phases_beside_the_models() -> None:
+    from shuttle.bench.simpredict import markdown_table
+
+    row = _row("wan", (16.0, 0.45), (16.1, 0.44), (20.0, 0.5))
+    row["live"]["phases"] = {  # type: ignore[index]
+        "server": {"made_s": 0.111, "call_s": 0.0425, "calls": 8, "calls_total_s": 0.344}
+    }
+    row["predicted"]["phases"] = {  # type: ignore[index]
+        "server": {"made_s": 0.107, "call_s": 0.0445, "calls": 8, "calls_total_s": 0.356}
+    }
+    row["calibration"] = {"n1": {"measured": {"connect_s": 0.063}}}
+    table = markdown_table({"rows": [row]})
+    assert "**The server placement's timer, live / simulated**" in table
+    assert "| wan | 0.5 | 0.111 / 0.107 (0.063) | 42.5 / 44.5 | 8 / 8 | 0.344 / 0.356 |" in table

@@ -11,7 +11,9 @@ Layout, one module per concept:
 * ``link``  a call's link time replayed through the shaper's buckets, the
   residual, the rate the shaper achieved;
 * ``phases``  the calibration's objects and each phase's measurement;
-* ``fresh``  the program's reads timed in fresh processes (the per-call cost);
+* ``fresh``  what a live run pays, timed in fresh processes: the dial and the
+  object's making as ``shuttle grep``'s timer holds them, the program's grep drained
+  at the node (its work there, its calls), the program's reads (the per-call cost);
 * ``hosted``  the reference objects and the fit of the hosted costs.
 """
 

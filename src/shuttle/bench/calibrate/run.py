@@ -29,11 +29,16 @@ fills those prices in for one node of a live cluster, by measuring the real thin
   the node's CPU per read (``request_cycles``, less the blocks' share), each read's
   wall less its link time (replayed through the link's token buckets,
   :mod:`shuttle.sim.link`, at the instant it was made) and its node CPU
-  (``rpc_overhead_s``: the client's and the node's own time per call), and the first
-  read's excess (``connect_s``: dialling and authenticating); the median over the
-  processes of each.
-* **Per-call overhead of a console call**: console calls on the link, made back to
-  back, less the link and the node's CPU (``call_overhead_s``).
+  (``rpc_overhead_s``: the client's and the node's own time per call); the median
+  over the processes of each.
+* **What the server placement's timer holds**, in the same processes, as ``shuttle
+  grep --placement server`` does it: the grep made at the node from a run-time that
+  has not dialled, and again over the open connection (the one less the other is the
+  dial, ``connect_s``; the second beyond the model's call for it, ``server_setup_s``);
+  then the program's grep drained there, ``next`` until done and ``progress``: each
+  call's wall less the link and the node's CPU (``call_overhead_s``), and the node's
+  CPU over the drain less the calls' own, per second of the object's recorded CPU
+  (``mobile_server_cpu_ratio``, local reads included, when the program is given).
 * **The link** as the live shaping has it: latency and bucket depth of the profile
   (``shuttle.net.profiles``); the bandwidth the shaper achieved for back-to-back
   64 KiB reads (:func:`achieved_bandwidth_bits_per_s`: at most the profile's); and
