@@ -372,6 +372,7 @@ def predict(req: PredictRequest, progress: Progress = lambda _m: None) -> dict[s
     stacks_trace = split_stacks(trace)
     configs: dict[str, ServerConfig] = {}
     calibrations: dict[str, Any] = {}
+    counts = [stack_counts(t, BLOCK_BYTES_DEFAULT) for t in stacks_trace]
     for index, node in enumerate(groups):
         if req.calibration is not None:
             configs[node] = load_calibration(req.calibration)
@@ -388,7 +389,8 @@ def predict(req: PredictRequest, progress: Progress = lambda _m: None) -> dict[s
             reads=program.get(index),
             program=ProgramGrep(
                 {k: v for k, v in run.params.items() if k != "keys"},
-                stack_counts(stacks_trace[index], BLOCK_BYTES_DEFAULT).object_cpu_s,
+                counts[index].object_cpu_s,
+                counts[index].calls - 1,  # after the making
             ),
             progress=lambda m, node=node: progress(f"calibrating {node}: {m}"),  # type: ignore[misc]
         )

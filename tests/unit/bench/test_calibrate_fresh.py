@@ -153,6 +153,9 @@ def test_the_programs_work_at_the_node_is_its_drains_cpu_less_the_calls() -> Non
     assert work["mobile_server_cpu_ratio_at_factor"] == pytest.approx(2.0)
     assert work["mobile_server_cpu_ratio"] == pytest.approx(1.0)
     assert work["local_read_cpu_per_request_s"] == work["local_read_cpu_per_block_s"] == 0.0
+    # A drain cut short at 10 of the program's 40 calls did a quarter of its work.
+    cut = program_work(cost, 2e-4, ProgramGrep({}, think_s=4e-3, calls=40), factor=0.5)
+    assert cut["mobile_server_cpu_ratio"] == pytest.approx(4.0)
 
 
 def test_blocks_and_the_calibrations_own_spots() -> None:

@@ -554,6 +554,9 @@ class ProgramGrep:
 
     options: dict[str, Any]
     think_s: float
+    #: Its console's calls after the making (``next`` ..., ``progress``; 0: unknown):
+    #: a drain cut short by the processes' cap did that share of the work.
+    calls: int = 0
 
 
 def program_work(
@@ -568,7 +571,8 @@ def program_work(
     machine's table its ratio moved from 0.92 to 1.23 between rows, and the server
     placements at half and quarter speed came out 13-23 % short)."""
     work_s = max(0.0, cost.drain_node_cpu_s - cost.calls * call_cpu_s)
-    ratio_at_factor = work_s / program.think_s
+    done = min(1.0, cost.calls / program.calls) if program.calls else 1.0
+    ratio_at_factor = work_s / (program.think_s * done)
     return {
         "program_work_node_cpu_s": work_s,
         "program_think_s": program.think_s,
