@@ -126,7 +126,6 @@ class BlockCache:
         #: The same blocks in the order the eviction hand meets them, oldest first
         #: (a block the hand passes with its bit set goes to the end); mutex only.
         self._clock: OrderedDict[tuple[str, int], _Block] = OrderedDict()
-        self._count = 0
         self._bytes = 0
         self._hits = 0
         self._misses = 0
@@ -366,7 +365,6 @@ class BlockCache:
         with self._lock:
             self._index.clear()
             self._clock.clear()
-            self._count = 0
             self._bytes = 0
 
     def reset_counters(self) -> None:
@@ -383,7 +381,7 @@ class BlockCache:
                 bytes_from_disk=self._bytes_from_disk,
                 evictions=self._evictions,
                 invalidations=self._invalidations,
-                blocks_cached=self._count,
+                blocks_cached=len(self._clock),
                 bytes_cached=self._bytes,
                 capacity_bytes=self.capacity_bytes,
                 block_size_bytes=self.block_size_bytes,
@@ -423,7 +421,6 @@ class BlockCache:
         if blocks is None:
             blocks = self._index[key] = {}
         blocks[idx] = entry  # published complete: readers look here
-        self._count += 1
         self._bytes += len(blk)
 
     def _drop(self, key: str, idx: int) -> None:
@@ -432,7 +429,6 @@ class BlockCache:
         if entry is None:
             return
         del self._clock[(key, idx)]
-        self._count -= 1
         self._bytes -= len(entry.data)
         if blocks is not None and not blocks:
             del self._index[key]
