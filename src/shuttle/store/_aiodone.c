@@ -1,7 +1,7 @@
 /* librados asynchronous reads whose completion never takes the GIL.
  *
  * shuttle/store/rados_aio.py's reference path (ctypes) gives librados a Python callback:
- * on librados's finisher thread, ctypes takes the GIL, builds the arguments, runs
+ * on librados's callback thread, ctypes takes the GIL, builds the arguments, runs
  * Python that asks the completion for its result and version, and wakes the event loop
  * with call_soon_threadsafe (benchmarks/README.md, "Warm reads on a RADOS gateway",
  * measured that hand-off). Here the callback is C: it asks the completion for its
@@ -102,9 +102,11 @@ static void on_complete(rados_completion_t c, void *arg) {
     s->rv = k->get_return_value(c);
     s->version = k->get_version(c);
     k->release(c);
-    s->done_ns = monotonic_ns();
     s->next = NULL;
     pthread_mutex_lock(&k->mu);
+    /* Stamped under the lock: with more than one callback thread, the list's order
+     * is then the order of the stamps. */
+    s->done_ns = monotonic_ns();
     int was_empty = k->head == NULL;
     if (k->tail != NULL)
         k->tail->next = s;

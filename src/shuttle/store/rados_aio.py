@@ -22,7 +22,7 @@ Completions, two ways (``AioClient(..., completion=...)``):
 
 * ``"c"`` (the default when Shuttle runs its compiled modules, :mod:`shuttle.compiled`):
   the completion callback is C (``shuttle.store._aiodone``, ``_aiodone.c``). On
-  librados's finisher thread it reads the completion's result and version, frees it,
+  librados's callback thread it reads the completion's result and version, frees it,
   appends the read to a FIFO list under a mutex and writes to an eventfd if the list
   was empty; it never takes the GIL. The loop watches the eventfd (``add_reader``) and
   :meth:`AioClient._drain` hands every finished read of the batch to its ``done``, in
@@ -30,7 +30,7 @@ Completions, two ways (``AioClient(..., completion=...)``):
   into the ``bytes`` object it is answered with (no ``string_at`` copy).
 * ``"ctypes"`` (the reference, and what runs without the compiled modules): librados
   calls :meth:`AioClient._on_complete`, a Python function behind a ``ctypes`` callback,
-  on its finisher thread: it takes the GIL, reads the completion's result and version,
+  on its callback thread: it takes the GIL, reads the completion's result and version,
   frees it, and passes them to the loop with ``call_soon_threadsafe`` (thread-safe by
   contract); it touches nothing else. The loop side (:meth:`AioClient._completed`)
   finds the read's buffer and calls its ``done``.
@@ -331,14 +331,14 @@ class AioClient:
             version = lib.rados_aio_get_version(comp)
             lib.rados_aio_release(comp)
             key = token or 0
-            with self._lock:
+            with self._lock:  # stamped and queued in one turn: the loop sees stamp order
                 found = self._pending.get(key)
                 self._in_librados -= 1
                 self._quiet.notify_all()
-            if found is not None:
-                found[2].call_soon_threadsafe(
-                    self._completed, key, rv, version, time.monotonic_ns()
-                )
+                if found is not None:
+                    found[2].call_soon_threadsafe(
+                        self._completed, key, rv, version, time.monotonic_ns()
+                    )
         except RuntimeError:  # the loop is closed: nobody waits for this read any more
             pass
         except Exception:  # never let an error escape into librados's thread
@@ -440,13 +440,10 @@ class AioClient:
         # The C path: the loop keeps watching the eventfd (safe: no read finishes now,
         # and it may be another thread's loop); the ring lives as long as this object.
         ring = self._ring
-        if ring is not None and not ring.close(self.op_timeout_s + CLOSE_MARGIN_S):
-            log.warning("%d asynchronous RADOS reads had no answer at close", ring.in_flight())
-        with self._lock:
-            if self._ring is None and not self._quiet.wait_for(
-                lambda: self._in_librados == 0, self.op_timeout_s + CLOSE_MARGIN_S
-            ):
-                log.warning("%d asynchronous RADOS reads had no answer at close", self._in_librados)
+        wait_s = self.op_timeout_s + CLOSE_MARGIN_S
+        if not (ring.close(wait_s) if ring is not None else self.wait_idle(wait_s)):
+            left = ring.in_flight() if ring is not None else self._in_librados
+            log.warning("%d asynchronous RADOS reads had no answer at close", left)
         lib = self.lib
         lib.rados_ioctx_destroy(self._io)
         lib.rados_shutdown(self._cluster)
