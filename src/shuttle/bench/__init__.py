@@ -30,7 +30,12 @@ Layout:
 * ``speculate``  ``bench speculate``: speculative remote read (Yi, section 4), live
 * ``speculate_plots``  the PNG of ``bench speculate`` in the paper's layout
 * ``abacus``   ABACUS's experiments (section 6): the shared harness and the filter
-* ``abacus_cli``  ``shuttle bench abacus ...``: one command per ABACUS experiment
+* ``abacus_cli``  ``shuttle bench abacus ...``: the group; registers its commands
+* ``abacus_options``  what every ``bench abacus`` command shares: options, console,
+  the report's JSON and PNG
+* ``abacus_filter_cli``  ``bench abacus filter|competition|swing``: the commands
+* ``objectfs_cli``  ``bench abacus raid|cache|directory|phases``: the commands
+* ``mix_cli``  ``bench abacus mix``: the command
 * ``abacus_plots``  PNG plots of the ABACUS experiments, in the paper's layout
 * ``competition``  ABACUS 6.7: adapting to competition over resources
 * ``mix``      ``bench abacus mix``: many client processes calling cheap and CPU-heavy

@@ -1,0 +1,215 @@
+"""``shuttle bench abacus mix``: placement for aggregate throughput under many
+clients (after Bhardwaj et al., ATC 2020).
+
+One concept: many client processes, each calling a cheap filter and a CPU-heavy one,
+with every filter at the client, at the node, split by an oracle and adaptive; the
+command parses its options and prints the aggregate rates and where each kind of
+filter ended. The measuring is in :mod:`shuttle.bench.mix`.
+``shuttle.bench.abacus_cli`` registers it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from shuttle.bench.abacus_options import (
+    BlockOpt,
+    CpuOpt,
+    JsonOpt,
+    NodeCpuOpt,
+    RunsOpt,
+    ThresholdOpt,
+    WindowOpt,
+    console,
+    write_json,
+)
+from shuttle.bench.session import benchmark
+from shuttle.bench.session import status as bench_status
+
+
+@benchmark("bench abacus mix")
+def mix(
+    clients: Annotated[
+        int, typer.Option(min=1, help="Client processes calling filters at once.")
+    ] = 16,
+    cheap_share: Annotated[
+        float, typer.Option(help="Fraction of each client's calls that go to its cheap filter.")
+    ] = 0.5,
+    nodes: Annotated[
+        int, typer.Option(min=1, help="Storage nodes (1-3); client i reads node i mod N.")
+    ] = 1,
+    link: Annotated[
+        str,
+        typer.Option(
+            help="Each client's link to the nodes (default: the LAN's 10 Mbit/s and 0.5 ms "
+            "with a 64 KiB token bucket)."
+        ),
+    ] = "bw=10Mbit,lat=0.5ms,burst=64KiB",
+    runs: RunsOpt = 3,
+    duration: Annotated[float, typer.Option(help="Seconds each pass lasts.")] = 20.0,
+    warmup: Annotated[
+        float,
+        typer.Option(help="Seconds at the start of a pass left out of the steady-state rate."),
+    ] = 8.0,
+    window: WindowOpt = 1.0,
+    threshold: ThresholdOpt = 0.3,
+    threshold_share: Annotated[
+        bool,
+        typer.Option(
+            "--threshold-share/--no-threshold-share",
+            help="The node scales each stack's B_thresh by its share of its client's time.",
+        ),
+    ] = False,
+    block_bytes: BlockOpt = 256 << 10,
+    object_bytes: Annotated[
+        int, typer.Option(help="Bytes of each node's data object (the filters wrap around).")
+    ] = 8 << 20,
+    cheap_pass: Annotated[float, typer.Option(help="Fraction the cheap filter passes up.")] = 0.05,
+    cheap_cpu_s_per_mb: Annotated[
+        float, typer.Option(help="CPU seconds the cheap filter burns per MiB.")
+    ] = 0.0002,
+    heavy_pass: Annotated[
+        float, typer.Option(help="Fraction the heavy filter passes up (1: it saves no transfer).")
+    ] = 1.0,
+    heavy_cpu_s_per_mb: Annotated[
+        float, typer.Option(help="CPU seconds the heavy filter burns per MiB.")
+    ] = 0.008,
+    node_cpu_factor: Annotated[
+        float,
+        typer.Option(
+            "--cpu-factor",
+            help="The node's CPU speed (0.05: its objects burn 20x the CPU), so that it "
+            "saturates before the clients' core does.",
+        ),
+    ] = 0.05,
+    seed: Annotated[int, typer.Option(help="Seed of every client's sequence of calls.")] = 1,
+    client_cpu: CpuOpt = None,
+    node_cpu: NodeCpuOpt = None,
+    logs: Annotated[
+        Path | None,
+        typer.Option(
+            "--logs",
+            help="Copy the nodes' decision logs of each adaptive pass into this directory.",
+        ),
+    ] = None,
+    split: Annotated[
+        bool,
+        typer.Option(
+            "--split/--no-split",
+            help="Also run the oracle placement (every cheap filter at the node, every "
+            "heavy one at its client) in each run: the ceiling adaptive is read against.",
+        ),
+    ] = True,
+    partial: Annotated[
+        str,
+        typer.Option(
+            help="Partial splits to run too, e.g. 4,8,12: for each K a placement with the "
+            "first K clients' cheap filters at the node and every other filter at its "
+            "client (when the node saturates, every cheap filter there is not the best "
+            "placement; the best split of a run is the ceiling).",
+        ),
+    ] = "",
+    arrivals_max: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="The node's limit on stacks on their way to it and not yet observed "
+            "there (shuttle serve --arrivals-max; default: the node's, 8; 0: no limit).",
+        ),
+    ] = None,
+    json_path: JsonOpt = None,
+) -> None:
+    """Many clients, each calling a cheap filter (selective, little CPU: best at the
+    node) and a CPU-heavy one (best at the client, so the node does not saturate) in a
+    closed loop: aggregate calls per second with every filter at the client, every
+    filter at the node, and adaptive, and where each kind ended."""
+    from shuttle.bench.mix import MixSettings, parse_partial, run_mix_benchmark
+
+    settings = MixSettings(
+        clients=clients,
+        cheap_share=cheap_share,
+        nodes=nodes,
+        link=link,
+        runs=runs,
+        duration_s=duration,
+        warmup_s=warmup,
+        window_s=window,
+        threshold=threshold,
+        threshold_share=threshold_share,
+        block_bytes=block_bytes,
+        object_bytes=object_bytes,
+        cheap_pass=cheap_pass,
+        cheap_cpu_s_per_mb=cheap_cpu_s_per_mb,
+        heavy_pass=heavy_pass,
+        heavy_cpu_s_per_mb=heavy_cpu_s_per_mb,
+        node_cpu_factor=node_cpu_factor,
+        seed=seed,
+        client_cpu=client_cpu,
+        node_cpu=node_cpu,
+        logs_dir=logs,
+        split=split,
+        partial=parse_partial(partial),
+        arrivals_max=arrivals_max,
+    )
+    settings.check()
+    with bench_status("mix", console) as update:
+        report = run_mix_benchmark(settings, update)
+    table = Table(
+        title=f"mix: {clients} clients, cheap share {cheap_share:g}: aggregate calls/s "
+        f"after {warmup:g} s (mean ± 90% CI)"
+    )
+    shown = [p for p in ("client", "server", "split") if p in report["throughput_runs"]]
+    for col in (
+        *(f"at {p}" if p != "split" else "split (oracle)" for p in shown),
+        "adaptive",
+        "adaptive/better static",
+        "per run",
+        "≥ 1.10",
+        *(("split/better static", "adaptive/split") if "split" in shown else ()),
+        "cheap at server",
+        "heavy at server",
+    ):
+        table.add_column(col, justify="right")
+    t = report["throughput_runs"]
+    final = report["final_placement"]
+    table.add_row(
+        *(f"{t[p]['mean']:.1f} ± {t[p]['ci90']:.1f}" for p in (*shown, "adaptive")),
+        f"{report['adaptive_over_better_static']:.2f}",
+        ", ".join(f"{x:.2f}" for x in report["adaptive_over_better_static_per_run"]),
+        "yes" if report["target_met"] else "[red]no[/]",
+        *(
+            (
+                ", ".join(f"{x:.2f}" for x in report["split_over_better_static_per_run"]),
+                f"{report['adaptive_over_split']:.2f}",
+            )
+            if "split" in shown
+            else ()
+        ),
+        f"{final['cheap']['server']}/{clients}",
+        f"{final['heavy']['server']}/{clients}",
+    )
+    console.print(table)
+    ceiling = report.get("ceiling")
+    if ceiling is not None and settings.partial:
+        for i, name in enumerate(ceiling["placement_per_run"]):
+            rates = ", ".join(
+                f"{p} {report['throughput_runs'][p]['runs'][i]:.1f}"
+                for p in report["throughput_runs"]
+                if p == "split" or p.startswith("split-")
+            )
+            console.print(
+                f"run {i + 1}: splits {rates}; the best, {name}, "
+                f"{ceiling['over_better_static_per_run'][i]:.2f}× the better static, "
+                f"adaptive {ceiling['adaptive_over_ceiling_per_run'][i]:.2f}× it",
+                highlight=False,
+            )
+    console.print(
+        f"adaptive / all at client {report['adaptive_over_client']:.2f}, / all at server "
+        f"{report['adaptive_over_server']:.2f} (ATC 2020: 1.10 and 1.85)",
+        highlight=False,
+    )
+    write_json(report, json_path)
