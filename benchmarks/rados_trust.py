@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shuttle.bench.ceph import KEY, PAGE_BYTES, check_compare_src, load, stand
+from shuttle.bench.ceph_netrand import PAGE_BYTES
+from shuttle.bench.ceph_stand import KEY, check_compare_src, load, stand
 from shuttle.bench.netrand import make_file
 from shuttle.client.client import Client
 

@@ -347,7 +347,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
-    from shuttle.bench.ceph import check_compare_src
+    from shuttle.bench.ceph_stand import check_compare_src
     from shuttle.bench.placement import default_cpu, pin_process
     from shuttle.bench.redis_anchor import RedisServer, RespClient
     from shuttle.bench.session import scratch_dir

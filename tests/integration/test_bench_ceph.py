@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shuttle.bench.ceph import CephNetrandConfig, run_netrand
 from shuttle.bench.ceph_filter import FilterSettings, run_filter
+from shuttle.bench.ceph_netrand import CephNetrandConfig, run_netrand
 from shuttle.errors import ConfigError
 
 

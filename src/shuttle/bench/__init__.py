@@ -45,8 +45,13 @@ Layout:
 * ``directory``  ABACUS 6.5: adapting to contention over shared data
 * ``objectfs`` ABACUS 6.4 and 6.6 on the object-based file system
 * ``objectfs_plots``  PNG plots of the file-system experiments
-* ``ceph``     ``bench ceph netrand|stream``: a node on the RADOS store against a node on
-  files and against librados
+* ``ceph_stand``  what ``bench ceph netrand|stream`` measure on: a local Ceph, a node on
+  the RADOS store and one on files, librados on the same pool, the same bytes in all
+* ``ceph_node_stats``  what a RADOS node says about its reads: trust, counters, cache
+* ``ceph_netrand``  ``bench ceph netrand``: random 4 KiB reads, the nodes against
+  librados, interleaved
+* ``ceph_stream``  ``bench ceph stream``: the whole object in 1 MiB reads, the nodes
+  against librados, interleaved
 * ``ceph_filter``  ``bench ceph filter``: grep at the client, the node or the OSD
   (cls_lua) on a shaped link, and where the placement model puts it
 * ``ceph_cli``  ``shuttle bench ceph ...``: the commands

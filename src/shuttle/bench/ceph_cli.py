@@ -95,7 +95,7 @@ def netrand(
     directly, in the same run, with the RADOS node's counters (how its timed reads were
     answered). Target: the RADOS node's warm p50 within 2x the file node's when the
     object fits its block cache, within 1.0x librados's when it does not."""
-    from shuttle.bench.ceph import CephNetrandConfig, run_netrand
+    from shuttle.bench.ceph_netrand import CephNetrandConfig, run_netrand
 
     config = CephNetrandConfig(
         pages=pages,
@@ -216,7 +216,7 @@ def stream(
     """One object in 1 MiB reads: a node on the RADOS store, a node on local files, and
     librados (one read at a time, and WINDOW in flight); target: the RADOS node at
     least 1/1.5 of librados's throughput."""
-    from shuttle.bench.ceph import CephStreamConfig, run_stream
+    from shuttle.bench.ceph_stream import CephStreamConfig, run_stream
 
     config = CephStreamConfig(nbytes=nbytes, repeat=repeat, window=window, osds=osds)
     report = run_stream(config, progress_lines("ceph stream", console))

@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shuttle.bench.ceph import has_rados_store
+from shuttle.bench.ceph_stand import has_rados_store
 from shuttle.bench.session import scratch_dir
 from shuttle.client.client import Client
 from shuttle.cluster import local
