@@ -45,7 +45,10 @@ Layout (one module per concept; docs/runtime.md explains the model):
   gate, the monitor, re-entry by call chain, a durable write; remote calls served
 * ``migration_machine`` a migration as a state machine with no I/O (events in,
   instructions out)
-* ``migration``  its executor, and the target's and the home's side of a move
+* ``migration``  its executor: the source's side of a move
+* ``migration_target``  the target's side: install staged, activate, abort, a
+  stage its source left settled
+* ``migration_home``  the home's side: commit a move, or resolve and fence it
 * ``durable``    durable objects, the home's side: records, leases granted,
   re-activation
 * ``durable_host`` durable objects, the host's side: writes before answers, leases held

@@ -14,7 +14,7 @@ It changes only through methods named for what happened (:meth:`created_here`,
 :meth:`moved_out`, :meth:`commit_move`, ...), each under one lock, so no other module
 writes a table and no two tables disagree between two statements. There is no
 forwarding table: a move takes effect at the object's home first (the home records
-it before the target serves, :mod:`shuttle.runtime.migration`), so the source has
+it before the target serves, :mod:`shuttle.runtime.migration_home`), so the source has
 nothing to forward, and a caller with a stale hint asks the home (ABACUS 5.2: old
 hosts are not required to forward).
 

@@ -50,7 +50,7 @@ from shuttle.errors import (
 from shuttle.net.addresses import parse_address
 from shuttle.net.principals import Principal, anyone
 from shuttle.net.registry import Mode, OperationRegistry, Reply, arg, principal_of
-from shuttle.runtime import migration, values
+from shuttle.runtime import migration, migration_home, migration_target, values
 from shuttle.runtime.authority import acting_for
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.digest import CpuUse
@@ -261,7 +261,7 @@ def register_runtime_ops(
 
     def install_as(args: dict[str, Any], payload: bytes, principal: str | None) -> None:
         with acting_for(principal):  # what it learns of run-times, it learns as that
-            migration.install(bm, args, payload, principal)
+            migration_target.install(bm, args, payload, principal)
 
     def own_hosted(args: dict[str, Any], what: str) -> ObjectId:
         """The object's id, if the caller may ``what`` the copy hosted here."""
@@ -282,12 +282,14 @@ def register_runtime_ops(
 
     async def activate(args: dict[str, Any], payload: bytes) -> Any:
         """Let a staged object serve, if its home commits the move."""
-        return await migration.activate(bm, own_hosted(args, "activate"), arg(args, "mid", str))
+        return await migration_target.activate(
+            bm, own_hosted(args, "activate"), arg(args, "mid", str)
+        )
 
     async def abort(args: dict[str, Any], payload: bytes) -> Any:
         """Drop a staged object unless it serves: active, aborted or unknown."""
         return await in_control(
-            migration.abort, bm, own_hosted(args, "abort the move of"), arg(args, "mid", str)
+            migration_target.abort, bm, own_hosted(args, "abort the move of"), arg(args, "mid", str)
         )
 
     async def commit(args: dict[str, Any], payload: bytes) -> Any:
@@ -299,7 +301,7 @@ def register_runtime_ops(
             parse_address(address, "object.commit address")
             learn(target, address, principal_of(args))
         return await in_control(
-            migration.commit_here,
+            migration_home.commit_here,
             bm,
             rid,
             arg(args, "mid", str),
@@ -311,7 +313,7 @@ def register_runtime_ops(
     async def resolve(args: dict[str, Any], payload: bytes) -> Any:
         """At the object's home: did move ``mid`` take effect? (Never later if not.)"""
         return await in_control(
-            migration.resolve_here,
+            migration_home.resolve_here,
             bm,
             own_homed(args, "move"),
             arg(args, "mid", str),

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shuttle.errors import MigrationError, ShuttleError
-from shuttle.runtime import migration, mobile
+from shuttle.runtime import migration, migration_target, mobile
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.ids import ObjectId
@@ -134,7 +134,7 @@ def test_an_activate_that_never_arrived_is_fenced_and_the_source_serves_again() 
         staged = node.table.hosted(rid)
         assert staged is not None and staged.staged
         assert staged.stage is not None
-        answer = await migration.activate(node, rid, staged.stage.mid)  # too late
+        answer = await migration_target.activate(node, rid, staged.stage.mid)  # too late
         assert not answer["active"] and "gave up" in answer["refused"]
         assert serving(net, rid) == ["c1"]
         assert await call(pool, client, rid) == 2
