@@ -1,13 +1,13 @@
 """Shipped mobile objects, each in a worker process the node can stop.
 
-A user's class reaches a node by value (:func:`ship_class`, cloudpickle), so the node
-runs code it has never seen. That code must not be able to take the node down: an
-object that loops, allocates without bound, crashes the interpreter from a C
-extension or sleeps forever has to be stopped with a clear error to its caller while
-the node keeps serving everyone else. Python cannot stop a thread, bound one
-thread's memory or interrupt a loop in C code, so a shipped object runs in a process
-of its own (:mod:`shuttle.runtime.sandbox_worker`) that the kernel limits and the
-node can kill:
+A user's class reaches a node by value (:func:`~shuttle.runtime.shipping.ship_class`,
+cloudpickle), so the node runs code it has never seen. That code must not be able to
+take the node down: an object that loops, allocates without bound, crashes the
+interpreter from a C extension or sleeps forever has to be stopped with a clear error
+to its caller while the node keeps serving everyone else. Python cannot stop a
+thread, bound one thread's memory or interrupt a loop in C code, so a shipped object
+runs in a process of its own (:mod:`shuttle.runtime.sandbox_worker`) that the kernel
+limits and the node can kill:
 
 * memory: ``RLIMIT_AS`` in the worker, so an allocation past the limit fails there
   (``MemoryError``, reported, and the worker exits);
@@ -38,7 +38,6 @@ import contextlib
 import logging
 import math
 import os
-import pickle
 import resource
 import select
 import signal
@@ -52,8 +51,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import cloudpickle
-
 from shuttle.errors import (
     InvalidArgumentError,
     LimitExceededError,
@@ -66,7 +63,6 @@ from shuttle.errors import (
 from shuttle.net.cpu import parse_speed_factor
 from shuttle.runtime import jail, values
 from shuttle.runtime.ids import ObjectId
-from shuttle.runtime.mobile import MobileObject
 from shuttle.runtime.refs import Ref
 from shuttle.runtime.sandbox_limits import SandboxLimits, cannot_jail, diagnose_exit
 from shuttle.runtime.sandbox_worker import (
@@ -89,7 +85,10 @@ from shuttle.runtime.sandbox_worker import (
     recv_header,
     send_frame,
 )
+from shuttle.runtime.shipping import ship_class
 
+#: ``ship_class`` (:mod:`.shipping`) and ``load_class`` (:mod:`.sandbox_worker`) are
+#: named here too: the application's side ships through this module.
 __all__ = [
     "Callout",
     "SandboxLimits",
@@ -120,48 +119,8 @@ Callout = Callable[[Ref, str, tuple[Any, ...], dict[str, Any]], Any]
 
 log = logging.getLogger(__name__)
 
-_ship_lock = threading.Lock()
 _spawner_lock = threading.Lock()
 _spawner: ThreadPoolExecutor | None = None
-
-
-# --- shipping a class ------------------------------------------------------------------
-
-
-def ship_class(cls: type[MobileObject]) -> bytes:
-    """``cls`` pickled by value, so a node without its module can load it.
-
-    The class's own module is pickled by value (its helper functions and classes
-    with it); Shuttle's modules and other imported modules travel by reference, so a
-    helper from another module of the user's must be registered with
-    ``cloudpickle.register_pickle_by_value`` (or installed on the nodes).
-    :class:`InvalidArgumentError` if ``cls`` is not a :class:`MobileObject` subclass
-    or is anchored."""
-    if not (isinstance(cls, type) and issubclass(cls, MobileObject)):
-        raise InvalidArgumentError(
-            f"only MobileObject subclasses can be shipped to a node, got {cls!r:.80}"
-        )
-    if cls.anchored:
-        raise InvalidArgumentError(
-            f"{cls.__qualname__} is anchored (a storage object or a console) and cannot be shipped"
-        )
-    module = sys.modules.get(cls.__module__)
-    name = cls.__module__
-    by_value = (
-        module is not None
-        and name != "__main__"  # cloudpickle ships __main__ by value anyway
-        and name != "shuttle"
-        and not name.startswith("shuttle.")  # every node has Shuttle
-    )
-    with _ship_lock:  # the registry is global: another thread may be shipping too
-        register = by_value and name not in cloudpickle.list_registry_pickle_by_value()
-        if register:
-            cloudpickle.register_pickle_by_value(module)
-        try:
-            return cloudpickle.dumps(cls, protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[no-any-return]
-        finally:
-            if register:
-                cloudpickle.unregister_pickle_by_value(module)
 
 
 # --- the node's side -------------------------------------------------------------------
@@ -330,7 +289,8 @@ class SandboxedObject:
             ) from None
 
     def checkpoint(self) -> bytes:
-        """The object's :meth:`~MobileObject.checkpoint` bytes. Errors as :meth:`invoke`."""
+        """The object's :meth:`~shuttle.runtime.mobile.MobileObject.checkpoint` bytes.
+        Errors as :meth:`invoke`."""
         return self._request(CHECKPOINT, b"", "checkpoint", (RESULT_BYTES,))[2]
 
     def methods(self) -> list[str]:
