@@ -8,8 +8,8 @@ Layout (one module per concept; docs/runtime.md explains the model):
 * ``mobile``     the programming model: :class:`MobileObject`, anchored objects,
   object managers, built-in types by name
 * ``sandbox``    shipped classes in worker processes with memory/CPU/time limits
-  (``sandbox_worker`` is the worker's side; ``sandbox_limits``: the limits, and why
-  a worker ended)
+  (``sandbox_worker`` is the worker's side; ``sandbox_frames``: the frames the two
+  sides speak; ``sandbox_limits``: the limits, and why a worker ended)
 * ``shipping``   a user's class pickled by value for a node (only a worker loads it)
 * ``jail``       the jail of a shipped object, as the node sees it: can it be built,
   its uid and cgroups (``jail_enter``: building it, in the worker; ``jail_seccomp``:

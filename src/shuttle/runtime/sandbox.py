@@ -24,7 +24,7 @@ machine, are the worker's start (dominated by importing Shuttle) and a socket ro
 trip per call; see ``docs/runtime.md``.
 
 The node talks to its worker over a socketpair in length-prefixed frames (the table is
-in :mod:`~shuttle.runtime.sandbox_worker`). The node never unpickles shipped code:
+in :mod:`~shuttle.runtime.sandbox_frames`). The node never unpickles shipped code:
 the class's name, methods and ``migratable`` flag come back from the worker. A call
 runs on the caller's thread; when the object calls another object through a
 reference, the node runs that call (the *callout*) on the same waiting thread and
@@ -64,8 +64,7 @@ from shuttle.net.cpu import parse_speed_factor
 from shuttle.runtime import jail, values
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.refs import Ref
-from shuttle.runtime.sandbox_limits import SandboxLimits, cannot_jail, diagnose_exit
-from shuttle.runtime.sandbox_worker import (
+from shuttle.runtime.sandbox_frames import (
     CALL,
     CALLOUT,
     CALLOUT_ERROR,
@@ -80,11 +79,12 @@ from shuttle.runtime.sandbox_worker import (
     RESULT_BYTES,
     STARTED,
     PeerClosed,
-    load_class,
     recv_exact,
     recv_header,
     send_frame,
 )
+from shuttle.runtime.sandbox_limits import SandboxLimits, cannot_jail, diagnose_exit
+from shuttle.runtime.sandbox_worker import load_class
 from shuttle.runtime.shipping import ship_class
 
 #: ``ship_class`` (:mod:`.shipping`) and ``load_class`` (:mod:`.sandbox_worker`) are
