@@ -56,7 +56,8 @@ Layout:
   (cls_lua) on a shaped link, and where the placement model puts it
 * ``ceph_cli``  ``shuttle bench ceph ...``: the commands
 * ``lookaside``  the lookaside paper's Figure 6: a build over the FUSE mount with
-  lookaside stores of older releases, at five bandwidths (table, JSON, PNG)
+  lookaside stores of older releases, at five bandwidths (the runs and the JSON)
+* ``lookaside_plots``  its table in the paper's form and its PNG
 * ``lookaside_releases``  the releases it builds from: sdists fetched and kept, the
   generated smoke-test project, the source files, and what rsync finds unchanged
 * ``corpus``   a generated text corpus, the same bytes from the same seed

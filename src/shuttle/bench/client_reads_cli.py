@@ -162,8 +162,9 @@ def lookaside(
     current and older releases, at each bandwidth."""
     import shutil
 
-    from shuttle.bench.lookaside import Config, plot, table_lines
+    from shuttle.bench.lookaside import Config
     from shuttle.bench.lookaside import run as run_lookaside
+    from shuttle.bench.lookaside_plots import plot, table_lines
     from shuttle.bench.lookaside_releases import RELEASES_DEFAULT
 
     if releases:

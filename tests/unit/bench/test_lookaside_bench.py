@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from shuttle.bench.lookaside import LATENCY_S, Config, link_spec, table_lines, targets
+from shuttle.bench.lookaside import LATENCY_S, Config, link_spec, targets
+from shuttle.bench.lookaside_plots import table_lines
 from shuttle.bench.lookaside_releases import (
     SourceFile,
     choose_subset,
