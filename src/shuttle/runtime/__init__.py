@@ -57,7 +57,8 @@ Layout (one module per concept; docs/runtime.md explains the model):
 * ``faultpoints`` test hooks that hold a migration at a named step (the fault tier)
 * ``peers``      connections to other run-times, one per peer and acting principal
 * ``authority``  who an object's calls act for (its creator), what a principal may call
-* ``service``    the run-time's operations on the wire, periodic work
+* ``service``    the run-time's operations on the wire
+* ``ticker``     the periodic work of every run-time: monitor snapshots, load samples
 * ``host``       the run-time inside a storage node
 * ``client``     :class:`Runtime`, an application's run-time
 * ``config``     :class:`RuntimeConfig` (H, B_thresh, limits)

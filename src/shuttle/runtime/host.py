@@ -29,7 +29,8 @@ from shuttle.runtime.mobile import MobileObject
 from shuttle.runtime.monitor import ResourceMonitor
 from shuttle.runtime.peers import Peers
 from shuttle.runtime.planner import ResourceManager
-from shuttle.runtime.service import Ticker, register_runtime_ops
+from shuttle.runtime.service import register_runtime_ops
+from shuttle.runtime.ticker import Ticker
 
 log = logging.getLogger("shuttle.runtime")
 

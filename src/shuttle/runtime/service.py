@@ -1,5 +1,6 @@
 """The run-time's operations on the wire, registered in a node's (or a client
-run-time's) operation registry, and the periodic work every run-time does.
+run-time's) operation registry. (The periodic work every run-time does is
+:mod:`shuttle.runtime.ticker`.)
 
 ==================  =====================================================================
 ``object.create``   make an object here: a built-in by name, or a shipped class (payload)
@@ -53,14 +54,15 @@ from shuttle.net.registry import Mode, OperationRegistry, Reply, arg, principal_
 from shuttle.runtime import migration, migration_home, migration_target, values
 from shuttle.runtime.authority import acting_for
 from shuttle.runtime.binding import BindingManager
-from shuttle.runtime.digest import CpuUse
 from shuttle.runtime.hosted import admitted_while_quiescing
 from shuttle.runtime.hosting import POLICIES
 from shuttle.runtime.ids import ObjectId
-from shuttle.runtime.load import LoadSample, LoadSampler, available_cpu_s
 from shuttle.runtime.mobile import builtin_type
-from shuttle.runtime.monitor import ResourceMonitor
 from shuttle.runtime.planner import ResourceManager
+
+# runtime/client.py still imports Ticker from here: it is left alone while another
+# branch (mix5) works in it; it should import it from runtime.ticker, as host.py does.
+from shuttle.runtime.ticker import Ticker as Ticker
 from shuttle.wire.limits import PAYLOAD_BYTES_MAX
 
 #: What a client's arguments to an object may hold (checked before they are decoded):
@@ -550,46 +552,3 @@ async def _move_quietly(bm: BindingManager, rid: ObjectId, target: str, reason: 
         await migration.migrate_out(bm, rid, target, reason)
     except ShuttleError as exc:  # recorded as a failed event by migrate_out
         log.info("planned migration of %s did not happen: %s", rid, exc)
-
-
-class Ticker:
-    """The periodic work of a run-time: monitor snapshots and load samples, a few
-    per window, and the average load over the last window (and the CPU its process
-    used and could have had: :attr:`cpu`)."""
-
-    def __init__(
-        self, monitor: ResourceMonitor, window_s: float, ticks_per_window: int = 4
-    ) -> None:
-        self.monitor = monitor
-        self.window_s = window_s
-        self.interval_s = window_s / ticks_per_window
-        self.sampler = LoadSampler()
-        self._samples: list[tuple[float, LoadSample]] = []
-
-    def tick(self) -> None:
-        self.monitor.tick()
-        sample = self.sampler.sample()
-        now = time.monotonic()
-        self._samples.append((now, sample))
-        self._samples = [(t, x) for t, x in self._samples if t > now - self.window_s]
-
-    @property
-    def load(self) -> float:
-        """L averaged over the last window."""
-        if not self._samples:
-            return 0.0
-        return sum(x.load for _, x in self._samples) / len(self._samples)
-
-    @property
-    def cpu(self) -> CpuUse | None:
-        """The CPU this process used over the last window and the CPU it could have
-        had (None before the first sample)."""
-        span = sum(x.interval_s for _, x in self._samples)
-        if span <= 0:
-            return None
-        last = self._samples[-1][1]
-        return CpuUse(
-            own_per_s=sum(x.own_run_s for _, x in self._samples) / span,
-            available_per_s=sum(available_cpu_s(x) for _, x in self._samples) / span,
-            cpus=last.cpus,
-        )
