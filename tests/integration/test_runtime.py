@@ -346,6 +346,7 @@ def test_shuttle_grep_command_prints_key_line_text_and_writes_its_report(
     only = [k for k in sorted(files) if nodes.client().node_for(k).node_id == "n1"]
     env = {"SHUTTLE_KEY_FILE": str(nodes.key_file)}
     report = tmp_path / "grep.json"
+    before = time.monotonic()
     done = shuttle_cli(
         "grep",
         "disk full",
@@ -372,5 +373,9 @@ def test_shuttle_grep_command_prints_key_line_text_and_writes_its_report(
     phases = data["phases"]["n1"]
     assert len(phases["calls_s"]) >= 2 and phases["made_s"] > 0
     assert phases["made_s"] + sum(phases["calls_s"]) <= data["elapsed_s"]
+    # The timer's start on the machine's monotonic clock (a node's CPU trace is on it
+    # too), and the client's own CPU over the timer.
+    assert before < data["started_monotonic_s"] < time.monotonic() - data["elapsed_s"]
+    assert data["process_cpu_s"] > 0.0
     none = shuttle_cli("grep", "no such text", only[0], "--node", address, env=env)
     assert none.returncode == 1 and none.stdout == b""

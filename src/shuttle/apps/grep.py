@@ -59,6 +59,11 @@ class GrepResult:
     #: connection's dial is in it: the run-time dials on its first call), and
     #: ``calls_s``, the wall time of each console call after (``next`` ..., ``progress``).
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The timer's start on ``CLOCK_MONOTONIC`` (comparable across processes: a node's
+    #: ``SHUTTLE_CPU_TRACE`` is on the same clock).
+    started_monotonic_s: float = 0.0
+    #: This process's CPU seconds (every thread) over the timer: the client's own work.
+    process_cpu_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -73,6 +78,8 @@ class GrepResult:
             "migrations": self.migrations,
             "site_plans": self.sites,
             "phases": self.phases,
+            "started_monotonic_s": round(self.started_monotonic_s, 6),
+            "process_cpu_s": round(self.process_cpu_s, 6),
         }
 
 
@@ -161,7 +168,8 @@ def run_grep(
     result = GrepResult(pattern, placement, len(keys))
     lock = threading.Lock()
     failures: list[BaseException] = []
-    t0 = time.monotonic()
+    t0 = result.started_monotonic_s = time.monotonic()
+    cpu0 = time.process_time()
     wall0 = time.time()
     ceph = dict(ceph or {})
     address = {n.node_id: n.address for n in rt.nodes}
@@ -241,6 +249,7 @@ def run_grep(
     for t in threads:
         t.join()
     result.elapsed_s = time.monotonic() - t0
+    result.process_cpu_s = time.process_time() - cpu0
     if failures:
         raise failures[0]
     mine = {str(ref.rid) for ref in refs.values()}

@@ -20,12 +20,24 @@ whatever else ran on the event loop's thread meanwhile.
 
     @speed.scaled
     def checksum(data: bytes) -> bytes: ...
+
+With ``SHUTTLE_CPU_TRACE=FILE`` in a node's environment every burn appends a line to
+``FILE``: when it started (``CLOCK_MONOTONIC``, comparable across processes), the
+process and thread, the CPU seconds asked, burned and the burn's wall time (a wall
+over its CPU is the burn waiting for a core); and so does every garbage collection
+(its generation, wall and CPU: a collection inside a section is work the section
+measured, so it is multiplied too). :func:`read_cpu_trace` reads it back;
+``benchmarks/slow_node_spread.py`` sets it beside live runs (benchmarks/README.md,
+"The simulator against the live system").
 """
 
 from __future__ import annotations
 
 import functools
+import gc
+import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +46,8 @@ from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
 from shuttle.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 #: Slowest node we emulate: 100 times slower burns 99 s per second of work, beyond
 #: which an experiment would not finish.
@@ -45,8 +59,61 @@ SPEED_FACTOR_MAX = 100.0
 #: the clock reads (a system call each) stay a few percent of the loop.
 BURN_SPIN_ITERATIONS = 150
 
+#: The environment variable naming the burn trace's file (unset: no trace, and a burn
+#: reads no clock beyond its own).
+CPU_TRACE_ENV = "SHUTTLE_CPU_TRACE"
+
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class _Trace:
+    """The trace's file, opened on the first line written (a process that never burns
+    nor collects makes none). Each line is written by one ``write`` to a file opened
+    for appending, so lines of several threads and processes do not interleave."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.fd: int | None = None
+        self._opening = threading.Lock()
+        #: The collection in progress: its start on the monotonic and thread clocks
+        #: (collections hold the GIL: one at a time in a process).
+        self._gc_start: tuple[float, float] | None = None
+
+    def write(self, kind: str, start: float, a: float, b: float, c: float) -> None:
+        if self.fd is None:
+            with self._opening:
+                if self.path is None:
+                    return
+                if self.fd is None:
+                    try:
+                        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                    except OSError as exc:  # a jailed worker sees no such directory
+                        log.warning("no CPU trace: cannot open %s (%s)", self.path, exc.strerror)
+                        self.path = None
+                        return
+        assert self.fd is not None
+        line = (
+            f"{kind} {start:.6f} {os.getpid()} {threading.get_native_id()} "
+            f"{a:.9f} {b:.9f} {c:.9f}\n"
+        )
+        os.write(self.fd, line.encode())
+
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
+        """``gc.callbacks``: a collection's generation, wall and thread CPU. Its CPU is
+        inside whatever section it interrupted, so the emulation multiplies it too."""
+        if phase == "start":
+            self._gc_start = (time.monotonic(), time.thread_time())
+        elif self._gc_start is not None:
+            wall0, cpu0 = self._gc_start
+            self._gc_start = None
+            generation = float(info.get("generation", -1))
+            self.write("gc", wall0, generation, time.monotonic() - wall0, time.thread_time() - cpu0)
+
+
+_trace = _Trace(os.environ.get(CPU_TRACE_ENV) or None)
+if _trace.path is not None:
+    gc.callbacks.append(_trace.on_gc)
 
 
 def burn_cpu(cpu_s: float) -> float:
@@ -58,10 +125,63 @@ def burn_cpu(cpu_s: float) -> float:
     start = time.thread_time()
     end = start + cpu_s
     x = 0
+    if _trace.path is None:
+        while time.thread_time() < end:
+            for i in range(BURN_SPIN_ITERATIONS):
+                x ^= i
+        return time.thread_time() - start
+    wall0 = time.monotonic()
     while time.thread_time() < end:
         for i in range(BURN_SPIN_ITERATIONS):
             x ^= i
-    return time.thread_time() - start
+    burned = time.thread_time() - start
+    _trace.write("burn", wall0, cpu_s, burned, time.monotonic() - wall0)
+    return burned
+
+
+@dataclass(frozen=True)
+class Burn:
+    """A burn in the trace: when it started (``CLOCK_MONOTONIC`` seconds), the process
+    and thread, the CPU seconds asked and burned, and its wall seconds."""
+
+    start: float
+    pid: int
+    thread: int
+    asked_s: float
+    burned_s: float
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class Collection:
+    """A garbage collection in the trace: when it started, the process and thread, the
+    generation collected, its wall and its thread CPU seconds."""
+
+    start: float
+    pid: int
+    thread: int
+    generation: int
+    wall_s: float
+    cpu_s: float
+
+
+def read_cpu_trace(path: str | os.PathLike[str]) -> tuple[list[Burn], list[Collection]]:
+    """The burns and the collections a ``SHUTTLE_CPU_TRACE`` file holds, each in the
+    order written (a line cut short by a process killed mid-write is left out)."""
+    burns: list[Burn] = []
+    collections: list[Collection] = []
+    with open(path, encoding="ascii") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) != 7 or not line.endswith("\n"):
+                continue
+            start, pid, thread = float(parts[1]), int(parts[2]), int(parts[3])
+            a, b, c = float(parts[4]), float(parts[5]), float(parts[6])
+            if parts[0] == "burn":
+                burns.append(Burn(start, pid, thread, a, b, c))
+            elif parts[0] == "gc":
+                collections.append(Collection(start, pid, thread, int(a), b, c))
+    return burns, collections
 
 
 def parse_speed_factor(value: object, where: str = "cpu speed factor") -> float:

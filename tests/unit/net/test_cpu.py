@@ -3,15 +3,26 @@ the machine is shared and CPU clocks tick in scheduler quanta)."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from shuttle.errors import ConfigError
 from shuttle.net import cpu
-from shuttle.net.cpu import CpuSpeed, burn_cpu, parse_speed_factor
+from shuttle.net.cpu import (
+    CPU_TRACE_ENV,
+    CpuSpeed,
+    burn_cpu,
+    parse_speed_factor,
+    read_cpu_trace,
+)
 
 DATA = b"shuttle" * 150_000  # ~1 MB: sha256 of it takes a few ms
 
@@ -140,3 +151,52 @@ def test_bad_factors_are_config_errors(value: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_speed_factor(value)
     assert parse_speed_factor("0.5") == 0.5
+
+
+def test_the_trace_records_each_burn_and_each_collection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "cpu.trace"
+    trace = cpu._Trace(str(path))
+    monkeypatch.setattr(cpu, "_trace", trace)
+    before = time.monotonic()
+    burned = burn_cpu(0.002)
+    gc.callbacks.append(trace.on_gc)
+    try:
+        gc.collect(1)
+    finally:
+        gc.callbacks.remove(trace.on_gc)
+    burns, collections = read_cpu_trace(path)
+    (burn,) = burns
+    assert before <= burn.start <= time.monotonic()
+    assert (burn.pid, burn.thread) == (os.getpid(), threading.get_native_id())
+    assert burn.asked_s == pytest.approx(0.002)
+    assert burn.burned_s == pytest.approx(burned, abs=1e-9)
+    assert burn.wall_s >= burn.burned_s - 1e-4  # a thread's CPU never outruns the wall
+    assert [c.generation for c in collections] == [1]
+    assert collections[0].cpu_s >= 0.0 and collections[0].wall_s >= 0.0
+
+
+def test_without_the_variable_nothing_is_written_and_cut_lines_are_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cpu, "_trace", cpu._Trace(None))
+    burn_cpu(0.001)
+    assert list(tmp_path.iterdir()) == []
+    path = tmp_path / "cpu.trace"
+    path.write_text("burn 1.0 2 3 0.1 0.1 0.2\ngc 1.5 2 3 2 0.01 0.01\nburn 2.0 2 3 0.1")
+    burns, collections = read_cpu_trace(path)
+    assert [b.start for b in burns] == [1.0] and [c.generation for c in collections] == [2]
+
+
+def test_a_node_process_traces_when_the_variable_names_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "cpu.trace"
+    code = (
+        "import gc\nfrom shuttle.net.cpu import CpuSpeed\n"
+        "with CpuSpeed(0.5).section(): sum(range(10**5))\ngc.collect()"
+    )
+    env = {**os.environ, CPU_TRACE_ENV: str(path)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    burns, collections = read_cpu_trace(path)
+    assert len(burns) == 1 and burns[0].asked_s > 0.0
+    assert 2 in [c.generation for c in collections]  # the full collection asked for
