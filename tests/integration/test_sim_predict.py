@@ -122,7 +122,7 @@ def test_calibrate_then_predict_with_live_runs(cluster: Path, tmp_path: Path) ->
     report = tmp_path / "predict.json"
     output = shuttle("sim", "predict", "grep", "ab[cd]", "corpus/", "--cluster", str(cluster),
                      "--link", "lan", "--calibration", str(config_path), "--live", "--runs", "1",
-                     "--json-out", str(report))  # fmt: skip
+                     "--runs-max", "1", "--json-out", str(report))  # fmt: skip
     assert "break-even link bandwidth" in output and "simulator error" in output
     data = json.loads(report.read_text())
     assert data["predicted"]["faster"] in ("client", "server")
@@ -150,7 +150,7 @@ def test_the_validation_command_runs_a_row_per_speed_and_link(tmp_path: Path) ->
     a node started at the row's CPU factor, the generated corpus, both models' tables."""
     report, table = tmp_path / "v.json", tmp_path / "v.md"
     output = shuttle("bench", "sim-predict", "--links", "san", "--speeds", "0.5", "--runs", "1",
-                     "--files", "12", "--calls", "5", "--quiet-wait", "0",
+                     "--runs-max", "2", "--files", "12", "--calls", "5", "--quiet-wait", "0",
                      "--json-out", str(report), "--markdown", str(table))  # fmt: skip
     data = json.loads(report.read_text())
     (row,) = data["rows"]
@@ -168,4 +168,10 @@ def test_the_validation_command_runs_a_row_per_speed_and_link(tmp_path: Path) ->
     measured = row["calibration"]["n1"]["measured"]
     assert measured["program_work_node_cpu_s"] > 0 and measured["program_think_s"] > 0
     assert text.count("| san | 0.5 |") == 3  # both models, and the timer's phases
+    # A median of fewer than 3 runs is never stable: 2 runs of each (--runs-max), a
+    # drain at the node after each server run, the prediction made again with them.
+    live = row["live"]
+    assert len(live["runs"]["client_s"]) == len(live["runs"]["server_s"]) == 2
+    assert measured["drains_between"] == 2 and len(measured["fresh_calls"]["per_process"]) == 4
+    assert row["predicted_before_live"]["server_s"] > 0 and "server" in row["error_before_live"]
     assert "simulator: worst error" in output and "runtime_model: worst error" in output

@@ -301,8 +301,28 @@ def predict_command(
         bool, typer.Option("--live", help="Also run shuttle grep at both placements and compare.")
     ] = False,
     runs: Annotated[
-        int, typer.Option("--runs", min=1, help="With --live: interleaved runs of each placement.")
+        int,
+        typer.Option(
+            "--runs", min=1, help="With --live: interleaved runs of each placement (at least)."
+        ),
     ] = 3,
+    runs_max: Annotated[
+        int | None,
+        typer.Option(
+            "--runs-max",
+            min=1,
+            help="With --live: run a placement up to this many times while its median is "
+            "not stable to 7.5 % (default 3 x --runs; --runs-max equal to --runs: no more).",
+        ),
+    ] = None,
+    drains_between: Annotated[
+        bool,
+        typer.Option(
+            help="With --live: drain the grep at the node after each live server run and "
+            "take the console-call figures over these drains too (the node as the live "
+            "runs found it)."
+        ),
+    ] = True,
     cold: Annotated[
         bool, typer.Option("--cold", help="Predict a cold start (data read from the disk).")
     ] = False,
@@ -317,9 +337,9 @@ def predict_command(
     the client and at the server, and print both run times, the faster side, and the
     link bandwidth and node speed at which the answer flips.
 
-    With --live, also run `shuttle grep` at both placements (interleaved, --runs each)
-    under the same conditions and print the errors. Predictions assume the data in the
-    nodes' memory (as after one run) unless --cold.
+    With --live, also run `shuttle grep` at both placements (interleaved, --runs each,
+    more while a median is not stable) under the same conditions and print the errors.
+    Predictions assume the data in the nodes' memory (as after one run) unless --cold.
     Example: shuttle sim predict grep 'err(or)?' logs/ --link lan --live
     """
     from shuttle.bench.predict import PredictRequest, predict
@@ -338,6 +358,8 @@ def predict_command(
         calibration=calibration,
         live=live,
         live_runs=runs,
+        live_runs_max=runs_max,
+        drains_between=drains_between,
         cold=cold,
         trace_out=trace_out,
     )
@@ -364,7 +386,7 @@ def print_prediction(result: dict[str, Any]) -> None:
     )
     if live is not None:
         table.add_row(
-            f"live (median of {len(live['runs']['client_s'])})",
+            f"live (median of {len(live['runs']['client_s'])} / {len(live['runs']['server_s'])})",
             f"{live['client_s']:.3f}",
             f"{live['server_s']:.3f}",
             live["faster"],
@@ -405,8 +427,24 @@ def sim_predict_bench_command(
     ),
     pattern: Annotated[str, typer.Option(help="The grep's pattern.")] = "q[a-e]x",
     runs: Annotated[
-        int, typer.Option(min=1, help="Live runs of each placement per row (interleaved).")
+        int,
+        typer.Option(min=1, help="Live runs of each placement per row (interleaved; at least)."),
     ] = 5,
+    runs_max: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Live runs of a placement at most while its median is not stable to 7.5 % "
+            "(default 3 x --runs).",
+        ),
+    ] = None,
+    drains_between: Annotated[
+        bool,
+        typer.Option(
+            help="Drain the grep at the node after each live server run and take the "
+            "console-call figures over these drains too."
+        ),
+    ] = True,
     files: Annotated[int, typer.Option(min=1, help="Files of the generated corpus.")] = 1200,
     wan_files: Annotated[
         int, typer.Option(min=1, help="Files read over links slower than 5 Mbit/s.")
@@ -453,6 +491,8 @@ def sim_predict_bench_command(
         speeds=[float(x) for x in speeds.split(",") if x.strip()],
         pattern=pattern,
         runs=runs,
+        runs_max=runs_max,
+        drains_between=drains_between,
         corpus=dc_replace(CorpusSpec(), files=files, seed=seed),
         wan_files=wan_files,
         calls=calls,

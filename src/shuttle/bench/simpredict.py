@@ -65,6 +65,11 @@ class SimPredictConfig:
     speeds: Sequence[float] = SPEEDS_DEFAULT
     pattern: str = PATTERN_DEFAULT
     runs: int = 3
+    #: The most live runs of a placement whose median is not yet stable (None: the
+    #: default, ``LIVE_RUNS_MAX_FACTOR`` x ``runs``).
+    runs_max: int | None = None
+    #: A drain of the program's grep after each live server run (``PredictRequest``).
+    drains_between: bool = True
     corpus: CorpusSpec = field(default_factory=CorpusSpec)
     wan_files: int = WAN_FILES_DEFAULT
     calls: int = 200
@@ -80,6 +85,8 @@ class SimPredictConfig:
             "speeds": list(self.speeds),
             "pattern": self.pattern,
             "runs": self.runs,
+            "runs_max": self.runs_max,
+            "drains_between": self.drains_between,
             "corpus": self.corpus.to_json(),
             "wan_files": self.wan_files,
             "calls": self.calls,
@@ -131,6 +138,8 @@ def run_validation(
                             link=link,
                             live=True,
                             live_runs=config.runs,
+                            live_runs_max=config.runs_max,
+                            drains_between=config.drains_between,
                             calls=config.calls,
                         ),
                         progress=lambda m, s=speed, lk=link: progress(f"speed {s:g}, {lk}: {m}"),  # type: ignore[misc]
@@ -145,6 +154,8 @@ def run_validation(
                             "runtime_model": result["runtime_model"],
                             "live": result["live"],
                             "error": result["error"],
+                            "error_before_live": result.get("error_before_live"),
+                            "predicted_before_live": result.get("predicted_before_live"),
                             "runtime_model_error": result["runtime_model_error"],
                             "load_average_before": load_before,
                             "waited_for_quiet_s": waited,
@@ -182,12 +193,20 @@ def _result(
 
 
 def row_summary(row: dict[str, Any]) -> str:
-    e, r = row["error"], row["runtime_model_error"]
+    e, r, live = row["error"], row["runtime_model_error"], row["live"]
+    before = row.get("error_before_live")
+    drains = (
+        f" (calibration's drains alone {before['client']:+.1%} / {before['server']:+.1%})"
+        if before
+        else ""
+    )
     return (
-        f"speed {row['speed']:g} {row['link']}: live {row['live']['client_s']:.3f} / "
-        f"{row['live']['server_s']:.3f} s; simulator {e['client']:+.1%} / {e['server']:+.1%} "
-        f"({'right' if e['faster_right'] else 'WRONG'}); run-time model {r['client']:+.1%} / "
-        f"{r['server']:+.1%} ({'right' if r['faster_right'] else 'WRONG'})"
+        f"speed {row['speed']:g} {row['link']}: live {live['client_s']:.3f} / "
+        f"{live['server_s']:.3f} s ({len(live['runs']['client_s'])} / "
+        f"{len(live['runs']['server_s'])} runs); simulator {e['client']:+.1%} / "
+        f"{e['server']:+.1%}{drains} ({'right' if e['faster_right'] else 'WRONG'}); "
+        f"run-time model {r['client']:+.1%} / {r['server']:+.1%} "
+        f"({'right' if r['faster_right'] else 'WRONG'})"
     )
 
 
@@ -219,7 +238,8 @@ def markdown_table(result: dict[str, Any]) -> str:
         out += [
             f"**{title}**",
             "",
-            "| link | node speed | MB | live client s (spread) | live server s (spread) "
+            "| link | node speed | MB | live client s (spread, runs) "
+            "| live server s (spread, runs) "
             "| predicted client / server s | error client / server | faster: live / predicted "
             "| load |",
             "|---|---|---|---|---|---|---|---|---|",
@@ -228,8 +248,10 @@ def markdown_table(result: dict[str, Any]) -> str:
             live, p, e = row["live"], row[key], row[error]
             out.append(
                 f"| {row['link']} | {row['speed']:g} | {row['bytes'] / 1e6:.1f} "
-                f"| {live['client_s']:.3f} ({live['spread']['client']:.0%}) "
-                f"| {live['server_s']:.3f} ({live['spread']['server']:.0%}) "
+                f"| {live['client_s']:.3f} ({live['spread']['client']:.0%}, "
+                f"{len(live['runs']['client_s'])}) "
+                f"| {live['server_s']:.3f} ({live['spread']['server']:.0%}, "
+                f"{len(live['runs']['server_s'])}) "
                 f"| {p['client_s']:.3f} / {p['server_s']:.3f} "
                 f"| {e['client']:+.1%} / {e['server']:+.1%} "
                 f"| {live['faster']} / {p['faster']}{'' if e['faster_right'] else ' ✗'} "

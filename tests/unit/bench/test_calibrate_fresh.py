@@ -21,6 +21,8 @@ from shuttle.bench.calibrate.fresh import (
 )
 from shuttle.bench.calibrate.hosted import fit_hosted, nnls_small
 from shuttle.bench.calibrate.link import call_residuals_s
+from shuttle.bench.calibrate.result import Calibration
+from shuttle.bench.calibrate.run import console_figures, with_drains
 from shuttle.bench.calibrate.timing import Timed
 from shuttle.bench.predict import program_reads
 from shuttle.errors import ConfigError
@@ -243,3 +245,33 @@ def test_the_hosted_fit_gives_back_the_costs_its_runs_were_made_with() -> None:
     assert fit["local_read_cpu_per_request_s"] == pytest.approx(l_request)
     assert fit["local_read_cpu_per_block_s"] == pytest.approx(l_block)
     assert fit["mobile_client_cpu_ratio"] == pytest.approx(1.05)
+
+
+def _calibration(drains: tuple[ProcessReads, ...]) -> Calibration:
+    measured = {
+        "request_header_bytes": 150.0, "reply_header_bytes": 34.0, "call_request_bytes": 3.0,
+        "call_node_cpu_loopback_s": 1e-4,
+    }  # fmt: skip
+    return Calibration("n1", LOOPBACK, 0.25, 0.25, measured, drains=drains)
+
+
+def test_drains_made_between_live_runs_join_the_calibrations_own() -> None:
+    """At a quarter-speed node a calibration's drains took the node 0.26-0.54 s of CPU
+    where the live runs minutes later took 0.32-0.45 s: drains made between the live
+    runs are of the node as the live runs found it, and every figure is then the
+    median over all of them."""
+    program = ProgramGrep({"pattern": "x"}, think_s=4e-3)
+    own = tuple(process(1e-3, e) for e in (100e-6, 150e-6, 200e-6))  # 10 ms of node CPU each
+    cal = _calibration(own)
+    console_figures(cal.measured, own, LOOPBACK, program, 0.25)
+    assert cal.measured["call_overhead_s"] == pytest.approx(150e-6)
+    more = [process(2e-3, e) for e in (300e-6, 400e-6, 500e-6, 600e-6)]  # 20 ms each
+    got = with_drains(cal, more, program)
+    assert len(got.drains) == 7 and got.measured["drains_between"] == 4
+    assert got.measured["call_overhead_s"] == pytest.approx(300e-6)  # the median of 7
+    assert got.measured["fresh_calls"]["drain_node_cpu_s"] == pytest.approx(20e-3)
+    # 20 ms less 10 calls' own 0.1 ms, per 4 ms recorded, at factor 0.25.
+    assert got.measured["mobile_server_cpu_ratio"] == pytest.approx(0.25 * 19e-3 / 4e-3)
+    assert cal.measured["call_overhead_s"] == pytest.approx(150e-6)  # cal itself unchanged
+    with pytest.raises(ConfigError, match="drained no grep in fresh processes"):
+        with_drains(_calibration(()), more, program)

@@ -220,6 +220,7 @@ def _row(
             "server_s": live[1],
             "faster": side(*live),
             "spread": {"client": 0.04, "server": 0.1},
+            "runs": {"client_s": [live[0]] * 5, "server_s": [live[1]] * 9},
         },
         "predicted": {"client_s": sim[0], "server_s": sim[1], "faster": side(*sim)},
         "runtime_model": {"client_s": model[0], "server_s": model[1], "faster": side(*model)},
@@ -258,11 +259,11 @@ def test_the_validation_tables_show_each_model_on_the_same_runs() -> None:
     sim_row = [line for line in simulator.splitlines() if line.startswith("| lan")]
     model_row = [line for line in model.splitlines() if line.startswith("| lan")]
     assert sim_row == [
-        "| lan | 0.5 | 2.5 | 2.000 (4%) | 1.000 (10%) | 2.200 / 0.900 | +10.0% / -10.0% "
+        "| lan | 0.5 | 2.5 | 2.000 (4%, 5) | 1.000 (10%, 9) | 2.200 / 0.900 | +10.0% / -10.0% "
         "| server / server | 1.2 |"
     ]
     assert model_row == [
-        "| lan | 0.5 | 2.5 | 2.000 (4%) | 1.000 (10%) | 1.000 / 1.500 | -50.0% / +50.0% "
+        "| lan | 0.5 | 2.5 | 2.000 (4%, 5) | 1.000 (10%, 9) | 1.000 / 1.500 | -50.0% / +50.0% "
         "| server / client ✗ | 1.2 |"
     ]
 
@@ -319,3 +320,53 @@ def test_the_validation_table_sets_the_server_timers_phases_beside_the_models() 
     table = markdown_table({"rows": [row]})
     assert "**The server placement's timer, live / simulated**" in table
     assert "| wan | 0.5 | 0.111 / 0.107 (0.063) | 42.5 / 44.5 | 8 / 8 | 0.344 / 0.356 |" in table
+
+
+def test_the_median_interval_is_the_order_statistics_the_binomial_gives() -> None:
+    from shuttle.bench.predict import median_interval, median_stable
+
+    # Below 7 runs the 80 % interval is the whole range (n = 6: 78 % between the 2nd
+    # and the 5th); at 9 the 3rd to the 7th (82 %); at 15 the 5th to the 11th (88 %).
+    assert median_interval([5.0, 1.0, 3.0, 2.0, 4.0]) == (1.0, 5.0)
+    assert median_interval(list(range(1, 7))) == (1, 6)
+    assert median_interval(list(range(1, 10))) == (3, 7)
+    assert median_interval(list(range(1, 16))) == (5, 11)
+    assert median_interval([2.0]) == (2.0, 2.0)
+    # Stable: the interval within 7.5 % of the median either side, from 3 runs on.
+    assert median_stable([1.0, 1.05, 0.95, 1.02, 0.98])
+    assert not median_stable([1.0, 1.2, 0.95, 1.02, 0.98])
+    assert not median_stable([1.0]) and not median_stable([1.0, 1.0])
+    with pytest.raises(ConfigError, match="at least one value"):
+        median_interval([])
+    with pytest.raises(ConfigError, match="between 0 and 1"):
+        median_interval([1.0], confidence=1.0)
+
+
+def test_live_runs_go_on_while_a_median_is_not_stable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's runs hold still and stop at --runs; the server's spread, so they go
+    on to the most allowed; a drain follows every server run."""
+    from shuttle.bench import predict
+
+    server = iter([0.3, 0.45, 0.28, 0.39, 0.41, 0.33, 0.44, 0.30, 0.36, 0.29])
+    made: list[str] = []
+
+    def report(cluster: Path, pattern: str, keys: object, placement: str, **_: object) -> dict:
+        made.append(placement)
+        elapsed = 13.0 if placement == "client" else next(server)
+        return {"elapsed_s": elapsed, "phases": {}}
+
+    monkeypatch.setattr(predict, "live_grep_report", report)
+    drains: list[int] = []
+    live = predict.run_live(
+        Path("c.toml"), "x", ["k"], link=None, runs=3, runs_max=8,
+        after_server=lambda: drains.append(len(made)),
+    )  # fmt: skip
+    assert live.client_s == [13.0] * 3 and len(live.server_s) == 8
+    assert made[:6] == ["client", "server"] * 3 and made[6:] == ["server"] * 5
+    assert drains == [i for i, p in enumerate(made, 1) if p == "server"]
+    got = live.to_json()
+    assert got["stable"]["client"] and not got["stable"]["server"]
+    assert got["median_interval"]["server"] == [0.30, 0.44]  # the 2nd and 7th of 8
+    # A server that holds still stops at --runs too.
+    server = iter([0.30, 0.31, 0.30, 0.50])
+    assert len(predict.run_live(Path("c"), "x", ["k"], link=None, runs=3).server_s) == 3

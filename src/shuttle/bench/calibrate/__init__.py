@@ -4,7 +4,8 @@ predict it.
 Layout, one module per concept:
 
 * ``run``  :func:`calibrate`, the phases in order (its docstring says what each
-  measures and why);
+  measures and why); :func:`with_drains`, its console-call figures over more drains
+  (made between live runs);
 * ``result``  :class:`Calibration`: what was measured and the simulator's
   ``[server]`` table it gives (and its TOML);
 * ``timing``  the node's CPU clock and calls timed back to back;
@@ -20,7 +21,7 @@ Layout, one module per concept:
 from shuttle.bench.calibrate.hosted import RATIO_RUNS
 from shuttle.bench.calibrate.link import achieved_bandwidth_bits_per_s, link_residual_s
 from shuttle.bench.calibrate.result import LIVE_BLOCK_BYTES, Calibration
-from shuttle.bench.calibrate.run import calibrate
+from shuttle.bench.calibrate.run import calibrate, with_drains
 from shuttle.bench.calibrate.timing import CALLS, Timed, node_cpu_clock, timed_calls
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "link_residual_s",
     "node_cpu_clock",
     "timed_calls",
+    "with_drains",
 ]

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shuttle.net.profiles import LinkProfile
 from shuttle.sim.config import ServerConfig, to_dict
+
+if TYPE_CHECKING:  # fresh.py imports this module
+    from shuttle.bench.calibrate.fresh import ProcessReads
 
 #: The simulator's block for a live node: a page, so a read's per-byte cost is
 #: charged to within 4 KiB (the node reads and sends whole requests, not blocks).
@@ -30,6 +33,10 @@ class Calibration:
     node_cpu_factor: float
     server_speed: float
     measured: dict[str, Any] = field(default_factory=dict)
+    #: The fresh processes that drained the program's grep at the node (their figures
+    #: are in ``measured["fresh_calls"]``); more can be added later
+    #: (:func:`~shuttle.bench.calibrate.run.with_drains`).
+    drains: tuple[ProcessReads, ...] = ()
 
     def server_config(self) -> ServerConfig:
         """The simulator's configuration for this node and link."""

@@ -57,6 +57,7 @@ clock, the speed of the machine the object traces are recorded on.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ from shuttle.bench.calibrate.fresh import (
     FRESH_PROCESSES,
     FRESH_PROCESSES_QUICK,
     QUICK_CALLS,
+    ProcessReads,
     ProgramGrep,
     Spot,
     console_call_cost,
@@ -99,7 +101,7 @@ from shuttle.bench.calibrate.timing import CALLS, node_cpu_clock
 from shuttle.client.connect import connect
 from shuttle.cluster.clusterfile import ClusterFile
 from shuttle.errors import ConfigError
-from shuttle.net.profiles import parse_link_profile
+from shuttle.net.profiles import LinkProfile, parse_link_profile
 from shuttle.runtime.client import Runtime
 from shuttle.traces.objtrace import host_info
 
@@ -217,6 +219,7 @@ def calibrate(
             measured["reads_link"] = {k: v.to_json() for k, v in on_link.items()}
             call_request = request + measured["call_request_bytes"]
             call_reply = reply + measured["call_reply_bytes"]
+            fresh: list[ProcessReads] = []
             if n_processes:
                 # The per-call cost as the live runs pay it: the program's reads (else
                 # the calibration's small ones) in fresh processes, the median of them.
@@ -246,29 +249,13 @@ def calibrate(
                 measured["rpc_overhead_s"] = cost.residual_s
                 # What shuttle grep --placement server pays inside its timer, in the
                 # same processes: the dial, the making, the drain's calls.
-                call_cpu = measured["call_node_cpu_loopback_s"]
-                calls_cost = console_call_cost(
-                    fresh, profile, call_request, reply, request, call_cpu
-                )
-                if calls_cost is None:
-                    raise ConfigError(
-                        "the fresh processes drained no grep at the node; give console_calls >= 1"
-                    )
-                measured["fresh_calls"] = calls_cost.to_json()
-                measured["connect_s"] = calls_cost.connect_s
-                # A call's own node CPU (the dispatch, the answer): a light call's, on
-                # loopback; the rest of the drain's is the object's work (below).
-                measured["call_node_cpu_s"] = call_cpu
-                measured["call_overhead_s"] = calls_cost.residual_s
-                measured["server_setup_s"] = calls_cost.server_setup_s
-                measured["client_setup_s"] = calls_cost.client_setup_s
                 if program is not None and program.think_s > 0.0:
                     server_fit = (
                         "mobile_server_cpu_ratio", "local_read_cpu_per_request_s",
                         "local_read_cpu_per_block_s",
                     )  # fmt: skip
                     measured["hosted_fit_server"] = {k: measured[k] for k in server_fit}
-                    measured.update(program_work(calls_cost, call_cpu, program, factor))
+                console_figures(measured, fresh, profile, program, factor)
             else:
                 # In this process (the way before fresh processes; the benchmark's
                 # anchor): the small reads on the link, a connection from fresh
@@ -301,4 +288,58 @@ def calibrate(
             if disk:
                 progress("disk: cold reads against warm")
                 measured["disk"] = disk_figures(client, keys["blocks"])
-    return Calibration(node_id, profile, factor, speed, measured)
+    return Calibration(node_id, profile, factor, speed, measured, drains=tuple(fresh))
+
+
+def console_figures(
+    measured: dict[str, Any],
+    drains: Sequence[ProcessReads],
+    profile: LinkProfile,
+    program: ProgramGrep | None,
+    factor: float,
+) -> None:
+    """Set in ``measured`` what ``shuttle grep --placement server`` pays inside its
+    timer, from ``drains`` (fresh processes, each the program's grep made at the node
+    and drained): the dial, the making, each console call's residual, and with
+    ``program`` the object's work at the node (``mobile_server_cpu_ratio``). Needs
+    the header bytes and a light call's node CPU in ``measured`` already.
+
+    Raises :class:`ConfigError` when no process drained a grep."""
+    request, reply = measured["request_header_bytes"], measured["reply_header_bytes"]
+    call_request = request + measured["call_request_bytes"]
+    call_cpu = measured["call_node_cpu_loopback_s"]
+    calls_cost = console_call_cost(drains, profile, call_request, reply, request, call_cpu)
+    if calls_cost is None:
+        raise ConfigError(
+            "the fresh processes drained no grep at the node; give console_calls >= 1"
+        )
+    measured["fresh_calls"] = calls_cost.to_json()
+    measured["connect_s"] = calls_cost.connect_s
+    # A call's own node CPU (the dispatch, the answer): a light call's, on loopback; the
+    # rest of the drain's is the object's work (below).
+    measured["call_node_cpu_s"] = call_cpu
+    measured["call_overhead_s"] = calls_cost.residual_s
+    measured["server_setup_s"] = calls_cost.server_setup_s
+    measured["client_setup_s"] = calls_cost.client_setup_s
+    if program is not None and program.think_s > 0.0:
+        measured.update(program_work(calls_cost, call_cpu, program, factor))
+
+
+def with_drains(
+    cal: Calibration, more: Sequence[ProcessReads], program: ProgramGrep | None
+) -> Calibration:
+    """``cal`` with its console-call figures taken over its own drains and ``more``
+    (drains of the same grep made later on the same node, e.g. between live runs, so
+    the figures are of the node as the live runs found it; ``measured["drains_between"]``
+    counts them). Raises :class:`ConfigError` for a calibration that drained nothing
+    (one read from a file, or timed in process)."""
+    if not cal.drains:
+        raise ConfigError(
+            f"the calibration of node {cal.node} drained no grep in fresh processes "
+            "(read from a file, or timed with processes=0): it has no drains to add to"
+        )
+    drains = (*cal.drains, *more)
+    measured = dict(cal.measured)
+    console_figures(measured, drains, cal.link, program, cal.node_cpu_factor)
+    measured["drains_between"] = len(more)
+    return replace(cal, measured=measured, drains=drains)
