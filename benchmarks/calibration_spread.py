@@ -39,8 +39,9 @@ from typing import Any
 
 from shuttle.bench.calibrate import calibrate
 from shuttle.bench.corpus import CorpusSpec, generate_corpus
+from shuttle.bench.liveruns import live_grep
 from shuttle.bench.objrecord import grep_run, record_object
-from shuttle.bench.predict import live_grep, program_reads
+from shuttle.bench.predict import program_reads
 from shuttle.client.connect import connect
 from shuttle.cluster import local
 from shuttle.objects.lines import BLOCK_BYTES_DEFAULT

@@ -39,8 +39,8 @@ from typing import Any
 from shuttle.bench.calibrate.fresh import fresh_reads
 from shuttle.bench.calibrate.timing import node_cpu_clock
 from shuttle.bench.corpus import CorpusSpec, generate_corpus
+from shuttle.bench.liveruns import live_grep_report
 from shuttle.bench.placement import threads_of
-from shuttle.bench.predict import live_grep_report
 from shuttle.client.connect import connect
 from shuttle.cluster import local
 from shuttle.cluster.clusterfile import ClusterFile

@@ -65,6 +65,8 @@ Layout:
 * ``calibrate``  ``shuttle sim calibrate``: a live node measured for the simulator
 * ``predict``  ``shuttle sim predict``: record, calibrate, simulate both placements,
   beside the run-time's own model, and with ``--live`` the live runs
+* ``liveruns``  ``shuttle grep`` at both placements, interleaved, until each median
+  holds still (``sim predict --live``)
 * ``simpredict``  ``bench sim-predict``: the predictions against live runs over links
   and node speeds (issue 24's validation)
 * ``sim_cli``  the commands: ``sim calibrate``, ``sim predict``, ``trace record-object``,

@@ -269,7 +269,7 @@ def test_the_validation_tables_show_each_model_on_the_same_runs() -> None:
 
 
 def test_the_live_timers_phases_are_summed_up_over_runs() -> None:
-    from shuttle.bench.predict import phase_summary
+    from shuttle.bench.liveruns import phase_summary
 
     runs = [
         {"n1": {"made_s": 0.11, "calls_s": [0.04, 0.05, 0.04]}},
@@ -323,7 +323,7 @@ def test_the_validation_table_sets_the_server_timers_phases_beside_the_models() 
 
 
 def test_the_median_interval_is_the_order_statistics_the_binomial_gives() -> None:
-    from shuttle.bench.predict import median_interval, median_stable
+    from shuttle.bench.liveruns import median_interval, median_stable
 
     # Below 7 runs the 80 % interval is the whole range (n = 6: 78 % between the 2nd
     # and the 5th); at 9 the 3rd to the 7th (82 %); at 15 the 5th to the 11th (88 %).
@@ -345,7 +345,7 @@ def test_the_median_interval_is_the_order_statistics_the_binomial_gives() -> Non
 def test_live_runs_go_on_while_a_median_is_not_stable(monkeypatch: pytest.MonkeyPatch) -> None:
     """The client's runs hold still and stop at --runs; the server's spread, so they go
     on to the most allowed; a drain follows every server run."""
-    from shuttle.bench import predict
+    from shuttle.bench import liveruns as predict
 
     server = iter([0.3, 0.45, 0.28, 0.39, 0.41, 0.33, 0.44, 0.30, 0.36, 0.29])
     made: list[str] = []
