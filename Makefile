@@ -40,9 +40,11 @@ mutate-sample: setup-dev
 
 # The simulator against live runs (issue 24; benchmarks/README.md, "The simulator
 # against the live system"): 12 rows, links loopback, san, lan, wan by node speeds 1,
-# 0.5, 0.25, each `shuttle sim predict --live`. 20-40 min on the shared 2-core machine,
-# so not part of `make test` (which runs one small row). SIM_VALIDATE_ARGS passes more
-# (--runs 3, --quiet-wait 0, --links lan --speeds 1).
+# 0.5, 0.25, each `shuttle sim predict --live` (each placement run until its median
+# holds still, 5 to 15 runs; a drain at the node after each server run). 30-50 min on
+# the shared 2-core machine, so not part of `make test` (which runs one small row).
+# SIM_VALIDATE_ARGS passes more (--runs 3, --runs-max 5, --quiet-wait 0, --links lan
+# --speeds 1).
 sim-validate: setup-dev
 	mkdir -p benchmarks/results
 	.venv/bin/shuttle bench sim-predict --json-out benchmarks/results/sim-predict.json \

@@ -327,6 +327,25 @@ def one_speed(
         local.down(cluster)
 
 
+#: The per-call figures the JSON keeps (as one list per figure and run).
+CALL_FIGURES = ("wall_s", "work_s", "burned_s", "burn_waited_s")
+
+
+def compact(value: Any) -> Any:
+    """The JSON to write: floats to the µs, and each run's calls as lists per figure."""
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, list):
+        return [compact(v) for v in value]
+    if isinstance(value, dict):
+        out = {k: compact(v) for k, v in value.items() if k != "calls"}
+        if isinstance(value.get("calls"), list):
+            calls = value["calls"]
+            out["calls"] = {n: [round(c[n], 6) for c in calls] for n in CALL_FIGURES}
+        return out
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--speeds", default="0.25,0.999")
@@ -347,7 +366,7 @@ def main() -> None:
             )
             if args.json:
                 args.json.parent.mkdir(parents=True, exist_ok=True)
-                args.json.write_text(json.dumps(result, indent=1))
+                args.json.write_text(json.dumps(compact(result), separators=(",", ":")))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"done at {time.strftime('%H:%M:%S', time.gmtime())} UTC")
