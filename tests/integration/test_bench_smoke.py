@@ -241,6 +241,11 @@ def test_abacus_mix_smoke(tmp_path: Path) -> None:
         (one,) = report["passes"][placement]
         assert one["at_server"] == {"cheap": cheap, "heavy": heavy}
         assert sum(one["total_calls"].values()) > 0
+        # Per second of the pass: the filters at the node (a static placement holds
+        # them there throughout) and the node's CPU busy over it.
+        assert one["timeline_at_server"] == {"cheap": [cheap] * 2, "heavy": [heavy] * 2}
+        assert len(one["timeline_node_cpu_busy"]) == 2
+        assert all(x >= 0 for x in one["timeline_node_cpu_busy"])
     assert (
         report["adaptive_over_split"] > 0 and len(report["split_over_better_static_per_run"]) == 1
     )

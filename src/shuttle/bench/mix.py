@@ -284,6 +284,10 @@ def _one_pass(
         steady_from, end = t0 + s.warmup_s, t0 + s.duration_s
         seconds = max(1, int(s.duration_s + 0.999))
         timeline = {kind: [0] * seconds for kind in KINDS}
+        # Where each filter was as each second of the pass ended (1: at the node),
+        # read from this client's own location table as the second's first call ends.
+        placed = {kind: [0] * seconds for kind in KINDS}
+        second = 0
         steady = dict.fromkeys(KINDS, 0)
         total = dict.fromkeys(KINDS, 0)
         while time.monotonic() < end:
@@ -297,6 +301,12 @@ def _one_pass(
             if now >= steady_from:
                 steady[kind] += 1
             timeline[kind][min(seconds - 1, int(now - t0))] += 1
+            while second < min(seconds, int(now - t0)):
+                _mark_placed(rt, filters, placed, second)
+                second += 1
+        while second < seconds:
+            _mark_placed(rt, filters, placed, second)
+            second += 1
         where = {
             kind: "client" if rt.where(f) == rt.id else "server" for kind, f in filters.items()
         }
@@ -306,7 +316,22 @@ def _one_pass(
         }
         for f in filters.values():
             rt.destroy(f)
-    return {"steady": steady, "total": total, "timeline": timeline, "where": where, "moves": moves}
+    return {
+        "steady": steady,
+        "total": total,
+        "timeline": timeline,
+        "placed": placed,
+        "where": where,
+        "moves": moves,
+    }
+
+
+def _mark_placed(
+    rt: Runtime, filters: dict[str, Any], placed: dict[str, list[int]], second: int
+) -> None:
+    """Record in ``placed`` which of ``filters`` are at the node as ``second`` ends."""
+    for kind, f in filters.items():
+        placed[kind][second] = 0 if rt.where(f) == rt.id else 1
 
 
 def _client_main(
@@ -362,8 +387,11 @@ def _data_keys(bench: Bench, settings: MixSettings) -> list[str]:
 
 
 @contextlib.contextmanager
-def _client_processes(setup: _Setup) -> Iterator[Callable[[str, int], list[dict[str, Any]]]]:
-    """Fork the clients; yields ``run_pass(placement, run)`` → every client's result."""
+def _client_processes(
+    setup: _Setup,
+) -> Iterator[Callable[[str, int, Callable[[float], None]], list[dict[str, Any]]]]:
+    """Fork the clients; yields ``run_pass(placement, run, started)`` → every client's
+    result (``started`` is called with the pass's start on the monotonic clock)."""
     n = setup.settings.clients
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(n + 1)
@@ -381,13 +409,16 @@ def _client_processes(setup: _Setup) -> Iterator[Callable[[str, int], list[dict[
         pipes.append(parent_end)
         procs.append(proc)
 
-    def run_pass(placement: str, run: int) -> list[dict[str, Any]]:
+    def run_pass(
+        placement: str, run: int, started: Callable[[float], None]
+    ) -> list[dict[str, Any]]:
         for p in pipes:
             p.send((placement, run))
         broken = False
         try:
             barrier.wait(PASS_TIMEOUT_S)  # all ready
             t_go.value = time.monotonic()
+            started(t_go.value)
             barrier.wait(PASS_TIMEOUT_S)  # go
         except threading.BrokenBarrierError:
             broken = True
@@ -424,6 +455,35 @@ def _client_processes(setup: _Setup) -> Iterator[Callable[[str, int], list[dict[
 
 def _node_cpu_s(bench: Bench) -> float:
     return sum(process_cpu_s(e.pid) for e in bench.cluster.nodes if e.pid is not None)
+
+
+class _CpuTimeline:
+    """The nodes' CPU busy in each second of a pass, read from /proc by a thread that
+    wakes at each second's end (the pass's clock: ``started`` gives its start)."""
+
+    def __init__(self, bench: Bench, seconds: int) -> None:
+        self._bench = bench
+        self._seconds = seconds
+        self._busy: list[float] = []
+        self._thread: threading.Thread | None = None
+
+    def started(self, t0: float) -> None:
+        self._thread = threading.Thread(target=self._run, args=(t0,), daemon=True)
+        self._thread.start()
+
+    def _run(self, t0: float) -> None:
+        last = _node_cpu_s(self._bench)
+        for i in range(1, self._seconds + 1):
+            time.sleep(max(0.0, t0 + i - time.monotonic()))  # to the second's end
+            now = _node_cpu_s(self._bench)
+            self._busy.append(now - last)  # CPU seconds in a one-second interval
+            last = now
+
+    def result(self) -> list[float]:
+        """The series (the pass is over: the thread has at most one second to go)."""
+        if self._thread is not None:
+            self._thread.join()
+        return list(self._busy)
 
 
 def _decision_logs(bench: Bench) -> list[Path]:
@@ -518,7 +578,11 @@ def _spread(values: Sequence[float]) -> dict[str, float] | None:
 
 
 def _pass_report(
-    results: Sequence[dict[str, Any]], settings: MixSettings, node_cpu_s: float, wall_s: float
+    results: Sequence[dict[str, Any]],
+    settings: MixSettings,
+    node_cpu_s: float,
+    wall_s: float,
+    node_cpu_timeline: Sequence[float] = (),
 ) -> dict[str, Any]:
     steady_s = settings.duration_s - settings.warmup_s
     steady = {k: sum(r["steady"][k] for r in results) for k in KINDS}
@@ -531,6 +595,12 @@ def _pass_report(
         "steady_calls": steady,
         "total_calls": total,
         "timeline_calls_per_s": timeline,
+        # Per second of the pass, the filters at the node as it ended (per kind), and
+        # the node's CPU busy over it: what the throughput was made with.
+        "timeline_at_server": {
+            k: [sum(r["placed"][k][i] for r in results) for i in range(seconds)] for k in KINDS
+        },
+        "timeline_node_cpu_busy": [round(x, 3) for x in node_cpu_timeline],
         "at_server": {k: sum(1 for r in results if r["where"][k] == "server") for k in KINDS},
         "moves": {k: sum(r["moves"][k] for r in results) for k in KINDS},
         "node_cpu_busy": round(node_cpu_s / wall_s, 3) if wall_s > 0 else None,
@@ -579,9 +649,12 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
                     progress(f"run {run + 1}/{settings.runs}: {placement}")
                     cpu0, wall0 = _node_cpu_s(bench), time.monotonic()
                     logged = _log_sizes(bench)
-                    results = run_pass(placement, run)
+                    per_second = _CpuTimeline(bench, int(settings.duration_s + 0.999))
+                    results = run_pass(placement, run, per_second.started)
                     cpu1, wall1 = _node_cpu_s(bench), time.monotonic()
-                    report = _pass_report(results, settings, cpu1 - cpu0, wall1 - wall0)
+                    report = _pass_report(
+                        results, settings, cpu1 - cpu0, wall1 - wall0, per_second.result()
+                    )
                     # The machine's 1-minute load average as the pass ended: what else
                     # ran beside the benchmark (it is shared), to read the figures by.
                     report["machine_load_1min"] = round(os.getloadavg()[0], 2)

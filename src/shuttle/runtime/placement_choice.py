@@ -25,6 +25,7 @@ from shuttle.runtime.placement_many import (
     arrival_limits,
     many_clients_view,
     moves_in_together,
+    pushback,
     together_verdict,
 )
 from shuttle.runtime.placement_views import (
@@ -209,19 +210,31 @@ def choose(
     # Many clients: the servers' CPU is allocated too (docs/runtime.md, "Many clients").
     cpu = _CpuBudget.of(stacks, nodes, config, table)
     # Many clients: a few stacks on their way to a server at once, then observe the
-    # wait they make there (docs/runtime.md, "Many clients").
+    # wait and the CPU they make there (docs/runtime.md, "Many clients").
     limit = arrival_limits(stacks, config) if many else {}
     admit = {srv: max(0, n - (arriving or {}).get(srv, 0)) for srv, n in limit.items()}
-    # With none on their way, the node's measured CPU holds all that is there: as many
-    # more as its budget has room for by the CPU they take (measured at their clients)
-    # may come at once; the limit binds past the budget (the server's measured
-    # saturation admits, as in Bhardwaj et al., ATC 2020).
-    unhurried = {srv for srv in limit if not (arriving or {}).get(srv, 0)}
+    # Many clients: a server over the share of its CPU that sends stacks back sends
+    # back the ones with the most CPU per byte saved (docs/runtime.md, "Saturation").
+    shed: dict[str, str] = {}
+    for srv in sorted(cpu.shedding):
+        used_s = (nodes[srv].cpu_busy or 0.0) * window
+        cap_s = cpu.capacity_s[srv]
+        back = pushback(stacks, nodes[srv], used_s, cap_s, base)
+        for s, ratio in back:
+            per_mb = "no bytes saved" if math.isinf(ratio) else f"{ratio * 1e6:.4f} s per MB saved"
+            shed[s.stack_id] = (
+                f"the node's CPU saturated: {used_s:.3f} s a window > "
+                f"{cpu.evict_s[srv]:.3f} s; back first of {len(back)} for the most CPU per "
+                f"byte saved ({per_mb}) (many clients)"
+            )
     capped: dict[str, int] = {}
+    full: dict[str, int] = {}
     best = baseline
     best_used = cpu.used(baseline)
     for cand in candidates:
         stack = by_id[cand.stack_id]
+        if cand.stack_id in shed:
+            continue  # its server sends it back: not re-admitted
         need = cand.memory_bytes - hosted_memory_bytes(stack, chosen[cand.stack_id])
         room = free[stack.server]
         if room is not None and need > room:
@@ -233,17 +246,19 @@ def choose(
         worth = worth_per_server_cpu_s(stack, base[stack.stack_id], cand.split, nodes)
         if cpu.over(stack.server, trial_used, best_used, worth):
             continue
-        arrival = cand.split < stack.split and stack.server in admit
-        if (
-            arrival
-            and admit[stack.server] <= 0
-            and not (stack.server in unhurried and cpu.within(stack.server, trial_used))
-        ):
+        arrival = many and cand.split < stack.split
+        if arrival and not cpu.arrival_fits(stack.server, trial.placement, shed):
+            # The node's measured use with what it hosts kept, and this stack's CPU,
+            # would pass its budget: no arrival, whatever it saves its client (the
+            # server's measured saturation admits: Bhardwaj et al., ATC 2020).
+            full[stack.server] = full.get(stack.server, 0) + 1
+            continue
+        if arrival and stack.server in admit and admit[stack.server] <= 0:
             capped[stack.server] = capped.get(stack.server, 0) + 1  # held back: noted
             continue
         chosen[cand.stack_id] = cand.split
         admitted[cand.stack_id] = cand
-        if arrival:
+        if arrival and stack.server in admit:
             admit[stack.server] = max(0, admit[stack.server] - 1)
         if room is not None:
             free[stack.server] = room - need
@@ -267,8 +282,13 @@ def choose(
                 f"stacks' measure, charged to arrivals); {waiting} stacks on their way "
                 f"there, {limit[srv]} at most, {capped.get(srv, 0)} held back"
             )
+    for srv in sorted(full):
+        notes.append(
+            f"many clients: {srv} has no CPU for arrivals (its budget with what it hosts): "
+            f"{full[srv]} held back"
+        )
 
-    moves = _moves(stacks, current, best, admitted, candidates, nodes, config, pinned, cpu)
+    moves = _moves(stacks, current, best, admitted, candidates, nodes, config, pinned, cpu, shed)
     return Plan(current, best, tuple(candidates), moves, config.threshold_s, tuple(notes))
 
 
@@ -287,6 +307,8 @@ class _CpuBudget:
     #: (:attr:`PlacementConfig.server_cpu_share_evict`): only these shed stacks for
     #: their CPU, down to ``capacity_s``.
     shedding: frozenset[str] = frozenset()
+    #: Per server, the CPU seconds a window past which it sends stacks back.
+    evict_s: Mapping[str, float] = field(default_factory=dict)
 
     @staticmethod
     def of(
@@ -296,6 +318,7 @@ class _CpuBudget:
         table: Coefficients,
     ) -> _CpuBudget:
         capacity: dict[str, float] = {}
+        evict_at: dict[str, float] = {}
         shedding: set[str] = set()
         if config.aggregate(len({s.client for s in stacks})):
             for server in {s.server for s in stacks}:
@@ -305,9 +328,18 @@ class _CpuBudget:
                 if cap is None or evict is None or node.cpu_busy is None:
                     continue
                 capacity[server] = cap
+                evict_at[server] = evict
                 if node.cpu_busy * config.window_s > evict:
                     shedding.add(server)
-        return _CpuBudget(stacks, nodes, config.window_s, table, capacity, frozenset(shedding))
+        return _CpuBudget(
+            stacks,
+            nodes,
+            config.window_s,
+            table,
+            capacity,
+            frozenset(shedding),
+            evict_at,
+        )
 
     def used(self, prediction: Prediction) -> dict[str, float]:
         if not self.capacity_s:
@@ -316,11 +348,23 @@ class _CpuBudget:
             self.stacks, prediction.placement, self.nodes, self.window_s, self.table
         )
 
-    def within(self, server: str, trial: Mapping[str, float]) -> bool:
-        """Whether ``trial`` keeps ``server``'s predicted CPU within its budget (False
-        when its use is not measured: then nothing is known to be within it)."""
+    def arrival_fits(
+        self, server: str, placement: Mapping[str, int], leaving: Mapping[str, str]
+    ) -> bool:
+        """Whether ``server``'s CPU has room for the arrivals of ``placement``: its
+        measured use, less the stacks it sends back (``leaving``) but with every other
+        stack it hosts kept (the greedy takes those one by one, and their room is not
+        an arrival's), plus what the arrivals take, within its budget (True when its
+        use is not measured: then only the limit on arrivals holds them)."""
         cap = self.capacity_s.get(server)
-        return cap is not None and trial.get(server, 0.0) <= cap
+        if cap is None:
+            return True
+        kept = dict(placement)
+        for s in self.stacks:
+            if s.server == server and s.stack_id not in leaving:
+                kept[s.stack_id] = min(kept.get(s.stack_id, s.split), s.split)
+        used = server_cpu_s(self.stacks, kept, self.nodes, self.window_s, self.table)
+        return used.get(server, 0.0) <= cap + TOLERANCE_S
 
     def over(
         self, server: str, trial: Mapping[str, float], best: Mapping[str, float], worth: float
@@ -347,6 +391,7 @@ def _moves(
     config: PlacementConfig,
     pinned: frozenset[str],
     cpu: _CpuBudget,
+    shed: Mapping[str, str],
 ) -> tuple[Move, ...]:
     """The moves from the current placement to ``best`` and whether to make each.
 
@@ -408,7 +453,9 @@ def _moves(
             # paper's B_thresh: the hysteresis that keeps a stack from going back and
             # in again as the node's measured wait swings (docs/runtime.md).
             note += " (many clients: a move back is judged alone)"
-        if over is not None:
+        if s.stack_id in shed:
+            execute, why = True, shed[s.stack_id]
+        elif over is not None:
             execute, why = True, over
         elif net > threshold:
             execute, why = True, f"net benefit {net:.3f} s > B_thresh {threshold:.3f} s{note}"

@@ -171,7 +171,8 @@ def test_the_budget_weighs_what_a_stack_saves_its_client_unweighted_by_its_load(
     assert heavy.score == pytest.approx(3.8, abs=0.1)
     assert worth_per_server_cpu_s(stacks[1], 1, 0, nodes) == pytest.approx(0.05)
     assert worth_per_server_cpu_s(stacks[0], 1, 0, nodes) == pytest.approx(199.3, abs=0.1)
-    for busy, cheap in ((0.66, 8), (0.95, 8)):
+    # Past the budget no arrival comes, whatever it saves (test_placement_many_saturation.py).
+    for busy, cheap in ((0.66, 8), (0.95, 0)):
         nodes["n1"] = NodeView("n1", NODE_SPEED, 1.0, cpu_busy=busy)
         plan = choose(stacks, nodes, PlacementConfig())
         made = [m.stack_id for m in plan.moves if m.execute]
@@ -197,7 +198,10 @@ def test_a_node_over_its_cpu_budget_sends_back_stacks_not_worth_their_cpu() -> N
     # Eight heavy filters and eight cheap ones at the node, which used 0.91 s of CPU in
     # the window (budget 0.7): heavy filters (0.05 s of their clients' CPU saved per
     # CPU second) go back until it fits (6 of them: 0.67 s with two), though each is
-    # faster at the node for its own stack; the cheap ones (200 s) stay.
+    # faster at the node for its own stack; the cheap ones (200 s) stay. The first
+    # four go as the share a saturated node sends back (ceil(16 x 0.21 / 0.91), those
+    # that save no bytes first: test_placement_many_saturation.py), the other two
+    # for the CPU their windows measured.
     node = NodeView("n1", NODE_SPEED, 1.0, cpu_busy=0.91)
     both = ("cheap", "heavy")
     stacks, nodes = mix(8, kinds=both, client_load=35.0, node=node, at_node=both)
@@ -205,7 +209,11 @@ def test_a_node_over_its_cpu_budget_sends_back_stacks_not_worth_their_cpu() -> N
     back = [m for m in plan.moves if not m.to_server]
     assert len(back) == 6 and len(plan.moves) == 6 and all("heavy" in m.stack_id for m in back)
     assert all(m.execute and m.net_s < 0 for m in back)
-    assert back[0].reason == (
+    assert [m.reason for m in back].count(
+        "the node's CPU saturated: 0.910 s a window > 0.900 s; back first of 4 for the most "
+        "CPU per byte saved (no bytes saved) (many clients)"
+    ) == 4
+    assert back[-1].reason == (
         "the node's CPU: 0.710 s a window with it kept > 0.700 s planned at most, "
         "and it saves its client 0.05 s of CPU and link per second of it (many clients)"
     )

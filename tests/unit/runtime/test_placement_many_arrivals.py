@@ -185,22 +185,25 @@ def test_a_few_stacks_at_a_time_are_sent_to_the_node() -> None:
     assert len(plan.moves) == 4
 
 
-def test_with_none_on_their_way_as_many_come_as_the_node_s_cpu_budget_has_room_for() -> None:
+def test_arrivals_come_by_the_limit_and_within_the_node_s_cpu_budget() -> None:
     # The node used 0.3 s of its CPU in the window, and plans at most 0.7 s: sixteen
-    # cheap filters take 1 ms a window each there by what their clients measured.
-    # With none on their way they all come at once, past the limit of 8.
+    # cheap filters take 1 ms a window each there by what their clients measure, but
+    # a call to a hosted object costs the node far more than that (about 14 ms in the
+    # mix benchmark), so the budget's room is not taken at once: the limit's eight
+    # come, and the node observes them (an earlier state let all sixteen come with none
+    # on their way; docs/runtime.md, "Saturation").
     stacks, nodes = mix(16, node=NodeView("n1", NODE_SPEED, 1.0, cpu_busy=0.3))
     plan = choose(stacks, nodes, PlacementConfig())
-    assert sum(m.execute and m.to_server for m in plan.moves) == 16
-    # One on its way already: the limit binds (seven more), whatever the room.
+    assert sum(m.execute and m.to_server for m in plan.moves) == 8
+    # One on its way already: seven more.
     plan = choose(stacks, nodes, PlacementConfig(), arriving={"n1": 1})
     assert sum(m.execute and m.to_server for m in plan.moves) == 7
-    # A node at 0.695 s has room for five by the budget: those, and then the limit's
-    # eight in all (past the budget only the limit lets them in).
+    # A node at 0.695 s has room for five by the budget: five, and no more.
     nodes["n1"] = NodeView("n1", NODE_SPEED, 1.0, cpu_busy=0.695)
     plan = choose(stacks, nodes, PlacementConfig())
-    assert sum(m.execute and m.to_server for m in plan.moves) == 8
-    assert any("8 at most, 8 held back" in n for n in plan.notes)
+    assert sum(m.execute and m.to_server for m in plan.moves) == 5
+    held = "no CPU for arrivals (its budget with what it hosts): 11 held back"
+    assert any(held in n for n in plan.notes)
 
 
 def test_the_limit_on_arrivals_is_a_count_of_stacks() -> None:

@@ -1,0 +1,132 @@
+"""The many-clients rule at a saturating node (docs/runtime.md, "Many clients",
+"Saturation"): an arrival comes only while the node's measured CPU, with every stack
+it hosts kept, has room for it under ``server_cpu_share_max`` (whatever the arrival
+saves its client), and a node past ``server_cpu_share_evict`` sends back a share of
+its stacks, those with the most CPU per byte saved first. Below
+``aggregate_clients_min`` clients neither applies.
+
+The stacks are the mix benchmark's (tests/unit/runtime/test_placement_many.py): a
+cheap filter takes 1 ms of the node's CPU a window by what its client measures, and
+saves its client a 256 KiB transfer (0.21 s)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from shuttle.runtime.placement import (
+    EdgeView,
+    Move,
+    NodeView,
+    ObjectView,
+    PlacementConfig,
+    choose,
+)
+from shuttle.runtime.placement_many import cpu_per_byte_saved, pushback
+from tests.unit.runtime.test_placement_many import BLOCK, NODE_SPEED, mix
+
+
+def arrivals(plan_moves: tuple[Move, ...]) -> list[str]:
+    return [m.stack_id for m in plan_moves if m.execute and m.to_server]
+
+
+def backs(plan_moves: tuple[Move, ...]) -> list[str]:
+    return [m.stack_id for m in plan_moves if m.execute and not m.to_server]
+
+
+def node(busy: float) -> NodeView:
+    return NodeView("n1", NODE_SPEED, 1.0, cpu_busy=busy)
+
+
+def test_no_arrival_past_the_node_s_cpu_budget_whatever_it_saves() -> None:
+    # A cheap filter saves its client about 200 s per second of the node's CPU, so the
+    # budget's exception for stacks worth their CPU let every one in past the budget,
+    # the limit on arrivals alone holding them (eight at a time): at 64 clients the
+    # passes ended with 41-52 at a node whose best split held 16 or 32.
+    stacks, nodes = mix(16, node=node(0.72))
+    plan = choose(stacks, nodes, PlacementConfig())
+    assert arrivals(plan.moves) == []
+    assert (
+        "many clients: n1 has no CPU for arrivals (its budget with what it hosts): 16 held back"
+        in plan.notes
+    )
+    # Under the budget, the limit's eight (the node observes them before more come).
+    nodes["n1"] = node(0.3)
+    assert len(arrivals(choose(stacks, nodes, PlacementConfig()).moves)) == 8
+    # With room for five by the budget, five.
+    nodes["n1"] = node(0.695)
+    assert len(arrivals(choose(stacks, nodes, PlacementConfig()).moves)) == 5
+
+
+def test_an_arrival_does_not_take_the_room_of_the_stacks_already_there() -> None:
+    # Eight cheap filters at the node measure 40 ms of its CPU a window each (their
+    # window's share of its use): with them kept, the node at 0.698 s has room for two
+    # newcomers (1 ms each). The greedy takes every stack from its client split, so
+    # before a hosted stack is taken again its CPU reads as free: room that is not an
+    # arrival's (eight would come, the limit's).
+    stacks, nodes = mix(16, node=node(0.698))
+    heavy_there = [
+        replace(
+            s,
+            split=0,
+            objects=(s.objects[0], ObjectView(s.objects[1].rid, 0.002), s.objects[2]),
+        )
+        for s in stacks[:8]
+    ]
+    stacks = heavy_there + stacks[8:]
+    plan = choose(stacks, nodes, PlacementConfig())
+    assert len(arrivals(plan.moves)) == 2
+    assert backs(plan.moves) == []
+
+
+def test_a_saturated_node_sends_back_the_stacks_with_the_most_cpu_per_byte_saved() -> None:
+    # Sixteen cheap filters at a node whose measured use is 0.95 s a window (past 0.9,
+    # the share that sends stacks back; the budget is 0.7): it sends back
+    # ceil(16 x (0.95 - 0.7) / 0.95) = 5 of them, first the four whose reads return a
+    # quarter of each block (they save less per CPU second), then the first by name.
+    stacks, nodes = mix(16, node=node(0.95), at_node=("cheap",))
+    lean = {stacks[i].stack_id for i in (3, 7, 11, 15)}
+    stacks = [
+        replace(s, edges=(EdgeView(BLOCK * 0.25, 1), s.edges[1])) if s.stack_id in lean else s
+        for s in stacks
+    ]
+    plan = choose(stacks, nodes, PlacementConfig())
+    back = backs(plan.moves)
+    assert len(back) == 5 and lean < set(back) and "app0/console-cheap" in back
+    assert arrivals(plan.moves) == []
+    reason = next(m.reason for m in plan.moves if m.stack_id == "app3/console-cheap")
+    assert reason.startswith(
+        "the node's CPU saturated: 0.950 s a window > 0.900 s; back first of 5"
+    )
+    # The same node between the budget and that share: nothing moves either way.
+    nodes["n1"] = node(0.8)
+    plan = choose(stacks, nodes, PlacementConfig())
+    assert backs(plan.moves) == [] and arrivals(plan.moves) == []
+
+
+def test_the_share_sent_back_and_its_order() -> None:
+    stacks, nodes = mix(8, node=node(1.0), at_node=("cheap",))
+    client = {s.stack_id: 1 for s in stacks}
+    # Half the use over the budget: half the stacks (rounded up), none under it.
+    assert len(pushback(stacks, nodes["n1"], 1.4, 0.7, client)) == 4
+    assert len(pushback(stacks, nodes["n1"], 0.71, 0.7, client)) == 1
+    assert pushback(stacks, nodes["n1"], 0.7, 0.7, client) == []
+    # A stack that saves no bytes goes first, whatever its CPU.
+    nothing = replace(stacks[5], edges=(EdgeView(BLOCK, 1), stacks[5].edges[1]))
+    assert cpu_per_byte_saved(nothing, 1, NODE_SPEED) == math.inf
+    first, _ = pushback([*stacks[:5], nothing, *stacks[6:]], nodes["n1"], 0.8, 0.7, client)[0]
+    assert first.stack_id == nothing.stack_id
+    # 1 ms of the node's CPU for the 0.95 of a block it keeps off the link.
+    assert cpu_per_byte_saved(stacks[0], 1, NODE_SPEED) == pytest.approx(0.001 / (BLOCK * 0.95))
+
+
+def test_below_the_many_clients_condition_the_node_s_cpu_moves_nothing() -> None:
+    # Four clients: the paper's per-stack rule, at any measured use of the node.
+    stacks, nodes = mix(4, node=node(0.99), at_node=("cheap",))
+    plan = choose(stacks, nodes, PlacementConfig())
+    assert backs(plan.moves) == []
+    stacks, nodes = mix(4, node=node(0.99))
+    config = PlacementConfig(threshold_fraction=0.1)  # each move clears it alone
+    assert len(arrivals(choose(stacks, nodes, config).moves)) == 4
