@@ -34,8 +34,12 @@ SERVER_CPU_SHARE_MAX_DEFAULT = 0.7
 #: the next. In the mix benchmark's 16-client passes (a node that got a quarter of a
 #: core) the use swung by ±0.05 s a window around a 0.18-0.24 s budget.
 SERVER_CPU_SHARE_EVICT_DEFAULT = 0.9
-#: Beyond that share a stack is still admitted (and not sent back) if it saves its
-#: client more than this many seconds per second of the node's CPU it takes: at a
+#: Beyond that share a stack already at the node is not sent back for its CPU if it
+#: saves its client more than this many seconds per second of the node's CPU it
+#: takes, by the CPU its window measured (no stack *arrives* past the budget, whatever
+#: it saves, and past :data:`SERVER_CPU_SHARE_EVICT_DEFAULT` a share of the hosted
+#: stacks goes back, whatever each saves: the CPU a hosted call costs the node shows
+#: only in the node's own use; docs/runtime.md, "Saturation"): at a
 #: node whose CPU is spoken for, each second given to one stack is taken from those
 #: already there, whose response times grow by at least as much in all. A filter that
 #: saves its client a 256 KiB transfer for a millisecond of filtering is worth ~50; a

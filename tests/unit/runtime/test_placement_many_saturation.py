@@ -118,6 +118,16 @@ def test_the_share_sent_back_and_its_order() -> None:
     assert cpu_per_byte_saved(nothing, 1, NODE_SPEED) == math.inf
     first, _ = pushback([*stacks[:5], nothing, *stacks[6:]], nodes["n1"], 0.8, 0.7, client)[0]
     assert first.stack_id == nothing.stack_id
+    # One that did nothing in the window (no CPU, no bytes) frees nothing: it goes last.
+    filt = ObjectView(stacks[2].objects[1].rid)
+    idle = replace(
+        stacks[2],
+        objects=(stacks[2].objects[0], filt, stacks[2].objects[2]),
+        edges=(EdgeView(), EdgeView()),
+    )
+    assert cpu_per_byte_saved(idle, 1, NODE_SPEED) == 0.0
+    rated = pushback([*stacks[:2], idle, *stacks[3:]], nodes["n1"], 1.0, 0.1, client)
+    assert rated[-1][0].stack_id == idle.stack_id
     # 1 ms of the node's CPU for the 0.95 of a block it keeps off the link.
     assert cpu_per_byte_saved(stacks[0], 1, NODE_SPEED) == pytest.approx(0.001 / (BLOCK * 0.95))
 
