@@ -23,7 +23,9 @@ Layout (one module per concept; docs/runtime.md explains the model):
   concept: ``placement_views`` (its inputs), ``placement_costs`` (one stack's
   equations 3-6, the measured per-call overhead, a move's price),
   ``placement_load`` (equations 5-7: the server load's fixed point),
-  ``placement_choice`` (the greedy choice of 5.4.3), ``placement_many`` (what the
+  ``placement_choice`` (the greedy choice of 5.4.3), ``placement_verdicts`` (its
+  verdict on each move), ``placement_plan`` (an evaluation's record),
+  ``placement_budget`` (the servers' CPU budget, many clients), ``placement_many`` (what the
   many-clients rule reads differently: queued calls, completed calls)
 * ``sites``      the model's three sites for data in Ceph: client, node, OSD (pure)
 * ``site_probe`` a grep's costs from a probe, and the site the three-site model picks

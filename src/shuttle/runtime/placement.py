@@ -1,14 +1,20 @@
 """The placement model of ABACUS section 5.4: measurements in, decisions out. No I/O.
 
 This module is the model's front: it names every piece the rest of the run-time uses,
-from five modules, one per concept:
+from eight modules, one per concept:
 
 * :mod:`~shuttle.runtime.placement_views`   the inputs: knobs, nodes, objects, edges, stacks
 * :mod:`~shuttle.runtime.placement_costs`   one stack's equations 3-6, a move's price,
   feasible splits
 * :mod:`~shuttle.runtime.placement_load`    equations 5-7 over a placement vector: the
   server load's fixed point
-* :mod:`~shuttle.runtime.placement_choice`  the greedy choice of 5.4.3 and its verdicts
+* :mod:`~shuttle.runtime.placement_choice`  the greedy choice of 5.4.3
+* :mod:`~shuttle.runtime.placement_verdicts`  its verdict on each move: ``B_thresh``,
+  evictions for room
+* :mod:`~shuttle.runtime.placement_plan`    what an evaluation considered and decided,
+  and its decision-log record
+* :mod:`~shuttle.runtime.placement_budget`  with many clients: the servers' CPU budget,
+  a stack's worth per server CPU second
 * :mod:`~shuttle.runtime.placement_many`    with many clients: the node's queued calls
   in its load, each stack's traffic from its completed calls, the node's wait per
   call as the price of a call there for a stack not there yet, the limit on arrivals,
@@ -70,7 +76,7 @@ decisions are ours and are named in docs/runtime.md:
 
 from __future__ import annotations
 
-from shuttle.runtime.placement_choice import Candidate, Move, Plan, choose
+from shuttle.runtime.placement_choice import choose
 from shuttle.runtime.placement_costs import (
     call_overhead_s,
     client_work_s,
@@ -86,6 +92,7 @@ from shuttle.runtime.placement_costs import (
     stall_s,
 )
 from shuttle.runtime.placement_load import Prediction, predict, predict_single, server_cpu_s
+from shuttle.runtime.placement_plan import Candidate, Move, Plan
 from shuttle.runtime.placement_views import (
     AGGREGATE_CLIENTS_MIN_DEFAULT,
     ARRIVALS_MAX_DEFAULT,

@@ -70,7 +70,7 @@ class PlacementConfig:
     #: second is at least this many times the evicted one's.
     eviction_ratio: float = 1.25
     #: Scale each stack's B_thresh by its share of its client's time (the stacks of
-    #: one client run in turn; :func:`~shuttle.runtime.placement_choice.client_shares`).
+    #: one client run in turn; :func:`~shuttle.runtime.placement_verdicts.client_shares`).
     #: Off: the paper's threshold for every stack.
     threshold_per_share: bool = False
     #: Leave undecided a stack whose top edge completed no call in the window while
