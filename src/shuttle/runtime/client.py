@@ -57,7 +57,8 @@ from shuttle.runtime.monitor import ResourceMonitor
 from shuttle.runtime.moves import MigrationEvent
 from shuttle.runtime.peers import Peers
 from shuttle.runtime.refs import Ref
-from shuttle.runtime.service import Ticker, register_runtime_ops
+from shuttle.runtime.service import register_runtime_ops
+from shuttle.runtime.ticker import Ticker
 
 log = logging.getLogger("shuttle.runtime")
 

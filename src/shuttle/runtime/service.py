@@ -59,10 +59,6 @@ from shuttle.runtime.hosting import POLICIES
 from shuttle.runtime.ids import ObjectId
 from shuttle.runtime.mobile import builtin_type
 from shuttle.runtime.planner import ResourceManager
-
-# runtime/client.py still imports Ticker from here: it is left alone while another
-# branch (mix5) works in it; it should import it from runtime.ticker, as host.py does.
-from shuttle.runtime.ticker import Ticker as Ticker
 from shuttle.wire.limits import PAYLOAD_BYTES_MAX
 
 #: What a client's arguments to an object may hold (checked before they are decoded):
