@@ -39,7 +39,10 @@ Layout:
 * ``abacus_plots``  PNG plots of the ABACUS experiments, in the paper's layout
 * ``competition``  ABACUS 6.7: adapting to competition over resources
 * ``mix``      ``bench abacus mix``: many client processes calling cheap and CPU-heavy
-  filters; aggregate throughput at client, at node and adaptive
+  filters; aggregate throughput at client, at node and adaptive (its passes); by
+  concept: ``mix_settings`` (its flags and their checks), ``mix_clients`` (the forked
+  client processes and their passes), ``mix_timeline`` (the nodes' CPU per second),
+  ``mix_decisions`` (the decision logs read back), ``mix_report`` (per pass and the JSON)
 * ``swing``    conditions that swing around the break-even point: does it thrash?
 * ``raid``     ABACUS 6.2: adapting to network topology, the RAID 5 object
 * ``directory``  ABACUS 6.5: adapting to contention over shared data

@@ -127,7 +127,8 @@ def mix(
     node) and a CPU-heavy one (best at the client, so the node does not saturate) in a
     closed loop: aggregate calls per second with every filter at the client, every
     filter at the node, and adaptive, and where each kind ended."""
-    from shuttle.bench.mix import MixSettings, parse_partial, run_mix_benchmark
+    from shuttle.bench.mix import run_mix_benchmark
+    from shuttle.bench.mix_settings import MixSettings, parse_partial
 
     settings = MixSettings(
         clients=clients,

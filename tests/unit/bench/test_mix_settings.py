@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from shuttle.bench.mix import MixSettings, _at_node, _ceiling, parse_partial
+from shuttle.bench.mix_clients import at_node
+from shuttle.bench.mix_report import ceiling
+from shuttle.bench.mix_settings import MixSettings, parse_partial
 from shuttle.errors import ConfigError
 
 
@@ -29,14 +31,12 @@ def test_the_partial_splits_run_between_the_split_and_adaptive() -> None:
 
 
 def test_a_partial_split_puts_the_first_k_clients_cheap_filters_at_the_node() -> None:
-    at_node = [i for i in range(16) if _at_node("split-4", "cheap", i)]
-    assert at_node == [0, 1, 2, 3]
-    assert not any(_at_node("split-4", "heavy", i) for i in range(16))
-    assert all(
-        _at_node("split", "cheap", i) and not _at_node("split", "heavy", i) for i in range(3)
-    )
-    assert all(_at_node("server", k, 5) for k in ("cheap", "heavy"))
-    assert not any(_at_node(p, "cheap", 0) for p in ("client", "adaptive"))
+    placed = [i for i in range(16) if at_node("split-4", "cheap", i)]
+    assert placed == [0, 1, 2, 3]
+    assert not any(at_node("split-4", "heavy", i) for i in range(16))
+    assert all(at_node("split", "cheap", i) and not at_node("split", "heavy", i) for i in range(3))
+    assert all(at_node("server", k, 5) for k in ("cheap", "heavy"))
+    assert not any(at_node(p, "cheap", 0) for p in ("client", "adaptive"))
 
 
 def test_partial_splits_that_are_not_partial_are_refused_saying_why() -> None:
@@ -59,13 +59,13 @@ def test_the_ceiling_is_the_best_split_of_each_run() -> None:
         "split-8": [84.0, 33.0],
         "adaptive": [80.0, 36.0],
     }
-    got = _ceiling(rates, ["split", "split-8"], 2)
+    got = ceiling(rates, ["split", "split-8"], 2)
     assert got["placement_per_run"] == ["split-8", "split-8"]
     assert got["calls_per_s_per_run"] == [84.0, 33.0]
     assert got["over_better_static_per_run"] == [1.2, 1.1]
     assert got["adaptive_over_ceiling_per_run"] == [round(80 / 84, 3), round(36 / 33, 3)]
     rates["split"] = [90.0, 20.0]
-    assert _ceiling(rates, ["split", "split-8"], 2)["placement_per_run"] == ["split", "split-8"]
+    assert ceiling(rates, ["split", "split-8"], 2)["placement_per_run"] == ["split", "split-8"]
 
 
 def test_a_negative_limit_on_arrivals_is_refused() -> None:
@@ -77,11 +77,11 @@ def test_a_negative_limit_on_arrivals_is_refused() -> None:
 def test_the_nodes_note_on_their_arrivals_is_read_back_from_the_decision_log() -> None:
     # The note the many-clients rule writes (16 cheap filters, an idle node: 8 sent,
     # 8 held back) is what the benchmark sums per adaptive pass.
-    from shuttle.bench.mix import _QUEUE_NOTE
+    from shuttle.bench.mix_decisions import QUEUE_NOTE
     from shuttle.runtime.placement import PlacementConfig, choose
     from tests.unit.runtime.test_placement_many import mix
 
     stacks, nodes = mix(16)
     plan = choose(stacks, nodes, PlacementConfig())
-    found = [m for m in map(_QUEUE_NOTE.search, plan.notes) if m]
+    found = [m for m in map(QUEUE_NOTE.search, plan.notes) if m]
     assert len(found) == 1 and found[0].groups() == ("0.0000", "0", "8")
