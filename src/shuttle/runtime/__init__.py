@@ -63,6 +63,7 @@ Layout (one module per concept; docs/runtime.md explains the model):
 * ``ticker``     the periodic work of every run-time: monitor snapshots, load samples
 * ``host``       the run-time inside a storage node
 * ``client``     :class:`Runtime`, an application's run-time
+* ``client_digests``  what an application's run-time tells the nodes each window, and when
 * ``config``     :class:`RuntimeConfig` (H, B_thresh, limits)
 
 Dependencies point down: nothing in ``wire``, ``net``, ``store`` or ``client``

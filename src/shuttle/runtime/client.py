@@ -48,8 +48,9 @@ from shuttle.net.server import RpcServer
 from shuttle.net.tls import ClientTls, ServerTls
 from shuttle.runtime import migration, values
 from shuttle.runtime.binding import BindingManager
+from shuttle.runtime.client_digests import Digests
 from shuttle.runtime.config import RuntimeConfig
-from shuttle.runtime.digest import CONSOLE_PREFIX, LinkDigest, build_digest
+from shuttle.runtime.digest import CONSOLE_PREFIX
 from shuttle.runtime.hosting import POLICIES
 from shuttle.runtime.ids import APPLICATION_PREFIX, ObjectId
 from shuttle.runtime.mobile import MobileObject
@@ -141,13 +142,22 @@ class Runtime:
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
         self._migrations: set[asyncio.Task[Any]] = set()
-        #: When each console's current burst of activity was first seen, and whether a
-        #: digest has gone out since (a new stack's first digest comes early).
-        self._active_since: dict[str, float] = {}
-        self._reported: set[str] = set()
-        self._last_digest = 0.0
         #: Durable objects this application made: their homes are nodes (rid.home).
         self._durable: set[ObjectId] = set()
+        #: What this run-time tells the nodes each window; their decisions come back
+        #: to :meth:`_act`.
+        self._digests = Digests(
+            self.id,
+            lambda: self.nodes,
+            self.bm,
+            self.peers,
+            self.monitor,
+            self.ticker,
+            self.config,
+            self.executor,
+            self._durable,
+            self._act,
+        )
         self._closed = False
         self._start()
 
@@ -433,7 +443,7 @@ class Runtime:
         """Migrations this run-time took part in (as source or target), oldest first."""
         return self.bm.history.events()
 
-    # --- digests ------------------------------------------------------------------------
+    # --- digests (sent by runtime/client_digests.py) and the nodes' decisions ----------
 
     async def _periodic(self) -> None:
         while True:
@@ -442,83 +452,11 @@ class Runtime:
                 continue
             try:
                 self.ticker.tick()
-                await self._maybe_digest()
+                await self._digests.maybe_send()
             except ShuttleError as exc:
                 log.info("digest not delivered: %s", exc)
             except Exception:  # a bug here must not stop the application
                 log.exception("run-time periodic work failed")
-
-    def _links(self) -> dict[str, LinkDigest]:
-        out = {}
-        for n in self.nodes:
-            link = n.link
-            bw = None if link is None else link.bandwidth_bits_per_s
-            out[n.node_id] = LinkDigest(
-                link.name if link is not None else "loopback",
-                None if bw is None else bw / 8,
-                0.0 if link is None else link.latency_s,
-            )
-        return out
-
-    async def _maybe_digest(self) -> None:
-        window = self.monitor.window()
-        now = time.monotonic()
-        active = {caller for caller, _ in window.edges if caller.startswith(f"{self.id}/")}
-        consoles = {c for c in active if ObjectId.parse(c).local.startswith(CONSOLE_PREFIX)}
-        for c in list(self._active_since):
-            if c not in consoles:
-                del self._active_since[c]
-                self._reported.discard(c)
-        for c in consoles:
-            self._active_since.setdefault(c, now)
-        targets = {ObjectId.parse(callee).home for _, callee in window.edges}
-        targets = {t for t in targets if t != self.id and self.peers.address_of(t) is not None}
-        hosting = {
-            e.location for _, e in self.bm.table.homed_items() if e.location not in (self.id, "")
-        }
-        # A durable object's home hears from its application too (or it forgets it).
-        hosting |= {rid.home for rid in self._durable}
-        hosting = {t for t in hosting if self.peers.address_of(t) is not None}
-        targets |= hosting
-        if not targets:
-            return
-        if not consoles:
-            # Idle, but objects of ours live on nodes: a digest every H keeps their
-            # lease (a node drops the objects of an application it no longer hears).
-            if hosting and now - self._last_digest >= self.config.digest_every_s:
-                self._last_digest = now
-                await self._send_digest(window, hosting)
-            return
-        first_due = any(
-            c not in self._reported and now - t0 >= self.config.first_digest_after_s
-            for c, t0 in self._active_since.items()
-        )
-        if not first_due and now - self._last_digest < self.config.digest_every_s:
-            return
-        self._last_digest = now
-        self._reported.update(
-            c
-            for c, t0 in self._active_since.items()
-            if now - t0 >= self.config.first_digest_after_s
-        )
-        await self._send_digest(window, targets)
-
-    async def _send_digest(self, window: Any, targets: set[str]) -> None:
-        loop = asyncio.get_running_loop()
-        digest = await loop.run_in_executor(
-            self.executor, lambda: build_digest(self.bm, window, self.ticker.load, self._links())
-        )
-        packed = values.pack(digest.to_wire())
-        replies = await asyncio.gather(
-            *(self.peers.call(t, "runtime.digest", {}, packed) for t in sorted(targets)),
-            return_exceptions=True,
-        )
-        for target, reply in zip(sorted(targets), replies, strict=True):
-            if isinstance(reply, BaseException):
-                log.info("digest to %s failed: %s", target, reply)
-                continue
-            for decision in (reply.result or {}).get("decisions", []):
-                self._act(decision)
 
     def _act(self, decision: dict[str, Any]) -> None:
         """Carry out a node's decision about an object hosted here."""
