@@ -235,6 +235,39 @@ def test_a_prefix_bound_principal_neither_reads_nor_lists_outside_its_prefix(
         c.remove("data/mine.txt")
 
 
+def test_shuttle_put_works_for_a_principal_that_cannot_read_the_parent_names(
+    cluster: KeyedCluster, tmp_path: Path
+) -> None:
+    """``shuttle put`` first asks every node whether a parent of the key is an object
+    (client/namespace.py); a principal that may write under ``scratch/`` but not read
+    the name ``scratch`` (the README tour's alice) must still be able to put there,
+    and a write outside its prefix is still refused by the node, naming the write
+    capability."""
+    name = fresh("writer")
+    writer = cluster.add(name, "--read", "data/", "--write", "scratch/", "--write", "data/")
+    local = tmp_path / "notes.txt"
+    local.write_bytes(b"notes\n")
+
+    def put(key: str) -> subprocess.CompletedProcess[bytes]:
+        return shuttle_cli(
+            "put", str(local), key, "--cluster", str(cluster.path), "--key-file", str(writer),
+            env=_no_env(),
+        )  # fmt: skip
+
+    for key in ("scratch/notes.txt", "data/deeper/notes.txt"):
+        done = put(key)
+        assert done.returncode == 0, done.stderr
+        assert f"{key}: 6 bytes" in one_line(done.stdout)
+    refused = put("secret/notes.txt")
+    assert refused.returncode == NotPermittedError.exit_code, refused.stderr
+    assert "may not" in one_line(refused.stderr) and "write capability" in one_line(refused.stderr)
+    with cluster.admin() as admin:
+        assert admin.get("scratch/notes.txt") == b"notes\n"
+        assert not admin.exists("secret/notes.txt")
+        admin.remove("scratch/notes.txt")
+        admin.remove("data/deeper/notes.txt")
+
+
 def test_listings_show_the_way_down_to_a_deep_prefix_and_nothing_beside_it(
     cluster: KeyedCluster,
 ) -> None:

@@ -23,6 +23,10 @@ lock). Readers then see the object and not the directory (:data:`OBJECT_WINS`), 
 a listing never fails: ``shuttle get a`` or ``rm a`` resolves it. The library's own
 ``Client.put`` does not ask (it would cost every small put a round trip to every
 node); programs that build directory trees call :meth:`check_new_key` first.
+
+A principal (docs/security.md) that may not read a parent's name cannot learn whether
+it is an object, and the check skips that parent rather than refuse a put the
+principal may make: it sees what its read capability shows, as every listing does.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from shuttle.client.model import NodeAddress
-from shuttle.errors import KeyConflictError, NotFoundError
+from shuttle.errors import KeyConflictError, NotFoundError, NotPermittedError
 
 if TYPE_CHECKING:
     from shuttle.client.client import Client
@@ -109,6 +113,12 @@ class Namespace:
                     self.client.call(node, "stat", {"key": parents[i]})
                 except NotFoundError:
                     continue  # absent, or a directory there: either way not an object
+                except NotPermittedError:
+                    # A principal may write under ``scratch/`` without reading the
+                    # name ``scratch``: it cannot see that parent, so it cannot know.
+                    # Refusing would refuse every put it is allowed to make; the node
+                    # still checks its write capability, and a clash is a race's.
+                    continue
                 objects.append(parents[i])
             return [str(k) for k in under.result["keys"]], objects
 
