@@ -127,7 +127,13 @@ def _progress(total: int, what: str) -> Iterator[Any]:
 
 def put(
     local: Annotated[Path, typer.Argument(help="Local file to upload ('-' for stdin).")],
-    key: Annotated[str, typer.Argument(help="Object key, e.g. logs/2026/a.txt.")],
+    key: Annotated[
+        str,
+        typer.Argument(
+            help="Object key, e.g. logs/2026/a.txt; a key ending in / puts the file into "
+            "that directory under its own name (as cp does)."
+        ),
+    ],
     node: NodeOpt = None,
     cluster: ClusterOpt = None,
     key_file: KeyFileOpt = None,
@@ -136,6 +142,7 @@ def put(
     link: LinkOpt = None,
 ) -> None:
     """Upload a local file as object KEY (atomically: readers never see half of it)."""
+    key = put_key(local, key)
     with _client(node, cluster, key_file, link, tls, ca_file) as client:
         client.check_new_key(key)  # a name is an object or a directory, cluster-wide
         if str(local) == "-":
@@ -185,6 +192,20 @@ def get(
                 )
                 raise typer.Exit(code=2) from exc
     err.print(f"{escape(key)} → {escape(str(target))}: {info.size} bytes, version {info.version}")
+
+
+def put_key(local: Path, key: str) -> str:
+    """The key ``shuttle put LOCAL KEY`` writes, as ``cp`` would: ``KEY`` itself, or,
+    for a ``KEY`` ending in ``/``, LOCAL's name inside that directory. Raises
+    :class:`InvalidArgumentError` (exit status 2) for standard input, which has no name."""
+    if not key.endswith("/"):
+        return key
+    if str(local) == "-":
+        raise InvalidArgumentError(
+            f"key {key!r} names a directory, and standard input has no name to put "
+            f"under it; name the object in full, e.g. {key}data.bin"
+        )
+    return key + local.name
 
 
 def local_target(key: str, local: str) -> Path:

@@ -6,12 +6,14 @@ import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from shuttle import cli
 from shuttle.client import Client
 from shuttle.client import cli as client_cli
+from shuttle.errors import InvalidArgumentError
 from shuttle.testing import MemoryNode
 
 
@@ -47,3 +49,20 @@ def test_stat_shows_the_mtime_as_a_date_too(run: Callable[..., str], client: Cli
 def test_ls_prints_keys_as_written(run: Callable[..., str], client: Client) -> None:
     client.put("a/[b]", b"x")
     assert run("ls", "-r", "a/", "--node", "memory:0").split() == ["a/[b]"]
+
+
+def test_put_into_a_directory_key_uses_the_file_name_as_cp_does(
+    run: Callable[..., str], client: Client, tmp_path: Path
+) -> None:
+    local = tmp_path / "notes.txt"
+    local.write_bytes(b"notes\n")
+    out = run("put", str(local), "docs/", "--node", "memory:0")
+    assert "docs/notes.txt: 6 bytes" in out
+    assert client.get("docs/notes.txt") == b"notes\n"
+    run("put", str(local), "docs/copy.txt", "--node", "memory:0")  # a full key is kept
+    assert client.get("docs/copy.txt") == b"notes\n"
+
+
+def test_put_of_standard_input_into_a_directory_key_says_to_name_the_object() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"'docs/' names a directory.*docs/data.bin"):
+        client_cli.put_key(Path("-"), "docs/")
