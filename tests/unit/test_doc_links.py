@@ -7,7 +7,7 @@ that sends a reader to a file that is gone is the first thing a new user trips o
 
 Paths and module names are checked against the tree, without importing anything, so
 the check is cheap and deterministic. A code span with a placeholder (``$t``,
-``[-nopin]``, ``{a,b}``, ``*``, ``<name>``) is a pattern, not a path, and is skipped;
+``[-nopin]``, ``{a,b}``, ``*``, ``<name>``, ``src/...``) is a pattern, not a path, and is skipped;
 fenced code blocks are skipped too (their ``docs/x`` are object keys, not files).
 """
 
@@ -32,7 +32,7 @@ _NAMED_FILE = re.compile(
     r"\.(?:md|py|c|h|toml|sh|json|png|csv|gz))\b"
 )
 _MODULE = re.compile(r"shuttle(?:\.[a-z_][a-z0-9_]*)+")
-_PLACEHOLDER = re.compile(r"[$*{}\[\]<>]")
+_PLACEHOLDER = re.compile(r"[$*{}\[\]<>…]|\.\.\.")
 #: Names spelled like modules that are not: why each is named in the docs.
 NOT_MODULES = {"shuttle.attrs": "the xattr of an object's attribute record (storage-format.md)"}
 
