@@ -143,13 +143,13 @@ def put(
 ) -> None:
     """Upload a local file as object KEY (atomically: readers never see half of it)."""
     key = put_key(local, key)
+    if str(local) != "-" and not local.is_file():  # before any node is asked anything
+        raise typer.BadParameter(f"{local} is not a readable file", param_hint="LOCAL")
     with _client(node, cluster, key_file, link, tls, ca_file) as client:
         client.check_new_key(key)  # a name is an object or a directory, cluster-wide
         if str(local) == "-":
             info = client.put(key, sys.stdin.buffer)
         else:
-            if not local.is_file():
-                raise typer.BadParameter(f"{local} is not a readable file", param_hint="LOCAL")
             with _progress(local.stat().st_size, f"put {key}") as advance:
                 info = client.put(key, local, progress=advance)
     console.print(

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import typer
 
 from shuttle import cli
 from shuttle.client import Client
@@ -66,3 +67,11 @@ def test_put_into_a_directory_key_uses_the_file_name_as_cp_does(
 def test_put_of_standard_input_into_a_directory_key_says_to_name_the_object() -> None:
     with pytest.raises(InvalidArgumentError, match=r"'docs/' names a directory.*docs/data.bin"):
         client_cli.put_key(Path("-"), "docs/")
+
+
+def test_put_of_a_missing_file_says_so_before_asking_any_node(tmp_path: Path) -> None:
+    """A typo in the file name is reported as that, even with no node to reach."""
+    command = cli.build_command()
+    args = ["put", str(tmp_path / "missing.txt"), "k", "--node", "127.0.0.1:1"]
+    with pytest.raises(typer.BadParameter, match=r"missing.txt is not a readable file"):
+        command.main(args=args, prog_name="shuttle", standalone_mode=False)
