@@ -296,7 +296,9 @@ def fresh_reads(
     if len(spots) < 2:
         raise ConfigError(
             f"the per-call cost needs at least 2 reads to replay, not {len(spots)}: the "
-            "first opens the connection; give the program's reads or more --calls"
+            "first opens the connection; give `shuttle sim predict` at least 2 objects "
+            "(more KEYS, or a prefix that holds more) or `shuttle sim calibrate` "
+            "--calls 2 or more"
         )
     if pid is None:
         node_cpu_clock(pid, node)  # raises the error that says what to do
