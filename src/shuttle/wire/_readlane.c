@@ -225,6 +225,27 @@ static int arg_index(const char *s, Py_ssize_t n) {
     return -1;
 }
 
+/* The key of the last read parsed, when it was ASCII and at most LAST_KEY_BYTES_MAX
+ * bytes: the next read of the same key (the usual case: a client reads the pages of
+ * one object) gets this str again rather than a new one. Equal bytes are the same
+ * str (an ASCII str's UTF-8 is its data), and the str already holds its hash, which
+ * the store's look-ups by key (its stripe memo, attributes, block cache) then do not
+ * compute again; one memcmp against a decode, an allocation, a hash and a free. A str
+ * is immutable, so sharing it is safe; it is only read and replaced under the GIL. */
+#define LAST_KEY_BYTES_MAX 256
+static PyObject *last_key = NULL;
+
+static PyObject *last_key_or_new(const char *key, Py_ssize_t key_n) {
+    PyObject *cached = last_key;
+    if (cached != NULL && PyUnicode_GET_LENGTH(cached) == key_n &&
+        memcmp(PyUnicode_DATA(cached), key, (size_t)key_n) == 0)
+        return Py_NewRef(cached);
+    PyObject *fresh = PyUnicode_DecodeUTF8(key, key_n, NULL);
+    if (fresh != NULL && key_n <= LAST_KEY_BYTES_MAX && PyUnicode_IS_ASCII(fresh))
+        Py_XSETREF(last_key, Py_NewRef(fresh));
+    return fresh;
+}
+
 static PyObject *parse_read_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "parse_read_request(data, header_max)");
@@ -263,7 +284,7 @@ static PyObject *parse_read_request(PyObject *self, PyObject *const *args, Py_ss
     if (c.p != c.end || !seen[ARG_KEY] || !seen[ARG_OFFSET] || !seen[ARG_LENGTH] ||
         ints[ARG_OFFSET] < 0 || ints[ARG_LENGTH] < 0)
         Py_RETURN_NONE;
-    PyObject *key_obj = PyUnicode_DecodeUTF8(key, key_n, NULL);
+    PyObject *key_obj = last_key_or_new(key, key_n);
     if (key_obj == NULL) {
         PyErr_Clear();  /* not valid UTF-8: the general path says so */
         Py_RETURN_NONE;
@@ -293,9 +314,12 @@ static PyObject *parse_read_request(PyObject *self, PyObject *const *args, Py_ss
     return out;
 }
 
+/* pack_read_reply(rid, data[, start, stop]): the reply carrying data[start:stop]
+ * (all of data without them), copied once, straight into the frame: a node answering
+ * from a cached block passes the whole block and the range, not a slice of it. */
 static PyObject *pack_read_reply(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "pack_read_reply(rid, data)");
+    if (nargs != 2 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "pack_read_reply(rid, data[, start, stop])");
         return NULL;
     }
     int64_t rid;
@@ -308,7 +332,19 @@ static PyObject *pack_read_reply(PyObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "pack_read_reply: data must be bytes");
         return NULL;
     }
-    Py_ssize_t plen = PyBytes_GET_SIZE(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data), start = 0, stop = size;
+    if (nargs == 4) {
+        int64_t a, b;
+        if (!as_int64(args[2], &a) || !as_int64(args[3], &b) || a < 0 || b < a || b > size) {
+            PyErr_Format(PyExc_ValueError,
+                         "pack_read_reply: start and stop must be ints with "
+                         "0 <= start <= stop <= len(data) (%zd)", size);
+            return NULL;
+        }
+        start = (Py_ssize_t)a;
+        stop = (Py_ssize_t)b;
+    }
+    Py_ssize_t plen = stop - start;
     if ((uint64_t)plen > 0xffffffffULL) {
         PyErr_SetString(PyExc_OverflowError, "pack_read_reply: data over 4 GiB");
         return NULL;
@@ -321,7 +357,7 @@ static PyObject *pack_read_reply(PyObject *self, PyObject *const *args, Py_ssize
     *p++ = 0x92;
     p = write_int(p, rid);
     *p++ = 0xc0;
-    memcpy(p, PyBytes_AS_STRING(data), (size_t)plen);
+    memcpy(p, PyBytes_AS_STRING(data) + start, (size_t)plen);
     return out;
 }
 
@@ -392,7 +428,7 @@ static PyMethodDef methods[] = {
     {"parse_read_request", (PyCFunction)(void (*)(void))parse_read_request, METH_FASTCALL,
      "(rid, key, offset, length, version) of one whole read request frame, or None."},
     {"pack_read_reply", (PyCFunction)(void (*)(void))pack_read_reply, METH_FASTCALL,
-     "The RESPONSE frame [rid, nil] carrying data, as bytes."},
+     "The RESPONSE frame [rid, nil] carrying data (or data[start:stop]), as bytes."},
     {"pack_read_request", (PyCFunction)(void (*)(void))pack_read_request, METH_FASTCALL,
      "The REQUEST frame of a read, or None when the general path must encode it."},
     {"parse_read_reply", (PyCFunction)(void (*)(void))parse_read_reply, METH_FASTCALL,

@@ -1,9 +1,14 @@
 # The C read lane (src/shuttle/wire/_readlane.c); the reference is readlane.py.
 
+from typing import overload
+
 def parse_read_request(
     data: bytes, header_max: int, /
 ) -> tuple[int, str, int, int, int | None] | None: ...
+@overload
 def pack_read_reply(rid: int, data: bytes, /) -> bytes: ...
+@overload
+def pack_read_reply(rid: int, data: bytes, start: int, stop: int, /) -> bytes: ...
 def pack_read_request(
     rid: int, key: str, offset: int, length: int, version: int | None, /
 ) -> bytes | None: ...

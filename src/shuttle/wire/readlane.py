@@ -8,7 +8,8 @@ request whose shape never changes. The lane parses and builds exactly that shape
 * :func:`parse_read_request` (node) — a frame holding one ``read`` request
   ``[rid, "read", {"key", "offset", "length"[, "expected_version"]}]``, and nothing
   else, to ``(rid, key, offset, length, version)``;
-* :func:`pack_read_reply` (node) — its response ``[rid, nil]`` with the bytes read;
+* :func:`pack_read_reply` (node) — its response ``[rid, nil]`` with the bytes read
+  (or a range of a buffer holding them: a cached block, copied once, into the frame);
 * :func:`pack_read_request` (client) — the request, byte for byte what
   :func:`~shuttle.wire.frames.encode_frame_fast` makes of it;
 * :func:`parse_read_reply` (client) — a frame holding exactly that response, to its
@@ -116,14 +117,27 @@ def pure_parse_read_request(data: bytes, header_max: int) -> ReadRequest | None:
     return rid, key, offset, length, version  # type: ignore[return-value]
 
 
-def pure_pack_read_reply(rid: int, data: bytes) -> bytes:
-    """The RESPONSE frame ``[rid, nil]`` carrying ``data``, as one bytes object."""
+def pure_pack_read_reply(rid: int, data: bytes, *span: int) -> bytes:
+    """The RESPONSE frame ``[rid, nil]`` carrying ``data``, or with ``span`` given as
+    ``start, stop`` the bytes ``data[start:stop]``, as one bytes object: the payload is
+    copied once, into the frame, so a node answering from a cached block passes the
+    block and the range rather than a slice of it. ``start`` and ``stop`` must be ints
+    with ``0 <= start <= stop <= len(data)``; anything else raises ValueError."""
+    if len(span) not in (0, 2):
+        raise TypeError("pack_read_reply(rid, data[, start, stop])")
     if not _int64(rid):
         raise OverflowError("pack_read_reply: rid must be a 64-bit int")
     if type(data) is not bytes:
         raise TypeError("pack_read_reply: data must be bytes")
+    start, stop = span if span else (0, len(data))
+    if not (_int64(start) and _int64(stop) and 0 <= start <= stop <= len(data)):
+        raise ValueError(
+            "pack_read_reply: start and stop must be ints with "
+            f"0 <= start <= stop <= len(data) ({len(data)})"
+        )
     head = pack_header([rid, None])
-    return b"".join((PREFIX_PACK(MAGIC, _RESPONSE, 0, len(head), len(data)), head, data))
+    payload = memoryview(data)[start:stop]
+    return b"".join((PREFIX_PACK(MAGIC, _RESPONSE, 0, len(head), len(payload)), head, payload))
 
 
 def pure_pack_read_request(
@@ -192,9 +206,7 @@ NATIVE: Final = _lane is not None
 parse_read_request: Callable[[bytes, int], ReadRequest | None] = (
     _lane.parse_read_request if NATIVE else pure_parse_read_request
 )
-pack_read_reply: Callable[[int, bytes], bytes] = (
-    _lane.pack_read_reply if NATIVE else pure_pack_read_reply
-)
+pack_read_reply: Callable[..., bytes] = _lane.pack_read_reply if NATIVE else pure_pack_read_reply
 pack_read_request: Callable[[int, str, int, int, int | None], bytes | None] = (
     _lane.pack_read_request if NATIVE else pure_pack_read_request
 )

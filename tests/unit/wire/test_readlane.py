@@ -249,6 +249,29 @@ def test_a_reply_is_packed_as_the_codec_does_and_parses_back(rid: int, payload: 
         assert both("parse_read_reply", reply, rid, len(payload) - 1) is None  # over the limit
 
 
+@settings(max_examples=300, deadline=None)
+@given(RID, st.binary(max_size=70000), st.data())
+def test_a_reply_packed_from_a_range_of_a_buffer_is_the_reply_of_that_range(
+    rid: int, buffer: bytes, data: Any
+) -> None:
+    """The node's read lane hands the packer a cached block and a range: the frame is
+    the one of the range's bytes, copied once."""
+    start = data.draw(st.integers(0, len(buffer)))
+    stop = data.draw(st.integers(start, len(buffer)))
+    reply = both("pack_read_reply", rid, buffer, start, stop)
+    assert reply == both("pack_read_reply", rid, buffer[start:stop])
+    assert both("parse_read_reply", reply, rid, BIG) == buffer[start:stop]
+
+
+@pytest.mark.parametrize(
+    "start, stop", [(-1, 2), (3, 2), (0, 6), (6, 6), (True, 2), (0, 2.0), (0, None), (1 << 64, 1)]
+)
+def test_a_range_outside_the_buffer_is_refused_with_the_same_error(start: Any, stop: Any) -> None:
+    with pytest.raises(ValueError, match=r"0 <= start <= stop <= len\(data\) \(5\)"):
+        readlane.pure_pack_read_reply(1, b"abcde", start, stop)
+    both("pack_read_reply", 1, b"abcde", start, stop)  # C: the same type and message
+
+
 @settings(max_examples=500, deadline=None)
 @given(RID, st.binary(max_size=64), st.data())
 def test_a_mutated_reply_is_declined_or_read_as_the_codec_reads_it(
@@ -299,3 +322,24 @@ def test_the_public_names_are_the_c_functions_when_compiled() -> None:
     assert readlane.NATIVE
     assert readlane.parse_read_request is native.parse_read_request
     assert readlane.pack_read_reply is native.pack_read_reply
+
+
+def test_the_c_parser_gives_the_same_key_object_for_a_key_read_again() -> None:
+    """The C parser keeps the last ASCII key it made: the next read of that key gets the
+    same str (its hash already computed), any other key a str of its own, equal to
+    what the reference gives."""
+    native = _native()
+
+    def key_of(key: str, rid: int = 1) -> str:
+        got = native.parse_read_request(general_request(rid, key, 0, 4096, None), BIG)
+        assert got is not None and got[1] == key
+        return str(got[1])
+
+    first = key_of("bench/netrand.dat")
+    assert key_of("bench/netrand.dat", 2) is first
+    other = key_of("bench/other.dat")
+    assert other is not first and key_of("bench/other.dat") is other
+    assert key_of("bench/netrand.dat") is not first  # one key kept: the last
+    assert key_of("bench/netrand.daX") == "bench/netrand.daX"  # same length, other bytes
+    assert key_of("clé") == "clé" and key_of("clé") == "clé"  # not ASCII: decoded each time
+    assert key_of("") == "" and key_of("k" * 300) == "k" * 300  # empty; over the memo's bound
