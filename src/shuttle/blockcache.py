@@ -205,11 +205,26 @@ class BlockCache:
         check a version or generation of the key around it, as the store's loop-side
         read (its stripe's generation) and the RADOS store (its epoch) do.
         """
+        span = self.span_hit(key, offset, end)
+        if span is None:
+            return None
+        return span[0][span[1] : span[2]]
+
+    def span_hit(self, key: str, offset: int, end: int) -> tuple[bytes, int, int] | None:
+        """:meth:`read_hit` without its copy: ``(buffer, start, stop)`` with the bytes
+        ``buffer[start:stop]``, where ``buffer`` is the cached block itself for a range
+        within one block (immutable: a patch replaces a block, never changes it), or
+        the range joined from its blocks for a range over several; None as for
+        :meth:`read_hit`, with the same counts and the same caller's duty (a version or
+        generation checked around it). A node's read lane hands the span to the reply's
+        packer, which copies the range straight into the frame: one copy of the page
+        instead of two (a slice, then the frame)."""
         bsz = self.block_size_bytes
         idx = offset // bsz
         base = idx * bsz
         if end - base > bsz:
-            return self._read_hits(key, offset, end)
+            joined = self._read_hits(key, offset, end)
+            return None if joined is None else (joined, 0, len(joined))
         blocks = self._index.get(key)
         if blocks is None:
             return None
@@ -222,7 +237,7 @@ class BlockCache:
         entry.used = True
         self._hits += 1
         self._bytes_from_cache += end - offset
-        return blk[offset - base : end - base]
+        return blk, offset - base, end - base
 
     def fill(self, key: str, offset: int, end: int, block: bytes) -> bytes:
         """Bytes ``[offset, end)`` of ``key`` out of ``block``, the whole block that holds

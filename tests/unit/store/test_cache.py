@@ -64,6 +64,31 @@ class CacheModel(RuleBasedStateMachine):
             if end - offset <= 12 * 512 - 2 * 512:  # fits in the cache with room to spare
                 assert self.cache.read_hit(key, offset, end) == bytes(obj[offset:end])
 
+    @rule(key=st.sampled_from(KEYS), offset=st.integers(0, 3000), length=st.integers(1, 2000))
+    def span_hit(self, key: str, offset: int, length: int) -> None:
+        """The read lane's read: read_hit's answer as a range of a buffer, with the
+        same counts; within one block the buffer is the cached block itself (no copy),
+        the whole block, so the range sits at the read's offset in it."""
+        obj = self.disk.objects[key]
+        end = min(len(obj), offset + length)
+        if offset >= end:
+            return
+        before = self.cache.stats()
+        span = self.cache.span_hit(key, offset, end)
+        after = self.cache.stats()
+        if span is None:
+            assert self.cache.read_hit(key, offset, end) is None
+            assert (after.hits, after.bytes_from_cache) == (before.hits, before.bytes_from_cache)
+            return
+        buffer, start, stop = span
+        assert buffer[start:stop] == bytes(obj[offset:end])
+        assert after.bytes_from_cache - before.bytes_from_cache == end - offset
+        assert after.hits - before.hits == (end - 1) // 512 - offset // 512 + 1
+        if offset // 512 == (end - 1) // 512:  # one block: the block, not a slice of it
+            base = offset // 512 * 512
+            assert (start, stop) == (offset - base, end - base)
+            assert buffer == bytes(obj[base : min(base + 512, len(obj))])
+
     @rule(key=st.sampled_from(KEYS), offset=st.integers(0, 3000), length=st.integers(1, 600))
     def fill(self, key: str, offset: int, length: int) -> None:
         """The event loop's miss: read_hit misses, the caller reads the whole block that
