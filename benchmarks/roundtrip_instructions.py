@@ -201,6 +201,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--top", type=int, default=0, help="print the node's N costliest functions")
     parser.add_argument("--compiled-only", action="store_true", help="skip the pure pass")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="copy callgrind's output files here ({compiled,pure}-{node,client}-N.cg)",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("roundtrip_instructions: needs valgrind (apt-get install valgrind)")
@@ -213,6 +218,10 @@ def main() -> None:
         for n in (args.requests, 2 * args.requests):
             with tempfile.TemporaryDirectory(prefix="shuttle-ic-") as tmp:
                 runs[n] = measure(n, pure, Path(tmp))
+                if args.keep is not None:  # for callgrind_annotate --tree=caller, kcachegrind
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    for side in ("node", "client"):
+                        shutil.copy(Path(tmp) / f"{side}.cg", args.keep / f"{name}-{side}-{n}.cg")
         per = {
             side: (runs[2 * args.requests][side] - runs[args.requests][side]) / args.requests
             for side in ("client_ir", "node_ir", "node_request_ir")

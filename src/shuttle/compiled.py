@@ -62,10 +62,13 @@ MODULES: tuple[str, ...] = (
     "shuttle.net.tls",
     # The node's warm read below the protocol: the lock-free cache-hit read itself,
     # what it shares with the miss read (the store's view), the block cache, the
-    # store's counters and its key locks (whose generation the read checks).
+    # store's counters, its key locks (whose generation the read checks) and the
+    # attribute record it reads the size and version of (a native class: two field
+    # loads, not two generic attribute look-ups).
     "shuttle.blockcache",
     "shuttle.store.stats",
     "shuttle.store.locks",
+    "shuttle.store.attrs",
     "shuttle.store.loopreads",
     "shuttle.store.fastread",
     # The node's block-cache miss that the page cache holds, below the protocol too: the

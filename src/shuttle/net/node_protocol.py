@@ -35,6 +35,7 @@ import contextlib
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from shuttle.errors import RemoteProtocolError, ShuttleError
@@ -43,7 +44,7 @@ from shuttle.net.node_dispatch import dispatch
 from shuttle.net.node_handshake import challenge, evict, greet, handshake_expired
 from shuttle.net.node_tls_edge import decrypt
 from shuttle.net.principals import Principal
-from shuttle.net.registry import ReadLane
+from shuttle.net.registry import ReadLane, ReadMiss
 from shuttle.net.tls import TlsChannel, looks_like_tls
 from shuttle.wire import (
     ConnectionClosed,
@@ -136,7 +137,11 @@ class NodeProtocol(asyncio.Protocol):
         read_op = server.registry.find("read")
         self.read_lane: ReadLane | None = None if read_op is None else read_op.read_lane
         #: ``read``'s call for a miss of the lane's block cache (None: the pool reads it).
-        self.read_miss: ReadLane | None = None if read_op is None else read_op.read_miss
+        self.read_miss: ReadMiss | None = None if read_op is None else read_op.read_miss
+        #: The transport's ``write``, held from ``connection_made`` on (None before): a
+        #: reply is written with one call of it, not a look-up of the method by name
+        #: on the transport's type and then a call, for every reply.
+        self._write: Callable[[Any], object] | None = None
         #: The server's CPU account around protocol work (None: a full-speed node),
         #: held here: the server is an interpreted object, each look-up a dict's.
         self.account: CpuAccount | None = server._account
@@ -152,6 +157,7 @@ class NodeProtocol(asyncio.Protocol):
         # uvloop's TCPTransport is not an asyncio.Transport subclass, but behaves as one.
         tcp: asyncio.Transport = transport  # type: ignore[assignment]
         self.transport = tcp
+        self._write = tcp.write
         server = self.server
         tcp.set_write_buffer_limits(high=server.admission.unsent_high_bytes)
         peer = transport.get_extra_info("peername")
@@ -328,7 +334,8 @@ class NodeProtocol(asyncio.Protocol):
         """Answer a ``read`` the read lane took, ``(rid, key, offset, length, version)``
         (:meth:`Connection.receive_read_request`): from the block cache, the reply made
         as bytes (what :func:`~shuttle.net.node_dispatch.dispatch` would do, without
-        its objects), or else the usual way through ``dispatch``.
+        its objects) with the page copied once, from the cached block into the frame,
+        or else the usual way through ``dispatch``.
 
         The request's values stay the Python objects the parser made (typed ``Any``):
         the compiled build would otherwise unbox each int and box it again, an
@@ -346,16 +353,22 @@ class NodeProtocol(asyncio.Protocol):
             dispatch(self, rid, "read", read_args(key, offset, length, version), b"")
             return
         try:
-            data = lane(key, offset, length, version)
-            if data is None:
+            # The span of the bytes, (buffer, start, stop): usually the cached block
+            # itself, whose range the reply's packer copies straight into the frame.
+            # (A tuple of objects, so that compiled its items are read as they are,
+            # not through the generic subscript an ``Any`` would take.)
+            span: tuple[Any, ...] | None = lane(key, offset, length, version)
+            if span is None:
                 # Not all in the block cache: read it here if the page cache has it all,
                 # which costs far less than the hop to the pool and back.
                 miss = self.read_miss
                 if miss is not None:
                     data = miss(key, offset, length, version)
+                    if data is not None:
+                        span = (data, 0, len(data))
         except Exception:  # it should not raise; the usual way answers what went wrong
-            data = None
-        if data is None or self.closed:
+            span = None
+        if span is None or self.closed:
             # Both tries made: the usual way goes straight to the pool.
             dispatch(
                 self, rid, "read", read_args(key, offset, length, version), b"", inline_tried=True
@@ -366,7 +379,7 @@ class NodeProtocol(asyncio.Protocol):
         counters.inline += 1
         counters.read_lane += 1  # by_op's "read" too, in the snapshot
         try:
-            reply = self.conn.send_read_reply(rid, data)
+            reply = self.conn.send_read_reply(rid, span[0], span[1], span[2])
         except ShuttleError as exc:  # e.g. a reply over the client's payload limit
             self.send_error(rid, exc)
             return
@@ -461,10 +474,10 @@ class NodeProtocol(asyncio.Protocol):
 
     def send_bytes(self, data: Any) -> None:
         """Write ``data`` (encrypted first on a TLS connection)."""
-        transport = self.transport
-        assert transport is not None
+        write = self._write
+        assert write is not None
         tls = self.tls
-        transport.write(data if tls is None else tls.encrypt(data))
+        write(data if tls is None else tls.encrypt(data))
 
     def write_raw(self, data: bytes) -> None:
         """Write bytes as they are (TLS handshake records)."""

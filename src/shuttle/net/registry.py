@@ -92,8 +92,29 @@ F = TypeVar("F", bound=Callable[..., Any])
 InlineWhen = Callable[[dict[str, Any]], bool]
 #: Answers a request from memory on the event loop, or returns None: it would block.
 InlineTry = Callable[[dict[str, Any], bytes], Reply | None]
-#: ``read``'s call for the read lane: (key, offset, length, expected_version) → bytes.
-ReadLane = Callable[[str, int, int, int | None], bytes | None]
+#: A read's answer as a range of a buffer, ``(buffer, start, stop)``: the bytes
+#: ``buffer[start:stop]``. The buffer is usually a whole cached block, which the read
+#: lane's reply packer copies the range of straight into the frame (no slice first).
+ReadSpan = tuple[bytes, int, int]
+#: ``read``'s call for the read lane: (key, offset, length, expected_version) → the
+#: span of its bytes, or None.
+ReadLane = Callable[[str, int, int, int | None], ReadSpan | None]
+#: ``read``'s call for the lane's miss: (key, offset, length, expected_version) →
+#: the bytes, or None.
+ReadMiss = Callable[[str, int, int, int | None], bytes | None]
+
+
+def spans(read: ReadMiss) -> ReadLane:
+    """A read lane over a call that returns bytes (a store without cached spans): its
+    answer as the span of all of it."""
+
+    def lane(key: str, offset: int, length: int, version: int | None) -> ReadSpan | None:
+        data = read(key, offset, length, version)
+        return None if data is None else (data, 0, len(data))
+
+    return lane
+
+
 #: A THREAD operation's way to run without a thread: a future of its Reply that the
 #: event loop completes, or None (the thread pool runs it).
 Start = Callable[[dict[str, Any], bytes], asyncio.Future[Reply] | None]
@@ -126,14 +147,15 @@ class Operation:
     #: run the operation its usual way. None for operations never run inline.
     inline: InlineTry | None = None
     #: ``read`` only: its inline call for the read lane (:mod:`shuttle.wire.readlane`),
-    #: ``(key, offset, length, expected_version)`` → the bytes, or None to run it the
-    #: usual way. Never raises; called on the event loop.
+    #: ``(key, offset, length, expected_version)`` → the span of the bytes
+    #: (:data:`ReadSpan`), or None to run it the usual way. Never raises; called on the
+    #: event loop.
     read_lane: ReadLane | None = None
     #: ``read`` only: the read lane's second try when ``read_lane`` found the range not
     #: all in the block cache, for a miss that can still be answered without waiting
     #: (the page cache, :mod:`shuttle.store.nowait`); same shape and rules. None: a
     #: miss runs the usual way.
-    read_miss: ReadLane | None = None
+    read_miss: ReadMiss | None = None
     #: THREAD only: tried on the event loop when ``inline`` declined, before the thread
     #: hop: starts the operation where it can complete without a thread (a RADOS
     #: store's read that missed the block cache: an asynchronous librados read) and
@@ -196,7 +218,7 @@ class OperationRegistry:
         inline_try: InlineTry | None = None,
         per_connection: bool = False,
         read_lane: ReadLane | None = None,
-        read_miss: ReadLane | None = None,
+        read_miss: ReadMiss | None = None,
         start: Start | None = None,
         guard: Guard | None = None,
         wants_principal: bool = False,

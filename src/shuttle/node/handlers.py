@@ -26,10 +26,12 @@ from shuttle.net.registry import (
     Mode,
     OperationRegistry,
     ReadLane,
+    ReadMiss,
     Reply,
     arg,
     non_negative,
     principal_of,
+    spans,
 )
 from shuttle.store import ObjectAttrs, WriteResult
 from shuttle.store.fastread import CachedReads
@@ -210,7 +212,7 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
             return Reply(None, store.read(key, offset, length, expected_version=version))
         return _checked_read(args)
 
-    def read_lane(key: str, offset: int, length: int, version: int | None) -> bytes | None:
+    def read_hit(key: str, offset: int, length: int, version: int | None) -> bytes | None:
         """``read`` answered from the block cache on the event loop, or None when any
         of it is not resident (or anything is unusual): the thread pool answers then.
         The read lane calls it with the request's arguments, checked."""
@@ -219,13 +221,16 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
         return None
 
     # A local store's compiled cache-hit read takes the lane's calls itself: no
-    # interpreted frame between the node's protocol and the block cache.
+    # interpreted frame between the node's protocol and the block cache, and the lane
+    # gets the cached block and the range (its reply copies the page once).
     cached_reads = getattr(store, "cached_reads", None)
-    lane: ReadLane = (
-        cached_reads.limited(INLINE_READ_BYTES_MAX).read
-        if isinstance(cached_reads, CachedReads)
-        else read_lane
-    )
+    hit: ReadMiss
+    lane: ReadLane
+    if isinstance(cached_reads, CachedReads):
+        limited = cached_reads.limited(INLINE_READ_BYTES_MAX)
+        hit, lane = limited.read, limited.span
+    else:
+        hit, lane = read_hit, spans(read_hit)
 
     # A miss of the block cache that the page cache can answer (a local store's files,
     # where the platform can tell): read on the loop too, never waiting for the disk.
@@ -241,14 +246,14 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
 
     # A local store's compiled miss read takes those calls itself, as the hit's does.
     miss_reads = getattr(store, "miss_reads", None)
-    read_miss: ReadLane = (
+    read_miss: ReadMiss = (
         miss_reads.limited(INLINE_READ_BYTES_MAX).read
         if isinstance(miss_reads, MissReads)
         else read_nowait_within
     )
 
     def read_cached(args: dict[str, Any], payload: bytes) -> Reply | None:
-        """``read`` on the event loop: a block-cache hit (the read lane's call), else a
+        """``read`` on the event loop: a block-cache hit (the read lane's, as bytes), else a
         miss the page cache holds; None sends it to the thread pool."""
         key, offset, length = args.get("key"), args.get("offset", 0), args.get("length")
         version = args.get("expected_version")
@@ -258,7 +263,7 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
             and type(length) is int
             and (version is None or type(version) is int)
         ):
-            data = lane(key, offset, length, version)
+            data = hit(key, offset, length, version)
             if data is None:
                 data = read_miss(key, offset, length, version)
             if data is not None:

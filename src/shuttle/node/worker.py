@@ -55,6 +55,7 @@ from shuttle.net.registry import (
     OperationRegistry,
     Reply,
     principal_of,
+    spans,
 )
 from shuttle.net.server import RpcServer
 from shuttle.net.tls import ClientTls, ServerTls
@@ -268,7 +269,7 @@ def register_worker_ops(
         read,
         Mode.ASYNC,
         inline_try=read_here,
-        read_lane=lane,
+        read_lane=spans(lane),
         per_connection=True,
         guard=reads(),  # checked here: this process may answer it
         wants_principal=True,

@@ -112,8 +112,8 @@ class WriteResult:
 
 
 def encode_attrs(attrs: StoredAttrs) -> bytes:
-    lengths = struct.pack(f"<{len(attrs.chunks)}I", *(c.length for c in attrs.chunks))
-    hashes = b"".join(c.hash for c in attrs.chunks)
+    lengths = struct.pack(f"<{len(attrs.chunks)}I", *[c.length for c in attrs.chunks])
+    hashes = b"".join([c.hash for c in attrs.chunks])
     record = {
         "fmt": ATTR_FORMAT,
         "key": attrs.key,

@@ -3,9 +3,10 @@
 :meth:`ObjectStore.read_cached <shuttle.store.reads.ReadOps.read_cached>`'s
 lookup, alone in a module so that it can be compiled with the mypyc group
 (:mod:`shuttle.compiled`) while the store around it stays interpreted; why reading
-without the lock is safe is argued in :meth:`CachedReads.read`. A node's read
-lane calls :meth:`CachedReads.read` directly: a warm read then runs no interpreted
-frame on the node. What it looks at of the store (the attribute table's two maps, the
+without the lock is safe is argued in :meth:`CachedReads.span`. A node's read
+lane calls :meth:`CachedReads.span` directly: a warm read then runs no interpreted
+frame on the node, and its page is copied once, from the cached block into the
+reply's frame. What it looks at of the store (the attribute table's two maps, the
 key locks, the block cache, the store's ``_closed`` flag) is the
 :class:`~shuttle.store.loopreads.StoreView` it shares with the miss read.
 """
@@ -23,6 +24,21 @@ class CachedReads(LoopRead):
     ) -> bytes | None:
         """Bytes ``[offset, offset+length)`` of ``key`` if every block is cached and no
         change overlapped the look, else None (the caller goes the long way)."""
+        span = self.span(key, offset, length, expected_version)
+        if span is None:
+            return None
+        return span[0][span[1] : span[2]]
+
+    def span(
+        self, key: str, offset: int, length: int, expected_version: int | None
+    ) -> tuple[bytes, int, int] | None:
+        """:meth:`read` without its copy: ``(buffer, start, stop)``, the bytes being
+        ``buffer[start:stop]`` (usually ``buffer`` is the cached block itself:
+        :meth:`BlockCache.span_hit <shuttle.blockcache.BlockCache.span_hit>`), or None.
+        A node's read lane calls this and packs the range straight into its reply.
+        The generation check below covers the span as it covers the bytes: the block
+        is an immutable ``bytes`` object, so what it holds when the check passes is
+        what the reply sends."""
         # A small read whose blocks are all cached is answered without the key's lock.
         # Why that is safe: every change to a key's attributes or cached blocks is made
         # under the key's lock held exclusively (put, write, truncate, remove), and that
@@ -58,10 +74,10 @@ class CachedReads(LoopRead):
         end = min(rec.size, offset + length)
         if offset >= end:
             return None
-        data = view.cache.read_hit(key, offset, end)
+        span = view.cache.span_hit(key, offset, end)
         # Closed last, just before the generation's second look: a store closed at any
         # point of the lookup answers nothing (and a test can land a change here).
-        if data is None or view.store._closed or lock.generation != generation:
+        if span is None or view.store._closed or lock.generation != generation:
             return None
-        view.counters.read_done(len(data))
-        return data
+        view.counters.read_done(end - offset)
+        return span

@@ -106,7 +106,11 @@ class Connection:
         #: first. Their request tuple and ids stay Python objects (see
         #: :meth:`receive_read_request`).
         self._parse_read: Callable[[bytes, int], tuple[Any, ...] | None] = parse_read_request
-        self._pack_read: Callable[[Any, bytes], bytes] = pack_read_reply
+        self._pack_read: Callable[[Any, bytes, Any, Any], bytes] = pack_read_reply
+        #: The header limit the read lane's parser is given, held as the int object it
+        #: is passed as: compiled, an ``int`` field is boxed into a new object (an
+        #: allocation, for any value over 256) each time it is passed to a Python call.
+        self._parse_read_header_max: Any = self.our_limits.header_bytes_max
         self._next_rid = 1
         self._eof = False
 
@@ -314,13 +318,18 @@ class Connection:
         self._requested(rid)
         return data
 
-    def send_read_reply(self, rid: Any, data: bytes) -> bytes:
-        """``send_response(rid, None, data)`` joined into one bytes object. (``rid``: the
-        int of :meth:`receive_read_request`'s tuple, kept boxed as it is.)"""
-        if len(data) > self.peer_limits.payload_bytes_max:
-            return b"".join(self.send_response(rid, None, data))  # raises the limit's error
+    def send_read_reply(self, rid: Any, data: bytes, start: Any, stop: Any) -> bytes:
+        """``send_response(rid, None, data[start:stop])`` joined into one bytes object,
+        the range copied once, straight into the frame (``data`` is often a whole cached
+        block). ``rid``: the int of :meth:`receive_read_request`'s tuple, and ``start``
+        and ``stop`` the ints of the read's span, kept boxed as they are; the packer
+        checks ``0 <= start <= stop <= len(data)``."""
+        limit = self.peer_limits.payload_bytes_max
+        if len(data) > limit and stop - start > limit:
+            # raises the limit's error
+            return b"".join(self.send_response(rid, None, data[start:stop]))
         self._check_response(rid)
-        reply = self._pack_read(rid, data)
+        reply = self._pack_read(rid, data, start, stop)
         self._responded(rid)
         return reply
 
@@ -394,7 +403,7 @@ class Connection:
         on return: five allocations a read for nothing)."""
         if not self._reader.at_frame_boundary():
             return None
-        read = self._parse_read(data, self.our_limits.header_bytes_max)
+        read = self._parse_read(data, self._parse_read_header_max)
         if read is None or not self._take_request_id(read[0]):
             return None
         return read

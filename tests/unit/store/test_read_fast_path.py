@@ -54,6 +54,32 @@ def test_a_cached_read_is_served_without_the_key_lock(store: ObjectStore) -> Non
     assert store.stats()["bytes_read"] == BLOCK + 200
 
 
+def test_the_lane_gets_the_cached_block_and_the_range_not_a_copy(store: ObjectStore) -> None:
+    """``CachedReads.span``, the node's read lane: the block the cache holds and where
+    the read's bytes sit in it (the reply packs them from there, copied once); what
+    ``read`` answers is that range; a read over two blocks gets them joined."""
+    content = b"".join(fill(i) for i in range(3))
+    store.put("k", content)
+    store.read("k", 0, 3 * BLOCK)  # every block cached
+    reads = store.cached_reads
+    span = reads.span("k", BLOCK + 100, 200, None)
+    assert span is not None
+    buffer, start, stop = span
+    assert (start, stop) == (100, 300) and buffer == fill(1)
+    assert buffer is reads.span("k", BLOCK, BLOCK, None)[0]  # type: ignore[index]
+    assert reads.read("k", BLOCK + 100, 200, None) == content[BLOCK + 100 : BLOCK + 300]
+    two = reads.span("k", BLOCK - 10, 20, None)
+    assert two is not None and two[0][two[1] : two[2]] == content[BLOCK - 10 : BLOCK + 10]
+    clipped = reads.span("k", 3 * BLOCK - 5, 100, None)  # clipped at the object's end
+    assert clipped is not None and clipped[1:] == (BLOCK - 5, BLOCK)
+    version = store.stat("k").version
+    assert reads.span("k", 0, 10, version + 1) is None  # another version: the long way
+    assert reads.span("k", 0, 10, version) is not None
+    bytes_read = store.stats()["bytes_read"]
+    reads.span("k", 0, 10, None)
+    assert store.stats()["bytes_read"] == bytes_read + 10
+
+
 def test_the_fast_path_steps_aside_for_what_it_cannot_answer(store: ObjectStore) -> None:
     store.put("k", fill(7, BLOCK + 10))
     store.read("k", 0, BLOCK)

@@ -26,6 +26,8 @@ from shuttle.wire import (
     Response,
     State,
 )
+from shuttle.wire.events import FrameKind
+from shuttle.wire.frames import encode_frame_fast
 from tests.unit.wire.test_codec import (
     args_st,
     chunking,
@@ -275,3 +277,27 @@ def test_the_lanes_and_the_general_path_agree_on_any_header(
             assert expected[0] == "events" and expected[1] == [got[1]]
         else:
             assert got == expected
+
+
+def test_the_read_lane_replies_with_a_range_of_a_buffer_as_send_response_would() -> None:
+    """The node's read lane hands the connection a cached block and the read's range:
+    the reply is ``send_response`` of that range's bytes (the payload copied once, into
+    the frame), with the same checks: the id in flight, the client's payload limit."""
+    client, server = handshake()
+    block = bytes(range(256)) * 16
+    for rid in (7, 8, 9):
+        frame = client.send_read_request(rid, "k", 100, 200, None)
+        assert frame is not None and server.receive_read_request(frame) is not None
+    reply = server.send_read_reply(7, block, 100, 300)
+    general = encode_frame_fast(FrameKind.RESPONSE, [7, None], block[100:300], 1 << 30, 1 << 30)
+    assert reply == b"".join(general)
+    assert client.receive_read_reply(reply, 7) == block[100:300]
+    with pytest.raises(LocalProtocolError, match="no request 7"):
+        server.send_read_reply(7, block, 100, 300)  # answered already
+    server.peer_limits = Limits(payload_bytes_max=100)
+    with pytest.raises(LimitExceededError, match="limit of 100"):
+        server.send_read_reply(8, block, 0, 101)  # the range is over the client's limit
+    assert client.receive_read_reply(server.send_read_reply(8, block, 0, 100), 8) == block[:100]
+    with pytest.raises(ValueError, match="start <= stop"):
+        server.send_read_reply(9, block, 10, 5)  # a caller's bug: nothing is sent
+    assert server.in_flight == 1  # 9 still waits for its answer
