@@ -119,7 +119,9 @@ def netrand(
         int,
         typer.Option(
             help="With --clients: run each count's passes this many times back to back "
-            "(1-10), and report how far the figures moved between the runs.",
+            "(1-10), and report how far the figures moved between the runs, and whether "
+            "warm ÷ redis moved between runs by what its slices move within one (the "
+            "passes too short) or by more (the runs themselves differ).",
         ),
     ] = 1,
     tls: Annotated[
@@ -391,6 +393,14 @@ def _netrand_clients_table(by_count: dict[str, Any], pages: int, seconds: float)
             for name, s in reruns["spread"].items()
         )
         captions.append(f"{count}: over {reruns['runs']} runs, {moved}")
+        noise = reruns.get("noise")
+        if noise:
+            captions.append(
+                f"{count}: warm ÷ redis, sd of a slice pair within a run "
+                f"{noise['within_run_pct']:.1f} %, of a run's figure expected from it "
+                f"{noise['expected_between_pct']:.1f} %, seen between runs "
+                f"{noise['between_runs_pct']:.1f} %"
+            )
     if captions:
         table.caption = "\n".join(captions)
     return table

@@ -155,3 +155,24 @@ def test_reruns_report_each_figure_and_how_far_it_moved() -> None:
     assert round(out["spread"]["remote_warm_pages_per_s"]["range_pct"], 1) == 9.5
     assert out["spread"]["redis_pages_per_s"]["range_pct"] == 0.0
     assert "mixed_paged_over_warm" not in out["figures"]  # not in these runs: left out
+
+
+def test_rerun_noise_separates_the_slices_movement_from_the_runs() -> None:
+    """Two runs whose slice pairs agree within each run but whose levels differ: the
+    movement is between runs, far over what the slices predict; two runs whose slices
+    scatter alike about one level: the runs differ by about what the slices predict."""
+
+    def run(ratios: list[float]) -> dict[str, object]:
+        mean = sum(ratios) / len(ratios)
+        return {
+            "remote_warm_over_redis": {"throughput": mean, "p99": 1.0},
+            "slices": [{"throughput": r, "p99": 1.0, "requests": 1000} for r in ratios],
+        }
+
+    apart = rerun_spread([run([0.99, 1.01, 0.99, 1.01]), run([1.09, 1.11, 1.09, 1.11])])["noise"]
+    assert round(apart["within_run_pct"], 2) == round(100 * 0.0115470 / 1.05, 2)
+    assert apart["expected_between_pct"] == apart["within_run_pct"] / 2
+    assert apart["between_runs_pct"] > 5 * apart["expected_between_pct"]
+    alike = rerun_spread([run([0.9, 1.1, 0.95, 1.05]), run([1.1, 0.9, 1.05, 0.95])])["noise"]
+    assert alike["between_runs_pct"] == 0.0 and alike["within_run_pct"] > 5
+    assert "noise" not in rerun_spread([run([1.0]), run([1.0])])  # one pair a run: no estimate
