@@ -99,7 +99,7 @@ def netrand(
             "four slices), so that a rerun repeats the figures; 0: --pages each, as in the "
             "cold and mixed passes.",
         ),
-    ] = 3.0,
+    ] = 12.0,
     node_cache_bytes: Annotated[
         int,
         typer.Option(

@@ -74,9 +74,9 @@ from shuttle.bench.redis_anchor import RespClient
 from shuttle.client.client import Client
 from shuttle.errors import ConfigError
 
-#: The timed passes' slices, alternating (see the module): four trios of 0.75 s at the
+#: The timed passes' slices, alternating (see the module): four trios of 3 s at the
 #: default length, enough to see the machine move and each long enough to hold
-#: thousands of requests at 64 clients.
+#: tens of thousands of requests at 64 clients.
 SLICES = 4
 #: What the passes report: a mixed pass reports its warm and its cold readers apart,
 #: and both together.
@@ -94,10 +94,15 @@ RESULTS = (
 #: How long a pass may take before the benchmark gives up on its clients.
 PASS_TIMEOUT_S = 600.0
 #: How long each client reads in a timed pass (warm, Redis, mixed_paged), its four
-#: slices together: 3 s held 17,000-31,000 requests a pass on this 2-vCPU machine under
-#: other sessions' load, about 120,000 when it is quiet (42,000 pages/s at 8
-#: clients), against 3,200-25,600 for 400 pages a client (benchmarks/README.md).
-PASS_SECONDS_DEFAULT = 3.0
+#: slices together. What a rerun repeats is set by how much the machine moves under a
+#: pass, not by how many requests it holds (3 s held 17,000-120,000): on this shared
+#: 2-vCPU machine a slice pair's warm ÷ Redis ratio moves 13-29 % (sd) under other
+#: sessions' load, and three runs' figures moved by about what that predicts for a
+#: run's four slices (``reruns.noise``). 12 s (3-s slices) brought the 64-client
+#: ratio's range over three runs from 16.7 % to 2.2 % pinned and from 29.2 % to 9.5 %
+#: unpinned under that load (benchmarks/README.md, "Tail latency", sixth session);
+#: a ``--clients 8,64 --repeat 3`` invocation then takes about 5 minutes.
+PASS_SECONDS_DEFAULT = 12.0
 #: The passes that are timed (see the module): the warm ones read cached pages, and
 #: mixed_paged's missing readers cycle over more blocks than the cache holds.
 TIMED_PASSES = frozenset({"remote_warm", "redis", "mixed_paged_warm", "mixed_paged_cold"})

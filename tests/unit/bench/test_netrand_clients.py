@@ -176,3 +176,14 @@ def test_rerun_noise_separates_the_slices_movement_from_the_runs() -> None:
     alike = rerun_spread([run([0.9, 1.1, 0.95, 1.05]), run([1.1, 0.9, 1.05, 0.95])])["noise"]
     assert alike["between_runs_pct"] == 0.0 and alike["within_run_pct"] > 5
     assert "noise" not in rerun_spread([run([1.0]), run([1.0])])  # one pair a run: no estimate
+
+
+def test_the_cli_passes_last_the_modules_default() -> None:
+    """``shuttle bench netrand --pass-seconds`` shows its default without importing the
+    benchmark (help stays fast): it must be the module's."""
+    import inspect
+
+    from shuttle.bench.cli import netrand
+    from shuttle.bench.netrand_clients import PASS_SECONDS_DEFAULT
+
+    assert inspect.signature(netrand).parameters["pass_seconds"].default == PASS_SECONDS_DEFAULT
