@@ -153,8 +153,8 @@ class Operation:
     read_lane: ReadLane | None = None
     #: ``read`` only: the read lane's second try when ``read_lane`` found the range not
     #: all in the block cache, for a miss that can still be answered without waiting
-    #: (the page cache, :mod:`shuttle.store.nowait`); same shape and rules. None: a
-    #: miss runs the usual way.
+    #: (the page cache, :mod:`shuttle.store.nowait`); the same arguments and rules,
+    #: its answer the bytes (:data:`ReadMiss`). None: a miss runs the usual way.
     read_miss: ReadMiss | None = None
     #: THREAD only: tried on the event loop when ``inline`` declined, before the thread
     #: hop: starts the operation where it can complete without a thread (a RADOS
