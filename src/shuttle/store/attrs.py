@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import blake3
 import msgpack
+from mypy_extensions import mypyc_attr
 
 from shuttle.store.chunking import HASH_BYTES, ChunkRef
 
@@ -166,6 +167,11 @@ class _Absent:
 ABSENT: Final = _Absent()
 
 
+# Compiled with the mypyc group for its records (the warm read loads a StoredAttrs'
+# size and version as native fields); the table is not on that path and stays a plain
+# Python class, whose methods a test can replace on an instance (a full disk at the
+# checkpoint's attribute write, tests/unit/store/test_space.py).
+@mypyc_attr(native_class=False)
 class AttrTable:
     """Attribute records: dirty ones (changed since the last checkpoint) pinned in memory,
     clean ones cached (LRU) over the attribute files.
