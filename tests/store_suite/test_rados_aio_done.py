@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import math
 import os
 import secrets
 import subprocess
@@ -157,6 +158,32 @@ def test_reads_finished_while_the_loop_is_busy_wake_it_and_come_in_finishing_ord
             assert all(a[2] == data[i * PAGE : (i + 1) * PAGE] for i, a in enumerate(answers))
 
     asyncio.run(go())
+
+
+def test_waiting_without_a_bound_waits_for_librados(
+    client: AioClient, namespace: tuple[str, bytes, int]
+) -> None:
+    """``wait_idle(math.inf)``, or a timeout longer than a deadline can hold, waits
+    until librados has called back for every read. Before, the C path turned the
+    timeout into a ``time_t`` (undefined beyond its range; on x86-64 a deadline in
+    1970) and said "not idle" at once with the reads still in librados, and the
+    ctypes path raised OverflowError; a negative or NaN timeout is refused alike."""
+    _ns, data, _v = namespace
+
+    async def go() -> list[Answer]:
+        for timeout_s in (math.inf, 1e300):
+            log: list[int] = []
+            futs = [_start(client, "o", i * PAGE, PAGE, log, i) for i in range(8)]
+            assert client.wait_idle(timeout_s), f"wait_idle({timeout_s}) did not wait"
+            assert log == []  # librados called back; the loop has not turned yet
+            answers = await asyncio.wait_for(asyncio.gather(*futs), ANSWER_S)
+        return answers
+
+    for i, (rv, _version, got, _cb) in enumerate(asyncio.run(go())):
+        assert rv == PAGE and got == data[i * PAGE : (i + 1) * PAGE]
+    for bad in (-1.0, math.nan):
+        with pytest.raises(ValueError, match="timeout_s must be >= 0"):
+            client.wait_idle(bad)
 
 
 def test_an_error_from_librados_reaches_the_caller(

@@ -24,7 +24,8 @@
  *     error), done_ns the CLOCK_MONOTONIC time (time.monotonic_ns) of the callback;
  *   .in_flight() -> reads started and not yet drained;
  *   .wait_idle(timeout_s) -> True once librados has called back for every read it was
- *     given (False at the timeout); the GIL is let go meanwhile;
+ *     given (False at the timeout; math.inf, or anything over WAIT_S_MAX, waits with no
+ *     deadline; ValueError if negative or NaN); the GIL is let go meanwhile;
  *   .close(timeout_s) -> starts no more reads, then wait_idle(timeout_s).
  *
  * Lifetimes. A read's buffer is a new bytes object nobody else can see until drain()
@@ -155,7 +156,13 @@ static PyObject *Completions_new(PyTypeObject *type, PyObject *args, PyObject *k
         return NULL;
     }
     pthread_mutex_init(&k->mu, NULL);
-    pthread_cond_init(&k->idle, NULL);
+    /* wait_idle()'s deadline is on the monotonic clock: a step of the wall clock (NTP,
+     * an operator) must not lengthen or cut short a close. */
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&k->idle, &attr);
+    pthread_condattr_destroy(&attr);
     k->create_completion2 = (create_completion2_fn)p[0];
     k->aio_read = (aio_read_fn)p[1];
     k->get_return_value = (get_return_value_fn)p[2];
@@ -329,26 +336,35 @@ static PyObject *Completions_in_flight(Completions *self, PyObject *unused) {
     return PyLong_FromLong(n);
 }
 
+/* The longest wait_idle() turns into a deadline, about 31 years: a longer one (or an
+ * infinite one) waits with none. Converting a double beyond time_t's range to time_t
+ * is undefined (on x86-64 it gave a deadline in 1970: "not idle" at once). */
+#define WAIT_S_MAX 1e9
+
 static PyObject *wait_idle(core *k, double timeout_s) {
     if (!(timeout_s >= 0)) {
         PyErr_Format(PyExc_ValueError, "timeout_s must be >= 0, got %g", timeout_s);
         return NULL;
     }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until); /* pthread_cond_timedwait's default clock */
-    double whole = (double)(time_t)timeout_s;
-    until.tv_sec += (time_t)timeout_s;
-    until.tv_nsec += (long)((timeout_s - whole) * 1e9);
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec += 1;
-        until.tv_nsec -= 1000000000;
+    int bounded = timeout_s <= WAIT_S_MAX;
+    struct timespec until = {0, 0};
+    if (bounded) {
+        clock_gettime(CLOCK_MONOTONIC, &until); /* the condition's clock (Completions_new) */
+        time_t whole = (time_t)timeout_s;
+        until.tv_sec += whole;
+        until.tv_nsec += (long)((timeout_s - (double)whole) * 1e9);
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec += 1;
+            until.tv_nsec -= 1000000000;
+        }
     }
     int idle;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&k->mu);
     int rc = 0;
     while (k->in_librados > 0 && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&k->idle, &k->mu, &until);
+        rc = bounded ? pthread_cond_timedwait(&k->idle, &k->mu, &until)
+                     : pthread_cond_wait(&k->idle, &k->mu);
     idle = k->in_librados == 0;
     pthread_mutex_unlock(&k->mu);
     Py_END_ALLOW_THREADS

@@ -414,12 +414,18 @@ class AioClient:
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Block until librados has called back for every read it was given (their
-        ``done`` may still wait for the loop); False at the timeout. The loop's thread
-        may call it: neither path needs the loop to call back."""
+        ``done`` may still wait for the loop); False at the timeout. ``math.inf`` (or
+        any timeout beyond what a deadline can hold) waits without one; a negative or
+        NaN one is a ValueError. The loop's thread may call it: neither path needs the
+        loop to call back."""
         if self._ring is not None:
             return self._ring.wait_idle(timeout_s)
+        if not timeout_s >= 0:
+            raise ValueError(f"timeout_s must be >= 0, got {timeout_s:g}")
+        # threading's waits refuse a timeout over TIMEOUT_MAX (OverflowError).
+        bound = timeout_s if timeout_s <= threading.TIMEOUT_MAX else None
         with self._lock:
-            return self._quiet.wait_for(lambda: self._in_librados == 0, timeout_s)
+            return self._quiet.wait_for(lambda: self._in_librados == 0, bound)
 
     def in_flight(self) -> int:
         """Reads started whose ``done`` has not been called yet."""
