@@ -1,7 +1,7 @@
 # The two commands (see README):
 #   make demo   set everything up, then run Shuttle's main job on a local cluster
 #   make test   set everything up with test tools, then lint, type-check and test
-.PHONY: demo test test-powerloss test-faults mutate mutate-sample sim-validate setup setup-dev lint lock clean compiled
+.PHONY: demo test test-powerloss test-faults sanitize mutate mutate-sample sim-validate setup setup-dev lint lock clean compiled
 
 demo: setup
 	.venv/bin/shuttle demo
@@ -20,6 +20,14 @@ LAZYFS ?=
 POINTS ?= 1000
 test-powerloss: setup-dev
 	.venv/bin/python -m tests.powerloss $(if $(LAZYFS),--lazyfs $(LAZYFS)) --points $(POINTS) $(POWERLOSS_ARGS)
+
+# The native code under AddressSanitizer and UBSan (docs/testing.md, "The sanitizer
+# tier"): a copy of src/ built instrumented in build/sanitize/, its C extensions' tests
+# (examples x SCALE, default 10), hostile read-lane frames to node processes, the
+# librados completions on Ceph (NO_CEPH=1 skips), a short netrand. 10-15 min, so not
+# part of `make test`.
+sanitize: setup-dev
+	scripts/sanitize.sh
 
 # Mutation testing (docs/testing.md): each named module, one after the other, against
 # its own tests (tests/mutation/modules.toml), as pure Python, niced for a shared machine.
@@ -80,4 +88,4 @@ compiled:
 
 clean:
 	-.venv/bin/python scripts/build_compiled.py --clean
-	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache build/mutate
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache build/mutate build/sanitize

@@ -9,6 +9,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from shuttle.errors import InvalidArgumentError
 from shuttle.store.cache import BlockCache
+from tests.examples import examples
 
 KEYS = ["a", "b"]
 
@@ -146,7 +147,9 @@ class CacheModel(RuleBasedStateMachine):
 
 
 TestCacheAgainstModel = CacheModel.TestCase
-TestCacheAgainstModel.settings = settings(max_examples=300, stateful_step_count=30, deadline=None)
+TestCacheAgainstModel.settings = settings(
+    max_examples=examples(300), stateful_step_count=30, deadline=None
+)
 
 
 def test_counters_count_blocks_and_bytes() -> None:
@@ -262,7 +265,7 @@ def test_short_fetch_is_an_error() -> None:
         cache.read("k", 0, 100, 100, lambda s, e: b"abc")
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(
     data=st.binary(min_size=0, max_size=5000),
     reads=st.lists(st.tuples(st.integers(0, 6000), st.integers(0, 6000)), max_size=10),

@@ -11,6 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from shuttle.blockcache import BlockCache
 from shuttle.sim.policies import Clock
+from tests.examples import examples
 
 BSZ = 512
 KEYS = ["a", "b"]
@@ -20,7 +21,7 @@ def _key_id(key: str, idx: int) -> int:
     return KEYS.index(key) * 1000 + idx
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     capacity=st.integers(1, 6),
     accesses=st.lists(
@@ -175,7 +176,9 @@ class ClockModel(RuleBasedStateMachine):
 
 
 TestClockAgainstModel = ClockModel.TestCase
-TestClockAgainstModel.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+TestClockAgainstModel.settings = settings(
+    max_examples=examples(200), stateful_step_count=40, deadline=None
+)
 
 
 def test_a_hit_takes_no_lock() -> None:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from shuttle.wire import readlane
 from shuttle.wire.events import FrameKind
 from shuttle.wire.frames import FrameReader, encode_frame_fast
+from tests.examples import examples
 
 INT64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 NATURAL = st.integers(min_value=0, max_value=(1 << 63) - 1)
@@ -77,7 +78,7 @@ def general_decode(data: bytes) -> tuple[FrameKind, Any, bytes] | None:
     return frame[0], frame[1], bytes(frame[2])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(RID, KEYS, INT64, INT64, st.none() | INT64)
 def test_a_request_is_packed_byte_for_byte_as_the_codec_does(
     rid: int, key: str, offset: int, length: int, version: int | None
@@ -106,7 +107,7 @@ def test_integers_at_every_form_boundary_are_packed_as_the_codec_does(value: int
         assert both("parse_read_request", packed, BIG) == (rid, "k", value, value, value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(RID, KEYS, NATURAL, NATURAL, st.none() | INT64)
 def test_a_packed_request_parses_back(
     rid: int, key: str, offset: int, length: int, version: int | None
@@ -136,7 +137,7 @@ def _fits(value: int, width: int) -> bool:
     return value >= -(1 << (8 * width - 1))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     RID,
     NATURAL,
@@ -213,7 +214,7 @@ def test_unusual_frames_go_the_general_path() -> None:
         assert both("parse_read_request", data, BIG) is None, data
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(RID, KEYS, NATURAL, NATURAL, st.data())
 @example(1, "k", 0, 1, None)
 def test_a_mutated_request_is_declined_or_read_as_the_codec_reads_it(
@@ -237,7 +238,7 @@ def test_a_mutated_request_is_declined_or_read_as_the_codec_reads_it(
         assert (kind, header, payload) == (FrameKind.REQUEST, [rid2, "read", args], b"")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(RID, st.binary(max_size=70000))
 def test_a_reply_is_packed_as_the_codec_does_and_parses_back(rid: int, payload: bytes) -> None:
     reply = both("pack_read_reply", rid, payload)
@@ -249,7 +250,7 @@ def test_a_reply_is_packed_as_the_codec_does_and_parses_back(rid: int, payload: 
         assert both("parse_read_reply", reply, rid, len(payload) - 1) is None  # over the limit
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(RID, st.binary(max_size=70000), st.data())
 def test_a_reply_packed_from_a_range_of_a_buffer_is_the_reply_of_that_range(
     rid: int, buffer: bytes, data: Any
@@ -272,7 +273,7 @@ def test_a_range_outside_the_buffer_is_refused_with_the_same_error(start: Any, s
     both("pack_read_reply", 1, b"abcde", start, stop)  # C: the same type and message
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(RID, st.binary(max_size=64), st.data())
 def test_a_mutated_reply_is_declined_or_read_as_the_codec_reads_it(
     rid: int, payload: bytes, data: Any
