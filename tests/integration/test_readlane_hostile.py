@@ -60,6 +60,20 @@ def warm_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]
         )
 
 
+@pytest.fixture(autouse=True)
+def no_error_escapes(warm_node: NodeProcess) -> Iterator[None]:
+    """After each test, nothing the peer sent made an exception escape into the node's
+    event loop (a lane that raised instead of declining would: the loop logs a
+    traceback and drops the connection, which a peer could not tell from a refusal)."""
+    seen = warm_node.log.stat().st_size
+    yield
+    with open(warm_node.log, "rb") as log:
+        log.seek(seen)
+        new = log.read().decode(errors="replace")
+    for sign in ("Traceback", "Fatal error", "ERROR"):
+        assert sign not in new, f"the node logged an error:\n{new[-3000:]}"
+
+
 def read_frame(rid: int, key: str = "k", offset: int = 0, length: int = 4096) -> bytes:
     frame = pure_pack_read_request(rid, key, offset, length, None)
     assert frame is not None
@@ -115,8 +129,10 @@ def test_a_read_cut_short_by_the_peer_leaves_the_node_serving(warm_node: NodePro
 def test_a_read_whose_header_is_over_the_limit_is_refused_unparsed(
     warm_node: NodeProcess,
 ) -> None:
-    """A whole read frame with a 2 MiB key: over the node's header limit, which the
-    lane checks before it reads the header, and the codec refuses as a protocol error."""
+    """A whole read frame with a 2 MiB key: over the node's header limit. The lane
+    declines it in whatever pieces it arrives in (and checks the limit itself when
+    given a whole one, tests/unit/wire/test_readlane.py); the codec refuses it from its
+    prefix, a protocol error."""
     peer = RawPeer(warm_node.address)
     peer.sock.sendall(read_frame(4, key="x" * (2 << 20)))
     ev = peer.next_event()
