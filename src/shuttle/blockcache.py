@@ -40,6 +40,18 @@ up the GIL, so none is lost; the pure Python build may lose one when two threads
 the same instant (counters are statistics there; the tests that assert on exact counts
 read from one thread). A free-threaded Python would need atomics for all of this.
 
+What a hit can return, read a second time against fills, evictions, patches and
+invalidations in the I/O pool's threads (tests/unit/store/test_cache_clock.py; ``make
+sanitize`` runs them with the compiled build under AddressSanitizer): never another
+key's bytes, as a key's blocks live in that key's own map and a ``_Block`` stays the
+block of one key and index for its life (an insert makes a new one; nothing moves or
+reuses one); never a torn block, as a patch replaces the bytes whole; an evicted,
+invalidated or patched-over block's bytes only until the caller's version check, which
+is why every caller without the key's lock reads a generation or epoch before and after
+and declines when it moved (:class:`~shuttle.store.fastread.CachedReads`, the RADOS
+store's ``read_cached``). A map dropped when its key's last block goes is empty by
+then, so a hit that still holds it misses.
+
 Counters (:class:`CacheStats`) are the observable API: tests, the node's stats
 operation and the benchmarks read them.
 """

@@ -36,6 +36,16 @@
  * under librados. The callback does everything it does to that state under its mutex,
  * the eventfd write included, so once wait_idle() has seen no read left in librados no
  * callback touches it again.
+ *
+ * Read again for defects (docs/security.md, "The C extensions under hostile input"):
+ * the callback calls no Python API and takes only the mutex; a slot's two references
+ * are owned until drain() hands them on (the buffer, stolen into the answer, resized
+ * only while nothing else holds it) or free_slot() drops them, with the GIL; the
+ * completion is released before the read counts as called back, so close() never
+ * shuts librados down under a release; the eventfd is written, under the mutex, each
+ * time the list goes from empty to not, and drain() reads it before taking the list,
+ * so no finished read waits without a wake-up. A drain() that cannot allocate (a
+ * MemoryError) drops its batch: their done() never runs.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

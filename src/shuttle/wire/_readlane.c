@@ -8,6 +8,14 @@
  * Frame: "SH", kind, flags, header_len (u32 BE), payload_len (u32 BE), msgpack
  * header, payload (shuttle/wire/frames.py). Any input the lane does not take gives
  * None, never an exception: the caller then goes the general path.
+ *
+ * Hostile input (the parser sees every chunk a peer sends, docs/security.md, "The C
+ * extensions under hostile input"): every length read from the frame is compared with
+ * the bytes left before any byte it describes is read (a Cursor never passes its end);
+ * the prefix's u32 lengths are held in a 64-bit Py_ssize_t, so their sums cannot
+ * overflow (x86-64 Linux is what Shuttle builds for); nothing recurses; the key is
+ * copied out before the answer is returned. Packers size a frame with the functions
+ * its writers follow (int_size/write_int, str_size/write_str).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
