@@ -6,12 +6,12 @@ the same grep, on one node, interleaved (issue 24: the loopback server rows' cal
 The calibration's console-call figures come from fresh processes that make the
 program's grep at the node and drain it (``bench/calibrate/fresh.py``); the model's
 calls then take what those drains took. This times both on the cluster's first node
-(loaded with the validation corpus, e.g. by ``benchmarks/slow_node_spread.py``'s
-setup or ``shuttle bench sim-predict``'s), one after the other, the order swapped
-every round: the live command's calls (its report's ``phases``, ``progress``
-left out) and the drain's (``next`` until done). Printed: each one's median per-call
-wall over the rounds, its calls' total, and the paired difference of the totals
-round by round (the load moves both alike within a round).
+(the validation corpus, ``bench/corpus.py``, is put on it first unless it is there),
+one after the other, the order swapped every round: the live command's calls (its
+report's ``phases``, ``progress`` left out) and the drain's (``next`` until done).
+Printed: each one's median per-call wall over the rounds, its calls' total, and the
+paired difference of the totals round by round (the load moves both alike within a
+round).
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from typing import Any
 from shuttle.bench.calibrate.fresh import fresh_reads
 from shuttle.bench.corpus import CorpusSpec, generate_corpus
 from shuttle.bench.liveruns import live_grep_report
+from shuttle.client.connect import connect
 from shuttle.cluster.clusterfile import ClusterFile
+from shuttle.errors import NotFoundError
 
 PATTERN = "q[a-e]x"
 
@@ -46,13 +48,31 @@ def drain_calls(cluster: Path, keys: list[str]) -> list[float]:
     return list(run.call_walls[:-1])
 
 
+def load_corpus(cluster: Path, corpus: list[tuple[str, bytes]]) -> int:
+    """Put the validation corpus on the cluster unless its first key is there already
+    (a fresh cluster from ``shuttle cluster up``); returns how many objects were put."""
+    with connect(cluster=cluster, link="loopback") as client:
+        try:
+            client.stat(corpus[0][0])
+            return 0
+        except NotFoundError:
+            pass
+        for key, data in corpus:
+            client.put(key, data)
+    return len(corpus)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cluster", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    keys = [k for k, _ in generate_corpus(CorpusSpec())]
+    corpus = list(generate_corpus(CorpusSpec()))
+    keys = [k for k, _ in corpus]
+    put = load_corpus(args.cluster, corpus)
+    if put:
+        print(f"put the validation corpus ({put} objects) on the cluster", flush=True)
     rounds: list[dict[str, Any]] = []
     for i in range(args.rounds):
         load = os.getloadavg()[0]
