@@ -121,6 +121,15 @@ def mix(
             "there (shuttle serve --arrivals-max; default: the node's, 8; 0: no limit).",
         ),
     ] = None,
+    cpu_budget: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            help="The share of its CPU the node lets arriving stacks fill "
+            "(shuttle serve --cpu-budget; default: the node's, 0.7).",
+        ),
+    ] = None,
     json_path: JsonOpt = None,
 ) -> None:
     """Many clients, each calling a cheap filter (selective, little CPU: best at the
@@ -155,6 +164,7 @@ def mix(
         split=split,
         partial=parse_partial(partial),
         arrivals_max=arrivals_max,
+        cpu_budget=cpu_budget,
     )
     settings.check()
     with bench_status("mix", console) as update:

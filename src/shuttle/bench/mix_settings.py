@@ -71,6 +71,9 @@ class MixSettings:
     #: The nodes' limit on stacks on their way to them and not yet observed
     #: (``shuttle serve --arrivals-max``; None: the node's default).
     arrivals_max: int | None = None
+    #: The node's CPU budget for arrivals (``shuttle serve --cpu-budget``; None: its
+    #: default).
+    cpu_budget: float | None = None
 
     def placements(self) -> tuple[str, ...]:
         """The placements each run makes, in order: the uniform ones, the splits
@@ -111,6 +114,8 @@ class MixSettings:
                     f"cheap filters at the node, so K must be 1..{self.clients - 1} "
                     "(0 is the all-at-client placement, every one the split)"
                 )
+        if self.cpu_budget is not None and not 0 < self.cpu_budget <= 1:
+            raise ConfigError(f"--cpu-budget must be in (0, 1], got {self.cpu_budget}")
         if self.arrivals_max is not None and self.arrivals_max < 0:
             raise ConfigError(f"--arrivals-max must be ≥ 0 (0: no limit), got {self.arrivals_max}")
         if len(set(self.partial)) != len(self.partial):

@@ -94,6 +94,16 @@ def serve(
             "measure (default 8; 0: no limit).",
         ),
     ] = None,
+    cpu_budget: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            help="Run-time: with many clients, the share of its CPU the node lets stacks "
+            "arriving fill; past 0.9 (or this, if more) it sends a share back "
+            "(default 0.7).",
+        ),
+    ] = None,
     residence: Annotated[
         float | None,
         typer.Option(help="Run-time: seconds an object stays put after it moved (default 5 H)."),
@@ -353,6 +363,7 @@ def serve(
         "settle_calls": settle_calls,
         "aggregate_clients": aggregate_clients,
         "arrivals_max": arrivals_max,
+        "cpu_budget": cpu_budget,
         "residence_s": residence,
         "object_memory_bytes": object_memory,
         "adaptive": None if adapt else False,

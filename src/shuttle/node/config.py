@@ -38,7 +38,11 @@ from shuttle.runtime.config import (
     WINDOW_S_DEFAULT,
     RuntimeConfig,
 )
-from shuttle.runtime.placement import AGGREGATE_CLIENTS_MIN_DEFAULT, ARRIVALS_MAX_DEFAULT
+from shuttle.runtime.placement import (
+    AGGREGATE_CLIENTS_MIN_DEFAULT,
+    ARRIVALS_MAX_DEFAULT,
+    SERVER_CPU_SHARE_MAX_DEFAULT,
+)
 from shuttle.runtime.sandbox_limits import (
     CPU_S_PER_CALL_DEFAULT as SANDBOX_CPU_S_DEFAULT,
 )
@@ -145,6 +149,9 @@ class NodeConfig:
     #: With many clients, the stacks that may be on their way here and not yet
     #: observed (docs/runtime.md, "Many clients"); 0: no limit.
     arrivals_max: int = ARRIVALS_MAX_DEFAULT
+    #: With many clients, the share of its CPU the node lets arrivals fill
+    #: (docs/runtime.md, "Saturation").
+    cpu_budget: float = SERVER_CPU_SHARE_MAX_DEFAULT
     #: Anti-thrashing: an object that moved stays put this long (None: 5 H).
     residence_s: float | None = None
     #: Memory lent to hosted mobile objects, for the placement model (None: no limit).
@@ -325,6 +332,7 @@ class NodeConfig:
             settle_calls=self.settle_calls,
             aggregate_clients_min=self.aggregate_clients,
             arrivals_max=self.arrivals_max,
+            cpu_budget=self.cpu_budget,
             residence_s=self.residence_s,
             object_memory_bytes=self.object_memory_bytes,
             adaptive=self.adaptive,

@@ -13,6 +13,8 @@ from shuttle.errors import ConfigError
 from shuttle.runtime.placement import (
     AGGREGATE_CLIENTS_MIN_DEFAULT,
     ARRIVALS_MAX_DEFAULT,
+    SERVER_CPU_SHARE_EVICT_DEFAULT,
+    SERVER_CPU_SHARE_MAX_DEFAULT,
     PlacementConfig,
 )
 
@@ -76,6 +78,9 @@ class RuntimeConfig:
     #: With many clients, the stacks that may be on their way to the node and not yet
     #: observed there (docs/runtime.md, "Many clients"); 0: no limit.
     arrivals_max: int = ARRIVALS_MAX_DEFAULT
+    #: With many clients, the share of its CPU a node lets arrivals fill (docs/runtime.md,
+    #: "Saturation"); the share that sends stacks back is the larger of this and 0.9.
+    cpu_budget: float = SERVER_CPU_SHARE_MAX_DEFAULT
     drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT
     staged_ttl_s: float = STAGED_TTL_S_DEFAULT
     lease_s: float = LEASE_S_DEFAULT
@@ -122,6 +127,8 @@ class RuntimeConfig:
             self.settle_calls,
             self.aggregate_clients_min,
             arrivals_max=self.arrivals_max,
+            server_cpu_share_max=self.cpu_budget,
+            server_cpu_share_evict=max(SERVER_CPU_SHARE_EVICT_DEFAULT, self.cpu_budget),
         )
 
     @property

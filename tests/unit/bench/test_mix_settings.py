@@ -74,6 +74,13 @@ def test_a_negative_limit_on_arrivals_is_refused() -> None:
     MixSettings(arrivals_max=0).check()  # no limit
 
 
+def test_a_cpu_budget_outside_a_share_is_refused() -> None:
+    for bad in (0.0, 1.5, -0.2):
+        with pytest.raises(ConfigError, match=r"--cpu-budget must be in \(0, 1\]"):
+            MixSettings(cpu_budget=bad).check()
+    MixSettings(cpu_budget=0.85).check()
+
+
 def test_the_nodes_note_on_their_arrivals_is_read_back_from_the_decision_log() -> None:
     # The note the many-clients rule writes (16 cheap filters, an idle node: 8 sent,
     # 8 held back) is what the benchmark sums per adaptive pass.

@@ -216,6 +216,17 @@ def test_the_limit_on_arrivals_is_a_count_of_stacks() -> None:
     assert RuntimeConfig(arrivals_max=3).placement().arrivals_max == 3
 
 
+def test_the_cpu_budget_reaches_the_placement_with_the_band_above_it() -> None:
+    placed = RuntimeConfig(cpu_budget=0.85).placement()
+    assert (placed.server_cpu_share_max, placed.server_cpu_share_evict) == (0.85, 0.9)
+    placed = RuntimeConfig(cpu_budget=0.95).placement()
+    assert (placed.server_cpu_share_max, placed.server_cpu_share_evict) == (0.95, 0.95)
+    default = RuntimeConfig().placement()
+    assert (default.server_cpu_share_max, default.server_cpu_share_evict) == (0.7, 0.9)
+    with pytest.raises(ConfigError, match="server CPU share must be in"):
+        RuntimeConfig(cpu_budget=0.0)
+
+
 def test_an_arrival_is_on_its_way_until_the_node_has_hosted_it_for_a_window() -> None:
     decided = {"a/f-1": 100.0, "a/f-2": 100.0, "a/f-3": 100.0}
     local = Digest(
