@@ -122,20 +122,17 @@ def burn_cpu(cpu_s: float) -> float:
     Returns the CPU seconds actually burned (slightly more than asked)."""
     if cpu_s <= 0:
         return 0.0
+    traced = _trace.path is not None
     start = time.thread_time()
+    wall0 = time.monotonic() if traced else 0.0
     end = start + cpu_s
     x = 0
-    if _trace.path is None:
-        while time.thread_time() < end:
-            for i in range(BURN_SPIN_ITERATIONS):
-                x ^= i
-        return time.thread_time() - start
-    wall0 = time.monotonic()
     while time.thread_time() < end:
         for i in range(BURN_SPIN_ITERATIONS):
             x ^= i
     burned = time.thread_time() - start
-    _trace.write("burn", wall0, cpu_s, burned, time.monotonic() - wall0)
+    if traced:
+        _trace.write("burn", wall0, cpu_s, burned, time.monotonic() - wall0)
     return burned
 
 
