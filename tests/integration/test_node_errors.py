@@ -125,6 +125,23 @@ def test_oversized_header_is_a_protocol_error(node: NodeProcess) -> None:
     still_serves(node)
 
 
+def test_a_client_still_sending_after_a_protocol_error_reads_the_error_not_a_reset(
+    node: NodeProcess,
+) -> None:
+    """A frame whose header is over the limit, sent whole (16 MiB, more than the
+    kernel's socket buffers hold): the node refuses it from its prefix while the rest
+    is still arriving. It must drain that rest rather than close on it (a close with
+    unread bytes is a reset: the client's send fails and the error is lost), so the
+    client sends all of it, reads the error, then a clean end of stream."""
+    peer = RawPeer(node.address)
+    head_len = 16 << 20
+    peer.sock.sendall(struct.pack(">2sBBII", b"SH", 3, 0, head_len, 0) + b"\x00" * head_len)
+    ev = peer.next_event()
+    assert isinstance(ev, ErrorResponse) and ev.rid == 0 and "over the limit" in ev.message
+    assert peer.sock.recv(1 << 16) == b""  # the node's end of stream, not a reset
+    still_serves(node)
+
+
 def test_unknown_operation_and_bad_arguments_are_typed_errors(node: NodeProcess) -> None:
     with BlockingConnection("127.0.0.1", node.port) as conn:
         with pytest.raises(UnknownOperationError, match="unknown operation 'frobnicate'"):

@@ -70,6 +70,14 @@ log = logging.getLogger("shuttle.node")
 #: is dropped (a client that does not read would keep it forever).
 CLOSE_GRACE_S = 10.0
 
+#: How long a connection hung up on for breaking the protocol keeps reading (and
+#: dropping) what its client still sends after the error. Closing a socket with unread
+#: bytes makes the kernel send a reset, which can reach the client before it has read
+#: the error (its send fails with "connection reset" and the reason is lost), so the
+#: node shuts its sending side and drains the rest, as web servers' lingering close
+#: does; bounded in time, so a client that never stops sending cannot hold it.
+LINGER_S = 5.0
+
 #: Replies with payloads below this are sent as one joined buffer.
 SMALL_REPLY_BYTES = 64 << 10
 
@@ -131,6 +139,8 @@ class NodeProtocol(asyncio.Protocol):
         self.refused = False
         #: True once asyncio reported the connection gone (``closed`` is set earlier).
         self.lost = False
+        #: True while it drains what its client sends after a protocol error (``linger``).
+        self.lingering = False
         #: Bytes received on it (the sweep watches a partial frame for progress).
         self.bytes_in = 0
         #: ``read``'s call for the read lane (None: reads go the general way).
@@ -517,7 +527,27 @@ class NodeProtocol(asyncio.Protocol):
         )
         if self.transport is not None and not self.closed:
             self.send_bytes(b"".join(frame))
-        self.close()
+        self.linger()
+
+    def linger(self) -> None:
+        """Close after a protocol error without resetting the connection: send what is
+        buffered and the end of stream, then drop whatever still arrives (``failing``
+        makes ``data_received`` ignore it) until the client's end of stream or
+        ``LINGER_S`` (see there why)."""
+        transport = self.transport
+        if transport is None or self.closed or self.lost or not transport.can_write_eof():
+            self.close()
+            return
+        if self.tls is not None:
+            self.close()  # close_notify first; TLS has no half-close to linger in
+            return
+        self.closed = True
+        self.lingering = True
+        if self.failing is None:
+            self.failing = RemoteProtocolError("hung up on")  # (drops what arrives)
+        transport.write_eof()
+        transport.resume_reading()
+        asyncio.get_running_loop().call_later(LINGER_S, self.abort)
 
     def revoke(self, error: ShuttleError) -> None:
         """The principal it authenticated as is gone: say why (rid 0) and close. Replies
@@ -532,7 +562,11 @@ class NodeProtocol(asyncio.Protocol):
     def goodbye(self, reason: str) -> None:
         """Say GOODBYE and close: only when every request taken has been answered
         (clients may then send the unanswered ones again, safely)."""
-        if self.closed or self.transport is None:
+        if self.transport is None:
+            return
+        if self.closed:
+            if self.lingering:
+                self.abort()  # after a protocol error: the node is going
             return
         if self.encrypted and (self.tls is None or not self.tls.established):
             self.abort()  # still in its TLS handshake: no frame could reach it
