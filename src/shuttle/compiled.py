@@ -60,6 +60,10 @@ MODULES: tuple[str, ...] = (
     # TLS at both edges (the node's protocol and the blocking client call it for every
     # request on a TLS connection).
     "shuttle.net.tls",
+    "shuttle.store.rados_miss",  # a RADOS gateway's reads on its loop: hits and misses
+    "shuttle.store.rados_read",  # the trusted-entry check and the version bookkeeping
+    "shuttle.store.rados_admission",  # which misses are read whole into the cache
+    "shuttle.store.rados_aio",  # starting a miss's librados read, and draining its answer
     # The node's warm read below the protocol: the lock-free cache-hit read itself,
     # what it shares with the miss read (the store's view), the block cache, the
     # store's counters, its key locks (whose generation the read checks) and the

@@ -14,9 +14,12 @@ import pytest
 
 from shuttle.cluster.ceph import LocalCeph
 from shuttle.errors import NotFoundError, StorageIOError, VersionMismatchError
+from shuttle.net.registry import OperationRegistry, Reply
+from shuttle.node.handlers import INLINE_READ_BYTES_MAX, register_storage_ops
 from shuttle.store.rados import RadosStore
 from shuttle.store.rados_aio import native_completions, read_error
 from shuttle.store.rados_conn import CephOptions
+from shuttle.store.rados_miss import InlineReads
 from tests.store_suite.conftest import SUITE_CONFIG
 from tests.store_suite.gateway_waits import trusting, two_gateways, wait_until
 
@@ -192,6 +195,38 @@ def test_a_removed_object_fails_the_read_as_missing(pair: Pair) -> None:
         _aio(b, "m/r", 4096, 4096)
     assert b.stats()["errors"]["not_found"] == errors + 1
     assert _rados(b)["aio_in_flight"] == 0
+
+
+def test_the_node_reads_a_rados_store_through_its_compiled_calls(pair: Pair) -> None:
+    """A node's ``read`` over a RADOS store: the read lane's hit and the miss that
+    ``Operation.start`` begins are :class:`InlineReads`' calls (compiled, no interpreted
+    frame between the node's dispatch and librados), with no page-cache try between
+    them (RADOS has no page cache to ask), limited to the node's inline reads."""
+    a, b = pair
+    registry = OperationRegistry()
+    register_storage_ops(registry, b)
+    op = registry.get("read")
+    assert op.read_lane is not None and op.start is not None
+    assert isinstance(getattr(op.read_lane, "__self__", None), InlineReads)
+    assert op.read_miss is None
+    data = secrets.token_bytes(16384)
+    _warm_entry(a, b, "m/i", data)
+    assert op.read_lane("m/i", 0, 4096, None) is None  # not resident: the lane declines
+
+    async def started(length: int) -> Any:
+        fut = op.start({"key": "m/i", "offset": 0, "length": length}, b"")  # type: ignore[misc]
+        return None if fut is None else await fut
+
+    before = _rados(b)
+    reply = asyncio.run(started(4096))
+    assert isinstance(reply, Reply) and bytes(reply.payload) == data[:4096]
+    assert _rados(b)["aio_reads"] == before["aio_reads"] + 1
+    reads = b.stats()["ops"].get("read", 0)
+    span = op.read_lane("m/i", 0, 4096, None)  # resident now: the lane's hit, counted
+    assert span is not None and bytes(span[0][span[1] : span[2]]) == data[:4096]
+    assert b.stats()["ops"]["read"] == reads + 1
+    assert op.read_lane("m/i", 0, INLINE_READ_BYTES_MAX + 1, None) is None
+    assert asyncio.run(started(INLINE_READ_BYTES_MAX + 1)) is None  # the pool reads it
 
 
 def test_read_errors_say_what_the_thread_path_says() -> None:

@@ -39,6 +39,7 @@ from shuttle.store.interface import Store
 from shuttle.store.listing import LIST_PAGE_ENTRIES_MAX, Listing, list_within
 from shuttle.store.missread import MissReads
 from shuttle.store.rados_locality import PrimaryLocator
+from shuttle.store.rados_miss import LoopReads
 
 #: Chunks listed inline in a stat result. A chunk costs about 45 bytes of header, so
 #: 8,192 (a ~512 MiB object) stay well inside the 1 MiB header limit; larger objects
@@ -224,11 +225,18 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
     # interpreted frame between the node's protocol and the block cache, and the lane
     # gets the cached block and the range (its reply copies the page once).
     cached_reads = getattr(store, "cached_reads", None)
+    # A RADOS store's reads on the loop are compiled too: the hit, and the miss it starts.
+    loop_reads = getattr(store, "loop_reads", None)
+    rados_inline = (
+        loop_reads.limited(INLINE_READ_BYTES_MAX) if isinstance(loop_reads, LoopReads) else None
+    )
     hit: ReadMiss
     lane: ReadLane
     if isinstance(cached_reads, CachedReads):
         limited = cached_reads.limited(INLINE_READ_BYTES_MAX)
         hit, lane = limited.read, limited.span
+    elif rados_inline is not None:
+        hit, lane = rados_inline.read, rados_inline.span
     else:
         hit, lane = read_hit, spans(read_hit)
 
@@ -244,12 +252,15 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
             return data
         return None
 
-    # A local store's compiled miss read takes those calls itself, as the hit's does.
+    # A local store's compiled miss read takes those calls itself, as the hit's does; a
+    # store with no page cache to ask (RADOS) has no such call.
     miss_reads = getattr(store, "miss_reads", None)
-    read_miss: ReadMiss = (
+    read_miss: ReadMiss | None = (
         miss_reads.limited(INLINE_READ_BYTES_MAX).read
         if isinstance(miss_reads, MissReads)
         else read_nowait_within
+        if read_nowait is not None
+        else None
     )
 
     def read_cached(args: dict[str, Any], payload: bytes) -> Reply | None:
@@ -264,7 +275,7 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
             and (version is None or type(version) is int)
         ):
             data = hit(key, offset, length, version)
-            if data is None:
+            if data is None and read_miss is not None:
                 data = read_miss(key, offset, length, version)
             if data is not None:
                 return Reply(None, data)
@@ -272,7 +283,9 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
 
     # A miss that can complete on the loop without a thread (a RADOS store's
     # asynchronous read, shuttle.store.rados_aio): started there, else the pool reads it.
-    read_async = getattr(store, "read_async", None)
+    read_async = (
+        rados_inline.read_async if rados_inline is not None else getattr(store, "read_async", None)
+    )
 
     def read_start(args: dict[str, Any], payload: bytes) -> asyncio.Future[Reply] | None:
         key, offset, length = args.get("key"), args.get("offset", 0), args.get("length")

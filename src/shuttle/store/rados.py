@@ -102,7 +102,8 @@ class RadosStore:
         self.coherence = Coherence(self.conn, self.reader)
         self.reader.trust = self.coherence
         self.aio = self._aio_client(pool, namespace, ceph or CephOptions())
-        self.misses = LoopReads(self.reader, self.aio)
+        #: Its reads on the node's event loop: trusted cache hits, and misses.
+        self.loop_reads = LoopReads(self.reader, self.aio)
         self.changes = Changes(self.conn, self.reader, self.coherence, self.counters)
         self.coherence.start()
         self._fetch_keys = omap_fetcher(self.conn.ioctx, self._rados)
@@ -164,10 +165,7 @@ class RadosStore:
     def read_cached(
         self, key: str, offset: int, length: int, expected_version: int | None = None
     ) -> bytes | None:
-        data = self.reader.read_cached(key, offset, length, expected_version)
-        if data is not None:
-            self.counters.read_done(len(data))
-        return data
+        return self.loop_reads.read_cached(key, offset, length, expected_version)
 
     def read_async(
         self,
@@ -181,7 +179,7 @@ class RadosStore:
         future of ``wrap(bytes)`` that the loop completes, or None (:meth:`read` in a
         thread answers it). See :meth:`LoopReads.read_async
         <shuttle.store.rados_miss.LoopReads.read_async>`."""
-        return self.misses.read_async(key, offset, length, expected_version, wrap)
+        return self.loop_reads.read_async(key, offset, length, expected_version, wrap)
 
     def read(
         self,
@@ -475,7 +473,7 @@ class RadosStore:
             "object_bytes_max": self.object_bytes_max,
             **self.conn.stats(),  # reads in flight
             **self.reader.stats(),
-            **self.misses.stats(),
+            **self.loop_reads.stats(),
             # Reads started on the event loop now (None: every miss takes the pool).
             "aio_in_flight": None if self.aio is None else self.aio.in_flight(),
             # How librados hands those reads back: "c" (an eventfd) or "ctypes".

@@ -54,14 +54,11 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from shuttle.errors import ConfigError, ShuttleError, StorageIOError
 from shuttle.store.keys import no_object
 from shuttle.store.rados_conn import CephOptions, bound_waits, timed_out_message
-
-if TYPE_CHECKING:
-    from shuttle.store._aiodone import Completions
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +70,21 @@ Done = Callable[[int, int, bytes], None]
 LIBRADOS_NAMES = ("librados.so.2", "rados")
 
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class Completions(Protocol):
+    """What the C completions (``shuttle.store._aiodone.Completions``, ``_aiodone.pyi``)
+    offer. A protocol, not the class itself: the extension exists only where Shuttle's
+    compiled modules are built, and this module, compiled with them
+    (:mod:`shuttle.compiled`), must import without it."""
+
+    def fileno(self) -> int: ...
+    def read(self, ioctx: int, oid: bytes, offset: int, length: int, arg: Any, /) -> int: ...
+    def drain(self) -> list[tuple[Any, int, int, bytes, int]]: ...
+    def in_flight(self) -> int: ...
+    def wait_idle(self, timeout_s: float, /) -> bool: ...
+    def close(self, timeout_s: float, /) -> bool: ...
+
 
 #: How librados hands a finished read to the loop (see the module): a C callback and an
 #: eventfd, or the reference, a Python callback through ``ctypes``.
@@ -109,7 +121,7 @@ def load_librados() -> Any:
     )
 
 
-def native_completions() -> type[Completions] | None:
+def native_completions() -> Callable[[int, int, int, int, int], Completions] | None:
     """``shuttle.store._aiodone.Completions`` when Shuttle runs its compiled modules
     (else None: the ``ctypes`` path)."""
     from shuttle.compiled import active

@@ -20,6 +20,16 @@ written with librados directly, or one whose announcement is on its way) are ans
 uncached after the ``expected`` check and drop the stale entry. A read never returns
 bytes of a version other than the one it names.
 
+The node's read lane calls these reads through :class:`InlineReads`, one object for
+the hit (:meth:`VersionedReader.read_cached
+<shuttle.store.rados_read.VersionedReader.read_cached>`, as the store counts it) and the
+miss, limited to the node's inline reads: compiled with the mypyc group
+(:mod:`shuttle.compiled`, as this module, :mod:`~shuttle.store.rados_read`,
+:mod:`~shuttle.store.rados_admission` and :mod:`~shuttle.store.rados_aio` are), so
+neither a hit nor a miss runs an interpreted frame of the store's between the node's
+dispatch and librados (benchmarks/README.md, "Warm reads on a RADOS gateway": the
+interpreted Python was about 55 µs of a miss's CPU before).
+
 Counters (in the store's ``stats()["rados"]``): ``aio_reads`` (misses answered this
 way), ``aio_newer`` (of those, reads that found a newer version than the entry's),
 ``aio_bytes`` (bytes they read from RADOS), and the admission's ``whole_reads``,
@@ -31,22 +41,26 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar, final
 
 from shuttle.errors import ShuttleError
 from shuttle.store.rados_admission import MissAdmission
 from shuttle.store.rados_aio import AioClient, read_error
 from shuttle.store.rados_read import Entry, VersionedReader, check_version_number
+from shuttle.store.stats import StoreCounters
 
 T = TypeVar("T")
 
 
 class LoopReads:
-    """The misses of one RADOS store that its event loop reads (see the module)."""
+    """The reads of one RADOS store that its event loop answers (see the module): its
+    trusted cache hits (:meth:`read_cached`) and its misses (:meth:`read_async`)."""
 
     def __init__(self, reader: VersionedReader, aio: AioClient | None) -> None:
         self.reader = reader
         self.aio = aio
+        #: The store's counters (the reader's).
+        self.counters: StoreCounters = reader.counters
         cache = reader.cache
         self.admission = MissAdmission(
             cache.capacity_bytes // cache.block_size_bytes if cache.capacity_bytes else 0
@@ -54,6 +68,19 @@ class LoopReads:
         self.aio_reads = 0
         self.aio_newer = 0
         self.aio_bytes = 0
+
+    def read_cached(self, k: str, offset: int, length: int, expected: int | None) -> bytes | None:
+        """A small read answered from trusted cached blocks, counted as the store counts
+        its reads, or None (:meth:`VersionedReader.read_cached`: a miss, no trust,
+        anything unusual). Never blocks, never raises."""
+        data = self.reader.read_cached(k, offset, length, expected)
+        if data is not None:
+            self.counters.read_done(len(data))
+        return data
+
+    def limited(self, max_bytes: int) -> InlineReads:
+        """These reads as the node's read lane calls them, for at most ``max_bytes``."""
+        return InlineReads(self, max_bytes)
 
     def read_async(
         self,
@@ -107,7 +134,7 @@ class LoopReads:
         start, stop = (first * bsz, (last + 1) * bsz) if whole else (offset, end)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        counters = reader.counters
+        counters = self.counters
         t0 = time.monotonic()
 
         def done(rv: int, version: int, data: bytes) -> None:
@@ -181,3 +208,44 @@ class LoopReads:
             "aio_bytes": self.aio_bytes,
             **self.admission.stats(),
         }
+
+
+@final
+class InlineReads:
+    """A RADOS store's reads on the event loop for the node's read lane (see the
+    module), of at most ``max_bytes``: the calls the lane and ``Operation.start`` make,
+    ``(key, offset, length, expected_version)`` with the request's values, compiled, so
+    none of them runs an interpreted frame."""
+
+    def __init__(self, reads: LoopReads, max_bytes: int) -> None:
+        self.reads = reads
+        self.max_bytes = max_bytes
+
+    def read(self, key: str, offset: int, length: int, version: int | None) -> bytes | None:
+        """A trusted cache hit's bytes, or None (:meth:`LoopReads.read_cached`)."""
+        if length <= self.max_bytes:
+            return self.reads.read_cached(key, offset, length, version)
+        return None
+
+    def span(
+        self, key: str, offset: int, length: int, version: int | None
+    ) -> tuple[Any, ...] | None:
+        """:meth:`read` as the read lane's span of the bytes, ``(bytes, 0, len)``."""
+        if length <= self.max_bytes:
+            data = self.reads.read_cached(key, offset, length, version)
+            if data is not None:
+                return (data, 0, len(data))
+        return None
+
+    def read_async(
+        self,
+        key: str,
+        offset: int,
+        length: int,
+        version: int | None,
+        wrap: Callable[[bytes], Any],
+    ) -> asyncio.Future[Any] | None:
+        """A miss started on the running loop, or None (:meth:`LoopReads.read_async`)."""
+        if length <= self.max_bytes:
+            return self.reads.read_async(key, offset, length, version, wrap)
+        return None
