@@ -38,13 +38,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from shuttle.blockcache import SpanReader
 from shuttle.errors import RemoteProtocolError, ShuttleError
 from shuttle.net.admission import ServerLimits
 from shuttle.net.node_dispatch import dispatch
 from shuttle.net.node_handshake import challenge, evict, greet, handshake_expired
 from shuttle.net.node_tls_edge import decrypt
 from shuttle.net.principals import Principal
-from shuttle.net.registry import ReadLane, ReadMiss
+from shuttle.net.registry import ReadMiss
 from shuttle.net.tls import TlsChannel, looks_like_tls
 from shuttle.wire import (
     ConnectionClosed,
@@ -143,9 +144,10 @@ class NodeProtocol(asyncio.Protocol):
         self.lingering = False
         #: Bytes received on it (the sweep watches a partial frame for progress).
         self.bytes_in = 0
-        #: ``read``'s call for the read lane (None: reads go the general way).
+        #: ``read``'s read for the read lane, called natively (None: reads go the
+        #: general way).
         read_op = server.registry.find("read")
-        self.read_lane: ReadLane | None = None if read_op is None else read_op.read_lane
+        self.read_lane: SpanReader | None = None if read_op is None else read_op.read_lane
         #: ``read``'s call for a miss of the lane's block cache (None: the pool reads it).
         self.read_miss: ReadMiss | None = None if read_op is None else read_op.read_miss
         #: The transport's ``write``, held from ``connection_made`` on (None before): a
@@ -362,23 +364,24 @@ class NodeProtocol(asyncio.Protocol):
             # Not the lane's to refuse: the usual way's guard says what is missing.
             dispatch(self, rid, "read", read_args(key, offset, length, version), b"")
             return
+        data = b""
+        start = stop = 0
         try:
-            # The span of the bytes, (buffer, start, stop): usually the cached block
-            # itself, whose range the reply's packer copies straight into the frame.
-            # (A tuple of objects, so that compiled its items are read as they are,
-            # not through the generic subscript an ``Any`` would take.)
-            span: tuple[Any, ...] | None = lane(key, offset, length, version)
-            if span is None:
+            # The span of the bytes, buffer[start:stop]: usually the cached block
+            # itself, whose range the reply's packer copies straight into the frame;
+            # stop 0: none. A native call (lane is a SpanReader), its span a C struct.
+            data, start, stop = lane.lane_span(key, offset, length, version)
+            if stop == 0:
                 # Not all in the block cache: read it here if the page cache has it all,
                 # which costs far less than the hop to the pool and back.
                 miss = self.read_miss
                 if miss is not None:
-                    data = miss(key, offset, length, version)
-                    if data is not None:
-                        span = (data, 0, len(data))
+                    got = miss(key, offset, length, version)
+                    if got:
+                        data, start, stop = got, 0, len(got)
         except Exception:  # it should not raise; the usual way answers what went wrong
-            span = None
-        if span is None or self.closed:
+            stop = 0
+        if stop == 0 or self.closed:
             # Both tries made: the usual way goes straight to the pool.
             dispatch(
                 self, rid, "read", read_args(key, offset, length, version), b"", inline_tried=True
@@ -389,7 +392,7 @@ class NodeProtocol(asyncio.Protocol):
         counters.inline += 1
         counters.read_lane += 1  # by_op's "read" too, in the snapshot
         try:
-            reply = self.conn.send_read_reply(rid, span[0], span[1], span[2])
+            reply = self.conn.send_read_reply(rid, data, start, stop)
         except ShuttleError as exc:  # e.g. a reply over the client's payload limit
             self.send_error(rid, exc)
             return

@@ -62,6 +62,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, TypeVar
 
+from shuttle.blockcache import SpanReader
 from shuttle.errors import ConfigError, InvalidArgumentError, UnknownOperationError
 from shuttle.net.principals import Guard, Principal, admin_only
 from shuttle.wire.events import Payload
@@ -92,27 +93,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 InlineWhen = Callable[[dict[str, Any]], bool]
 #: Answers a request from memory on the event loop, or returns None: it would block.
 InlineTry = Callable[[dict[str, Any], bytes], Reply | None]
-#: A read's answer as a range of a buffer, ``(buffer, start, stop)``: the bytes
-#: ``buffer[start:stop]``. The buffer is usually a whole cached block, which the read
-#: lane's reply packer copies the range of straight into the frame (no slice first).
-ReadSpan = tuple[bytes, int, int]
-#: ``read``'s call for the read lane: (key, offset, length, expected_version) → the
-#: span of its bytes, or None.
-ReadLane = Callable[[str, int, int, int | None], ReadSpan | None]
 #: ``read``'s call for the lane's miss: (key, offset, length, expected_version) →
 #: the bytes, or None.
 ReadMiss = Callable[[str, int, int, int | None], bytes | None]
-
-
-def spans(read: ReadMiss) -> ReadLane:
-    """A read lane over a call that returns bytes (a store without cached spans): its
-    answer as the span of all of it."""
-
-    def lane(key: str, offset: int, length: int, version: int | None) -> ReadSpan | None:
-        data = read(key, offset, length, version)
-        return None if data is None else (data, 0, len(data))
-
-    return lane
 
 
 #: A THREAD operation's way to run without a thread: a future of its Reply that the
@@ -146,11 +129,14 @@ class Operation:
     #: The server's one inline call (see the module docstring): a Reply, or None to
     #: run the operation its usual way. None for operations never run inline.
     inline: InlineTry | None = None
-    #: ``read`` only: its inline call for the read lane (:mod:`shuttle.wire.readlane`),
-    #: ``(key, offset, length, expected_version)`` → the span of the bytes
-    #: (:data:`ReadSpan`), or None to run it the usual way. Never raises; called on the
-    #: event loop.
-    read_lane: ReadLane | None = None
+    #: ``read`` only: its inline read for the read lane (:mod:`shuttle.wire.readlane`),
+    #: a :class:`~shuttle.blockcache.SpanReader` the compiled lane calls natively:
+    #: ``lane_span(key, offset, length, expected_version)`` → ``(buffer, start, stop)``,
+    #: the bytes ``buffer[start:stop]`` (usually a whole cached block, whose range the
+    #: reply's packer copies straight into the frame), or ``NO_SPAN`` to run it the
+    #: usual way (:class:`~shuttle.blockcache.BytesSpans` makes one of a read that
+    #: answers bytes). Never raises; called on the event loop.
+    read_lane: SpanReader | None = None
     #: ``read`` only: the read lane's second try when ``read_lane`` found the range not
     #: all in the block cache, for a miss that can still be answered without waiting
     #: (the page cache, :mod:`shuttle.store.nowait`); the same arguments and rules,
@@ -217,7 +203,7 @@ class OperationRegistry:
         inline_when: InlineWhen | None = None,
         inline_try: InlineTry | None = None,
         per_connection: bool = False,
-        read_lane: ReadLane | None = None,
+        read_lane: SpanReader | None = None,
         read_miss: ReadMiss | None = None,
         start: Start | None = None,
         guard: Guard | None = None,

@@ -18,6 +18,7 @@ from typing import Any
 
 import blake3
 
+from shuttle.blockcache import BytesSpans, SpanReader
 from shuttle.errors import IntegrityError, InvalidArgumentError, NotFoundError
 from shuttle.net.attr_rows import encode_rows, wants_rows
 from shuttle.net.principals import Guard, Principal, anyone, reads, reads_each, writes, writes_each
@@ -25,13 +26,11 @@ from shuttle.net.registry import (
     CONNECTION_ARG,
     Mode,
     OperationRegistry,
-    ReadLane,
     ReadMiss,
     Reply,
     arg,
     non_negative,
     principal_of,
-    spans,
 )
 from shuttle.store import ObjectAttrs, WriteResult
 from shuttle.store.fastread import CachedReads
@@ -221,9 +220,10 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
             return store.read_cached(key, offset, length, version)
         return None
 
-    # A local store's compiled cache-hit read takes the lane's calls itself: no
-    # interpreted frame between the node's protocol and the block cache, and the lane
-    # gets the cached block and the range (its reply copies the page once).
+    # A local store's compiled cache-hit read takes the lane's calls itself, natively (a
+    # SpanReader): no interpreted frame or Python-level call between the node's protocol
+    # and the block cache, and the lane gets the cached block and the range (its reply
+    # copies the page once).
     cached_reads = getattr(store, "cached_reads", None)
     # A RADOS store's reads on the loop are compiled too: the hit, and the miss it starts.
     loop_reads = getattr(store, "loop_reads", None)
@@ -231,14 +231,14 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
         loop_reads.limited(INLINE_READ_BYTES_MAX) if isinstance(loop_reads, LoopReads) else None
     )
     hit: ReadMiss
-    lane: ReadLane
+    lane: SpanReader
     if isinstance(cached_reads, CachedReads):
         limited = cached_reads.limited(INLINE_READ_BYTES_MAX)
-        hit, lane = limited.read, limited.span
+        hit, lane = limited.read, limited
     elif rados_inline is not None:
-        hit, lane = rados_inline.read, rados_inline.span
+        hit, lane = rados_inline.read, rados_inline
     else:
-        hit, lane = read_hit, spans(read_hit)
+        hit, lane = read_hit, BytesSpans(read_hit)
 
     # A miss of the block cache that the page cache can answer (a local store's files,
     # where the platform can tell): read on the loop too, never waiting for the disk.

@@ -42,6 +42,7 @@ from typing import Any
 
 import uvloop
 
+from shuttle.blockcache import BytesSpans
 from shuttle.errors import ConfigError, ShuttleError, UnreachableError
 from shuttle.net.aio import AsyncConnection
 from shuttle.net.auth import load_key_file
@@ -55,7 +56,6 @@ from shuttle.net.registry import (
     OperationRegistry,
     Reply,
     principal_of,
-    spans,
 )
 from shuttle.net.server import RpcServer
 from shuttle.net.tls import ClientTls, ServerTls
@@ -269,7 +269,7 @@ def register_worker_ops(
         read,
         Mode.ASYNC,
         inline_try=read_here,
-        read_lane=spans(lane),
+        read_lane=BytesSpans(lane),
         per_connection=True,
         guard=reads(),  # checked here: this process may answer it
         wants_principal=True,

@@ -113,7 +113,6 @@ class StoreCore:
         self._adopt_lock = threading.Lock()
         self._prune: set[str] = set()
         self._broken: str | None = None
-        self._closed = False
         try:
             self.layout.create()
             self._lock_fd = self.layout.lock()
@@ -132,6 +131,8 @@ class StoreCore:
                 self.cache,
                 self.counters,
             )
+            #: What the loop-side reads look at; its ``closed`` is the store's (close()).
+            self._view = view
             #: The lock-free cache-hit read (ObjectStore.read_cached, a node's read lane).
             self.cached_reads = CachedReads(view, self.config.cache_read_bytes_max)
             #: Block-cache misses read on the event loop when the page cache has them
@@ -212,13 +213,13 @@ class StoreCore:
         change is still durable; the next open redoes the journal). Tests use it, and a
         node may use it to stop fast.
         """
-        if self._closed:
+        if self._view.closed:
             return
         try:
             if checkpoint and self._broken is None:
                 self.checkpoint()
         finally:
-            self._closed = True
+            self._view.closed = True  # the loop-side reads decline from here on
             self.open_files.close()
             self.uploads.close_all()
             self.journal.close()
@@ -467,7 +468,7 @@ class StoreCore:
             )
 
     def _check_usable(self) -> None:
-        if self._closed:
+        if self._view.closed:
             raise StorageIOError("the store is closed. Open it again.")
         if self._broken is not None:
             raise StorageIOError(

@@ -3,20 +3,22 @@
 :meth:`ObjectStore.read_cached <shuttle.store.reads.ReadOps.read_cached>`'s
 lookup, alone in a module so that it can be compiled with the mypyc group
 (:mod:`shuttle.compiled`) while the store around it stays interpreted; why reading
-without the lock is safe is argued in :meth:`CachedReads.span`. A node's read
-lane calls :meth:`CachedReads.span` directly: a warm read then runs no interpreted
-frame on the node, and its page is copied once, from the cached block into the
-reply's frame. What it looks at of the store (the attribute table's two maps, the
-key locks, the block cache, the store's ``_closed`` flag) is the
+without the lock is safe is argued in :meth:`CachedReads.lane_span`. A node's read
+lane calls :meth:`CachedReads.lane_span` natively (a
+:class:`~shuttle.blockcache.SpanReader`): a warm read then runs no interpreted frame
+and makes no Python-level call on the node, and its page is copied once, from the
+cached block into the reply's frame. What it looks at of the store (the attribute
+table's two maps, the key locks, the block cache, the store's closed flag) is the
 :class:`~shuttle.store.loopreads.StoreView` it shares with the miss read.
 """
 
 from __future__ import annotations
 
+from shuttle.blockcache import NO_SPAN, SpanReader
 from shuttle.store.loopreads import LoopRead
 
 
-class CachedReads(LoopRead):
+class CachedReads(LoopRead, SpanReader):
     """The lock-free cache-hit read of one store, for reads of up to ``max_bytes``."""
 
     def read(
@@ -24,8 +26,8 @@ class CachedReads(LoopRead):
     ) -> bytes | None:
         """Bytes ``[offset, offset+length)`` of ``key`` if every block is cached and no
         change overlapped the look, else None (the caller goes the long way)."""
-        span = self.span(key, offset, length, expected_version)
-        if span is None:
+        span = self.lane_span(key, offset, length, expected_version)
+        if span[2] == 0:
             return None
         return span[0][span[1] : span[2]]
 
@@ -34,11 +36,20 @@ class CachedReads(LoopRead):
     ) -> tuple[bytes, int, int] | None:
         """:meth:`read` without its copy: ``(buffer, start, stop)``, the bytes being
         ``buffer[start:stop]`` (usually ``buffer`` is the cached block itself:
-        :meth:`BlockCache.span_hit <shuttle.blockcache.BlockCache.span_hit>`), or None.
-        A node's read lane calls this and packs the range straight into its reply.
-        The generation check below covers the span as it covers the bytes: the block
-        is an immutable ``bytes`` object, so what it holds when the check passes is
-        what the reply sends."""
+        :meth:`BlockCache.span_hit <shuttle.blockcache.BlockCache.span_hit>`), or None:
+        :meth:`lane_span`, for Python callers."""
+        span = self.lane_span(key, offset, length, expected_version)
+        return None if span[2] == 0 else span
+
+    def lane_span(
+        self, key: str, offset: int, length: int, expected_version: int | None
+    ) -> tuple[bytes, int, int]:
+        """The span of the read's bytes, as :meth:`span` gives it, or
+        :data:`~shuttle.blockcache.NO_SPAN` (a span answered holds at least one byte).
+        A node's read lane calls this natively and packs the range straight into its
+        reply. The generation check below covers the span as it covers the bytes: the
+        block is an immutable ``bytes`` object, so what it holds when the check passes
+        is what the reply sends."""
         # A small read whose blocks are all cached is answered without the key's lock.
         # Why that is safe: every change to a key's attributes or cached blocks is made
         # under the key's lock held exclusively (put, write, truncate, remove), and that
@@ -60,24 +71,25 @@ class CachedReads(LoopRead):
         # way and is checked. Anything unusual (a miss, an error to raise, a race) goes
         # the long way too.
         if not (0 < length <= self.max_bytes and offset >= 0):
-            return None
+            return NO_SPAN
         view = self.view
         lock = view.locks.lock_for(key)
         generation = lock.generation
         if generation & 1:
-            return None
+            return NO_SPAN
         rec = view.peek(key)
         if rec is None:
-            return None
+            return NO_SPAN
         if expected_version is not None and expected_version != rec.version:
-            return None
+            return NO_SPAN
         end = min(rec.size, offset + length)
         if offset >= end:
-            return None
+            return NO_SPAN
         span = view.cache.span_hit(key, offset, end)
         # Closed last, just before the generation's second look: a store closed at any
-        # point of the lookup answers nothing (and a test can land a change here).
-        if span is None or view.store._closed or lock.generation != generation:
-            return None
+        # point of the lookup answers nothing. (The view's flag, a native field: the
+        # store's own was a generic look-up on an interpreted object, 0.19 k a read.)
+        if span[2] == 0 or view.closed or lock.generation != generation:
+            return NO_SPAN
         view.counters.read_done(end - offset)
         return span

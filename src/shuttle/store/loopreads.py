@@ -4,10 +4,11 @@ A node answers a small read on its event loop in one of two ways: from the block
 without the key's lock (:class:`~shuttle.store.fastread.CachedReads`), or, when that
 misses, from the kernel's page cache without waiting for the disk
 (:class:`~shuttle.store.missread.MissReads`). Both look at the same parts of one store,
-held here once as a :class:`StoreView`: the store itself (for its ``_closed`` flag,
-and the miss's open files and nowait reader), its key locks, the attribute table's
-two maps (by reference: the table never rebinds them, only changes their contents),
-the block cache and the counters. Both are a :class:`LoopRead`: a view and the most
+held here once as a :class:`StoreView`: the store itself (for the miss's open files
+and nowait reader), whether it is closed (the view's own flag, which the store's
+``close`` sets: a native field the reads look at for every read), its key locks, the
+attribute table's two maps (by reference: the table never rebinds them, only changes
+their contents), the block cache and the counters. Both are a :class:`LoopRead`: a view and the most
 bytes a read may ask for, narrowed by :meth:`LoopRead.limited` for a node's inline
 limit. Alone in a module, compiled with the mypyc group (:mod:`shuttle.compiled`), so
 the two reads' native code calls it natively.
@@ -36,7 +37,9 @@ class StoreView:
         cache: BlockCache,
         counters: StoreCounters,
     ) -> None:
-        self.store = store  # read at every call: tests and a closing store change it
+        self.store = store  # read at every call: tests change it
+        #: Set once by the store's ``close``: from then on both reads decline.
+        self.closed = False
         self.locks = locks
         self.dirty = dirty
         self.clean = clean

@@ -47,8 +47,8 @@ from shuttle.store.openfiles import OpenFiles, is_out_of_descriptors
 class MissReads(LoopRead):
     """The page-cache miss read of one store, for reads of up to ``max_bytes``.
 
-    Reads the store's ``nowait``, ``open_files`` and ``_closed`` at every call (tests
-    and a closing store replace or set them), the rest once."""
+    Reads the store's ``nowait`` and ``open_files`` and the view's ``closed`` at every
+    call (tests and a closing store replace or set them), the rest once."""
 
     def read(
         self, key: str, offset: int, length: int, expected_version: int | None
@@ -63,7 +63,7 @@ class MissReads(LoopRead):
             0 < length <= self.max_bytes
             and offset >= 0
             and nowait.unsupported is None
-            and not store._closed
+            and not view.closed
         ):
             return None
         # The key is not validated: only a valid key has attributes in memory, and any

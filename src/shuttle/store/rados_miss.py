@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar, final
 
+from shuttle.blockcache import NO_SPAN, SpanReader
 from shuttle.errors import ShuttleError
 from shuttle.store.rados_admission import MissAdmission
 from shuttle.store.rados_aio import AioClient, read_error
@@ -211,11 +212,12 @@ class LoopReads:
 
 
 @final
-class InlineReads:
+class InlineReads(SpanReader):
     """A RADOS store's reads on the event loop for the node's read lane (see the
     module), of at most ``max_bytes``: the calls the lane and ``Operation.start`` make,
     ``(key, offset, length, expected_version)`` with the request's values, compiled, so
-    none of them runs an interpreted frame."""
+    none of them runs an interpreted frame (the lane's hit, :meth:`lane_span`, is a
+    :class:`~shuttle.blockcache.SpanReader`'s: a native call)."""
 
     def __init__(self, reads: LoopReads, max_bytes: int) -> None:
         self.reads = reads
@@ -227,15 +229,16 @@ class InlineReads:
             return self.reads.read_cached(key, offset, length, version)
         return None
 
-    def span(
-        self, key: str, offset: int, length: int, version: int | None
-    ) -> tuple[Any, ...] | None:
-        """:meth:`read` as the read lane's span of the bytes, ``(bytes, 0, len)``."""
+    def lane_span(
+        self, key: str, offset: int, length: int, expected_version: int | None
+    ) -> tuple[bytes, int, int]:
+        """:meth:`read` as the read lane's span of the bytes, ``(bytes, 0, len)``, or
+        ``NO_SPAN``."""
         if length <= self.max_bytes:
-            data = self.reads.read_cached(key, offset, length, version)
-            if data is not None:
-                return (data, 0, len(data))
-        return None
+            data = self.reads.read_cached(key, offset, length, expected_version)
+            if data:
+                return data, 0, len(data)
+        return NO_SPAN
 
     def read_async(
         self,

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from shuttle.blockcache import NO_SPAN, BytesSpans
 from shuttle.errors import ConfigError, InvalidArgumentError, UnknownOperationError
 from shuttle.net.registry import Mode, OperationRegistry, Reply
 from shuttle.node import handlers
 from shuttle.store import ObjectStore
+from shuttle.store.fastread import CachedReads
 from shuttle.store.missread import MissReads
 from shuttle.store.nowait import NowaitReads
 
@@ -114,6 +116,44 @@ def test_the_read_lanes_miss_call_is_the_stores_compiled_miss_read(tmp_path: Pat
         store.cache.clear()
         assert got == store.read_nowait("k", offset, length) == data[offset : offset + length]
     store.close()
+
+
+def test_the_read_lane_is_the_stores_compiled_cached_read_itself(tmp_path: Path) -> None:
+    """A local store's lock-free cache-hit read is the lane's :class:`SpanReader` itself
+    (the protocol calls it natively), within the node's inline limit: the cached block
+    and the range of the read in it, or NO_SPAN for what the usual way answers."""
+    store = ObjectStore(tmp_path / "data")
+    reg = OperationRegistry()
+    handlers.register_storage_ops(reg, store)
+    data = os.urandom(300 << 10)
+    store.put("k", data)
+    lane = reg.get("read").read_lane
+    assert isinstance(lane, CachedReads) and lane.max_bytes == handlers.INLINE_READ_BYTES_MAX
+    assert lane.lane_span("k", 70_000, 4096, None) == NO_SPAN  # not cached yet
+    assert store.read("k", 65536, 65536) == data[65536:131072]  # caches the block
+    buffer, start, stop = lane.lane_span("k", 70_000, 4096, None)
+    assert len(buffer) == 65536 and (start, stop) == (70_000 - 65536, 74_096 - 65536)
+    assert buffer[start:stop] == data[70_000:74_096]
+    assert lane.lane_span("k", 65536, 128 << 10, None) == NO_SPAN  # over the inline limit
+    assert lane.lane_span("nope", 0, 10, None) == NO_SPAN
+    store.close()
+
+
+def test_a_read_that_answers_bytes_is_a_span_of_all_of_them() -> None:
+    """``BytesSpans``: the read lane of a store without cached spans (a RADOS gateway, a
+    worker): the span of what its read answers; None, or nothing, is NO_SPAN."""
+    answers: dict[str, bytes | None] = {"a": b"abc", "none": None, "empty": b""}
+    asked: list[tuple[str, int, int, int | None]] = []
+
+    def read(key: str, offset: int, length: int, version: int | None) -> bytes | None:
+        asked.append((key, offset, length, version))
+        return answers[key]
+
+    lane = BytesSpans(read)
+    assert lane.lane_span("a", 5, 3, 7) == (b"abc", 0, 3)
+    assert lane.lane_span("none", 0, 1, None) == NO_SPAN
+    assert lane.lane_span("empty", 0, 1, None) == NO_SPAN
+    assert asked == [("a", 5, 3, 7), ("none", 0, 1, None), ("empty", 0, 1, None)]
 
 
 def test_a_read_that_would_block_is_not_answered_inline(tmp_path: Path) -> None:

@@ -4,16 +4,21 @@ with writers hammering the same blocks no reader ever gets a torn block or stale
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+from shuttle import compiled
 from shuttle.errors import NotFoundError, VersionMismatchError
 from shuttle.store import ObjectStore, StoreConfig
 
 BLOCK = 4096
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def fill(value: int, nbytes: int = BLOCK) -> bytes:
@@ -105,29 +110,46 @@ def test_the_fast_path_steps_aside_for_what_it_cannot_answer(store: ObjectStore)
 def test_a_change_during_the_lookup_sends_the_read_the_long_way(store: ObjectStore) -> None:
     """A writer that slips in between the reader's look at the attributes and block
     and its second look at the generation moves the generation on: the reader must
-    not return the old block."""
+    not return the old block.
+
+    The change lands from a stand-in for the block cache, right after its hit found the
+    old block: compiled, the reader's parts are native fields that only take the real
+    types, so the stand-in runs on the pure modules (the same source), in a process of
+    their own when this one runs the compiled ones."""
+    if compiled.active().compiled:
+        env = {**os.environ, compiled.PURE_ENV: "1"}
+        test = f"{__file__}::test_a_change_during_the_lookup_sends_the_read_the_long_way"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p",
+             "no:randomly", test],
+            cwd=ROOT, env=env, capture_output=True, timeout=300, check=False,
+        )  # fmt: skip
+        out = done.stdout.decode(errors="replace")
+        assert done.returncode == 0 and "1 passed" in out, out[-3000:]
+        return
     store.put("k", fill(1, 2 * BLOCK))
     store.read("k", 0, BLOCK)
     reads = store.cached_reads
+    cache = reads.view.cache
     raced = []
 
-    class RacingStore:
-        """The store as the reader asks it "closed?", after finding the old block
-        (a stand-in: the compiled reader's other parts cannot be replaced)."""
+    class RacingCache:
+        """The block cache as the reader asks it for the block: the hit, then a change
+        that lands right after it (before the reader's second look at the generation)."""
 
-        @property
-        def _closed(self) -> bool:
+        def span_hit(self, key: str, offset: int, end: int) -> tuple[bytes, int, int]:
+            span = cache.span_hit(key, offset, end)
             if not raced:
-                raced.append(True)
+                raced.append(span[0][span[1] : span[2]])
                 store.write("k", 0, fill(2))  # a change lands right after the look
-            return False
+            return span
 
-    reads.view.store = RacingStore()
+    reads.view.cache = RacingCache()  # type: ignore[assignment]
     try:
         assert store.read("k", 0, BLOCK) == fill(2)
     finally:
-        reads.view.store = store
-    assert raced
+        reads.view.cache = cache
+    assert raced == [fill(1)]  # the reader had found the old block
 
 
 def test_a_change_under_way_is_seen_by_the_generation(store: ObjectStore) -> None:
@@ -209,3 +231,14 @@ def test_concurrent_writers_never_produce_a_torn_or_stale_read(root: Path) -> No
             assert store.read("k", idx * BLOCK, BLOCK) == final[idx * BLOCK : (idx + 1) * BLOCK]
     finally:
         store.close()
+
+
+def test_a_closed_store_answers_no_cached_read(store: ObjectStore) -> None:
+    """Once the store is closed, the lock-free read (a node's read lane) answers
+    nothing, though its block cache still holds the bytes."""
+    store.put("k", fill(3, 2 * BLOCK))
+    assert store.read("k", 0, BLOCK) == fill(3)  # cached
+    assert store.cached_reads.span("k", 0, 100, None) is not None
+    store.close()
+    assert store.cached_reads.span("k", 0, 100, None) is None
+    assert store.cached_reads.read("k", 0, 100, None) is None
