@@ -70,6 +70,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from shuttle.bench import netrand_machine
+from shuttle.bench.placement import cpu_ticks, cpu_use
 from shuttle.bench.redis_anchor import RespClient
 from shuttle.client.client import Client
 from shuttle.errors import ConfigError
@@ -382,6 +384,8 @@ def run_clients(
     # itself answered inline (and counted once it has answered).
     done: dict[str, dict[str, int]] = {}
     server_cpu_s: dict[str, float] = {}
+    # What the machine did under each warm and Redis slice (netrand_machine).
+    machine: dict[str, list[dict[str, Any]]] = {}
     broken = False
     paged_warmed = False
     try:
@@ -393,14 +397,20 @@ def run_clients(
                 paged_warmed = True
             before = node_counters()
             cpu_before = server_cpu()
+            ticks_before = cpu_ticks()
             barrier.wait(PASS_TIMEOUT_S)  # go
             barrier.wait(PASS_TIMEOUT_S)  # all done
+            ticks_after = cpu_ticks()
             cpu_after = server_cpu()
             after = node_counters()
             server = "redis" if name == "redis" else "node"
+            used: float | None = None
             if server in cpu_after and server in cpu_before:
                 used = cpu_after[server] - cpu_before[server]
                 server_cpu_s[name] = server_cpu_s.get(name, 0.0) + used
+            if name in netrand_machine.PAIRED:
+                slice_use = {"cpus": cpu_use(ticks_before, ticks_after), "server_cpu_s": used}
+                machine.setdefault(name, []).append(slice_use)
             if name not in ("redis", WARM_UP):
                 total = done.setdefault(name, {"inline": 0, "pooled": 0, "cache_misses": 0})
                 total["inline"] += after["inline"] - before["inline"] - 1
@@ -423,6 +433,7 @@ def run_clients(
         first = errors[0] if errors else "a client stopped without saying why"
         raise RuntimeError(f"{len(errors)} of {n} benchmark clients failed; first: {first}")
     _summaries(report, outputs)
+    netrand_machine.attach(report, machine, outputs)
     for name, used in server_cpu_s.items():
         if report.get(name):
             report[name]["server_cpu_us_per_req"] = used * 1e6 / report[name]["requests"]
@@ -467,6 +478,11 @@ def _summaries(report: dict[str, Any], outputs: list[dict[str, Any]]) -> None:
                 "throughput": w["pages_per_s"] / r["pages_per_s"],
                 "p99": w["p99_us"] / r["p99_us"],
                 "requests": w["requests"] + r["requests"],
+                # Which side moved when the ratio did.
+                "warm_pages_per_s": w["pages_per_s"],
+                "redis_pages_per_s": r["pages_per_s"],
+                "warm_requests": w["requests"],
+                "redis_requests": r["requests"],
             }
             for w, r in zip(warm_slices, redis_slices, strict=False)
         ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from shuttle.errors import ConfigError
 
@@ -78,3 +79,46 @@ def pinned(cpu: int | None) -> Iterator[int | None]:
         yield cpu
     finally:
         os.sched_setaffinity(0, before)
+
+
+#: ``/proc/stat``'s per-CPU fields, in order (proc(5)), in clock ticks.
+PROC_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_ticks() -> dict[str, list[int]]:
+    """Each CPU's time so far by ``/proc/stat``'s fields (:data:`PROC_STAT_FIELDS`), in
+    clock ticks, by name (``cpu0``, ``cpu1``, ...); empty where there is no /proc."""
+    out: dict[str, list[int]] = {}
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                name, _, rest = line.partition(" ")
+                if name.startswith("cpu") and name != "cpu":
+                    values = [int(v) for v in rest.split()[: len(PROC_STAT_FIELDS)]]
+                    out[name] = values + [0] * (len(PROC_STAT_FIELDS) - len(values))
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def cpu_use(before: dict[str, list[int]], after: dict[str, list[int]]) -> dict[str, Any]:
+    """What each CPU did between two :func:`cpu_ticks`, in seconds: ``busy`` (user and
+    system, whoever ran), ``irq`` (hard and soft interrupts: much of loopback's
+    network path), ``idle`` (idle or waiting for I/O) and ``steal`` (the hypervisor ran
+    something else on it). The ticks are the kernel's (``SC_CLK_TCK``, usually 10 ms)."""
+    tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+    out: dict[str, Any] = {}
+    for name, now in after.items():
+        then = before.get(name)
+        if then is None:
+            continue
+        d = dict(
+            zip(PROC_STAT_FIELDS, (b - a for a, b in zip(then, now, strict=True)), strict=True)
+        )
+        out[name] = {
+            "busy_s": (d["user"] + d["nice"] + d["system"]) * tick_s,
+            "irq_s": (d["irq"] + d["softirq"]) * tick_s,
+            "idle_s": (d["idle"] + d["iowait"]) * tick_s,
+            "steal_s": d["steal"] * tick_s,
+        }
+    return out

@@ -6,10 +6,13 @@ tests/integration/test_bench_smoke.py; here, the parts that decide what is measu
 
 from __future__ import annotations
 
+import os
 import random
+from typing import Any
 
 import pytest
 
+from shuttle.bench import netrand_machine
 from shuttle.bench.netrand_clients import (
     PAGED_CACHES,
     SLICES,
@@ -22,6 +25,7 @@ from shuttle.bench.netrand_clients import (
     rerun_spread,
     spread,
 )
+from shuttle.bench.placement import cpu_ticks, cpu_use
 from shuttle.blockcache import BlockCache
 from shuttle.errors import ConfigError
 
@@ -135,6 +139,62 @@ def test_slices_give_their_ratios_and_the_spread_of_each_pass() -> None:
     assert round(report["remote_warm"]["client_cpu_us_per_req"], 1) == 133.3  # type: ignore[index]
     # Pooled: 3,000 warm and 2,500 mixed requests over 2 s each.
     assert round(report["mixed_paged_over_warm"], 3) == round(2500 / 3000, 3)  # type: ignore[arg-type]
+
+
+def test_each_slice_pair_says_which_side_moved_and_what_the_machine_did() -> None:
+    """Each slice pair carries both servers' throughput, and per slice what the CPUs
+    did, the server's and the clients' CPU, and what else was busy (``others_s``)."""
+    outputs = [
+        {
+            "remote_warm": [_slice(w, 50) for w in (2000.0, 1000.0)],
+            "redis": [_slice(1000.0, 50)] * 2,
+        }
+        for _ in range(2)
+    ]
+    report: dict[str, Any] = {}
+    _summaries(report, outputs)
+
+    def cpus(busy: float, idle: float) -> dict[str, dict[str, float]]:
+        return {"cpu1": {"busy_s": busy, "irq_s": 0.1, "idle_s": idle, "steal_s": 0.0}}
+
+    machine = {
+        # The second warm slice ran beside 0.5 s of something else: that is what moved.
+        "remote_warm": [
+            {"cpus": cpus(0.9, 0.0), "server_cpu_s": 0.5},
+            {"cpus": cpus(1.4, 0.0), "server_cpu_s": 0.5},
+        ],
+        "redis": [
+            {"cpus": cpus(0.8, 0.1), "server_cpu_s": 0.4},
+            {"cpus": cpus(0.8, 0.1), "server_cpu_s": None},
+        ],
+    }
+    netrand_machine.attach(report, machine, outputs)
+    first, second = report["slices"]
+    assert (first["warm_pages_per_s"], second["warm_pages_per_s"]) == (2000.0, 1000.0)
+    assert first["redis_pages_per_s"] == second["redis_pages_per_s"] == 1000.0
+    assert first["warm_requests"] == 2000 and second["warm_requests"] == 1000
+    # Two clients at 0.1 s of CPU each a slice.
+    assert round(first["warm_machine"]["others_s"], 6) == round(0.9 - 0.2 - 0.5, 6)
+    assert round(second["warm_machine"]["others_s"], 6) == round(1.4 - 0.2 - 0.5, 6)
+    assert round(second["warm_machine"]["server_cpu_us_per_req"]) == 500
+    assert second["warm_machine"]["cpus"]["cpu1"]["irq_s"] == 0.1
+    assert "others_s" not in second["redis_machine"]  # Redis's CPU unknown there
+    assert first["redis_machine"]["clients_cpu_s"] == 0.2
+
+
+def test_cpu_use_reads_what_each_cpu_did_in_seconds() -> None:
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    before = {"cpu0": [10, 0, 5, 100, 1, 0, 2, 0], "cpu1": [0] * 8}
+    after = {"cpu0": [30, 1, 9, 150, 2, 1, 4, 3], "cpu1": [0] * 8}
+    use = cpu_use(before, after)
+    assert use["cpu0"] == pytest.approx(
+        {"busy_s": 25 * tick, "irq_s": 3 * tick, "idle_s": 51 * tick, "steal_s": 3 * tick}
+    )
+    assert set(use) == {"cpu0", "cpu1"}
+    now = cpu_ticks()
+    assert now and all(name.startswith("cpu") and len(v) == 8 for name, v in now.items())
+    assert cpu_use(now, cpu_ticks())  # the machine's own: non-negative, one per CPU
+    assert all(x >= 0 for c in cpu_use(now, cpu_ticks()).values() for x in c.values())
 
 
 def test_spread_of_one_value_is_nothing() -> None:

@@ -1,0 +1,51 @@
+"""What the machine did under each slice of ``netrand --clients`` (its warm and Redis
+slices), for telling what moved when a slice pair's ratio moves.
+
+A slice pair's warm ÷ Redis ratio moves when either server's slice is slow. Each slice
+then says why, in seconds over the slice: what each CPU did (``busy``, ``irq``,
+``idle``, ``steal``: :func:`shuttle.bench.placement.cpu_use`), the CPU of the server
+serving it (the node for a warm slice, Redis for a Redis one, when the benchmark
+started them) and of all its clients, and ``others_s``: the CPUs' busy time less the
+server's and the clients' (the benchmark's parent, other sessions, kernel threads; a
+tick either way, as ``/proc/stat`` counts in ticks and the processes in nanoseconds).
+Pinned, everything runs on one CPU: a slow slice with ``others_s`` up had company on
+it, with ``idle`` up waited for something, with ``steal`` up lost the CPU to the
+hypervisor, and with none of these but its server's CPU per request up did more work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The timed passes whose slices are paired (``slices``), and their key in a pair.
+PAIRED = {"remote_warm": "warm", "redis": "redis"}
+
+
+def attach(
+    report: dict[str, Any], machine: dict[str, list[dict[str, Any]]], outputs: list[Any]
+) -> None:
+    """Add to each slice pair of ``report["slices"]`` what the machine did under each of
+    its two slices (``warm_machine``, ``redis_machine``). ``machine``: per pass name, per
+    slice, ``cpus`` (:func:`~shuttle.bench.placement.cpu_use`) and ``server_cpu_s``
+    (None when unknown); ``outputs``: the clients' samples, whose fourth item per slice
+    is the client's CPU seconds."""
+    pairs = report.get("slices")
+    if not pairs:
+        return
+    for name, side in PAIRED.items():
+        slices = machine.get(name, [])
+        for i, (pair, got) in enumerate(zip(pairs, slices, strict=False)):
+            clients_s = sum(o[name][i][3] for o in outputs if len(o.get(name, ())) > i)
+            cpus: dict[str, dict[str, float]] = got["cpus"]
+            entry: dict[str, Any] = {
+                "cpus": cpus,
+                "clients_cpu_s": clients_s,
+                "server_cpu_s": got["server_cpu_s"],
+            }
+            if got["server_cpu_s"] is not None:
+                busy = sum(c["busy_s"] for c in cpus.values())
+                entry["others_s"] = busy - clients_s - got["server_cpu_s"]
+                requests = pair.get(f"{side}_requests")
+                if requests:
+                    entry["server_cpu_us_per_req"] = got["server_cpu_s"] * 1e6 / requests
+            pair[f"{side}_machine"] = entry
