@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import os
 import random
 import statistics
 import threading
@@ -433,7 +434,9 @@ def run_clients(
         first = errors[0] if errors else "a client stopped without saying why"
         raise RuntimeError(f"{len(errors)} of {n} benchmark clients failed; first: {first}")
     _summaries(report, outputs)
-    netrand_machine.attach(report, machine, outputs)
+    # The CPUs this process (and so its forked clients) may run on: one when pinned.
+    ours = [f"cpu{cpu}" for cpu in sorted(os.sched_getaffinity(0))]
+    netrand_machine.attach(report, machine, outputs, ours)
     for name, used in server_cpu_s.items():
         if report.get(name):
             report[name]["server_cpu_us_per_req"] = used * 1e6 / report[name]["requests"]

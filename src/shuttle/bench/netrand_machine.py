@@ -5,7 +5,8 @@ A slice pair's warm ÷ Redis ratio moves when either server's slice is slow. Eac
 then says why, in seconds over the slice: what each CPU did (``busy``, ``irq``,
 ``idle``, ``steal``: :func:`shuttle.bench.placement.cpu_use`), the CPU of the server
 serving it (the node for a warm slice, Redis for a Redis one, when the benchmark
-started them) and of all its clients, and ``others_s``: the CPUs' busy time less the
+started them) and of all its clients, and ``others_s``: the busy time of the CPUs the
+benchmark runs on (``benchmark_cpus``: its affinity, one CPU when pinned) less the
 server's and the clients' (the benchmark's parent, other sessions, kernel threads; a
 tick either way, as ``/proc/stat`` counts in ticks and the processes in nanoseconds).
 Pinned, everything runs on one CPU: a slow slice with ``others_s`` up had company on
@@ -22,13 +23,17 @@ PAIRED = {"remote_warm": "warm", "redis": "redis"}
 
 
 def attach(
-    report: dict[str, Any], machine: dict[str, list[dict[str, Any]]], outputs: list[Any]
+    report: dict[str, Any],
+    machine: dict[str, list[dict[str, Any]]],
+    outputs: list[Any],
+    benchmark_cpus: list[str],
 ) -> None:
     """Add to each slice pair of ``report["slices"]`` what the machine did under each of
     its two slices (``warm_machine``, ``redis_machine``). ``machine``: per pass name, per
     slice, ``cpus`` (:func:`~shuttle.bench.placement.cpu_use`) and ``server_cpu_s``
     (None when unknown); ``outputs``: the clients' samples, whose fourth item per slice
-    is the client's CPU seconds."""
+    is the client's CPU seconds; ``benchmark_cpus``: the CPUs (``cpu1``, ...) the
+    servers and clients may run on, whose busy time ``others_s`` is taken from."""
     pairs = report.get("slices")
     if not pairs:
         return
@@ -39,11 +44,12 @@ def attach(
             cpus: dict[str, dict[str, float]] = got["cpus"]
             entry: dict[str, Any] = {
                 "cpus": cpus,
+                "benchmark_cpus": benchmark_cpus,
                 "clients_cpu_s": clients_s,
                 "server_cpu_s": got["server_cpu_s"],
             }
             if got["server_cpu_s"] is not None:
-                busy = sum(c["busy_s"] for c in cpus.values())
+                busy = sum(c["busy_s"] for name, c in cpus.items() if name in benchmark_cpus)
                 entry["others_s"] = busy - clients_s - got["server_cpu_s"]
                 requests = pair.get(f"{side}_requests")
                 if requests:

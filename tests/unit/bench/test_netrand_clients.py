@@ -155,7 +155,11 @@ def test_each_slice_pair_says_which_side_moved_and_what_the_machine_did() -> Non
     _summaries(report, outputs)
 
     def cpus(busy: float, idle: float) -> dict[str, dict[str, float]]:
-        return {"cpu1": {"busy_s": busy, "irq_s": 0.1, "idle_s": idle, "steal_s": 0.0}}
+        # cpu0 is another session's: not the benchmark's CPU, so not in others_s.
+        return {
+            "cpu0": {"busy_s": 3.0, "irq_s": 0.0, "idle_s": 0.0, "steal_s": 0.0},
+            "cpu1": {"busy_s": busy, "irq_s": 0.1, "idle_s": idle, "steal_s": 0.0},
+        }
 
     machine = {
         # The second warm slice ran beside 0.5 s of something else: that is what moved.
@@ -168,7 +172,7 @@ def test_each_slice_pair_says_which_side_moved_and_what_the_machine_did() -> Non
             {"cpus": cpus(0.8, 0.1), "server_cpu_s": None},
         ],
     }
-    netrand_machine.attach(report, machine, outputs)
+    netrand_machine.attach(report, machine, outputs, ["cpu1"])
     first, second = report["slices"]
     assert (first["warm_pages_per_s"], second["warm_pages_per_s"]) == (2000.0, 1000.0)
     assert first["redis_pages_per_s"] == second["redis_pages_per_s"] == 1000.0
