@@ -127,9 +127,9 @@ class SpanReader:
 
 @final
 class BytesSpans(SpanReader):
-    """The :class:`SpanReader` of a read that answers bytes or None (a store without
-    cached spans: a RADOS gateway's cache, a ``--workers`` worker): the span of all the
-    bytes it answers; None, or no bytes, is :data:`NO_SPAN`."""
+    """The :class:`SpanReader` of a read that answers bytes or None (a ``--workers``
+    worker's, any store's without a span reader of its own): the span of all the bytes
+    it answers; None, or no bytes, is :data:`NO_SPAN`."""
 
     def __init__(self, read: Callable[[str, int, int, int | None], bytes | None]) -> None:
         self.read = read
