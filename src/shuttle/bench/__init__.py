@@ -15,9 +15,10 @@ Layout:
 * ``redis_anchor``  a Redis server and a raw RESP client: the fast-fetch anchor
 * ``netrand``  ``bench netrand``: random page-sized fetches, local against remote
 * ``netrand_clients``  ``bench netrand --clients N``: the same fetches from N clients
+  at once (throughput, p50, p99), against Redis with as many
+* ``netrand_machine``  what the machine did under each slice of ``netrand --clients``
 * ``netrand_workers``  ``bench netrand --workers 1,2``: nodes of 1, 2... processes,
   interleaved, with where the CPU went
-  at once (throughput, p50, p99), against Redis with as many
 * ``stream``   ``bench stream``: one large object streamed, against raw TCP
 * ``durable``  ``bench durable``: what a durable object's write before each answer
   costs a call, at its home, at another node and at the client

@@ -145,9 +145,13 @@ def _finished(
         proto.executing -= 1
     if proto.load_name is not None:
         proto.server.load.give_back("requests", proto.load_name)
-    if proto.closed or fut.cancelled():
+    if fut.cancelled():
         return
+    # Taken even when nobody is left to answer: a failed future whose exception is never
+    # retrieved is logged by asyncio as an error, with its traceback.
     exc = fut.exception()
+    if proto.closed:
+        return
     if exc is not None:
         proto.send_error(rid, proto.server.error_for(op_name, exc))
     else:
