@@ -6,7 +6,8 @@ the reference, a Python callback through ``ctypes``, on the same reads of a real
 What a broken completion would do and what catches it here: a lost wake-up (reads
 finished while the loop was busy, never answered: every wait is bounded); reads
 answered out of the order librados finished them, or with another read's bytes; an
-error code from librados not reaching the caller; a read answered twice or never."""
+error code from librados not reaching the caller; a read answered twice or never,
+also when ``drain()`` cannot allocate (every allocation it makes failed in turn)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,13 @@ import errno
 import math
 import os
 import secrets
+import select
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -26,6 +31,9 @@ from shuttle.cluster.cephclient import connect
 from shuttle.errors import ConfigError
 from shuttle.store.rados_aio import COMPLETIONS, AioClient, native_completions
 from shuttle.store.rados_conn import CephOptions
+
+if TYPE_CHECKING:
+    from shuttle.store._aiodone import Completions
 
 #: Each object's bytes: 64 pages, page ``i`` filled with the byte ``i`` (xor a salt), so
 #: a read answered with another read's bytes shows it.
@@ -267,3 +275,95 @@ def test_asking_for_the_c_completions_without_the_compiled_modules_says_what_to_
     assert "need Shuttle's compiled modules" in out
     assert "SHUTTLE_PURE is set" in out
     assert "run scripts/setup.sh, or use completion='ctypes'" in out
+
+
+def _testcapi() -> ModuleType:
+    """CPython's own test module, whose ``set_nomemory(start, stop)`` fails the
+    allocations after the ``start``-th up to the ``stop``-th (0: all) through every
+    allocator, until ``remove_mem_hooks()``."""
+    try:
+        import _testcapi
+    except ImportError:
+        pytest.skip("this Python has no _testcapi (its test modules were not installed)")
+    if not hasattr(_testcapi, "set_nomemory"):
+        pytest.skip("this Python's _testcapi cannot fail allocations (set_nomemory)")
+    return _testcapi
+
+
+#: (offset, length) of the reads of one batch: whole pages, and one short read at the
+#: object's end (its buffer is shrunk to the bytes read: an allocation that can fail).
+OOM_READS = [(0, PAGE), (PAGE * 5, PAGE), ((PAGES - 1) * PAGE, PAGE * 2), (PAGE * 9, 700)]
+#: More allocations than a drain of OOM_READS makes (a list, then four per read): the
+#: sweep below reaches one that makes none fail.
+OOM_ALLOCATIONS_MAX = 40
+
+Drained = tuple[int, int, int, bytes, int]  # the tag, rv, version, data, done_ns
+
+
+def _drain_failing(ring: Completions, capi: ModuleType, start: int, stop: int) -> list[Drained]:
+    """``ring.drain()`` with the allocations after the ``start``-th up to the ``stop``-th
+    failing (0: all of them); [] if it raised MemoryError. The failures hit every
+    thread's allocations: no other thread may run meanwhile (pytest-xdist's own would
+    die of them), so the GIL is not handed over in between: drain() never lets go of
+    it, and the switch interval is longer than the test (a thread already waiting for
+    the GIL with the old one is let run first)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(ANSWER_S)
+    time.sleep(0)
+    capi.set_nomemory(start, stop)
+    try:
+        got = ring.drain()
+    except MemoryError:
+        got = []
+    finally:
+        capi.remove_mem_hooks()
+        sys.setswitchinterval(interval)
+    return got
+
+
+def test_a_drain_that_cannot_allocate_loses_no_read(
+    client: AioClient, namespace: tuple[str, bytes, int]
+) -> None:
+    """Each allocation ``drain()`` makes fails in turn (that one alone, then it and all
+    after it): every read of the batch still comes back exactly once, in the order
+    librados finished them, each with its own bytes (or, a short read whose buffer
+    could not be shrunk, with -ENOMEM: an error its caller reports, not a read that
+    never ends), and whenever a read is left in the ring the eventfd is readable, so
+    the loop comes back for it. Before, such a drain dropped its whole batch: a RADOS
+    miss among them held its key's lock for good and its client waited."""
+    if client.completion != "c":
+        pytest.skip("the C completions' drain(); the ctypes path has none")
+    capi = _testcapi()
+    _ns, data, version = namespace
+    ring = client._ring  # the C completions under test
+    assert ring is not None
+    failed = partial = enomem = 0
+    for start in range(OOM_ALLOCATIONS_MAX):
+        for stop in (start + 1, 0):  # that allocation alone; it and every one after
+            for tag, (off, n) in enumerate(OOM_READS):
+                assert ring.read(client._io_address, b"o", off, n, tag) == 0
+            assert ring.wait_idle(ANSWER_S), "librados did not call back"
+            got = _drain_failing(ring, capi, start, stop)
+            if len(got) < len(OOM_READS):
+                failed += 1
+                partial += bool(got)
+                readable, _, _ = select.select([ring.fileno()], [], [], 0)
+                assert readable, f"reads left in the ring without a wake-up ({start}, {stop})"
+            for _ in range(len(OOM_READS)):  # the loop's next turns
+                if len(got) == len(OOM_READS):
+                    break
+                got += ring.drain()
+            assert sorted(tag for tag, *_ in got) == list(range(len(OOM_READS))), (start, stop)
+            stamps = [done_ns for *_, done_ns in got]
+            assert stamps == sorted(stamps), "answered out of librados's order"
+            for tag, rv, v, got_data, _done_ns in got:
+                off, n = OOM_READS[tag]
+                want = data[off : off + n]
+                if rv == -errno.ENOMEM:  # only a short read's shrink may fail
+                    assert len(want) < n and got_data == b"", (start, stop, tag)
+                    enomem += 1
+                    continue
+                assert (rv, v, got_data) == (len(want), version, want), (start, stop, tag)
+            assert ring.in_flight() == 0
+    assert failed > 0 and partial > 0 and enomem > 0  # every way out was taken
+    assert ring.drain() == []

@@ -22,6 +22,8 @@
  *   .drain() -> [(arg, rv, version, data, done_ns), ...]: the finished reads, oldest
  *     first; rv the bytes read or minus librados's errno, data the bytes (b"" on an
  *     error), done_ns the CLOCK_MONOTONIC time (time.monotonic_ns) of the callback;
+ *     MemoryError (nothing taken: the reads wait for the next drain) if it could
+ *     build no answer;
  *   .in_flight() -> reads started and not yet drained;
  *   .wait_idle(timeout_s) -> True once librados has called back for every read it was
  *     given (False at the timeout; math.inf, or anything over WAIT_S_MAX, waits with no
@@ -44,8 +46,12 @@
  * completion is released before the read counts as called back, so close() never
  * shuts librados down under a release; the eventfd is written, under the mutex, each
  * time the list goes from empty to not, and drain() reads it before taking the list,
- * so no finished read waits without a wake-up. A drain() that cannot allocate (a
- * MemoryError) drops its batch: their done() never runs.
+ * so no finished read waits without a wake-up. Under memory exhaustion no read is
+ * lost: a read leaves the list only once its answer is in the list drain() returns;
+ * those whose answer cannot be built go back to the head of the list, oldest first,
+ * and the eventfd is written again, so the loop's next turn drains them (drain()
+ * returns the answers it built, or raises MemoryError if it built none). A short read
+ * whose buffer cannot be shrunk (CPython then frees it) is answered with -ENOMEM.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -85,6 +91,7 @@ struct core {
     pthread_mutex_t mu;
     pthread_cond_t idle;
     slot *head, *tail;  /* finished reads, oldest first */
+    long ready;         /* how many: drain() sizes its list with it */
     long in_librados;   /* started, not called back yet */
     long undrained;     /* started, not drained yet */
     int closed;
@@ -99,6 +106,10 @@ struct core {
 typedef struct {
     PyObject_HEAD core *k;
 } Completions;
+
+/* Made at import: what drain() answers a read with when it must not need memory. */
+static PyObject *enomem_rv;   /* -ENOMEM (outside CPython's cached small ints) */
+static PyObject *empty_bytes; /* b"" */
 
 static int64_t monotonic_ns(void) {
     struct timespec ts;
@@ -124,6 +135,7 @@ static void on_complete(rados_completion_t c, void *arg) {
     else
         k->head = s;
     k->tail = s;
+    k->ready++;
     if (was_empty) {
         /* One wake-up per batch: drain() reads the eventfd before it takes the list,
          * so a read appended after that read finds the list empty again and writes. */
@@ -295,6 +307,66 @@ static PyObject *Completions_read(Completions *self, PyObject *const *args, Py_s
     return PyLong_FromLong(rc < 0 ? rc : 0);
 }
 
+/* One finished read's answer, (arg, rv, version, data, done_ns), or NULL (a
+ * MemoryError) with the slot as it was: nothing of it is taken before everything the
+ * answer needs is in hand. The one exception is a short read's buffer (the object
+ * ended first): shrinking it in place can fail, and CPython then frees it, so that read
+ * is answered with -ENOMEM and no bytes (a clear error for its caller, not a lost
+ * read). */
+static PyObject *answer_of(slot *s) {
+    PyObject *t = PyTuple_New(5);
+    if (t == NULL) return NULL;
+    PyObject *rv = PyLong_FromLong(s->rv);
+    PyObject *version = PyLong_FromUnsignedLongLong((unsigned long long)s->version);
+    PyObject *done_ns = PyLong_FromLongLong((long long)s->done_ns);
+    if (rv == NULL || version == NULL || done_ns == NULL) {
+        Py_XDECREF(rv);
+        Py_XDECREF(version);
+        Py_XDECREF(done_ns);
+        Py_DECREF(t);
+        return NULL;
+    }
+    PyObject *data;
+    if (s->rv > 0) {
+        data = s->buf; /* stolen: nobody else holds it */
+        s->buf = NULL;
+        if (s->rv < PyBytes_GET_SIZE(data) && _PyBytes_Resize(&data, s->rv) < 0) {
+            PyErr_Clear();
+            Py_DECREF(rv);
+            rv = Py_NewRef(enomem_rv);
+            data = Py_NewRef(empty_bytes);
+        }
+    } else {
+        data = Py_NewRef(empty_bytes);
+    }
+    PyTuple_SET_ITEM(t, 0, Py_NewRef(s->arg));
+    PyTuple_SET_ITEM(t, 1, rv);
+    PyTuple_SET_ITEM(t, 2, version);
+    PyTuple_SET_ITEM(t, 3, data);
+    PyTuple_SET_ITEM(t, 4, done_ns);
+    return t;
+}
+
+/* Puts reads drain() could not hand on back at the head of the list, oldest first,
+ * before any that finished meanwhile, and wakes the loop again so that it comes back
+ * for them (as the callback does, under the mutex). */
+static void put_back(core *k, slot *first, long n) {
+    slot *last = first;
+    while (last->next != NULL)
+        last = last->next;
+    pthread_mutex_lock(&k->mu);
+    last->next = k->head;
+    if (k->head == NULL) k->tail = last;
+    k->head = first;
+    k->ready += n;
+    uint64_t one = 1;
+    ssize_t w;
+    do {
+        w = write(k->efd, &one, sizeof one);
+    } while (w < 0 && errno == EINTR);
+    pthread_mutex_unlock(&k->mu);
+}
+
 static PyObject *Completions_drain(Completions *self, PyObject *unused) {
     (void)unused;
     core *k = self->k;
@@ -304,37 +376,44 @@ static PyObject *Completions_drain(Completions *self, PyObject *unused) {
     }
     pthread_mutex_lock(&k->mu);
     slot *s = k->head;
+    long n = k->ready;
     k->head = k->tail = NULL;
+    k->ready = 0;
     pthread_mutex_unlock(&k->mu);
-    PyObject *out = PyList_New(0);
-    long taken = 0;
+    if (s == NULL) return PyList_New(0);
+    /* A slot leaves the list only once its answer is in the list returned: a read
+     * whose answer cannot be built (no memory) goes back to the ring, with every one
+     * after it, for the next drain(), never dropped (its caller would wait for good). */
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        put_back(k, s, n);
+        return NULL;
+    }
+    Py_ssize_t taken = 0;
     while (s != NULL) {
-        slot *next = s->next;
-        PyObject *data;
-        if (s->rv > 0) {
-            data = s->buf;
-            s->buf = NULL;
-            if (s->rv < PyBytes_GET_SIZE(data) && _PyBytes_Resize(&data, s->rv) < 0)
-                data = NULL;
-        } else {
-            data = PyBytes_FromStringAndSize(NULL, 0);
-        }
-        PyObject *item = NULL;
-        if (data != NULL && out != NULL)
-            item = Py_BuildValue("(OiKNL)", s->arg, s->rv, (unsigned long long)s->version,
-                                 data, (long long)s->done_ns);
-        else
-            Py_XDECREF(data);
-        if (item == NULL || out == NULL || PyList_Append(out, item) < 0) Py_CLEAR(out);
-        Py_XDECREF(item);
-        free_slot(s);
+        PyObject *item = answer_of(s);
+        if (item == NULL) break;
+        PyList_SET_ITEM(out, taken, item);
         taken++;
+        slot *next = s->next;
+        free_slot(s);
         s = next;
     }
     pthread_mutex_lock(&k->mu);
     k->undrained -= taken;
     pthread_mutex_unlock(&k->mu);
-    return out; /* NULL (MemoryError) loses this batch's reads: their buffers are freed */
+    if (s != NULL) {
+        put_back(k, s, n - taken);
+        if (taken == 0) {
+            Py_DECREF(out); /* its items are all NULL: nothing to release */
+            return NULL;
+        }
+        /* The answers built go on now, the rest at the next drain(); the list's slots
+         * past them were never filled. */
+        PyErr_Clear();
+        Py_SET_SIZE(out, taken);
+    }
+    return out;
 }
 
 static PyObject *Completions_in_flight(Completions *self, PyObject *unused) {
@@ -431,6 +510,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__aiodone(void) {
     if (PyType_Ready(&CompletionsType) < 0) return NULL;
+    if (enomem_rv == NULL && (enomem_rv = PyLong_FromLong(-ENOMEM)) == NULL) return NULL;
+    if (empty_bytes == NULL && (empty_bytes = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&CompletionsType);
