@@ -406,18 +406,24 @@ class AioClient:
     def _drain(self, ring: Completions) -> None:
         """On the watching loop, when the eventfd is readable: every finished read of
         the batch to its ``done``, oldest first (a read started on another loop, on
-        that loop if it is still open)."""
+        that loop if it is still open).
+
+        Out of memory, ``drain()`` keeps what it could not hand on and wakes the loop
+        again (``_aiodone.c``): a MemoryError it raises goes to the loop's exception
+        handler, and the next turn drains again. An error in one read's step here (its
+        ``done``, a loop closed meanwhile, no memory) is reported and the batch goes
+        on: the reads after it are still answered."""
         here = self._watched
         assert here is not None, "drained only by the loop _watch registered"
         for (done, loop), rv, version, data, callback_ns in ring.drain():
-            if rv < 0:
-                self.errors += 1
-            if loop is not here:
-                if not loop.is_closed():
-                    loop.call_soon_threadsafe(done, rv, version, data)
-                continue
-            self.callback_ns = callback_ns
             try:
+                if rv < 0:
+                    self.errors += 1
+                if loop is not here:
+                    if not loop.is_closed():
+                        loop.call_soon_threadsafe(done, rv, version, data)
+                    continue
+                self.callback_ns = callback_ns
                 done(rv, version, data)
             except Exception as exc:  # as call_soon would: reported, the batch goes on
                 loop.call_exception_handler(
