@@ -38,9 +38,14 @@ from shuttle.client.cache import (
 )
 from shuttle.client.calls import PIECE_BYTES_DEFAULT, WINDOW_DEFAULT, Op, Pieces
 from shuttle.client.connections import counter_totals
-from shuttle.client.integrity import RangeVerifier, UploadHasher, check_written
+from shuttle.client.integrity import (
+    CheckedPieces,
+    RangeVerifier,
+    UploadHasher,
+    check_written,
+)
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
-from shuttle.client.routing import node_for_key
+from shuttle.client.routing import node_for_key, node_named, positions_by_node
 from shuttle.client.validation import MODES, VALIDATION_DEFAULT
 from shuttle.client.validation.speculative import SpeculativeCheck
 from shuttle.errors import ClosedFileError, InvalidArgumentError, NotFoundError, ShuttleError
@@ -124,11 +129,7 @@ class AsyncClient:
 
     def node(self, node_id: str) -> NodeAddress:
         """The node called ``node_id`` (or addressed ``host:port``)."""
-        for node in self.nodes:
-            if node_id in (node.node_id, node.address):
-                return node
-        known = ", ".join(n.node_id for n in self.nodes)
-        raise InvalidArgumentError(f"no node {node_id!r} in this cluster; its nodes: {known}")
+        return node_named(self.nodes, node_id)
 
     async def call(
         self,
@@ -204,10 +205,7 @@ class AsyncClient:
 
     def by_node(self, keys: Sequence[str]) -> dict[str, builtins.list[int]]:
         """The positions in ``keys`` of the keys each node holds, by node id."""
-        out: dict[str, builtins.list[int]] = {}
-        for i, key in enumerate(keys):
-            out.setdefault(self.node_for(key).node_id, []).append(i)
-        return out
+        return positions_by_node(keys, self.node_for)
 
     async def stat_many(self, keys: Sequence[str]) -> builtins.list[ObjectInfo | None]:
         """Attributes of many keys (None where missing): the nodes are asked at once."""
@@ -253,21 +251,13 @@ class AsyncClient:
         end = info.size if length is None else min(info.size, offset + length)
         if offset >= end:
             return
-        verifier = RangeVerifier.for_object(info, offset, end)
+        checked = CheckedPieces(RangeVerifier.for_object(info, offset, end))
         ops = calls.read_pieces(key, offset, end, self.piece_bytes, info.version)
-        held: deque[bytes | bytearray] = deque()  # received, not yet all checked
-        released = offset
         async for res in self._pipeline(self.node_for(key), ops):
-            piece = calls.piece(res)
-            held.append(piece)
-            safe = verifier.feed(piece)
-            while held and released + len(held[0]) <= safe:
-                out = held.popleft()
-                released += len(out)
+            for out in checked.add(calls.piece(res)):
                 yield out
-        verifier.finish()
-        while held:
-            yield held.popleft()
+        for out in checked.finish():
+            yield out
 
     async def open(self, key: str, *, validation: str | None = None) -> AsyncReader:
         """A reader of ``key`` through the client cache, validated by the mode

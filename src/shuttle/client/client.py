@@ -14,7 +14,6 @@ from __future__ import annotations
 import builtins
 import io
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -32,11 +31,11 @@ from shuttle.client.calls import (
 )
 from shuttle.client.calls import Op, Pieces
 from shuttle.client.connections import Dial, NodeConnection, ThreadConnections
-from shuttle.client.integrity import RangeVerifier, check_written
+from shuttle.client.integrity import CheckedPieces, RangeVerifier, check_written
 from shuttle.client.lookaside import LookasideReader, LookasideStore, StoreSet
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
 from shuttle.client.namespace import Namespace
-from shuttle.client.routing import node_for_key
+from shuttle.client.routing import node_for_key, node_named, positions_by_node
 from shuttle.client.uploads import upload
 from shuttle.client.validation import VALIDATION_DEFAULT, ValidationMode, make_mode
 from shuttle.errors import InvalidArgumentError, NotFoundError
@@ -141,11 +140,7 @@ class Client:
 
     def node(self, node_id: str) -> NodeAddress:
         """The node called ``node_id`` (or addressed ``host:port``)."""
-        for node in self.nodes:
-            if node_id in (node.node_id, node.address):
-                return node
-        known = ", ".join(n.node_id for n in self.nodes)
-        raise InvalidArgumentError(f"no node {node_id!r} in this cluster; its nodes: {known}")
+        return node_named(self.nodes, node_id)
 
     def connection(self, node: NodeAddress) -> NodeConnection:
         """This thread's connection to ``node`` (opened on first use)."""
@@ -222,19 +217,20 @@ class Client:
                 mode = self._modes.setdefault(name, mode)
         return mode
 
+    def _modes_built(self) -> dict[str, ValidationMode]:
+        """The validation modes built so far (a copy, to use outside the lock)."""
+        with self._lock:
+            return dict(self._modes)
+
     def forget(self, key: str) -> None:
         """This client changed or removed ``key``: drop what it cached of it."""
         self.cache.forget(key)
-        with self._lock:
-            modes = list(self._modes.values())
-        for mode in modes:
+        for mode in self._modes_built().values():
             mode.forget(key)
 
     def close(self) -> None:
         """Close every connection (the client reconnects if used again)."""
-        with self._lock:
-            modes = list(self._modes.values())
-        for mode in modes:
+        for mode in self._modes_built().values():
             mode.close()
         with self._lock:
             namespace, self._namespace = self._namespace, None
@@ -282,10 +278,7 @@ class Client:
     def by_node(self, keys: Sequence[str]) -> dict[str, builtins.list[int]]:
         """The positions in ``keys`` of the keys each node holds, by node id (what a
         many-key call sends to each node, one round trip per node)."""
-        out: dict[str, builtins.list[int]] = {}
-        for i, key in enumerate(keys):
-            out.setdefault(self.node_for(key).node_id, []).append(i)
-        return out
+        return positions_by_node(keys, self.node_for)
 
     def stat_many(self, keys: Sequence[str]) -> list[ObjectInfo | None]:
         """Attributes of many keys (None where missing): one round trip per node."""
@@ -354,26 +347,17 @@ class Client:
         if self.lookaside is not None:
             yield from self.lookaside.iter_range(info, offset, end, progress=progress)
             return
-        verifier = RangeVerifier.for_object(info, offset, end)
+        checked = CheckedPieces(RangeVerifier.for_object(info, offset, end))
         reads = (
             Call(op.op, op.args)
             for op in calls.read_pieces(key, offset, end, self.piece_bytes, info.version)
         )
         conn = self.connection(self.node_for(key))
-        held: deque[bytes | bytearray] = deque()  # received, not yet all checked
-        released = offset
         for res in conn.call_many(reads, window=self.window):
-            piece = calls.piece(res)  # large pieces are handed on uncopied
-            held.append(piece)
-            safe = verifier.feed(piece)
-            while held and released + len(held[0]) <= safe:
-                out = held.popleft()
-                released += len(out)
+            for out in checked.add(calls.piece(res)):  # large pieces are handed on uncopied
                 progress(len(out))
                 yield out
-        verifier.finish()
-        while held:
-            out = held.popleft()
+        for out in checked.finish():
             progress(len(out))
             yield out
 
@@ -589,8 +573,7 @@ class Client:
         """Requests, round trips, bytes and cache hits of this client so far."""
         totals = self._conns.totals()
         cache = self.cache.stats()
-        with self._lock:
-            modes = dict(self._modes)
+        modes = self._modes_built()
         return {
             **totals,
             "cache_hits": cache["hits"],

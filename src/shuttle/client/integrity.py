@@ -16,7 +16,8 @@ the way between:
   with the check, so its consumer must not act on its pieces before the stream ended.
   Where the client holds the chunk list (a client with lookaside stores asks for it),
   a read is checked chunk by chunk instead, and no byte of a chunk is handed on before
-  the whole chunk matched. A part of an object read without its chunk list, the
+  the whole chunk matched (:class:`CheckedPieces` holds a stream's pieces until then,
+  for both clients). A part of an object read without its chunk list, the
   ragged ends of a range, and small reads made without the object's attributes are
   not checked: there is no hash at hand to check them against (fetching a chunk list
   would cost a round trip per 8,192 chunks before the first byte).
@@ -29,6 +30,7 @@ both the bytes and the hash it forwards: that is what TLS is for (docs/security.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 
 import blake3
@@ -187,3 +189,36 @@ class RangeVerifier:
                 "returned; read it again (over TLS, which refuses changed bytes)"
             )
         return self.position
+
+
+#: A piece of a streamed read, as the connection received it (large ones uncopied).
+Piece = bytes | bytearray
+
+
+class CheckedPieces:
+    """The pieces of a streamed range, handed on only once ``verifier`` has checked
+    every byte of them (no byte of a chunk before the whole chunk matched): what both
+    clients' ``iter_read`` yields. :meth:`add` takes the next piece received and
+    returns those now safe, in order; :meth:`finish`, at the stream's end, makes the
+    last check and returns the rest. Raises as :class:`RangeVerifier` does."""
+
+    def __init__(self, verifier: RangeVerifier) -> None:
+        self.verifier = verifier
+        self._held: deque[Piece] = deque()  # received, not yet all checked
+        self._released = verifier.start  # every piece before here was handed on
+
+    def add(self, piece: Piece) -> list[Piece]:
+        held = self._held
+        held.append(piece)
+        safe = self.verifier.feed(piece)
+        out = []
+        while held and self._released + len(held[0]) <= safe:
+            out.append(held.popleft())
+            self._released += len(out[-1])
+        return out
+
+    def finish(self) -> list[Piece]:
+        self.verifier.finish()
+        out = list(self._held)
+        self._held.clear()
+        return out

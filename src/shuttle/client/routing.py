@@ -9,10 +9,10 @@ or held (about 1/N of them), which a later rebalancing issue can rely on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from shuttle.client.model import NodeAddress
-from shuttle.errors import ConfigError
+from shuttle.errors import ConfigError, InvalidArgumentError
 from shuttle.rendezvous import weight
 
 
@@ -33,3 +33,24 @@ def nodes_in_order(nodes: Sequence[NodeAddress], key: str) -> list[NodeAddress]:
     if not nodes:
         raise ConfigError("no storage nodes configured; start some with `shuttle cluster up`")
     return sorted(nodes, key=lambda node: weight(node.node_id, key), reverse=True)
+
+
+def positions_by_node(
+    keys: Sequence[str], node_for: Callable[[str], NodeAddress]
+) -> dict[str, list[int]]:
+    """The positions in ``keys`` of the keys each node holds (``node_for``: the
+    client's own choice, which a gateway client makes by locality), by node id: what a
+    many-key call sends to each node, one round trip per node."""
+    out: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        out.setdefault(node_for(key).node_id, []).append(i)
+    return out
+
+
+def node_named(nodes: Sequence[NodeAddress], node_id: str) -> NodeAddress:
+    """The node of ``nodes`` called ``node_id`` (or addressed ``host:port``)."""
+    for node in nodes:
+        if node_id in (node.node_id, node.address):
+            return node
+    known = ", ".join(n.node_id for n in nodes)
+    raise InvalidArgumentError(f"no node {node_id!r} in this cluster; its nodes: {known}")

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from shuttle.cdc import chunk_buffer, object_hash
 from shuttle.client.integrity import (
+    CheckedPieces,
     RangeVerifier,
     UploadHasher,
     check_written,
@@ -157,3 +158,32 @@ def test_an_upload_hashes_as_the_whole_object() -> None:
     for piece in pieces_of(DATA, [100_000, 7]):
         hasher.update(piece)
     assert hasher.size == len(DATA) and hasher.digest() == object_hash(DATA)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    flip=st.integers(-1, len(DATA) - 1),
+    sizes=st.lists(st.integers(1, 200_000), min_size=1, max_size=4),
+)
+def test_checked_pieces_hand_on_only_checked_pieces_uncopied_and_in_order(
+    flip: int, sizes: list[int]
+) -> None:
+    """What both clients' streams yield: the pieces received (not copies), in order,
+    each once every byte of it is checked; with a byte changed (``flip`` >= 0) the
+    check raises before a piece that holds any byte of its chunk was handed on."""
+    data = bytearray(DATA)
+    if flip >= 0:
+        data[flip] ^= 0x40
+    pieces = pieces_of(bytes(data), sizes)
+    checked = CheckedPieces(RangeVerifier("k", CHUNKS, 0, len(DATA)))
+    handed: list[bytes | bytearray] = []
+    try:
+        for piece in pieces:
+            handed += checked.add(piece)
+        handed += checked.finish()
+    except IntegrityError:
+        chunk = next(c for c in CHUNKS if c.offset <= flip < c.offset + c.length)
+        assert flip >= 0 and sum(map(len, handed)) <= chunk.offset
+    else:
+        assert flip < 0 and b"".join(handed) == DATA
+    assert all(h is p for h, p in zip(handed, pieces, strict=False))

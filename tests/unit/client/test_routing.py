@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shuttle.client.routing import node_for_key, nodes_in_order
-from shuttle.errors import ConfigError
+from shuttle.client.routing import node_for_key, node_named, nodes_in_order, positions_by_node
+from shuttle.errors import ConfigError, InvalidArgumentError
 from shuttle.net.addresses import NodeAddress
 from shuttle.testing import MemoryNode
 
@@ -82,3 +82,26 @@ def test_failover_order_starts_at_the_owner_and_is_where_keys_go_without_it() ->
         assert order[1] == node_for_key(rest, key)
     with pytest.raises(ConfigError):
         nodes_in_order([], "k")
+
+
+def test_many_keys_are_grouped_by_the_node_the_client_chooses() -> None:
+    """Both clients' many-key calls (``by_node``): each key's position under the node
+    the client's own choice names (a gateway client's differs from rendezvous)."""
+    members = nodes("n1", "n2", "n3")
+    keys = KEYS[:100]
+    groups = positions_by_node(keys, lambda key: node_for_key(members, key))
+    assert sorted(i for idxs in groups.values() for i in idxs) == list(range(len(keys)))
+    for node_id, idxs in groups.items():
+        assert idxs == sorted(idxs)
+        assert all(node_for_key(members, keys[i]).node_id == node_id for i in idxs)
+    assert positions_by_node(keys, lambda key: members[2]) == {"n3": list(range(len(keys)))}
+
+
+def test_a_node_is_found_by_id_or_address_and_an_unknown_one_is_named() -> None:
+    members = nodes("n1", "n2")
+    assert node_named(members, "n2") is members[1]
+    assert node_named(members, "127.0.0.1:7400") is members[0]
+    with pytest.raises(
+        InvalidArgumentError, match="no node 'n9' in this cluster; its nodes: n1, n2"
+    ):
+        node_named(members, "n9")
