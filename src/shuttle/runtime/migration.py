@@ -48,7 +48,7 @@ from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.gate import GateState
 from shuttle.runtime.hosted import Hosted
 from shuttle.runtime.ids import ObjectId
-from shuttle.runtime.migration_home import resolve_here
+from shuttle.runtime.migration_home import ask_home
 from shuttle.runtime.migration_machine import (
     Abort,
     Activate,
@@ -287,21 +287,12 @@ class _Executor:
         return TargetAnswered(str(result.get("outcome", "unknown")), int(result.get("epoch", 0)))
 
     async def _ask_home(self) -> Event:
-        bm, rid = self.bm, self.rid
-        if rid.home == bm.id:
-            answer = await bm.in_control(resolve_here, bm, rid, self.mid, bm.id)
-        else:
-            try:
-                reply = await bm.peers.control(
-                    rid.home,
-                    "object.resolve",
-                    {"rid": str(rid), "mid": self.mid, "from": bm.id},
-                )
-            except (ShuttleError, OSError) as exc:
-                return HomeUnreachable(str(exc))
-            answer = reply.result if isinstance(reply.result, dict) else {}
+        try:
+            answer = await ask_home(self.bm, self.hosted, self.mid)
+        except (ShuttleError, OSError) as exc:  # the home cannot say: the machine waits
+            return HomeUnreachable(str(exc))
         return HomeAnswered(
-            bool(answer.get("committed")),
+            answer["committed"],
             str(answer.get("location", "")),
             int(answer.get("epoch", 0)),
             bool(answer.get("known", True)),

@@ -4,7 +4,8 @@ object still runs at the source at the source's epoch and the move was not given
 (a durable object's record written first); ``object.resolve`` answers whether a move
 was committed and, if not, fences it so that it never can be. Both run on a control
 thread under the object's durability lock, over the location table
-(:mod:`shuttle.runtime.locations`).
+(:mod:`shuttle.runtime.locations`). :func:`ask_home` is the question ``object.resolve``
+answers, as both ends of a move in doubt ask it.
 
 The source's side (the executor) is :mod:`shuttle.runtime.migration`, the target's
 :mod:`shuttle.runtime.migration_target`.
@@ -14,8 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from shuttle.errors import RemoteProtocolError
 from shuttle.runtime import faultpoints
+from shuttle.runtime.authority import acting_for
 from shuttle.runtime.binding import BindingManager
+from shuttle.runtime.hosted import Hosted
 from shuttle.runtime.ids import ObjectId
 
 
@@ -51,3 +55,32 @@ def resolve_here(bm: BindingManager, rid: ObjectId, mid: str, asker: str) -> dic
         "known": answer.known,
         "lease_s": bm.durability.lease_s,
     }
+
+
+async def ask_home(bm: BindingManager, hosted: Hosted, mid: str) -> dict[str, Any]:
+    """Ask ``hosted``'s home whether move ``mid`` was committed (``object.resolve``, or
+    :func:`resolve_here` when the home is this run-time), for the object's principal:
+    the source of a move in doubt asks it, and so does a target whose commit went
+    unanswered. The answer is :func:`resolve_here`'s.
+
+    Raises :class:`~shuttle.errors.ShuttleError` or :class:`OSError` when the home
+    cannot say: not reached, no answer in time, or an answer that does not say whether
+    the move was committed (:class:`~shuttle.errors.RemoteProtocolError`). Neither
+    caller may take that for "not committed" (a source would reopen beside the target
+    its home made the object's place, and a target would drop the only copy the home
+    knows): both ask again."""
+    rid = hosted.rid
+    if rid.home == bm.id:
+        answer = await bm.in_control(resolve_here, bm, rid, mid, bm.id)
+    else:
+        with acting_for(hosted.principal):  # as every message about the object
+            reply = await bm.peers.control(
+                rid.home, "object.resolve", {"rid": str(rid), "mid": mid, "from": bm.id}
+            )
+        answer = reply.result
+    if not isinstance(answer, dict) or not isinstance(answer.get("committed"), bool):
+        raise RemoteProtocolError(
+            f"{rid}'s home {rid.home} answered object.resolve with {answer!r:.200}, which "
+            f"does not say whether move {mid} was committed: it is asked again"
+        )
+    return answer

@@ -28,7 +28,7 @@ from shuttle.runtime.gate import GateState
 from shuttle.runtime.hosted import Hosted, Stage
 from shuttle.runtime.hosting import POLICIES
 from shuttle.runtime.ids import ObjectId
-from shuttle.runtime.migration_home import commit_here, resolve_here
+from shuttle.runtime.migration_home import ask_home, commit_here
 from shuttle.runtime.moves import MigrationEvent
 from shuttle.runtime.peers import NotSent
 
@@ -235,7 +235,7 @@ async def _watch_stage(bm: BindingManager, hosted: Hosted) -> None:
         pause = min(pause * 2, STAGE_ASK_PAUSE_S_MAX)
         sent = time.monotonic()
         try:
-            answer = await _resolve_at_home(bm, hosted, stage.mid)
+            answer = await ask_home(bm, hosted, stage.mid)
         except (ShuttleError, OSError) as exc:
             log.info("staged %s: its home cannot say yet (%s)", hosted.rid, exc)
             continue
@@ -245,15 +245,3 @@ async def _watch_stage(bm: BindingManager, hosted: Hosted) -> None:
         else:
             await bm.in_control(drop_stage, bm, hosted)
         return
-
-
-async def _resolve_at_home(bm: BindingManager, hosted: Hosted, mid: str) -> dict[str, Any]:
-    rid = hosted.rid
-    if rid.home == bm.id:
-        result: dict[str, Any] = await bm.in_control(resolve_here, bm, rid, mid, bm.id)
-        return result
-    with acting_for(hosted.principal):
-        reply = await bm.peers.control(
-            rid.home, "object.resolve", {"rid": str(rid), "mid": mid, "from": bm.id}
-        )
-    return reply.result if isinstance(reply.result, dict) else {}

@@ -13,13 +13,14 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shuttle.errors import MigrationError, ShuttleError
-from shuttle.runtime import migration, migration_target, mobile
+from shuttle.runtime import migration, migration_home, migration_target, mobile
 from shuttle.runtime.binding import BindingManager
 from shuttle.runtime.config import RuntimeConfig
 from shuttle.runtime.ids import ObjectId
@@ -178,6 +179,104 @@ def test_a_home_cut_off_mid_move_keeps_both_sides_closed_until_it_answers() -> N
                 break
             await asyncio.sleep(0.01)
         assert serving(net, rid) == ["n2"]
+        assert await call(pool, client, rid) == 2
+
+    scenario(body)
+
+
+#: How many answers the home garbles before it answers properly (below).
+GARBLED = 3
+
+
+def garble_resolve_for(monkeypatch: pytest.MonkeyPatch, asker: str) -> list[str]:
+    """The home answers ``asker``'s first :data:`GARBLED` questions ``object.resolve``
+    with nil, which does not say whether the move was committed (as a broken home
+    might), after resolving them for real; the list returned grows by one per garbled
+    answer."""
+    real = migration_home.resolve_here
+    garbled: list[str] = []
+
+    def resolve_here(
+        bm: BindingManager, rid: ObjectId, mid: str, who: str
+    ) -> dict[str, Any] | None:
+        answer = real(bm, rid, mid, who)
+        if who != asker or len(garbled) >= GARBLED:
+            return answer
+        garbled.append(mid)
+        return None
+
+    monkeypatch.setattr(migration_home, "resolve_here", resolve_here)
+    return garbled
+
+
+def test_a_home_answer_that_does_not_say_committed_keeps_the_source_asking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Object homed at c1 moves n1 -> n2 and takes effect (c1 commits, n2 opens), but
+    n1 hears nothing: the activate's answer is lost, then n2 cannot be reached. n1 asks
+    the home, whose first answers do not say whether the move was committed: n1 must
+    take them for no answer and ask again (its gate closed), then switch. Before, it
+    took such an answer for "not committed" and reopened beside n2: two copies."""
+    garbled = garble_resolve_for(monkeypatch, "n1")
+
+    async def body(net: Net, pool: ThreadPoolExecutor) -> None:
+        client, n1 = net.add("c1"), net.add("n1")
+        net.add("n2")
+        rid = make_counter(client)
+        await call(pool, client, rid)
+        await migration.migrate_out(client, rid, "n1")
+        observed: list[list[str]] = []
+
+        def rule(source: str, target: str, op: str) -> str:
+            observed.append(serving(net, rid))
+            if source == "n1" and op == "object.activate":
+                return "lose_reply"
+            if source == "n1" and op == "object.abort":
+                return "drop"
+            return "ok"
+
+        net.rule = rule
+        event = await asyncio.wait_for(migration.migrate_out(n1, rid, "n2"), 30)
+        assert event.ok and event.epoch == 3
+        assert len(garbled) == GARBLED  # asked again after each
+        assert all(len(s) <= 1 for s in observed), observed
+        assert serving(net, rid) == ["n2"]
+        net.rule = lambda *_: "ok"
+        assert await call(pool, client, rid) == 2
+
+    scenario(body)
+
+
+def test_a_home_answer_that_does_not_say_committed_keeps_the_target_asking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Object homed at c1 moves n1 -> n2; c1 commits but its answer to n2 is lost, so
+    n2's stage is in doubt and it asks c1 itself, whose first answers do not say
+    whether the move was committed: n2 must ask again, then open. Before, it took such
+    an answer for "not committed" and dropped the stage: the object's only copy, as
+    the source (told by the home) switched; nothing served it."""
+    garbled = garble_resolve_for(monkeypatch, "n2")
+
+    async def body(net: Net, pool: ThreadPoolExecutor) -> None:
+        client, n1 = net.add("c1"), net.add("n1")
+        n2 = net.add("n2")
+        rid = make_counter(client)
+        await call(pool, client, rid)
+        await migration.migrate_out(client, rid, "n1")
+
+        def rule(source: str, target: str, op: str) -> str:
+            return "lose_reply" if op == "object.commit" else "ok"
+
+        net.rule = rule
+        event = await asyncio.wait_for(migration.migrate_out(n1, rid, "n2"), 30)
+        assert event.ok and event.epoch == 3  # the source heard from the home
+        for _ in range(1000):  # the target's questions pause 50 ms, doubling
+            if serving(net, rid) == ["n2"] or n2.table.hosted(rid) is None:
+                break
+            await asyncio.sleep(0.01)
+        assert len(garbled) == GARBLED
+        assert serving(net, rid) == ["n2"]
+        net.rule = lambda *_: "ok"
         assert await call(pool, client, rid) == 2
 
     scenario(body)
