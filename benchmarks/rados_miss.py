@@ -2,7 +2,8 @@
 read itself against the hand-offs around it, in one process, interleaved.
 
     .venv/bin/python benchmarks/rados_miss.py [--rounds 10] [--reads 200] [--osds 3]
-        [--ways librados_4k,aio_4k,caio_4k] [--json-out FILE]
+        [--ways librados_4k,aio_4k,caio_4k] [--compare-aiodone SO [--drain-batch 64]]
+        [--json-out FILE]
 
 Starts a local Ceph, writes an 8 MiB object, and times random reads of it, one at a
 time, in these ways, round by round (each round runs every way once, in turn, so
@@ -22,7 +23,13 @@ drift on a shared machine hits them alike):
   callback through ``ctypes``, ``call_soon_threadsafe``): a node's miss before the C
   completions;
 * ``caio_4k``: the same with the C completions (``completion="c"``: a C callback, an
-  eventfd the loop drains; needs the compiled modules): a node's miss now.
+  eventfd the loop drains; needs the compiled modules): a node's miss now;
+* ``caio_4k_cmp`` (with ``--compare-aiodone SO``): the same through another build of
+  ``_aiodone.c`` (``SO``, e.g. main's, built as ``scripts/build_compiled.py`` builds
+  it), in the same rounds, so the two builds are compared interleaved (their paired
+  ratio is printed). With ``--drain-batch N``, each round also times ``drain()``
+  alone in both builds, taking turns: N reads started at once, librados waited for,
+  then one ``drain()`` of the N answers (ns per read; its median over the rounds).
 
 For the asynchronous ways it also splits each read's time (medians, µs): ``submit``
 (starting it, until ``read`` returns), ``librados`` (from there to librados's
@@ -40,6 +47,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.machinery
+import importlib.util
 import json
 import os
 import random
@@ -56,6 +65,7 @@ import uvloop
 
 from shuttle.cluster.ceph import LocalCeph
 from shuttle.cluster.cephclient import connect
+from shuttle.store import rados_aio
 from shuttle.store.rados_aio import AioClient, native_completions
 from shuttle.store.rados_conn import CephOptions
 
@@ -78,6 +88,17 @@ WAYS = (
 #: A node's I/O pool for a RADOS store has this many threads (EXECUTOR_THREADS_RADOS);
 #: one read at a time uses one of them, but which one wakes is the pool's choice.
 POOL_THREADS = 32
+
+
+def _other_completions(path: Path) -> Any:
+    """``Completions`` of another build of ``_aiodone.c`` (its init is ``PyInit__aiodone``,
+    so it loads under the name ``_aiodone``, beside the package's own)."""
+    loader = importlib.machinery.ExtensionFileLoader("_aiodone", str(path))
+    spec = importlib.util.spec_from_file_location("_aiodone", path, loader=loader)
+    assert spec is not None, f"{path} is not an extension module"
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module.Completions
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -111,6 +132,16 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
     io.write_full(OID, data)
     aio = AioClient(pool, "", CephOptions(conf, keyring), completion="ctypes")
     caio = AioClient(pool, "", CephOptions(conf, keyring), completion="c") if args.c else None
+    caio_cmp = None
+    if args.compare_aiodone is not None:
+        # A client like caio whose C completions are the other build's (made with the
+        # same librados functions; its own, unused, go): rados_aio is compiled, so its
+        # choice of completions cannot be patched from here.
+        other = _other_completions(args.compare_aiodone)
+        caio_cmp = AioClient(pool, "", CephOptions(conf, keyring), completion="c")
+        names = ("create_completion2", "read", "get_return_value", "get_version", "release")
+        lib = caio_cmp.lib
+        caio_cmp._ring = other(*(rados_aio._address(getattr(lib, f"rados_aio_{n}")) for n in names))
     loop = asyncio.get_running_loop()
     #: way -> phase -> µs per read (the asynchronous ways).
     phases: dict[str, dict[str, list[float]]] = {}
@@ -177,6 +208,10 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
         assert caio is not None
         return await aio_timed(caio, "caio_4k", PAGE_BYTES, offs)
 
+    async def caio4_cmp(offs: list[int]) -> list[float]:
+        assert caio_cmp is not None
+        return await aio_timed(caio_cmp, "caio_4k_cmp", PAGE_BYTES, offs)
+
     every: dict[str, Callable[[list[int]], Awaitable[list[float]]]] = {
         "librados_4k": lib4,
         "librados_16k": lib16,
@@ -186,23 +221,54 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
         "pool_4k": pool4,
         "aio_4k": aio4,
         "caio_4k": caio4,
+        "caio_4k_cmp": caio4_cmp,
     }
     ways = {w: f for w, f in every.items() if w == "librados_4k" or w in args.ways}
+    if caio_cmp is None:
+        ways.pop("caio_4k_cmp", None)
     rng = random.Random(1)
     samples: dict[str, list[float]] = {w: [] for w in ways}
     by_round: dict[str, list[float]] = {w: [] for w in ways}
+    #: ns per read of one drain() of --drain-batch answers, by build, one per round.
+    drain_ns: dict[str, list[float]] = {"caio_4k": [], "caio_4k_cmp": []}
+
+    def drain_once(client: AioClient, offs: list[int]) -> float:
+        """Start len(offs) reads on ``client``'s C completions, wait for librados, and
+        time one drain() of their answers (ns per read)."""
+        ring = client._ring  # the C completions themselves: drain() alone is timed
+        assert ring is not None
+        for tag, off in enumerate(offs):
+            assert ring.read(client._io_address, OID.encode(), off, PAGE_BYTES, tag) == 0
+        assert ring.wait_idle(60.0), "librados did not call back"
+        t0 = time.perf_counter_ns()
+        got = ring.drain()
+        took = time.perf_counter_ns() - t0
+        assert len(got) == len(offs) and all(rv == PAGE_BYTES for _t, rv, *_ in got)
+        return took / len(offs)
+
     # This process's CPU (every thread: librados's, both clients') per read, by way.
     cpu_s: dict[str, float] = {w: 0.0 for w in ways}
     try:
         for rnd in range(args.rounds + 1):
             offs = [rng.randrange(blocks) * BLOCK_BYTES for _ in range(args.reads)]
-            for name, way in ways.items():
+            order = list(ways.items())
+            if rnd % 2 and "caio_4k_cmp" in ways:  # the two builds take turns going first
+                i, j = list(ways).index("caio_4k"), list(ways).index("caio_4k_cmp")
+                order[i], order[j] = order[j], order[i]
+            for name, way in order:
                 cpu0 = time.process_time()
                 lat = await way(offs)
                 if rnd:  # round 0 warms every path (and the OSDs' caches)
                     cpu_s[name] += time.process_time() - cpu0
                     samples[name] += lat
                     by_round[name].append(statistics.median(lat))
+            if args.drain_batch and caio is not None and caio_cmp is not None:
+                batch = offs[: args.drain_batch]
+                pair = [("caio_4k", caio), ("caio_4k_cmp", caio_cmp)]
+                for name, client in pair[::-1] if rnd % 2 else pair:
+                    ns = drain_once(client, batch)
+                    if rnd:
+                        drain_ns[name].append(ns)
             print(
                 f"round {rnd}: "
                 + ", ".join(f"{w} {by_round[w][-1]:.0f}" for w in ways if rnd and by_round[w]),
@@ -212,6 +278,8 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
         aio.close()
         if caio is not None:
             caio.close()
+        if caio_cmp is not None:
+            caio_cmp.close()
         pool_ex.shutdown()
         io.close()
         cluster.shutdown()
@@ -232,6 +300,22 @@ async def _run(args: argparse.Namespace, conf: Path, keyring: Path, pool: str) -
             out[w]["phases_p50_us"] = {
                 p: round(statistics.median(xs), 1) for p, xs in phases[w].items()
             }
+    if drain_ns["caio_4k"]:
+        paired = [a / b for a, b in zip(drain_ns["caio_4k"], drain_ns["caio_4k_cmp"], strict=True)]
+        out["drain_ns_per_read"] = {
+            "batch": args.drain_batch,
+            **{w: round(statistics.median(xs), 1) for w, xs in drain_ns.items()},
+            "paired_median": round(statistics.median(paired), 3),
+            "paired_range": [round(min(paired), 3), round(max(paired), 3)],
+        }
+    if "caio_4k" in ways and "caio_4k_cmp" in ways:
+        paired = [a / b for a, b in zip(by_round["caio_4k"], by_round["caio_4k_cmp"], strict=True)]
+        out["caio_4k_over_cmp"] = {
+            "p50": round(_pct(samples["caio_4k"], 0.5) / _pct(samples["caio_4k_cmp"], 0.5), 3),
+            "paired_median": round(statistics.median(paired), 3),
+            "paired_range": [round(min(paired), 3), round(max(paired), 3)],
+            "cpu": round(cpu_s["caio_4k"] / cpu_s["caio_4k_cmp"], 3),
+        }
     return out
 
 
@@ -245,6 +329,21 @@ def main() -> None:
         default=",".join(WAYS),
         help=f"comma-separated, of {', '.join(WAYS)} (default: all; librados_4k always)",
     )
+    parser.add_argument(
+        "--compare-aiodone",
+        type=Path,
+        metavar="SO",
+        help="another build of _aiodone.c (an extension module file) to time as caio_4k_cmp, "
+        "interleaved with caio_4k",
+    )
+    parser.add_argument(
+        "--drain-batch",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --compare-aiodone: also time one drain() of N finished reads per round "
+        "in each build",
+    )
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     if args.rounds < 1 or args.reads < 1 or args.osds < 1:
@@ -253,6 +352,12 @@ def main() -> None:
     unknown = sorted(set(args.ways) - set(WAYS))
     if unknown:
         parser.error(f"--ways: unknown {', '.join(unknown)}; choose from {', '.join(WAYS)}")
+    if args.drain_batch and (args.compare_aiodone is None or args.drain_batch > args.reads):
+        parser.error("--drain-batch needs --compare-aiodone, and at most --reads reads")
+    if args.compare_aiodone is not None:
+        if not args.compare_aiodone.is_file():
+            parser.error(f"--compare-aiodone: no file {args.compare_aiodone}")
+        args.ways += ["caio_4k", "caio_4k_cmp"]
     args.c = "caio_4k" in args.ways
     if args.c and native_completions() is None:
         parser.error(
@@ -270,17 +375,34 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"{'way':<14}{'p50 µs':>9}{'p90 µs':>9}{'/ lib 4k':>10}{'paired':>8}{'CPU µs':>8}  range")
     for w, r in ways.items():
+        if "p50_us" not in r:
+            continue
         print(
             f"{w:<14}{r['p50_us']:>9}{r['p90_us']:>9}{r['p50_over_librados_4k']:>10}"
             f"{r['paired_median']:>8}{r['cpu_us_per_read']:>8}  {r['paired_range']}"
         )
     for w, r in ways.items():
-        if "phases_p50_us" in r:
+        if w == "drain_ns_per_read":
+            print(
+                f"drain() of {r['batch']} answers, ns per read: caio_4k {r['caio_4k']}, "
+                f"caio_4k_cmp {r['caio_4k_cmp']}, paired {r['paired_median']} "
+                f"(rounds {r['paired_range'][0]}-{r['paired_range'][1]})"
+            )
+        elif w == "caio_4k_over_cmp":
+            print(
+                f"caio_4k / caio_4k_cmp: p50 {r['p50']}, paired {r['paired_median']} "
+                f"(rounds {r['paired_range'][0]}-{r['paired_range'][1]}), CPU {r['cpu']}"
+            )
+        elif "phases_p50_us" in r:
             split = ", ".join(f"{p} {us}" for p, us in r["phases_p50_us"].items())
             print(f"{w}: phases p50 µs: {split}")
     report = {
         "experiment": "rados-miss",
-        "config": vars(args) | {"json_out": str(args.json_out) if args.json_out else None},
+        "config": vars(args)
+        | {
+            "json_out": str(args.json_out) if args.json_out else None,
+            "compare_aiodone": str(args.compare_aiodone) if args.compare_aiodone else None,
+        },
         "ways": ways,
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
