@@ -18,7 +18,13 @@ import math
 import time
 from typing import Any
 
-from shuttle.errors import InvalidArgumentError, MigrationError, ObjectInDoubtError, ShuttleError
+from shuttle.errors import (
+    InvalidArgumentError,
+    MigrationError,
+    ObjectInDoubtError,
+    RemoteProtocolError,
+    ShuttleError,
+)
 from shuttle.net.addresses import parse_address
 from shuttle.runtime import faultpoints, values
 from shuttle.runtime.authority import acting_for
@@ -167,7 +173,15 @@ async def _commit(bm: BindingManager, hosted: Hosted, stage: Stage) -> dict[str,
                 "address": bm.address,
             },
         )
-    return reply.result if isinstance(reply.result, dict) else {}
+    answer = reply.result
+    if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
+        # Not a refusal: the home may have committed (the caller holds the stage in
+        # doubt and asks it, as for a lost answer; dropping it could drop the only copy).
+        raise RemoteProtocolError(
+            f"{rid}'s home {rid.home} answered object.commit with {answer!r:.200}, which "
+            f"does not say whether move {stage.mid} was committed: it is asked again"
+        )
+    return answer
 
 
 def _open(bm: BindingManager, hosted: Hosted, epoch: int, lease_until: float) -> None:

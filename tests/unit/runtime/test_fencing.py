@@ -282,6 +282,47 @@ def test_a_home_answer_that_does_not_say_committed_keeps_the_target_asking(
     scenario(body)
 
 
+def test_a_commit_answer_that_does_not_say_ok_leaves_the_target_in_doubt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Object homed at c1 moves n1 -> n2; c1 commits the move, but its answer to n2's
+    ``object.commit`` is nil (as a broken home might send), which does not say whether
+    it committed: n2 must hold its stage in doubt and ask c1, then open, and n1 (told
+    "in doubt") must ask too and switch. Before, n2 took such an answer for a refusal
+    and dropped the stage: the only copy the home knew, while n1 was fenced."""
+    real = migration_home.commit_here
+    garbled: list[str] = []
+
+    def commit_here(
+        bm: BindingManager, rid: ObjectId, mid: str, source: str, from_epoch: int, target: str
+    ) -> dict[str, Any] | None:
+        answer = real(bm, rid, mid, source, from_epoch, target)
+        if garbled or target != "n2":
+            return answer
+        garbled.append(mid)
+        return None
+
+    monkeypatch.setattr(migration_home, "commit_here", commit_here)
+
+    async def body(net: Net, pool: ThreadPoolExecutor) -> None:
+        client, n1 = net.add("c1"), net.add("n1")
+        n2 = net.add("n2")
+        rid = make_counter(client)
+        await call(pool, client, rid)
+        await migration.migrate_out(client, rid, "n1")
+        event = await asyncio.wait_for(migration.migrate_out(n1, rid, "n2"), 30)
+        assert garbled, "the home's commit was never asked"
+        assert event.ok and event.epoch == 3, event
+        for _ in range(1000):  # the target's questions pause 50 ms, doubling
+            if serving(net, rid) == ["n2"] or n2.table.hosted(rid) is None:
+                break
+            await asyncio.sleep(0.01)
+        assert serving(net, rid) == ["n2"]
+        assert await call(pool, client, rid) == 2
+
+    scenario(body)
+
+
 def test_a_stale_copy_is_told_to_stop_by_a_caller_that_knows_a_newer_epoch() -> None:
     async def body(net: Net, pool: ThreadPoolExecutor) -> None:
         client, n1 = net.add("c1"), net.add("n1")
