@@ -101,6 +101,8 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
         node_args += ["--arrivals-max", str(settings.arrivals_max)]
     if settings.cpu_budget is not None:
         node_args += ["--cpu-budget", str(settings.cpu_budget)]
+    if settings.cpu_climb:
+        node_args.append("--cpu-climb")
     placements = settings.placements()
     passes: dict[str, list[dict[str, Any]]] = {p: [] for p in placements}
     with bench_node(

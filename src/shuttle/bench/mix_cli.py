@@ -130,6 +130,14 @@ def mix(
             "(shuttle serve --cpu-budget; default: the node's, 0.7).",
         ),
     ] = None,
+    cpu_climb: Annotated[
+        bool,
+        typer.Option(
+            "--cpu-climb/--no-cpu-climb",
+            help="The node raises the share arrivals may fill from --cpu-budget while "
+            "the clients' calls a second do not fall (shuttle serve --cpu-climb).",
+        ),
+    ] = False,
     json_path: JsonOpt = None,
 ) -> None:
     """Many clients, each calling a cheap filter (selective, little CPU: best at the
@@ -165,6 +173,7 @@ def mix(
         partial=parse_partial(partial),
         arrivals_max=arrivals_max,
         cpu_budget=cpu_budget,
+        cpu_climb=cpu_climb,
     )
     settings.check()
     with bench_status("mix", console) as update:
@@ -218,6 +227,12 @@ def mix(
                 f"adaptive {ceiling['adaptive_over_ceiling_per_run'][i]:.2f}× it",
                 highlight=False,
             )
+    for name, ratio in report["spread"].items():
+        console.print(
+            f"{name.replace('_', ' ')} over {settings.runs} runs: {ratio['mean']:.3f} "
+            f"± {ratio['ci90']:.3f} (90 % CI), min {ratio['min']:.3f}, max {ratio['max']:.3f}",
+            highlight=False,
+        )
     console.print(
         f"adaptive / all at client {report['adaptive_over_client']:.2f}, / all at server "
         f"{report['adaptive_over_server']:.2f} (ATC 2020: 1.10 and 1.85)",

@@ -53,6 +53,11 @@ def decisions(
     waits: list[float] = []
     on_way: list[int] = []
     held_back = 0
+    #: The admission edge's climb (``--cpu-climb``): each change, with the pass's
+    #: second it came at, and the edge at each evaluation's end.
+    climb: list[dict[str, Any]] = []
+    shares: list[float] = []
+    started = None
     for path, offset in zip(decision_logs(bench), since, strict=True):
         if not path.exists():
             continue
@@ -69,6 +74,13 @@ def decisions(
             except ValueError:
                 continue  # a torn last line
             evaluations += 1
+            started = record.get("t") if started is None else started
+            step = record.get("climb")
+            if isinstance(step, dict):
+                shares.append(float(step.get("share", 0.0)))
+                if not climb or climb[-1]["last"] != step.get("last"):
+                    t = round(float(record.get("t", 0.0)) - float(started or 0.0), 2)
+                    climb.append({"t_s": t, "share": step.get("share"), "last": step.get("last")})
             stacks_max = max(stacks_max, len(record.get("stacks", [])))
             for note in record.get("notes", []):
                 found = QUEUE_NOTE.search(str(note))
@@ -104,6 +116,10 @@ def decisions(
         "queue_s_per_call": spread(waits),
         "arriving": spread([float(x) for x in on_way]),
         "arrivals_held_back": held_back,
+        # The admission edge's climb (docs/runtime.md, "The admission edge"; None: off).
+        "climb": {"changes": climb, "share": spread(shares), "final_share": shares[-1]}
+        if shares
+        else None,
     }
 
 

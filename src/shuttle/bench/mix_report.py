@@ -110,6 +110,36 @@ def run_report(
     splits = [p for p in placements if p == "split" or p.startswith(PARTIAL_PREFIX)]
     if splits:
         out["ceiling"] = ceiling(rates, splits, settings.runs)
+    out["spread"] = spread(out)
+    return out
+
+
+#: The per-run ratios :func:`spread` summarises: its key, and where the run's JSON
+#: keeps the list.
+RATIOS = (
+    ("adaptive_over_better_static", ("adaptive_over_better_static_per_run",)),
+    ("best_split_over_better_static", ("ceiling", "over_better_static_per_run")),
+    ("adaptive_over_best_split", ("ceiling", "adaptive_over_ceiling_per_run")),
+)
+
+
+def spread(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each per-run ratio across the runs: mean, 90 % CI of the mean, min and max.
+    Several interleaved runs per cell are what can tell two rules apart (two idle
+    runs of one static placement differed by 1.33x, more than the budgets
+    compared); the spread says how far apart two cells' ratios must be to mean it."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, path in RATIOS:
+        node: Any = report
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not node:
+            continue
+        out[name] = {
+            **stats(node),
+            "min": round(min(node), 3),
+            "max": round(max(node), 3),
+        }
     return out
 
 

@@ -74,6 +74,9 @@ class MixSettings:
     #: The node's CPU budget for arrivals (``shuttle serve --cpu-budget``; None: its
     #: default).
     cpu_budget: float | None = None
+    #: The node climbs its admission edge from the budget on the clients' measured
+    #: calls a second (``shuttle serve --cpu-climb``).
+    cpu_climb: bool = False
 
     def placements(self) -> tuple[str, ...]:
         """The placements each run makes, in order: the uniform ones, the splits

@@ -104,6 +104,16 @@ def serve(
             "(default 0.7).",
         ),
     ] = None,
+    cpu_climb: Annotated[
+        bool | None,
+        typer.Option(
+            "--cpu-climb/--no-cpu-climb",
+            help="Run-time: with many clients, raise the share arrivals may fill from "
+            "--cpu-budget a step at a time while the clients' calls a second do not "
+            "fall, and take back a step after which they fell (default off: the fixed "
+            "budget).",
+        ),
+    ] = None,
     residence: Annotated[
         float | None,
         typer.Option(help="Run-time: seconds an object stays put after it moved (default 5 H)."),
@@ -364,6 +374,7 @@ def serve(
         "aggregate_clients": aggregate_clients,
         "arrivals_max": arrivals_max,
         "cpu_budget": cpu_budget,
+        "cpu_climb": cpu_climb,
         "residence_s": residence,
         "object_memory_bytes": object_memory,
         "adaptive": None if adapt else False,

@@ -152,6 +152,9 @@ class NodeConfig:
     #: With many clients, the share of its CPU the node lets arrivals fill
     #: (docs/runtime.md, "Saturation").
     cpu_budget: float = SERVER_CPU_SHARE_MAX_DEFAULT
+    #: With many clients, climb the share arrivals may fill from ``cpu_budget`` on the
+    #: clients' measured calls a second (docs/runtime.md, "The admission edge").
+    cpu_climb: bool = False
     #: Anti-thrashing: an object that moved stays put this long (None: 5 H).
     residence_s: float | None = None
     #: Memory lent to hosted mobile objects, for the placement model (None: no limit).
@@ -333,6 +336,7 @@ class NodeConfig:
             aggregate_clients_min=self.aggregate_clients,
             arrivals_max=self.arrivals_max,
             cpu_budget=self.cpu_budget,
+            cpu_climb=self.cpu_climb,
             residence_s=self.residence_s,
             object_memory_bytes=self.object_memory_bytes,
             adaptive=self.adaptive,

@@ -81,6 +81,10 @@ class RuntimeConfig:
     #: With many clients, the share of its CPU a node lets arrivals fill (docs/runtime.md,
     #: "Saturation"); the share that sends stacks back is the larger of this and 0.9.
     cpu_budget: float = SERVER_CPU_SHARE_MAX_DEFAULT
+    #: With many clients, raise the share arrivals may fill from ``cpu_budget`` while
+    #: the clients' aggregate calls a second do not fall (docs/runtime.md, "The
+    #: admission edge"); off: the fixed budget.
+    cpu_climb: bool = False
     drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT
     staged_ttl_s: float = STAGED_TTL_S_DEFAULT
     lease_s: float = LEASE_S_DEFAULT

@@ -40,13 +40,18 @@ def choose(
     *,
     pinned: Iterable[str] = (),
     arriving: Mapping[str, int] | None = None,
+    send_back: Mapping[str, str] | None = None,
 ) -> Plan:
     """Decide the placement of ``stacks`` (5.4.3); see the module docstring.
 
     ``nodes`` must hold every stack's client and server. ``pinned`` names objects
     that must not move in this evaluation. ``arriving``: per server, the stacks
     decided to move there and not yet observed there for a window (the many-clients
-    rule limits them: :func:`~shuttle.runtime.placement_many.arrival_limits`)."""
+    rule limits them: :func:`~shuttle.runtime.placement_many.arrival_limits`).
+    ``send_back``: stacks to send back to their clients whatever they save, with the
+    reason (many clients: the stacks a failed step of the admission edge let in,
+    :class:`~shuttle.runtime.placement_climb.AdmissionClimb`); those not at their
+    server, or pinned there, are left as they are."""
     pinned = frozenset(pinned)
     window = config.window_s
     stacks = list(stacks)
@@ -119,6 +124,11 @@ def choose(
                 f"{cpu.evict_s[srv]:.3f} s; back first of {len(back)} for the most CPU per "
                 f"byte saved ({per_mb}) (many clients)"
             )
+    if many:
+        for s in stacks:
+            why = (send_back or {}).get(s.stack_id)
+            if why is not None and s.stack_id not in shed and s.split < base[s.stack_id]:
+                shed[s.stack_id] = why
     capped: dict[str, int] = {}
     full: dict[str, int] = {}
     best = baseline

@@ -28,6 +28,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from shuttle.runtime.placement import (
     modelled_stall_s,
     stall_s,
 )
+from shuttle.runtime.placement_climb import AdmissionClimb
 from shuttle.runtime.planner_input import (
     ModelInput,
     NodeFacts,
@@ -126,6 +128,17 @@ class ResourceManager:
         #: Objects this node decided to move to itself and has not observed here for a
         #: window yet: rid -> when decided (the many-clients rule's arrivals).
         self._arriving: dict[str, float] = {}
+        #: The admission edge climbed on the clients' measured calls a second
+        #: (``--cpu-climb``; None: the fixed budget).
+        self.climb = (
+            AdmissionClimb(
+                self.placement.server_cpu_share_max,
+                self.placement.server_cpu_share_evict,
+                config.window_s,
+            )
+            if config.cpu_climb
+            else None
+        )
         self._seq = 0
         self._lock = threading.Lock()
         self._log_path = config.decision_log
@@ -224,25 +237,52 @@ class ResourceManager:
         self._arriving = arrivals_unobserved(
             self._arriving, local, facts.hosted, now, self.config.window_s
         )
+        config = self.placement
+        send_back: dict[str, str] = {}
+        climbing: dict[str, Any] | None = None
+        if self.climb is not None and config.aggregate(len({s.client for s in given.stacks})):
+            # The clients' aggregate calls a second, by their latest windows: the
+            # objective the admission edge climbs on (docs/runtime.md).
+            rate = sum(s.edges[0].calls for s in given.stacks) / config.window_s
+            settled = not self._arriving and not facts.migrating
+            share = self.climb.observe(now, rate, settled)
+            config = replace(config, server_cpu_share_max=share)
+            send_back = self.climb.send_back(now)
+            climbing = {
+                "share": share,
+                "state": self.climb.state,
+                "rate": round(rate, 3),
+                "settled": settled,
+                "last": self.climb.last,
+            }
         plan = choose(
             given.stacks,
             given.nodes,
-            self.placement,
+            config,
             pinned=given.pinned,
             arriving={self.node_id: len(self._arriving)},
+            send_back=send_back,
         )
         self.evaluations += 1
         routing = route_moves(plan, given, self.node_id, adaptive=self.config.adaptive)
         if self.config.adaptive:
             # One object per stack (the first to move) stands for its stack's arrival.
             self._arriving.update({m.rids[0]: now for m in plan.executed if m.to_server})
-        self._record(trigger, given, plan, list(routing.actions))
+            if climbing is not None and self.climb is not None:
+                self.climb.arrived(m.stack_id for m in plan.executed if m.to_server)
+                self.climb.left(m.stack_id for m in plan.executed if not m.to_server)
+        self._record(trigger, given, plan, list(routing.actions), climbing)
         return dict(routing.decisions), list(routing.local_moves)
 
     # --- the decision log ---------------------------------------------------------------
 
     def _record(
-        self, trigger: str, given: ModelInput, plan: Plan, actions: list[dict[str, str]]
+        self,
+        trigger: str,
+        given: ModelInput,
+        plan: Plan,
+        actions: list[dict[str, str]],
+        climbing: dict[str, Any] | None = None,
     ) -> None:
         self._seq += 1
         record: dict[str, Any] = {
@@ -259,6 +299,8 @@ class ResourceManager:
         }
         if given.notes:
             record["notes"] = [*record.get("notes", []), *given.notes]
+        if climbing is not None:
+            record["climb"] = climbing
         self.records.append(record)
         if self._log_path is not None:
             self._unwritten.append(record)

@@ -92,3 +92,25 @@ def test_the_nodes_note_on_their_arrivals_is_read_back_from_the_decision_log() -
     plan = choose(stacks, nodes, PlacementConfig())
     found = [m for m in map(QUEUE_NOTE.search, plan.notes) if m]
     assert len(found) == 1 and found[0].groups() == ("0.0000", "0", "8")
+
+
+def test_each_per_run_ratio_is_reported_with_its_spread_across_the_runs() -> None:
+    from shuttle.bench.mix_report import spread
+
+    report = {
+        "adaptive_over_better_static_per_run": [1.0, 1.2, 1.1],
+        "ceiling": {
+            "over_better_static_per_run": [1.1, 1.1, 1.1],
+            "adaptive_over_ceiling_per_run": [0.9, 1.05, 1.0],
+        },
+    }
+    got = spread(report)
+    ours = got["adaptive_over_better_static"]
+    assert (ours["mean"], ours["min"], ours["max"]) == (1.1, 1.0, 1.2)
+    assert ours["ci90"] == pytest.approx(0.169, abs=1e-3)  # t(2) 2.92 x 0.1 / sqrt 3
+    assert got["best_split_over_better_static"]["ci90"] == 0.0
+    assert got["adaptive_over_best_split"]["runs"] == [0.9, 1.05, 1.0]
+    # A run without splits has no ceiling to spread.
+    assert set(spread({"adaptive_over_better_static_per_run": [1.0]})) == {
+        "adaptive_over_better_static"
+    }
