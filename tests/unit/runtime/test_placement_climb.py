@@ -105,7 +105,10 @@ def test_a_step_that_let_nothing_in_learns_nothing_and_is_taken_back() -> None:
     climb = climb_at()
     feed(climb, clock, [200, 200, 200])
     assert climb.share == pytest.approx(0.8)
-    feed(climb, clock, [300.0] * CLIMB_TRIAL_WINDOWS_MAX)
+    # The rate it sees meanwhile is not the step's: nothing came.
+    feed(climb, clock, [300.0] * (CLIMB_TRIAL_WINDOWS_MAX - 1))
+    assert climb.share == pytest.approx(0.8) and climb.state == "trial"
+    feed(climb, clock, [300.0])
     assert climb.share == pytest.approx(0.7) and climb.state == "hold"
     assert climb.last.startswith("no arrival at 0.80: the edge did not bind")
 
