@@ -245,7 +245,8 @@ class ResourceManager:
             # objective the admission edge climbs on (docs/runtime.md).
             rate = sum(s.edges[0].calls for s in given.stacks) / config.window_s
             settled = not self._arriving and not facts.migrating
-            share = self.climb.observe(now, rate, settled)
+            ids = (s.stack_id for s in given.stacks)
+            share = self.climb.observe(now, rate, settled, ids)
             config = replace(config, server_cpu_share_max=share)
             send_back = self.climb.send_back(now)
             climbing = {

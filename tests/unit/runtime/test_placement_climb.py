@@ -27,11 +27,13 @@ from tests.unit.runtime.test_planner import resource_manager
 from tests.unit.runtime.test_planner_rounds import digest
 
 
-def feed(climb: AdmissionClimb, clock: FakeClock, rates: list[float]) -> float:
-    """One settled sample a window."""
+def feed(
+    climb: AdmissionClimb, clock: FakeClock, rates: list[float], stacks: list[str] | None = None
+) -> float:
+    """One settled sample a window (over ``stacks``, the same each time)."""
     share = climb.share
     for r in rates:
-        share = climb.observe(clock.now(), r, settled=True)
+        share = climb.observe(clock.now(), r, True, stacks or ())
         clock.jump(1.0)
     return share
 
@@ -127,6 +129,37 @@ def test_samples_are_one_a_window_and_none_while_an_arrival_is_on_its_way() -> N
     assert climb.state == "reference"
     feed(climb, clock, [200])
     assert climb.state == "trial"
+
+
+def test_a_rate_over_other_stacks_is_no_reference() -> None:
+    # In the mix benchmark every pass brings new clients' stacks while the last
+    # pass's digests go stale: a sum over both read as a rise of 3x.
+    clock = FakeClock(0.0)
+    climb = climb_at()
+    old = [f"app{i}/console-cheap" for i in range(8)]
+    for r in (200, 200, 200):
+        climb.observe(clock.now(), r, True, old)
+        clock.jump(1.0)
+    assert climb.state == "trial" and climb.share == pytest.approx(0.8)
+    climb.arrived(["app1/console-cheap"])
+    # One client more: the trial is not judged, nor kept; a new reference.
+    one_more = [*old, "app8/console-cheap"]
+    assert climb.observe(clock.now(), 200.0, True, one_more) == pytest.approx(0.7)
+    assert climb.state == "reference" and climb.last.startswith("the stacks changed (11%)")
+    clock.jump(1.0)
+    for r in (205, 205):
+        climb.observe(clock.now(), r, True, one_more)
+        clock.jump(1.0)
+    assert climb.last.startswith("reference 203.3")  # over the nine stacks
+    assert climb.share == pytest.approx(0.8)
+    # Two steps kept: at the ceiling. Most of the stacks new: from the floor again.
+    climb.arrived(["app2/console-cheap"])
+    feed(climb, clock, [205, 206, 204], one_more)
+    climb.arrived(["app3/console-cheap"])
+    assert feed(climb, clock, [205, 206, 204], one_more) == pytest.approx(0.9)
+    new = [f"new{i}/console-cheap" for i in range(8)]
+    assert climb.observe(clock.now(), 100.0, True, new) == pytest.approx(0.7)
+    assert climb.last.startswith("the stacks changed (100%)")
 
 
 def test_the_climb_s_range_is_checked() -> None:
