@@ -245,8 +245,9 @@ class ResourceManager:
             # objective the admission edge climbs on (docs/runtime.md).
             rate = sum(s.edges[0].calls for s in given.stacks) / config.window_s
             settled = not self._arriving and not facts.migrating
-            ids = (s.stack_id for s in given.stacks)
-            share = self.climb.observe(now, rate, settled, ids)
+            # Over the clients with a fresh digest (their stacks come and go with
+            # their calls' kinds from one window to the next).
+            share = self.climb.observe(now, rate, settled, self.digests)
             config = replace(config, server_cpu_share_max=share)
             send_back = self.climb.send_back(now)
             climbing = {

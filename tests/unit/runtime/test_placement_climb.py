@@ -28,12 +28,12 @@ from tests.unit.runtime.test_planner_rounds import digest
 
 
 def feed(
-    climb: AdmissionClimb, clock: FakeClock, rates: list[float], stacks: list[str] | None = None
+    climb: AdmissionClimb, clock: FakeClock, rates: list[float], clients: list[str] | None = None
 ) -> float:
-    """One settled sample a window (over ``stacks``, the same each time)."""
+    """One settled sample a window (over ``clients``, the same each time)."""
     share = climb.share
     for r in rates:
-        share = climb.observe(clock.now(), r, True, stacks or ())
+        share = climb.observe(clock.now(), r, True, clients or ())
         clock.jump(1.0)
     return share
 
@@ -131,35 +131,35 @@ def test_samples_are_one_a_window_and_none_while_an_arrival_is_on_its_way() -> N
     assert climb.state == "trial"
 
 
-def test_a_rate_over_other_stacks_is_no_reference() -> None:
-    # In the mix benchmark every pass brings new clients' stacks while the last
-    # pass's digests go stale: a sum over both read as a rise of 3x.
+def test_a_rate_over_other_clients_is_no_reference() -> None:
+    # In the mix benchmark every pass brings new clients while the last pass's
+    # digests go stale: a sum over both read as a rise of 3x.
     clock = FakeClock(0.0)
     climb = climb_at()
-    old = [f"app{i}/console-cheap" for i in range(8)]
+    old = [f"app{i}" for i in range(8)]
     for r in (200, 200, 200):
         climb.observe(clock.now(), r, True, old)
         clock.jump(1.0)
     assert climb.state == "trial" and climb.share == pytest.approx(0.8)
     climb.arrived(["app1/console-cheap"])
     # One client more: the trial is not judged, nor kept; a new reference.
-    one_more = [*old, "app8/console-cheap"]
+    one_more = [*old, "app8"]
     assert climb.observe(clock.now(), 200.0, True, one_more) == pytest.approx(0.7)
-    assert climb.state == "reference" and climb.last.startswith("the stacks changed (11%)")
+    assert climb.state == "reference" and climb.last.startswith("the clients changed (11%)")
     clock.jump(1.0)
     for r in (205, 205):
         climb.observe(clock.now(), r, True, one_more)
         clock.jump(1.0)
-    assert climb.last.startswith("reference 203.3")  # over the nine stacks
+    assert climb.last.startswith("reference 203.3")  # over the nine clients
     assert climb.share == pytest.approx(0.8)
     # Two steps kept: at the ceiling. Most of the stacks new: from the floor again.
     climb.arrived(["app2/console-cheap"])
     feed(climb, clock, [205, 206, 204], one_more)
     climb.arrived(["app3/console-cheap"])
     assert feed(climb, clock, [205, 206, 204], one_more) == pytest.approx(0.9)
-    new = [f"new{i}/console-cheap" for i in range(8)]
+    new = [f"new{i}" for i in range(8)]
     assert climb.observe(clock.now(), 100.0, True, new) == pytest.approx(0.7)
-    assert climb.last.startswith("the stacks changed (100%)")
+    assert climb.last.startswith("the clients changed (100%)")
 
 
 def test_the_climb_s_range_is_checked() -> None:
@@ -192,9 +192,15 @@ def test_choose_sends_back_what_the_climb_asks_with_many_clients_only() -> None:
 
 
 def evaluate_rounds(rm: Any, clock: FakeClock, clients: int, rounds: int) -> list[dict[str, Any]]:
-    for _ in range(rounds):
+    """``rounds`` rounds of digests from ``clients`` clients, each calling from one of
+    two consoles in turn (as a mix client whose window held one kind of call): the
+    stacks the node sees change every round, the clients do not."""
+    for r in range(rounds):
         for i in range(clients):
-            rm.receive(digest(f"app{i}"))
+            d = digest(f"app{i}")
+            console = f"app{i}/console-{r % 2}"
+            d["edges"][0]["caller"], d["consoles"] = console, [console]
+            rm.receive(d)
         clock.jump(1.0)
     return list(rm.records)
 
