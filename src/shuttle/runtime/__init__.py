@@ -26,7 +26,8 @@ Layout (one module per concept; docs/runtime.md explains the model):
   ``placement_choice`` (the greedy choice of 5.4.3), ``placement_verdicts`` (its
   verdict on each move), ``placement_plan`` (an evaluation's record),
   ``placement_budget`` (the servers' CPU budget, many clients), ``placement_many`` (what the
-  many-clients rule reads differently: queued calls, completed calls)
+  many-clients rule reads differently: queued calls, completed calls),
+  ``placement_climb`` (the admission edge hill-climbed on the clients' calls a second)
 * ``sites``      the model's three sites for data in Ceph: client, node, OSD (pure)
 * ``site_probe`` a grep's costs from a probe, and the site the three-site model picks
 * ``osd``        the OSD as a site: grep and count run in Ceph's OSDs (cls_lua), bounded
