@@ -530,6 +530,8 @@ class NodeProtocol(asyncio.Protocol):
         )
         if self.transport is not None and not self.closed:
             self.send_bytes(b"".join(frame))
+        if self.failing is None:
+            self.failing = exc  # (so ``data_received`` drops what still arrives)
         self.linger()
 
     def linger(self) -> None:
@@ -546,8 +548,6 @@ class NodeProtocol(asyncio.Protocol):
             return
         self.closed = True
         self.lingering = True
-        if self.failing is None:
-            self.failing = RemoteProtocolError("hung up on")  # (drops what arrives)
         transport.write_eof()
         transport.resume_reading()
         asyncio.get_running_loop().call_later(LINGER_S, self.abort)
