@@ -65,11 +65,14 @@ def main(argv: list[str] | None = None) -> int:
             report = run_points(fs, args.points, seed=args.seed, progress=progress)
     for p in report.problems[:50]:
         print("PROBLEM", p)
+    for e in report.disk_errors[:10]:
+        print("DISK ERROR (cut there and checked)", e)
     print(
         f"power-loss tier: {report.points} crash points, {report.acked_ops} acknowledged "
         f"operations, {report.keys_checked} key checks, lost {report.lost}, torn "
         f"{report.torn}, unclean restarts {report.unclean_restarts}, checkpoints "
-        f"{report.checkpoints}, LazyFS crashes {report.lazyfs_crashes} (checked too), "
+        f"{report.checkpoints}, LazyFS crashes {report.lazyfs_crashes} and disk errors "
+        f"{len(report.disk_errors)} (checked too), "
         f"{report.elapsed_s:.0f} s: {'PASS' if report.ok else 'FAIL'}"
     )
     if args.json is not None:

@@ -207,7 +207,7 @@ class LazyFS:
         while not os.path.ismount(self.mount):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"LazyFS did not mount {self.mount}:\n{self._log_tail()}")
+                raise RuntimeError(f"LazyFS did not mount {self.mount}:\n{self.log_tail()}")
             time.sleep(0.01)
 
     def clear_cache(self) -> None:
@@ -216,7 +216,7 @@ class LazyFS:
 
         Raises RuntimeError if LazyFS is gone or does not confirm in time."""
         if not self.alive():
-            raise RuntimeError(f"LazyFS is not running:\n{self._log_tail()}")
+            raise RuntimeError(f"LazyFS is not running:\n{self.log_tail()}")
         try:  # non-blocking: with LazyFS gone, a blocking open would wait for ever
             fd = os.open(self.faults, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
@@ -234,7 +234,7 @@ class LazyFS:
         while word not in got:
             left = deadline - time.monotonic()
             if left <= 0 or (self.proc is not None and self.proc.poll() is not None):
-                raise RuntimeError(f"LazyFS did not confirm {word!r}:\n{self._log_tail()}")
+                raise RuntimeError(f"LazyFS did not confirm {word!r}:\n{self.log_tail()}")
             ready, _, _ = select.select([self._done_fd], [], [], min(left, 1.0))
             if ready:
                 with contextlib.suppress(BlockingIOError):
@@ -260,7 +260,7 @@ class LazyFS:
         """False once LazyFS has exited (it crashed, or was stopped)."""
         return self.proc is not None and self.proc.poll() is None
 
-    def _log_tail(self) -> str:
+    def log_tail(self) -> str:
         try:
             return self.log.read_text(errors="replace")[-3000:]
         except OSError:
