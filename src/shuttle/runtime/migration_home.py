@@ -78,9 +78,17 @@ async def ask_home(bm: BindingManager, hosted: Hosted, mid: str) -> dict[str, An
                 rid.home, "object.resolve", {"rid": str(rid), "mid": mid, "from": bm.id}
             )
         answer = reply.result
-    if not isinstance(answer, dict) or not isinstance(answer.get("committed"), bool):
+    return home_said(answer, "committed", rid, "object.resolve", mid)
+
+
+def home_said(answer: Any, flag: str, rid: ObjectId, op: str, mid: str) -> dict[str, Any]:
+    """The home's ``answer`` to ``op`` about move ``mid``, if it says yes or no in its
+    boolean ``flag``. Anything else raises :class:`~shuttle.errors.RemoteProtocolError`:
+    the home may have committed, so it is never taken for "no" (the caller holds what it
+    has and asks again, as for a lost answer)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get(flag), bool):
         raise RemoteProtocolError(
-            f"{rid}'s home {rid.home} answered object.resolve with {answer!r:.200}, which "
-            f"does not say whether move {mid} was committed: it is asked again"
+            f"{rid}'s home {rid.home} answered {op} with {answer!r:.200}, which does not "
+            f"say whether move {mid} was committed: it is asked again"
         )
     return answer

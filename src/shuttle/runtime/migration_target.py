@@ -22,7 +22,6 @@ from shuttle.errors import (
     InvalidArgumentError,
     MigrationError,
     ObjectInDoubtError,
-    RemoteProtocolError,
     ShuttleError,
 )
 from shuttle.net.addresses import parse_address
@@ -34,7 +33,7 @@ from shuttle.runtime.gate import GateState
 from shuttle.runtime.hosted import Hosted, Stage
 from shuttle.runtime.hosting import POLICIES
 from shuttle.runtime.ids import ObjectId
-from shuttle.runtime.migration_home import ask_home, commit_here
+from shuttle.runtime.migration_home import ask_home, commit_here, home_said
 from shuttle.runtime.moves import MigrationEvent
 from shuttle.runtime.peers import NotSent
 
@@ -173,15 +172,9 @@ async def _commit(bm: BindingManager, hosted: Hosted, stage: Stage) -> dict[str,
                 "address": bm.address,
             },
         )
-    answer = reply.result
-    if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
-        # Not a refusal: the home may have committed (the caller holds the stage in
-        # doubt and asks it, as for a lost answer; dropping it could drop the only copy).
-        raise RemoteProtocolError(
-            f"{rid}'s home {rid.home} answered object.commit with {answer!r:.200}, which "
-            f"does not say whether move {stage.mid} was committed: it is asked again"
-        )
-    return answer
+    # No boolean "ok" is not a refusal: the caller holds the stage in doubt and asks
+    # the home (dropping it could drop the only copy).
+    return home_said(reply.result, "ok", rid, "object.commit", stage.mid)
 
 
 def _open(bm: BindingManager, hosted: Hosted, epoch: int, lease_until: float) -> None:
