@@ -69,6 +69,8 @@ class LoopReads:
         self.aio_reads = 0
         self.aio_newer = 0
         self.aio_bytes = 0
+        #: Direct reads answered with the object's location instead of its bytes.
+        self.direct_answers = 0
 
     def read_cached(self, k: str, offset: int, length: int, expected: int | None) -> bytes | None:
         """A small read answered from trusted cached blocks, counted as the store counts
@@ -90,12 +92,21 @@ class LoopReads:
         length: int,
         expected: int | None,
         wrap: Callable[[bytes], T],
+        where: Callable[[dict[str, Any]], T] | None = None,
     ) -> asyncio.Future[T] | None:
         """A small read of a key whose entry is trusted but whose blocks are not all
         resident, started on the running event loop: a future of ``wrap(bytes)`` that
         the loop completes when RADOS answers, or None (no trusted entry, a change
         under way, anything unusual: the thread path answers it). Never blocks;
         returns None rather than raising.
+
+        ``where`` (a client's ``direct`` read, docs/ceph.md "A client that reads a miss
+        from the OSD itself"): where the admission would not cache the blocks (the
+        cache is full and none of them missed within its reach), nothing is read: the
+        future is done at once with ``wrap`` of the RADOS object and the version the
+        client must find, :meth:`location`. Where it would cache them the node reads
+        them as without ``where``, so that its cache fills as before for the next
+        reader (the client gets the bytes).
 
         The key's lock is held shared from the start until the answer is in the cache
         (taken only if no change holds it or waits for it, and given back on the
@@ -132,9 +143,15 @@ class LoopReads:
         whole = self.admission.whole(
             k, first, last, room.bytes_cached + (last - first + 1) * bsz <= room.capacity_bytes
         )
-        start, stop = (first * bsz, (last + 1) * bsz) if whole else (offset, end)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
+        if where is not None and not whole:
+            lock.release_read()
+            self.direct_answers += 1
+            reader.stat_free_hits += 1  # trusted: RADOS was not asked
+            future.set_result(where(self.location(k, e.version)))
+            return future
+        start, stop = (first * bsz, (last + 1) * bsz) if whole else (offset, end)
         counters = self.counters
         t0 = time.monotonic()
 
@@ -164,6 +181,13 @@ class LoopReads:
             return None
         reader.stat_free_hits += 1  # trusted, as the thread path counts its reads of it
         return future
+
+    def location(self, k: str, version: int) -> dict[str, Any]:
+        """Where a client with Ceph credentials reads ``k`` itself: the RADOS object (each
+        key is one object named by the key) and the version its bytes must be at least
+        (the trusted entry's)."""
+        conn = self.reader.conn
+        return {"pool": conn.pool, "namespace": conn.namespace, "object": k, "version": version}
 
     def _answer(
         self,
@@ -207,6 +231,7 @@ class LoopReads:
             "aio_reads": self.aio_reads,
             "aio_newer": self.aio_newer,
             "aio_bytes": self.aio_bytes,
+            "direct_answers": self.direct_answers,
             **self.admission.stats(),
         }
 
@@ -247,8 +272,10 @@ class InlineReads(SpanReader):
         length: int,
         version: int | None,
         wrap: Callable[[bytes], Any],
+        where: Callable[[dict[str, Any]], Any] | None = None,
     ) -> asyncio.Future[Any] | None:
-        """A miss started on the running loop, or None (:meth:`LoopReads.read_async`)."""
+        """A miss started on the running loop (or, with ``where``, perhaps answered
+        with its location), or None (:meth:`LoopReads.read_async`)."""
         if length <= self.max_bytes:
-            return self.reads.read_async(key, offset, length, version, wrap)
+            return self.reads.read_async(key, offset, length, version, wrap, where)
         return None
