@@ -235,12 +235,72 @@ def cat(
     tls: TlsOpt = None,
     ca_file: CaFileOpt = None,
     link: LinkOpt = None,
+    offset: Annotated[
+        int, typer.Option("--offset", min=0, help="Start at this byte of each object.")
+    ] = 0,
+    length: Annotated[
+        int | None,
+        typer.Option("--length", min=0, help="Write at most this many bytes of each object."),
+    ] = None,
+    rados_direct: Annotated[
+        bool,
+        typer.Option(
+            "--rados-direct",
+            help="Read a small range (--length up to 64 KiB) that misses a RADOS node's "
+            "cache from the OSD itself, with your own Ceph credentials (--ceph-conf, "
+            "--ceph-keyring, --ceph-user): the node names the object after checking your "
+            "caps; see docs/ceph.md. Off by default.",
+        ),
+    ] = False,
+    ceph_conf: Annotated[
+        Path | None,
+        typer.Option("--ceph-conf", help="Your ceph.conf (with --rados-direct)."),
+    ] = None,
+    ceph_keyring: Annotated[
+        Path | None,
+        typer.Option(
+            "--ceph-keyring",
+            help="Your keyring (with --rados-direct; default: the one the conf names).",
+        ),
+    ] = None,
+    ceph_user: Annotated[
+        str,
+        typer.Option("--ceph-user", help="Your cephx user (with --rados-direct)."),
+    ] = "client.admin",
 ) -> None:
-    """Write objects to standard output, streaming large ones."""
+    """Write objects (or a range of each: --offset, --length) to standard output,
+    streaming large ones."""
+    options: dict[str, Any] = {}
+    if rados_direct:
+        if ceph_conf is None:
+            raise InvalidArgumentError(
+                "--rados-direct reads with your own Ceph credentials: give --ceph-conf "
+                "CONF (and --ceph-keyring KEYRING, --ceph-user USER unless the conf "
+                "names them)"
+            )
+        from shuttle.client.rados_direct import CephOptions
+
+        options["rados_direct"] = CephOptions(ceph_conf, ceph_keyring, ceph_user)
+    elif ceph_conf is not None or ceph_keyring is not None:
+        raise InvalidArgumentError(
+            "--ceph-conf and --ceph-keyring only apply with --rados-direct; add it, or "
+            "leave them out"
+        )
     out = sys.stdout.buffer
-    with _client(node, cluster, key_file, link, tls, ca_file) as client:
+    with connect(
+        node=node,
+        cluster=cluster,
+        link=link,
+        key_file=key_file,
+        tls=tls,
+        ca_file=ca_file,
+        **options,
+    ) as client:
         for key in keys:
-            for piece in client.iter_read(key):
+            if length is not None and length <= client.piece_bytes:
+                out.write(client.read(key, offset, length))  # one range read
+                continue
+            for piece in client.iter_read(key, offset, length):
                 out.write(piece)
     out.flush()
 

@@ -35,6 +35,7 @@ from shuttle.client.integrity import CheckedPieces, RangeVerifier, check_written
 from shuttle.client.lookaside import LookasideReader, LookasideStore, StoreSet
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
 from shuttle.client.namespace import Namespace
+from shuttle.client.rados_direct import CephOptions, DirectReads
 from shuttle.client.routing import node_for_key, node_named, positions_by_node
 from shuttle.client.uploads import upload
 from shuttle.client.validation import VALIDATION_DEFAULT, ValidationMode, make_mode
@@ -75,6 +76,11 @@ class Client:
     ``lookaside``: local stores to take missed chunks from before the node
     (``[LookasideStore.open(dir), ...]``, or a :class:`StoreSet` for the user's added
     stores; docs/lookaside.md); None: none.
+    ``rados_direct``: the user's own Ceph credentials
+    (:class:`~shuttle.client.rados_direct.CephOptions`): a small range read that misses
+    a RADOS node's cache is read from the OSD itself, the node naming the object
+    (:mod:`shuttle.client.rados_direct`; docs/ceph.md); None (the default): every read
+    goes through the nodes.
     """
 
     def __init__(
@@ -94,6 +100,7 @@ class Client:
         validation: str = VALIDATION_DEFAULT,
         lookaside: StoreSet | Sequence[LookasideStore] | None = None,
         tls: ClientTls | None = None,
+        rados_direct: CephOptions | None = None,
     ) -> None:
         if not nodes:
             raise InvalidArgumentError("a client needs at least one node address")
@@ -130,6 +137,8 @@ class Client:
         stores = lookaside.stores() if isinstance(lookaside, StoreSet) else list(lookaside or ())
         #: The miss path through lookaside stores (None: every miss goes to the node).
         self.lookaside = LookasideReader(self, stores) if stores else None
+        #: Reads of RADOS node misses from RADOS itself (None: off, the default).
+        self.rados_direct = DirectReads(rados_direct) if rados_direct is not None else None
 
     # --- connections -----------------------------------------------------------------
 
@@ -237,6 +246,8 @@ class Client:
         if namespace is not None:
             namespace.close()
         self._conns.close()
+        if self.rados_direct is not None:
+            self.rados_direct.close()
 
     def __enter__(self) -> Client:
         return self
@@ -312,6 +323,8 @@ class Client:
         conn = self._conns.mine.conns.get(node.node_id)  # connection()'s lookup, one call fewer
         if conn is None:
             conn = self.connection(node)
+        if self.rados_direct is not None:
+            return self.rados_direct.read(conn, key, offset, length)
         if type(conn) is BlockingConnection:
             return conn.read(key, offset, length)
         op = calls.read(key, offset, length)

@@ -1,0 +1,327 @@
+"""A client that reads a RADOS node's misses from the OSD itself, with the user's own
+Ceph credentials (docs/ceph.md, "A client that reads a miss from the OSD itself").
+
+Opt-in (``Client(..., rados_direct=CephOptions(conf, keyring, user))``, ``shuttle cat
+--rados-direct``), off by default: Shuttle hands out no Ceph keys. A small range read
+(one piece) asks the node with ``direct: true``. The node checks the principal's caps
+first, as for every read, and answers a hit with its bytes, as always; a miss of a key
+whose version it trusts and whose blocks its cache would not keep, it answers with
+where the bytes are instead of reading them: ``{"rados": {"pool", "namespace",
+"object", "version"}}`` (docs/protocol.md). The client then reads the object itself,
+with one librados read that reports the version of the bytes it returned
+(``get_last_version`` after a blocking read on this thread's I/O context), and checks
+it as the node's own miss does (``LoopReads._answer``):
+
+* the version named → the bytes are answered;
+* a newer one (a change written meanwhile) → the caller's ``expected_version``, if it
+  gave one, is checked against the version RADOS reported
+  (:class:`VersionMismatchError` naming it), else the bytes are answered: they are of
+  one version, the current one when RADOS read them;
+* an older one, or any librados error (EPERM from a cephx user without the caps,
+  ENOENT, a timeout, no connection) → the read is sent to the node again without
+  ``direct``, which answers it its usual way and words any error as it does.
+
+So a read never returns bytes of a version other than the one it names, exactly as
+through the node.
+
+**Skipping the node's hop.** A range the node named is remembered for
+``remember_s`` (default :data:`REMEMBER_S_DEFAULT`) and read again from RADOS at once,
+with the same checks against the version the node named: no coherence is lost (a
+RADOS read is of the current version); what is lost is only a node hit for that range
+until it is forgotten, and the node caches nothing for a range it named. A remembered
+range skips the node's cap check too: a client with Ceph credentials reads what Ceph
+lets it read whatever Shuttle's caps say (docs/security.md, "Principals and
+capabilities").
+
+Counters (:meth:`DirectReads.stats`): ``direct`` (reads answered with bytes librados
+read), ``remembered`` (of those, reads that skipped the node), ``node_bytes`` (direct
+reads the node answered with bytes: hits, untrusted keys, misses it caches),
+``fallbacks`` (by reason: the librados error's name, ``older``, ``connect``).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+import time
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shuttle.client.connections import NodeConnection
+from shuttle.cluster.cephclient import connect as ceph_connect
+from shuttle.cluster.cephclient import import_rados
+from shuttle.errors import ConfigError, ShuttleError, VersionMismatchError
+from shuttle.net.blocking import BlockingConnection
+
+log = logging.getLogger(__name__)
+
+#: How long a range the node named is read from RADOS without asking the node again.
+#: Short: a range the node would now answer from its cache (another client's read
+#: filled it) is missed for at most this long.
+REMEMBER_S_DEFAULT = 1.0
+#: At most this many remembered ranges (the oldest go first): a key, two ints and a
+#: location each, about 300 bytes.
+REMEMBERED_MAX = 4096
+#: After a failed connection to Ceph, every read goes through the node for this long
+#: before the client tries again (a connection attempt waits up to its timeout).
+RECONNECT_AFTER_S = 10.0
+#: The client's bounds on librados's waits: connecting, and each OSD or mon operation
+#: (an OSD that does not answer costs a read this long before it falls back).
+CONNECT_TIMEOUT_S = 10.0
+OP_TIMEOUT_S_DEFAULT = 10
+
+
+@dataclass(frozen=True)
+class CephOptions:
+    """The user's own way into Ceph: a ceph.conf naming the monitors, the keyring with
+    ``user``'s key (None: the one the conf names), and the cephx user (best one that
+    may only read the pool's namespace: ``osd 'allow r pool=POOL namespace=NS'``)."""
+
+    conf_path: Path
+    keyring_path: Path | None = None
+    user: str = "client.admin"
+    #: Seconds before a librados read fails (and the read goes through the node).
+    op_timeout_s: int = OP_TIMEOUT_S_DEFAULT
+    #: Seconds a range the node named is read from RADOS without asking the node.
+    remember_s: float = REMEMBER_S_DEFAULT
+
+    def __post_init__(self) -> None:
+        for what, path in (("--ceph-conf", self.conf_path), ("--ceph-keyring", self.keyring_path)):
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(
+                    f"{what} {path} is not a readable file; give the ceph.conf and keyring "
+                    "a `rados` client of the cluster uses"
+                )
+        if not self.user.startswith("client.") or self.user == "client.":
+            raise ConfigError(
+                f"--ceph-user {self.user!r}: a cephx client name is client.NAME "
+                "(client.admin, client.reader)"
+            )
+        if self.op_timeout_s < 1:
+            raise ConfigError(f"the Ceph op timeout must be ≥ 1 s, got {self.op_timeout_s}")
+        if self.remember_s < 0:
+            raise ConfigError(f"remember_s must be ≥ 0 (0: never), got {self.remember_s}")
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a node said a key's bytes are: RADOS object ``object`` of ``pool``
+    (``namespace``), at ``version`` at least."""
+
+    pool: str
+    namespace: str
+    object: str
+    version: int
+
+
+def location_of(result: Any) -> Location | None:
+    """The location in a ``direct`` read's answer, or None (the answer has the bytes)."""
+    if type(result) is not dict:
+        return None
+    where = result.get("rados")
+    if type(where) is not dict:
+        return None
+    pool, ns, obj, version = (where.get(f) for f in ("pool", "namespace", "object", "version"))
+    if type(pool) is str and type(ns) is str and type(obj) is str and type(version) is int:
+        return Location(pool, ns, obj, version)
+    return None
+
+
+def _errno_name(exc: Exception) -> str:
+    code = getattr(exc, "errno", None)
+    if isinstance(code, int):
+        return errno.errorcode.get(abs(code), f"errno {code}")
+    return type(exc).__name__
+
+
+class DirectReads:
+    """A client's reads of RADOS node misses from RADOS itself (see the module). Shared
+    by the client's threads: one librados client, an I/O context per thread and pool."""
+
+    def __init__(self, options: CephOptions) -> None:
+        self.options = options
+        self.rados = import_rados()  # no binding: ConfigError now, not at the first read
+        self._cluster: Any = None
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        #: Every thread's I/O contexts, closed before librados shuts down.
+        self._ctxs: list[Any] = []
+        self._failed_until = 0.0
+        self._remembered: OrderedDict[tuple[str, int, int], tuple[Location, float]] = OrderedDict()
+        self.direct = 0
+        self.remembered = 0
+        self.node_bytes = 0
+        self.fallbacks: defaultdict[str, int] = defaultdict(int)
+
+    # --- the read --------------------------------------------------------------------
+
+    def read(
+        self,
+        conn: NodeConnection,
+        key: str,
+        offset: int,
+        length: int,
+        expected_version: int | None = None,
+    ) -> bytes:
+        """Bytes ``[offset, offset+length)`` of ``key``: from RADOS where the node (or a
+        recent answer of it) names the object, else from the node (see the module)."""
+        span = (key, offset, length)
+        where = self._recall(span)
+        if where is not None:
+            got = self.read_at(where, key, offset, length, expected_version)
+            if got is not None:
+                self.remembered += 1
+                self.direct += 1
+                return got[0]
+            self._forget(span)
+        args: dict[str, Any] = {"key": key, "offset": offset, "length": length, "direct": True}
+        if expected_version is not None:
+            args["expected_version"] = expected_version
+        res = conn.call("read", args)
+        where = location_of(res.result)
+        if where is None:
+            self.node_bytes += 1
+            return bytes(res.payload)
+        got = self.read_at(where, key, offset, length, expected_version)
+        if got is not None:
+            self.direct += 1
+            self._remember(span, where)
+            return got[0]
+        # The node answers it its usual way, and words any error as it does.
+        if type(conn) is BlockingConnection:
+            return conn.read(key, offset, length, expected_version)
+        del args["direct"]
+        return bytes(conn.call("read", args).payload)
+
+    def read_at(
+        self, where: Location, key: str, offset: int, length: int, expected: int | None
+    ) -> tuple[bytes, int] | None:
+        """``length`` bytes at ``offset`` of the object at ``where`` and the version
+        RADOS reported for them; None where the read must go through the node (a
+        librados error, an older version than the node named: counted in
+        ``fallbacks``). Raises :class:`VersionMismatchError` where the version is newer
+        and not ``expected``."""
+        io = self._ioctx(where.pool, where.namespace)
+        if io is None:
+            self._fell_back("connect")
+            return None
+        try:
+            data = io.read(where.object, length, offset)
+            version = int(io.get_last_version())
+        except self.rados.Error as exc:  # EPERM, ENOENT, a timeout: the node words it
+            self._fell_back(_errno_name(exc))
+            return None
+        if version < where.version:
+            # Older than the node's trusted version: another replica's view or a
+            # re-created object; the node reads it its own way.
+            self._fell_back("older")
+            return None
+        if expected is not None and version != expected:
+            raise VersionMismatchError(
+                f"{key!r} is at version {version}, but the caller expected version "
+                f"{expected}. Stat it and retry with the current version."
+            )
+        return bytes(data), version
+
+    def _fell_back(self, why: str) -> None:
+        with self._lock:
+            self.fallbacks[why] += 1
+
+    # --- remembered ranges -----------------------------------------------------------
+
+    def _recall(self, span: tuple[str, int, int]) -> Location | None:
+        if not self._remembered:
+            return None
+        with self._lock:
+            found = self._remembered.get(span)
+            if found is None:
+                return None
+            if time.monotonic() >= found[1]:
+                del self._remembered[span]
+                return None
+            return found[0]
+
+    def _remember(self, span: tuple[str, int, int], where: Location) -> None:
+        if self.options.remember_s <= 0:
+            return
+        with self._lock:
+            self._remembered[span] = (where, time.monotonic() + self.options.remember_s)
+            self._remembered.move_to_end(span)
+            while len(self._remembered) > REMEMBERED_MAX:
+                self._remembered.popitem(last=False)
+
+    def _forget(self, span: tuple[str, int, int]) -> None:
+        with self._lock:
+            self._remembered.pop(span, None)
+
+    # --- librados ----------------------------------------------------------------------
+
+    def _ioctx(self, pool: str, namespace: str) -> Any:
+        """This thread's I/O context on ``pool`` (``namespace``), or None: no
+        connection to Ceph (it failed within :data:`RECONNECT_AFTER_S`). One per thread:
+        ``get_last_version`` is the last operation's on that context."""
+        ctxs: dict[tuple[str, str], Any] | None = getattr(self._local, "ctxs", None)
+        if ctxs is None:
+            ctxs = self._local.ctxs = {}
+        ctx = ctxs.get((pool, namespace))
+        if ctx is not None:
+            return ctx
+        cluster = self._connected()
+        if cluster is None:
+            return None
+        try:
+            ctx = cluster.open_ioctx(pool)
+        except self.rados.Error as exc:  # no such pool, or no caps on it
+            log.warning("direct RADOS reads of pool %s go through the node: %s", pool, exc)
+            return None
+        ctx.set_namespace(namespace)
+        ctxs[(pool, namespace)] = ctx
+        with self._lock:
+            self._ctxs.append(ctx)
+        return ctx
+
+    def _connected(self) -> Any:
+        with self._lock:
+            if self._cluster is not None:
+                return self._cluster
+            if time.monotonic() < self._failed_until:
+                return None
+            o = self.options
+            try:
+                self._cluster = ceph_connect(
+                    Path(o.conf_path),
+                    None if o.keyring_path is None else Path(o.keyring_path),
+                    user=o.user,
+                    timeout_s=CONNECT_TIMEOUT_S,
+                    op_timeout_s=o.op_timeout_s,
+                )
+            except ShuttleError as exc:
+                self._failed_until = time.monotonic() + RECONNECT_AFTER_S
+                log.warning("direct RADOS reads go through the node: %s", exc)
+                return None
+            return self._cluster
+
+    def close(self) -> None:
+        """Shut librados down (a later read connects again)."""
+        with self._lock:
+            cluster, self._cluster = self._cluster, None
+            ctxs, self._ctxs = self._ctxs, []
+            self._local = threading.local()
+            self._remembered.clear()
+        for ctx in ctxs:  # before the shutdown: a context freed after it is a use after free
+            ctx.close()
+        if cluster is not None:
+            cluster.shutdown()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "direct": self.direct,
+                "remembered": self.remembered,
+                "node_bytes": self.node_bytes,
+                "fallbacks": dict(self.fallbacks),
+                "connected": self._cluster is not None,
+            }

@@ -1,0 +1,267 @@
+"""A client with its own Ceph credentials reads a RADOS node's misses from the OSD
+itself (shuttle.client.rados_direct; docs/ceph.md, "A client that reads a miss from
+the OSD itself"): one node process on the local Ceph, whose block cache holds 32 pages
+of a 1 MiB object, so that reading pages it has not read before soon misses a full
+cache, which the node then answers with the object's location instead of its bytes."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shuttle.client.client import Client
+from shuttle.client.model import NodeAddress
+from shuttle.client.rados_direct import CephOptions, location_of
+from shuttle.cluster import principals as cluster_ops
+from shuttle.cluster.ceph import LocalCeph
+from shuttle.cluster.cephclient import mon_command
+from shuttle.cluster.clusterfile import ClusterFile, NodeEntry
+from shuttle.errors import InvalidArgumentError, NotPermittedError, VersionMismatchError
+from shuttle.net import auth
+from shuttle.net.principals import Caps
+from tests.integration.nodeproc import NodeProcess, shuttle_cli
+
+PAGE = 4096
+OBJECT_BYTES = 1 << 20
+#: The node's cache: 32 pages of 4 KiB, an eighth of the object.
+CACHE_BYTES = 32 * PAGE
+
+
+@dataclass
+class Gateway:
+    proc: NodeProcess
+    addr: NodeAddress
+    key: bytes
+    key_file: Path
+    root: Path
+    namespace: str
+    ceph: LocalCeph
+
+    def client(self, **options: Any) -> Client:
+        return Client([self.addr], key=self.key, request_timeout_s=30, **options)
+
+    def direct(self, keyring: Path | None = None, user: str = "client.admin") -> CephOptions:
+        info = self.ceph.info()
+        return CephOptions(info.conf_path, keyring or info.keyring_path, user)
+
+
+@pytest.fixture(scope="module")
+def gw(ceph: LocalCeph, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    root = tmp_path_factory.mktemp("direct")
+    key_file = root / "cluster.key"
+    key = auth.write_key_file(key_file)
+    namespace = f"direct{secrets.token_hex(4)}"
+    extra = [
+        *ceph.info().store_args(namespace),
+        "--key-file",
+        str(key_file),
+        "--cache-bytes",
+        str(CACHE_BYTES),
+        "--cache-block-bytes",
+        str(PAGE),
+    ]
+    proc = NodeProcess(root / "gw", extra=extra).start()
+    try:
+        g = Gateway(
+            proc, NodeAddress("gw", "127.0.0.1", proc.port), key, key_file, root, namespace, ceph
+        )
+        with g.client() as c:
+            _wait_trusting(c, g.addr)
+        yield g
+    finally:
+        proc.terminate()
+
+
+def _rados_stats(c: Client, node: NodeAddress) -> dict[str, Any]:
+    stats: dict[str, Any] = c.node_stats(node)["store"]["rados"]
+    return stats
+
+
+def _wait_trusting(c: Client, node: NodeAddress, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        co = _rados_stats(c, node)["coherence"]
+        if co["trusted"] and co["probation_s_left"] == 0:
+            return
+        assert time.monotonic() < deadline, f"node not trusting its cache: {co}"
+        time.sleep(0.05)
+
+
+def _object(c: Client, key: str) -> bytes:
+    data = secrets.token_bytes(OBJECT_BYTES)
+    c.put(key, data)
+    c.read(key, 0, PAGE)  # its first read: the node's, which makes its entry
+    return data
+
+
+def _pages() -> Iterator[int]:
+    """Offsets of pages the node has not read yet (never the first, which it has)."""
+    return iter(range(PAGE, OBJECT_BYTES, PAGE))
+
+
+def test_a_direct_read_returns_what_the_node_returns(gw: Gateway) -> None:
+    with gw.client() as plain, gw.client(rados_direct=gw.direct()) as c:
+        data = _object(plain, "d/same")
+        before = _rados_stats(plain, gw.addr)
+        offsets = list(_pages())[:96]
+        for offset in offsets:
+            assert c.read("d/same", offset, PAGE) == data[offset : offset + PAGE]
+        # A range across the object's end: fewer bytes, as through the node.
+        assert c.read("d/same", OBJECT_BYTES - 100, PAGE) == data[-100:]
+        after = _rados_stats(plain, gw.addr)
+        answers = after["direct_answers"] - before["direct_answers"]
+        stats = c.rados_direct.stats() if c.rados_direct else {}
+        # The cache fills with the first 32 pages the node reads; then it is full.
+        assert answers >= 48, (answers, stats)
+        assert stats["direct"] == answers and stats["fallbacks"] == {}
+        # Read again at once: the client remembers what the node named, asks it nothing.
+        for offset in offsets[-16:]:
+            assert c.read("d/same", offset, PAGE) == data[offset : offset + PAGE]
+        assert _rados_stats(plain, gw.addr)["direct_answers"] == after["direct_answers"]
+        assert c.rados_direct is not None and c.rados_direct.stats()["remembered"] >= 16
+        # The same reads through the node (no direct) give the same bytes.
+        for offset in offsets[:8]:
+            assert plain.read("d/same", offset, PAGE) == data[offset : offset + PAGE]
+
+
+def test_a_change_between_the_node_s_answer_and_the_client_s_read(gw: Gateway) -> None:
+    """The node names version V; a put through the node makes V+; the client's own read
+    then gets the new version's bytes, reported as such, or with V expected the
+    version-mismatch error; a read through the client gives the new bytes."""
+    with gw.client() as plain, gw.client(rados_direct=gw.direct()) as c:
+        data = _object(plain, "d/changed")
+        assert c.rados_direct is not None
+        where = None
+        for offset in _pages():
+            res = plain.call(
+                gw.addr,
+                "read",
+                {"key": "d/changed", "offset": offset, "length": PAGE, "direct": True},
+            )
+            where = location_of(res.result)
+            if where is not None:
+                assert res.payload == b""
+                break
+            assert res.payload == data[offset : offset + PAGE]
+        assert where is not None, "the node never named the object"
+        assert where.object == "d/changed" and where.namespace == gw.namespace
+        assert where.version == plain.stat("d/changed").version
+        new = secrets.token_bytes(OBJECT_BYTES)
+        info = plain.put("d/changed", new)
+        assert info.version > where.version
+        got = c.rados_direct.read_at(where, "d/changed", offset, PAGE, None)
+        assert got == (new[offset : offset + PAGE], info.version)
+        with pytest.raises(VersionMismatchError, match=f"version {info.version}"):
+            c.rados_direct.read_at(where, "d/changed", offset, PAGE, where.version)
+        assert c.read("d/changed", offset, PAGE) == new[offset : offset + PAGE]
+
+
+def _keyring_of(ceph: LocalCeph, user: str, root: Path, **caps: str) -> Path:
+    cluster = ceph.rados()
+    try:
+        flat = [x for pair in caps.items() for x in pair]
+        out = mon_command(cluster, prefix="auth get-or-create", entity=user, caps=flat)
+    finally:
+        cluster.shutdown()
+    entry = json.loads(out)[0]
+    path = root / f"{user}.keyring"
+    path.write_text(f"[{entry['entity']}]\n\tkey = {entry['key']}\n")
+    return path
+
+
+def test_a_cephx_user_without_caps_on_the_pool_falls_back_to_the_node(gw: Gateway) -> None:
+    user = f"client.nocaps{secrets.token_hex(3)}"
+    keyring = _keyring_of(gw.ceph, user, gw.root, mon="allow r", osd="allow r pool=elsewhere")
+    with gw.client() as plain, gw.client(rados_direct=gw.direct(keyring, user)) as c:
+        data = _object(plain, "d/nocaps")
+        before = _rados_stats(plain, gw.addr)
+        for offset in list(_pages())[:64]:
+            assert c.read("d/nocaps", offset, PAGE) == data[offset : offset + PAGE]
+        answers = _rados_stats(plain, gw.addr)["direct_answers"] - before["direct_answers"]
+        assert c.rados_direct is not None
+        stats = c.rados_direct.stats()
+        assert answers >= 16 and stats["direct"] == 0, (answers, stats)
+        assert stats["fallbacks"].get("EPERM", 0) == answers, stats
+
+
+def test_a_principal_without_the_read_capability_is_refused_and_told_nothing(
+    gw: Gateway, tmp_path: Path
+) -> None:
+    with gw.client() as admin:
+        _object(admin, "secret/s")
+        cluster = ClusterFile(
+            "gw",
+            gw.root,
+            (NodeEntry("gw", "127.0.0.1", gw.proc.port, gw.proc.data_dir),),
+            key_file=gw.key_file,
+        ).save(tmp_path / "cluster.toml")
+        key_file = tmp_path / "bob.key"
+        cluster_ops.add(cluster, auth.Credentials(gw.key), "bob", Caps.of(read=["d/"]), key_file)
+    creds = auth.load_credentials(key_file)
+    with Client(
+        [gw.addr],
+        key=creds.key,
+        principal=creds.principal,
+        request_timeout_s=30,
+        rados_direct=gw.direct(),
+    ) as bob:
+        errors = []
+        for key in ("secret/s", "secret/missing"):
+            for offset in list(_pages())[:40]:  # well past the node's full cache
+                with pytest.raises(NotPermittedError) as caught:
+                    bob.read(key, offset, PAGE)
+                errors.append(str(caught.value).replace(key, "KEY"))
+        # The same refusal whether the object exists or not, naming no RADOS object.
+        assert len(set(errors)) == 1, set(errors)
+        assert gw.namespace not in errors[0] and "rados" not in errors[0].lower()
+        assert bob.rados_direct is not None and bob.rados_direct.stats()["direct"] == 0
+
+
+def test_off_by_default_the_client_reads_nothing_from_rados(gw: Gateway) -> None:
+    with gw.client() as c:
+        assert c.rados_direct is None
+        data = _object(c, "d/off")
+        before = _rados_stats(c, gw.addr)
+        for offset in list(_pages())[:64]:
+            assert c.read("d/off", offset, PAGE) == data[offset : offset + PAGE]
+        after = _rados_stats(c, gw.addr)
+        assert after["direct_answers"] == before["direct_answers"]
+        assert after["aio_reads"] - before["aio_reads"] >= 64  # the node read every miss
+
+
+def test_a_direct_flag_that_is_not_a_boolean_is_refused(gw: Gateway) -> None:
+    with gw.client() as c:
+        _object(c, "d/flag")
+        with pytest.raises(InvalidArgumentError, match="direct must be true or false"):
+            c.call(gw.addr, "read", {"key": "d/flag", "offset": 0, "length": PAGE, "direct": 1})
+
+
+def test_shuttle_cat_reads_a_range_directly_with_the_user_s_ceph_credentials(
+    gw: Gateway,
+) -> None:
+    with gw.client() as c:
+        data = _object(c, "d/cli")
+        for offset in list(_pages())[:40]:  # the node's cache is full after these
+            c.read("d/cli", offset, PAGE)
+        before = _rados_stats(c, gw.addr)["direct_answers"]
+    info = gw.ceph.info()
+    where = ["--node", gw.proc.address, "--key-file", str(gw.key_file)]
+    offset = 100 * PAGE
+    ok = shuttle_cli(
+        "cat", "d/cli", *where, "--offset", str(offset), "--length", str(PAGE),
+        "--rados-direct", "--ceph-conf", str(info.conf_path),
+        "--ceph-keyring", str(info.keyring_path),
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr.decode()
+    assert ok.stdout == data[offset : offset + PAGE]
+    with gw.client() as c:  # the node named the object; the command read it itself
+        assert _rados_stats(c, gw.addr)["direct_answers"] == before + 1
+    bad = shuttle_cli("cat", "d/cli", *where, "--length", str(PAGE), "--rados-direct")
+    assert bad.returncode == 2 and b"give --ceph-conf" in bad.stderr, bad.stderr.decode()
