@@ -51,6 +51,14 @@ def test_netrand_compares_the_nodes_with_librados() -> None:
         assert counters["at_start"]["probation_s_left"] == 0
         assert report["target"]["fits_cache"] is True
         assert "met" in report["target"]
+        # The fourth way: a client with Ceph credentials beside its own RADOS node. The
+        # object fits the node's cache, which keeps what it reads: the node answers every
+        # timed read from its cache, and names no object for the client to read.
+        direct = report["rados_counters"]["rados_node_direct"]
+        assert report["modes"]["rados_node_direct"]["samples"] == 20
+        assert direct["inline_hits"] == 20 and direct["direct_answers"] == 0
+        assert report["direct_client"]["node_bytes"] >= 40  # all answered by the node
+        assert "p50_over_librados" in report and "met" in report["target_direct"]
 
 
 def test_netrand_refuses_a_compare_folder_without_shuttle(tmp_path: Path) -> None:

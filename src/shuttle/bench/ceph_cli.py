@@ -43,9 +43,13 @@ def _write(report: dict[str, Any], path: Path | None) -> None:
 
 
 def _target(report: dict[str, Any]) -> None:
-    target = report.get("target")
-    if target is not None:
-        console.print(f"target: {'met' if target['met'] else 'NOT met'} ({target})")
+    for name, mode in (("target", "rados_node"), ("target_direct", "rados_node_direct")):
+        target = report.get(name)
+        if target is not None:
+            console.print(f"target, {mode}: {'met' if target['met'] else 'NOT met'} ({target})")
+    direct = report.get("direct_client")
+    if direct is not None:
+        console.print(f"rados_node_direct's client, all rounds: {direct}")
 
 
 @app.command("netrand")
@@ -89,12 +93,31 @@ def netrand(
             "what a node reads from RADOS (or its disk) for a page that misses its cache.",
         ),
     ] = None,
+    direct: Annotated[
+        bool,
+        typer.Option(
+            "--direct/--no-direct",
+            help="Measure rados_node_direct too: a second RADOS node whose client has Ceph "
+            "credentials and reads the node's misses from the OSDs itself (docs/ceph.md, "
+            '"A client that reads a miss from the OSD itself").',
+        ),
+    ] = True,
+    direct_remember_s: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="How long rados_node_direct's client reads a range its node named from "
+            "RADOS without asking the node again (0: it asks every time, and pays the "
+            "node's hop on every miss).",
+        ),
+    ] = 1.0,
     json_path: JsonOpt = None,
 ) -> None:
-    """Random 4 KiB reads: a node on the RADOS store, a node on local files and librados
-    directly, in the same run, with the RADOS node's counters (how its timed reads were
-    answered). Target: the RADOS node's warm p50 within 2x the file node's when the
-    object fits its block cache, within 1.0x librados's when it does not."""
+    """Random 4 KiB reads: a node on the RADOS store, a node on local files, librados
+    directly and a client that reads a RADOS node's misses from the OSDs itself, in the
+    same run, with the RADOS nodes' counters (how their timed reads were answered).
+    Target: the RADOS node's warm p50 within 2x the file node's when the object fits its
+    block cache, within 1.0x librados's when it does not."""
     from shuttle.bench.ceph_netrand import CephNetrandConfig, run_netrand
 
     config = CephNetrandConfig(
@@ -106,6 +129,7 @@ def netrand(
         wait_for_trust=wait_for_trust,
         node_cache_bytes=node_cache_bytes,
         node_block_bytes=node_block_bytes,
+        direct_remember_s=direct_remember_s if direct else None,
     )
     report = run_netrand(config, progress_lines("ceph netrand", console))
     table = Table(title=f"4 KiB random reads, warm: {pages} pages × {rounds} rounds")
@@ -152,6 +176,7 @@ def _rados_counters(report: dict[str, Any]) -> None:
         "cold_reads",
         "aio_reads",
         "partial_reads",
+        "direct_answers",
     )
     heads = ("inline share", "p50 / file node", "paired", "p50 / librados", "paired")
     for col in ("mode", *cols, "cache_hits", "cache_misses", *heads):

@@ -1,7 +1,9 @@
 """``shuttle bench ceph netrand``: random 4 KiB reads (the paper's generator) from a
-node on the RADOS store, a node on local files and librados, interleaved round by
-round on one stand (:mod:`shuttle.bench.ceph_stand`), client cache off, each mode warm
-(the round before read the same pages): per-read latency percentiles (issue 12).
+node on the RADOS store, a node on local files, librados and (``rados_node_direct``) a
+client with Ceph credentials that reads a RADOS node's misses from the OSDs itself
+(:mod:`shuttle.client.rados_direct`), interleaved round by round on one stand
+(:mod:`shuttle.bench.ceph_stand`), client cache off, each mode warm (the round before
+read the same pages): per-read latency percentiles (issue 12).
 
 It times a RADOS node once its probation is over (its warm reads then ask RADOS
 nothing) and reports how the node answered its timed reads: its counters
@@ -34,6 +36,7 @@ from shuttle.bench.ceph_node_stats import (
 )
 from shuttle.bench.ceph_stand import (
     COMPARE_MODE,
+    DIRECT_MODE,
     KEY,
     OID,
     Progress,
@@ -71,6 +74,9 @@ class CephNetrandConfig:
     #: Every node's cache block size (None: the node's default, 4 KiB): what a node
     #: reads for a 4 KiB page that misses its cache.
     node_block_bytes: int | None = None
+    #: Measure ``rados_node_direct`` too, its client remembering a range its node named
+    #: this many seconds (0: it asks the node every time); None: not measured.
+    direct_remember_s: float | None = 1.0
 
     def __post_init__(self) -> None:
         if self.generator not in GENERATORS:
@@ -79,6 +85,11 @@ class CephNetrandConfig:
             raise ConfigError("--pages and --rounds must be ≥ 1 and --file-bytes ≥ 4096")
         if self.compare_src is not None:
             check_compare_src(Path(self.compare_src))
+        if self.direct_remember_s is not None and self.direct_remember_s < 0:
+            raise ConfigError(
+                f"--direct-remember-s must be ≥ 0 (0: ask the node every time), got "
+                f"{self.direct_remember_s}"
+            )
         if self.node_cache_bytes is not None and self.node_cache_bytes < 0:
             raise ConfigError(f"--node-cache-bytes must be ≥ 0, got {self.node_cache_bytes}")
         b = self.node_block_bytes
@@ -96,6 +107,7 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
         compare_src=compare,
         node_cache_bytes=config.node_cache_bytes,
         node_block_bytes=config.node_block_bytes,
+        direct_remember_s=config.direct_remember_s,
         cache_bytes=0,
     ) as bench:
         with tempfile.TemporaryDirectory(prefix="shuttle-bench-ceph-") as tmp:
@@ -145,6 +157,12 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
                     if log is not None and before is not None:
                         log.add(len(pages), before, rados_counters(bench.clients[mode]))
         skipped = dict(bench.skipped)
+        direct_client = bench.clients.get(DIRECT_MODE)
+        bench_direct_stats = (
+            direct_client.rados_direct.stats()
+            if direct_client is not None and direct_client.rados_direct is not None
+            else None
+        )
         cache_bytes = (
             cache_capacity(bench.clients["rados_node"]) if "rados_node" in bench.clients else None
         )
@@ -196,6 +214,17 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
             report["p50_over_file_node"]["rados_node"],
             report["p50_over_librados"]["rados_node"],
         )
+    if DIRECT_MODE in report["modes"]:
+        report["target_direct"] = _netrand_target(
+            config.file_bytes,
+            cache_bytes,
+            report["p50_over_file_node"][DIRECT_MODE],
+            report["p50_over_librados"][DIRECT_MODE],
+        )
+        # How the direct client's timed reads went (its own counters, all rounds).
+        direct = bench_direct_stats
+        if direct is not None:
+            report["direct_client"] = direct
     return report
 
 

@@ -58,6 +58,8 @@ RADOS_COUNTERS = (
     "ghost_hits",
     "aio_bytes",
     "announced",
+    # Reads with ``direct`` answered with the object's location: the client read them.
+    "direct_answers",
 )
 
 

@@ -34,6 +34,9 @@ from shuttle.errors import ConfigError
 KEY = "bench/ceph.dat"
 #: The mode, and the RADOS namespace, of the node started from ``--compare SRC``.
 COMPARE_MODE = "rados_node_compare"
+#: A client with Ceph credentials that reads the misses of a RADOS node of its own
+#: (on the same pool and namespace as ``rados_node``) from the OSDs itself.
+DIRECT_MODE = "rados_node_direct"
 COMPARE_NAMESPACE = "compare"
 OID = "bench-ceph-direct"
 #: RADOS write size when loading the object (the OSD's default max write is 90 MiB).
@@ -53,6 +56,8 @@ class Stand:
     skipped: dict[str, str] = field(default_factory=dict)
     #: Each node's process id, by mode (its CPU is read from /proc around each pass).
     pids: dict[str, int] = field(default_factory=dict)
+    #: Modes whose node serves the same objects as another mode's (nothing to load).
+    shared: set[str] = field(default_factory=set)
 
 
 @contextlib.contextmanager
@@ -63,6 +68,7 @@ def stand(
     compare_src: Path | None = None,
     node_cache_bytes: int | None = None,
     node_block_bytes: int | None = None,
+    direct_remember_s: float | None = None,
     **client_options: Any,
 ) -> Iterator[Stand]:
     """Start Ceph and the two nodes; yield them with clients; tear it all down.
@@ -71,7 +77,11 @@ def stand(
     checkout's ``src`` folder, on a namespace of its own in the same pool, so that two
     versions of the node are measured in one run, interleaved. ``node_cache_bytes``:
     every node's block cache (None: the node's default); ``node_block_bytes``: its
-    block size (None: the node's default, 4 KiB)."""
+    block size (None: the node's default, 4 KiB). ``direct_remember_s``: also start a
+    second RADOS node on the same pool and namespace (mode ``rados_node_direct``, its own
+    block cache) whose client reads its misses from RADOS itself with the Ceph's
+    admin credentials (:mod:`shuttle.client.rados_direct`), remembering a range the node
+    named this many seconds (0: it asks the node every time); None: no such mode."""
     block_args = [] if node_block_bytes is None else ["--cache-block-bytes", str(node_block_bytes)]
     scratch = scratch_dir("shuttle-bench-ceph-", workdir)
     ceph = LocalCeph(scratch / "ceph", osds=osds)
@@ -126,6 +136,26 @@ def stand(
                     connect(cluster=rados_cluster.path, **client_options)
                 )
                 _note_pid(bench, "rados_node", rados_cluster)
+                if direct_remember_s is not None:
+                    from shuttle.client.rados_direct import CephOptions
+
+                    progress("starting a second node on the pool, for a client that reads RADOS")
+                    direct_cluster = local.up(
+                        scratch / "direct",
+                        nodes=1,
+                        node_args=[*info.store_args(), *block_args],
+                        cache_bytes=node_cache_bytes,
+                    )
+                    clusters.append(direct_cluster)
+                    assert direct_cluster.path is not None
+                    options = CephOptions(
+                        info.conf_path, info.keyring_path, info.user, remember_s=direct_remember_s
+                    )
+                    bench.clients[DIRECT_MODE] = stack.enter_context(
+                        connect(cluster=direct_cluster.path, rados_direct=options, **client_options)
+                    )
+                    bench.shared.add(DIRECT_MODE)  # the same objects as rados_node's
+                    _note_pid(bench, DIRECT_MODE, direct_cluster)
             else:
                 bench.skipped["rados_node"] = (
                     "this build's `shuttle serve` has no --store rados:POOL yet; only the "
@@ -207,6 +237,8 @@ def load(bench: Stand, path: Path, progress: Progress) -> int:
     """Put the file into every node and into the pool as one RADOS object."""
     size = path.stat().st_size
     for mode, client in bench.clients.items():
+        if mode in bench.shared:
+            continue
         progress(f"putting {size >> 20} MiB into the {mode.replace('_', ' ')}")
         client.put(KEY, path)
     progress(f"writing {size >> 20} MiB to RADOS object {OID}")
