@@ -265,3 +265,30 @@ def test_shuttle_cat_reads_a_range_directly_with_the_user_s_ceph_credentials(
         assert _rados_stats(c, gw.addr)["direct_answers"] == before + 1
     bad = shuttle_cli("cat", "d/cli", *where, "--length", str(PAGE), "--rados-direct")
     assert bad.returncode == 2 and b"give --ceph-conf" in bad.stderr, bad.stderr.decode()
+
+
+def test_a_key_the_node_keeps_answering_with_bytes_is_read_by_its_read_lane(gw: Gateway) -> None:
+    """Pages the node holds are answered with their bytes (never named); after
+    LANE_AFTER such answers in a row the client reads the key by the node's read lane,
+    plain, LANE_READS times, then asks with ``direct`` again."""
+    from shuttle.client.rados_direct import LANE_AFTER, LANE_READS
+
+    with gw.client() as plain, gw.client(rados_direct=gw.direct()) as c:
+        data = _object(plain, "d/lane")
+        offsets = [PAGE * i for i in range(1, 5)]
+        for offset in offsets:  # into the node's cache (it has room, or a ghost hit)
+            plain.read("d/lane", offset, PAGE)
+            plain.read("d/lane", offset, PAGE)
+        before = plain.node_stats(gw.addr)
+        reads = LANE_AFTER + LANE_READS + 1
+        for i in range(reads):
+            offset = offsets[i % len(offsets)]
+            assert c.read("d/lane", offset, PAGE) == data[offset : offset + PAGE]
+        after = plain.node_stats(gw.addr)
+        assert c.rados_direct is not None
+        stats = c.rados_direct.stats()
+        assert stats["lane"] == LANE_READS and stats["direct"] == 0, stats
+        lane = after["server"]["read_lane"] - before["server"]["read_lane"]
+        assert lane >= LANE_READS, lane
+        direct = after["store"]["rados"]["direct_answers"]
+        assert direct == before["store"]["rados"]["direct_answers"]

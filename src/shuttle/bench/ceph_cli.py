@@ -47,6 +47,12 @@ def _target(report: dict[str, Any]) -> None:
         target = report.get(name)
         if target is not None:
             console.print(f"target, {mode}: {'met' if target['met'] else 'NOT met'} ({target})")
+    same = report.get("p50_over_librados_key")
+    if same is not None:
+        console.print(
+            f"p50 / librados_key (the nodes' own RADOS object): {same}; paired "
+            f"{report.get('p50_over_librados_key_paired')}"
+        )
     direct = report.get("direct_client")
     if direct is not None:
         console.print(f"rados_node_direct's client, all rounds: {direct}")

@@ -51,6 +51,9 @@ from shuttle.client.client import Client
 from shuttle.errors import ConfigError
 
 PAGE_BYTES = 4096
+#: librados reading the RADOS object of the key the RADOS nodes serve (``librados``
+#: reads a copy of its own, ``OID``, which may sit on another primary OSD).
+LIBRADOS_KEY_MODE = "librados_key"
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,10 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
         }
         ioctx = bench.ioctx
         fetchers["librados"] = lambda p: ioctx.read(OID, PAGE_BYTES, p * PAGE_BYTES)
+        if DIRECT_MODE in bench.clients:
+            # And the very object the RADOS nodes serve (the key's RADOS object): the
+            # same placement group and primary OSD as rados_node_direct's own reads.
+            fetchers[LIBRADOS_KEY_MODE] = lambda p: ioctx.read(KEY, PAGE_BYTES, p * PAGE_BYTES)
         samples = {mode: Samples() for mode in fetchers}
         by_round: dict[str, list[float]] = {mode: [] for mode in fetchers}
         rados_modes = [m for m in bench.clients if m.startswith("rados_node")]
@@ -200,6 +207,14 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
     # passes of one round alike, so this is the steadier figure.
     report["p50_over_file_node_paired"] = {m: _paired(by_round, m, "file_node") for m in logs}
     report["p50_over_librados_paired"] = {m: _paired(by_round, m, "librados") for m in logs}
+    if LIBRADOS_KEY_MODE in report["modes"]:
+        same = report["modes"][LIBRADOS_KEY_MODE]["p50_us"]
+        report["p50_over_librados_key"] = {
+            m: ratio(report["modes"][m]["p50_us"], same) for m in (*logs, "librados")
+        }
+        report["p50_over_librados_key_paired"] = {
+            m: _paired(by_round, m, LIBRADOS_KEY_MODE) for m in (*logs, "librados")
+        }
     if COMPARE_MODE in by_round and "rados_node" in by_round:
         # This checkout's RADOS node over the one compared against (after / before).
         modes = report["modes"]

@@ -57,12 +57,6 @@ def _payload_reply(data: bytes) -> Reply:
     return Reply(None, data)
 
 
-def _where_reply(location: dict[str, Any]) -> Reply:
-    """A ``direct`` read's answer where the node read nothing: the RADOS object to read
-    and the version to find (docs/protocol.md, ``read``)."""
-    return Reply({"rados": location}, b"")
-
-
 def _direct(args: dict[str, Any]) -> bool:
     """A read's ``direct`` flag: the client reads a miss from RADOS itself."""
     value = args.get("direct", False)
@@ -284,8 +278,7 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
         miss the page cache holds; None sends it to the thread pool."""
         key, offset, length = args.get("key"), args.get("offset", 0), args.get("length")
         version = args.get("expected_version")
-        if "direct" in args:
-            _direct(args)  # a bad flag is refused, not ignored
+        direct = "direct" in args and _direct(args)  # a bad flag is refused, not ignored
         if (
             type(key) is str
             and type(offset) is int
@@ -297,6 +290,13 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
                 data = read_miss(key, offset, length, version)
             if data is not None:
                 return Reply(None, data)
+            if direct and rados_inline is not None:
+                # A client that reads with its own Ceph credentials may be told where the
+                # bytes are instead (LoopReads.located). Only after the guard: a principal
+                # that may not read the key is never told its object's name.
+                where = rados_inline.located(key, offset, length, version)
+                if where is not None:
+                    return Reply({"rados": where}, b"")
         return None
 
     # A miss that can complete on the loop without a thread (a RADOS store's
@@ -316,13 +316,8 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
             and length <= INLINE_READ_BYTES_MAX
             and (version is None or type(version) is int)
         ):
-            # ``direct``: a client that reads with its own Ceph credentials may be told
-            # where the bytes are instead (LoopReads.read_async). Only after the guard:
-            # a principal that may not read the key is never told its object's name.
-            started: asyncio.Future[Reply] | None = (
-                read_async(key, offset, length, version, _payload_reply, _where_reply)
-                if args.get("direct") is True and rados_inline is not None
-                else read_async(key, offset, length, version, _payload_reply)
+            started: asyncio.Future[Reply] | None = read_async(
+                key, offset, length, version, _payload_reply
             )
             return started
         return None

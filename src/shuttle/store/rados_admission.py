@@ -81,6 +81,15 @@ class MissAdmission:
             self.partial_reads += 1
             return False
 
+    def would_keep(self, key: str, first: int, last: int, room: bool) -> bool:
+        """Whether :meth:`whole` would read blocks ``first``..``last`` of ``key`` whole
+        now, without remembering anything (a client's ``direct`` read asks first)."""
+        if room:
+            return True
+        ghost = self._ghost
+        with self._lock:
+            return any((key, idx) in ghost for idx in range(first, last + 1))
+
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {

@@ -92,21 +92,12 @@ class LoopReads:
         length: int,
         expected: int | None,
         wrap: Callable[[bytes], T],
-        where: Callable[[dict[str, Any]], T] | None = None,
     ) -> asyncio.Future[T] | None:
         """A small read of a key whose entry is trusted but whose blocks are not all
         resident, started on the running event loop: a future of ``wrap(bytes)`` that
         the loop completes when RADOS answers, or None (no trusted entry, a change
         under way, anything unusual: the thread path answers it). Never blocks;
         returns None rather than raising.
-
-        ``where`` (a client's ``direct`` read, docs/ceph.md "A client that reads a miss
-        from the OSD itself"): where the admission would not cache the blocks (the
-        cache is full and none of them missed within its reach), nothing is read: the
-        future is done at once with ``wrap`` of the RADOS object and the version the
-        client must find, :meth:`location`. Where it would cache them the node reads
-        them as without ``where``, so that its cache fills as before for the next
-        reader (the client gets the bytes).
 
         The key's lock is held shared from the start until the answer is in the cache
         (taken only if no change holds it or waits for it, and given back on the
@@ -143,15 +134,9 @@ class LoopReads:
         whole = self.admission.whole(
             k, first, last, room.bytes_cached + (last - first + 1) * bsz <= room.capacity_bytes
         )
+        start, stop = (first * bsz, (last + 1) * bsz) if whole else (offset, end)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        if where is not None and not whole:
-            lock.release_read()
-            self.direct_answers += 1
-            reader.stat_free_hits += 1  # trusted: RADOS was not asked
-            future.set_result(where(self.location(k, e.version)))
-            return future
-        start, stop = (first * bsz, (last + 1) * bsz) if whole else (offset, end)
         counters = self.counters
         t0 = time.monotonic()
 
@@ -182,12 +167,53 @@ class LoopReads:
         reader.stat_free_hits += 1  # trusted, as the thread path counts its reads of it
         return future
 
-    def location(self, k: str, version: int) -> dict[str, Any]:
-        """Where a client with Ceph credentials reads ``k`` itself: the RADOS object (each
-        key is one object named by the key) and the version its bytes must be at least
-        (the trusted entry's)."""
-        conn = self.reader.conn
-        return {"pool": conn.pool, "namespace": conn.namespace, "object": k, "version": version}
+    def located(self, k: str, offset: int, length: int, expected: int | None) -> Any:
+        """A client's ``direct`` read (docs/ceph.md, "A client that reads a miss from the
+        OSD itself"), on the event loop, where it missed the block cache: where the
+        client reads the bytes itself, ``{pool, namespace, object, version}`` (each key
+        is one RADOS object named by the key; the version its bytes must be at least:
+        the trusted entry's), or None, and the node reads them its usual way (no
+        trusted entry, a change through this node under way, anything unusual, or
+        blocks the admission would cache: the cache fills for the next reader as
+        without ``direct``). Never blocks, never raises; reads nothing.
+
+        Named, the miss counts as a partial one in the admission (its blocks go into
+        the ghost queue, so that the same blocks asked again through the node within
+        the cache's reach are read whole)."""
+        reader = self.reader
+        cache = reader.cache
+        if not (
+            type(k) is str
+            and type(length) is int
+            and 0 < length <= reader.config.cache_read_bytes_max
+            and type(offset) is int
+            and offset >= 0
+            and cache.capacity_bytes > 0
+        ):
+            return None
+        e = reader.trusted_entry(k)
+        if e is None or (expected is not None and expected != e.version):
+            return None
+        end = min(offset + length, e.size) if e.exact else offset + length
+        if offset >= end:
+            return None
+        lock = reader.lock_for(k)
+        if not lock.try_acquire_read():
+            return None  # a change through this node under way or waiting
+        lock.release_read()
+        if reader.entry(k) is not e:
+            return None
+        bsz = cache.block_size_bytes
+        first, last = offset // bsz, (end - 1) // bsz
+        room = cache.stats()
+        admission = self.admission
+        fits = room.bytes_cached + (last - first + 1) * bsz <= room.capacity_bytes
+        if admission.would_keep(k, first, last, fits) or admission.whole(k, first, last, fits):
+            return None
+        self.direct_answers += 1
+        reader.stat_free_hits += 1  # trusted: RADOS was not asked
+        conn = reader.conn
+        return {"pool": conn.pool, "namespace": conn.namespace, "object": k, "version": e.version}
 
     def _answer(
         self,
@@ -272,10 +298,14 @@ class InlineReads(SpanReader):
         length: int,
         version: int | None,
         wrap: Callable[[bytes], Any],
-        where: Callable[[dict[str, Any]], Any] | None = None,
     ) -> asyncio.Future[Any] | None:
-        """A miss started on the running loop (or, with ``where``, perhaps answered
-        with its location), or None (:meth:`LoopReads.read_async`)."""
+        """A miss started on the running loop, or None (:meth:`LoopReads.read_async`)."""
         if length <= self.max_bytes:
-            return self.reads.read_async(key, offset, length, version, wrap, where)
+            return self.reads.read_async(key, offset, length, version, wrap)
+        return None
+
+    def located(self, key: str, offset: int, length: int, version: int | None) -> Any:
+        """A ``direct`` miss's location, or None (:meth:`LoopReads.located`)."""
+        if length <= self.max_bytes:
+            return self.reads.located(key, offset, length, version)
         return None

@@ -54,3 +54,14 @@ def test_the_reach_is_the_cache_s_blocks_and_bounded() -> None:
     a = MissAdmission(0)  # a cache of no blocks: nothing is ever worth a whole block
     assert not a.whole("k", 0, 0, room=False)
     assert not a.whole("k", 0, 0, room=False)
+
+
+def test_would_keep_says_what_whole_would_and_remembers_nothing() -> None:
+    a = MissAdmission(4)
+    assert a.would_keep("k", 3, 3, room=True)
+    assert not a.would_keep("k", 3, 3, room=False)
+    assert not a.would_keep("k", 3, 3, room=False)  # asking twice is not a second miss
+    assert a.stats() == {"whole_reads": 0, "partial_reads": 0, "ghost_hits": 0}
+    assert not a.whole("k", 3, 3, room=False)  # a client's direct read names it
+    assert a.would_keep("k", 2, 3, room=False)  # any block of the range missed within reach
+    assert not a.would_keep("j", 3, 3, room=False)
