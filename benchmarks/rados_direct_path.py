@@ -16,8 +16,8 @@ at a time, in four ways, each round running every way once in a shuffled order
 * ``read_at``: :meth:`DirectReads.read_at <shuttle.client.rados_direct.DirectReads.
   read_at>`, the client's read of a named object with its version check, on the
   client's own librados connection;
-* ``client_remembered``: ``Client.read`` of a range the node named before (every page
-  is remembered, so no node is asked): the whole client path of a remembered read.
+* ``client_remembered``: ``Client.read`` of a key the node named before (remembered,
+  so no node is asked): the whole client path of a remembered read.
 
 Prints each way's p50 (the median over the timed rounds of each round's median, µs),
 its paired ratio to ``librados`` (the median of the rounds' ratios, with their range:
@@ -88,8 +88,7 @@ def run(info: Any, rounds: int, reads: int) -> dict[str, Any]:
     direct = client.rados_direct
     assert direct is not None
     pages = OBJECT_BYTES // PAGE
-    for p in range(pages):
-        direct._remember((OID, p * PAGE, PAGE), where)
+    direct._remember(OID, where)
     own = direct._connected().open_ioctx(info.pool)
     ways: dict[str, Callable[[int], Any]] = {
         "librados": lambda p: io.read(OID, PAGE, p * PAGE),

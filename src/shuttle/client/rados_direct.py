@@ -33,14 +33,15 @@ does not trust, a miss its cache keeps), so a key whose last :data:`LANE_AFTER`
 by the plain lane for its next :data:`LANE_READS` reads, then asked with ``direct``
 again, which names the object as soon as the node would not keep its blocks.
 
-**Skipping the node's hop.** A range the node named is remembered for
-``remember_s`` (default :data:`REMEMBER_S_DEFAULT`) and read again from RADOS at once,
+**Skipping the node's hop.** A key the node named (its pages do not fit the node's
+cache) is remembered for ``remember_s`` (default :data:`REMEMBER_S_DEFAULT`), and its
+small reads (up to :data:`DIRECT_BYTES_MAX`) are read from RADOS at once meanwhile,
 with the same checks against the version the node named: no coherence is lost (a
-RADOS read is of the current version); what is lost is only a node hit for that range
-until it is forgotten, and the node caches nothing for a range it named. A remembered
-range skips the node's cap check too: a client with Ceph credentials reads what Ceph
-lets it read whatever Shuttle's caps say (docs/security.md, "Principals and
-capabilities").
+RADOS read is of the current version); what is lost is only the node's hits for that
+key until it is forgotten (with a working set larger than the node's cache, the
+share of it the cache holds). A remembered key skips the node's cap check too: a
+client with Ceph credentials reads what Ceph lets it read whatever Shuttle's caps say
+(docs/security.md, "Clients that read RADOS themselves").
 
 Counters (:meth:`DirectReads.stats`): ``direct`` (reads answered with bytes librados
 read), ``remembered`` (of those, reads that skipped the node), ``node_bytes`` (direct
@@ -68,13 +69,16 @@ from shuttle.net.blocking import BlockingConnection
 
 log = logging.getLogger(__name__)
 
-#: How long a range the node named is read from RADOS without asking the node again.
-#: Short: a range the node would now answer from its cache (another client's read
+#: How long a key the node named is read from RADOS without asking the node again.
+#: Short: a key whose pages the node would now answer from its cache (another client's read
 #: filled it) is missed for at most this long.
 REMEMBER_S_DEFAULT = 1.0
-#: At most this many remembered ranges (the oldest go first): a key, two ints and a
+#: At most this many remembered keys (the oldest go first): a key, a float and a
 #: location each, about 300 bytes.
 REMEMBERED_MAX = 4096
+#: The largest read a node names (``node/handlers.py``'s ``INLINE_READ_BYTES_MAX``):
+#: larger reads of a remembered key go through the node, as it would answer them.
+DIRECT_BYTES_MAX = 64 << 10
 #: A key whose last this many ``direct`` reads the node answered with bytes ...
 LANE_AFTER = 8
 #: ... is read by the node's read lane, without ``direct``, this many times, then asked
@@ -102,7 +106,7 @@ class CephOptions:
     user: str = "client.admin"
     #: Seconds before a librados read fails (and the read goes through the node).
     op_timeout_s: int = OP_TIMEOUT_S_DEFAULT
-    #: Seconds a range the node named is read from RADOS without asking the node.
+    #: Seconds a key the node named is read from RADOS without asking the node.
     remember_s: float = REMEMBER_S_DEFAULT
 
     def __post_init__(self) -> None:
@@ -177,7 +181,7 @@ class DirectReads:
         #: Every thread's I/O contexts, closed before librados shuts down.
         self._ctxs: list[Any] = []
         self._failed_until = 0.0
-        self._remembered: OrderedDict[tuple[str, int, int], tuple[Location, float]] = OrderedDict()
+        self._remembered: OrderedDict[str, tuple[Location, float]] = OrderedDict()
         #: Per key: [direct reads answered with bytes in a row, lane reads left].
         self._keys: OrderedDict[str, list[int]] = OrderedDict()
         self.direct = 0
@@ -198,15 +202,14 @@ class DirectReads:
     ) -> bytes:
         """Bytes ``[offset, offset+length)`` of ``key``: from RADOS where the node (or a
         recent answer of it) names the object, else from the node (see the module)."""
-        span = (key, offset, length)
-        where = self._recall(span)
+        where = self._recall(key) if length <= DIRECT_BYTES_MAX else None
         if where is not None:
             got = self.read_at(where, key, offset, length, expected_version)
             if got is not None:
                 self.remembered += 1
                 self.direct += 1
                 return got[0]
-            self._forget(span)
+            self._forget(key)
         followed = self._followed(key)
         if followed[1] > 0:  # the node kept answering this key with bytes: its lane
             followed[1] -= 1
@@ -227,7 +230,7 @@ class DirectReads:
         got = self.read_at(where, key, offset, length, expected_version)
         if got is not None:
             self.direct += 1
-            self._remember(span, where)
+            self._remember(key, where)
             return got[0]
         # The node answers it its usual way, and words any error as it does.
         return _plain(conn, key, offset, length, expected_version)
@@ -278,32 +281,32 @@ class DirectReads:
         with self._lock:
             self.fallbacks[why] += 1
 
-    # --- remembered ranges -----------------------------------------------------------
+    # --- remembered keys -------------------------------------------------------------
 
-    def _recall(self, span: tuple[str, int, int]) -> Location | None:
+    def _recall(self, key: str) -> Location | None:
         if not self._remembered:
             return None
         with self._lock:
-            found = self._remembered.get(span)
+            found = self._remembered.get(key)
             if found is None:
                 return None
             if time.monotonic() >= found[1]:
-                del self._remembered[span]
+                del self._remembered[key]
                 return None
             return found[0]
 
-    def _remember(self, span: tuple[str, int, int], where: Location) -> None:
+    def _remember(self, key: str, where: Location) -> None:
         if self.options.remember_s <= 0:
             return
         with self._lock:
-            self._remembered[span] = (where, time.monotonic() + self.options.remember_s)
-            self._remembered.move_to_end(span)
+            self._remembered[key] = (where, time.monotonic() + self.options.remember_s)
+            self._remembered.move_to_end(key)
             while len(self._remembered) > REMEMBERED_MAX:
                 self._remembered.popitem(last=False)
 
-    def _forget(self, span: tuple[str, int, int]) -> None:
+    def _forget(self, key: str) -> None:
         with self._lock:
-            self._remembered.pop(span, None)
+            self._remembered.pop(key, None)
 
     # --- librados ----------------------------------------------------------------------
 
