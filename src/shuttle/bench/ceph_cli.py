@@ -112,7 +112,7 @@ def netrand(
         float,
         typer.Option(
             min=0,
-            help="How long rados_node_direct's client reads a range its node named from "
+            help="How long rados_node_direct's client reads a key its node named from "
             "RADOS without asking the node again (0: it asks every time, and pays the "
             "node's hop on every miss).",
         ),

@@ -77,7 +77,7 @@ class CephNetrandConfig:
     #: Every node's cache block size (None: the node's default, 4 KiB): what a node
     #: reads for a 4 KiB page that misses its cache.
     node_block_bytes: int | None = None
-    #: Measure ``rados_node_direct`` too, its client remembering a range its node named
+    #: Measure ``rados_node_direct`` too, its client remembering a key its node named
     #: this many seconds (0: it asks the node every time); None: not measured.
     direct_remember_s: float | None = 1.0
 

@@ -80,7 +80,7 @@ def stand(
     block size (None: the node's default, 4 KiB). ``direct_remember_s``: also start a
     second RADOS node on the same pool and namespace (mode ``rados_node_direct``, its own
     block cache) whose client reads its misses from RADOS itself with the Ceph's
-    admin credentials (:mod:`shuttle.client.rados_direct`), remembering a range the node
+    admin credentials (:mod:`shuttle.client.rados_direct`), remembering a key the node
     named this many seconds (0: it asks the node every time); None: no such mode."""
     block_args = [] if node_block_bytes is None else ["--cache-block-bytes", str(node_block_bytes)]
     scratch = scratch_dir("shuttle-bench-ceph-", workdir)
