@@ -6,6 +6,7 @@ cache, which the node then answers with the object's location instead of its byt
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import time
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from shuttle.client.aio import AsyncClient
 from shuttle.client.client import Client
 from shuttle.client.model import NodeAddress
 from shuttle.client.rados_direct import CephOptions, location_of
@@ -305,3 +307,25 @@ def test_a_key_the_node_keeps_answering_with_bytes_is_read_by_its_read_lane(gw: 
         assert lane >= LANE_READS, lane
         direct = after["store"]["rados"]["direct_answers"]
         assert direct == before["store"]["rados"]["direct_answers"]
+
+
+def test_the_asyncio_client_reads_the_misses_the_node_names_itself(gw: Gateway) -> None:
+    with gw.client() as plain:
+        data = _object(plain, "d/async")
+        before = _rados_stats(plain, gw.addr)
+
+    async def reads() -> tuple[list[bytes], dict[str, Any]]:
+        async with AsyncClient(
+            [gw.addr], key=gw.key, request_timeout_s=30, rados_direct=gw.direct(remember_s=60)
+        ) as c:
+            got = [await c.read("d/async", offset, PAGE) for offset in list(_pages())[:64]]
+            assert c.rados_direct is not None
+            return got, c.rados_direct.stats()
+
+    got, stats = asyncio.run(reads())
+    assert got == [data[offset : offset + PAGE] for offset in list(_pages())[:64]]
+    with gw.client() as plain:
+        named = _rados_stats(plain, gw.addr)["direct_answers"] - before["direct_answers"]
+    # Named once; the key's later pages read from RADOS without asking the node.
+    assert named == 1 and stats["direct"] == stats["remembered"] + 1 >= 2, stats
+    assert stats["direct"] + stats["node_bytes"] == 64, stats

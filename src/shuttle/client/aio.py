@@ -45,6 +45,7 @@ from shuttle.client.integrity import (
     check_written,
 )
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
+from shuttle.client.rados_direct import CephOptions, DirectReads
 from shuttle.client.routing import node_for_key, node_named, positions_by_node
 from shuttle.client.validation import MODES, VALIDATION_DEFAULT
 from shuttle.client.validation.speculative import SpeculativeCheck
@@ -67,7 +68,10 @@ class AsyncClient:
 
     The arguments are :class:`~shuttle.client.client.Client`'s: ``key`` is the
     cluster key, if the nodes require one; ``validation`` the mode :meth:`open`
-    validates the cache with (``check`` or ``speculative`` here).
+    validates the cache with (``check`` or ``speculative`` here); ``rados_direct``
+    the user's own Ceph credentials, with which :meth:`read` reads a small range that
+    misses a RADOS node's cache from the OSDs itself (its librados reads in the loop's
+    default executor).
     """
 
     def __init__(
@@ -85,11 +89,15 @@ class AsyncClient:
         principal: str | None = None,
         validation: str = VALIDATION_DEFAULT,
         tls: ClientTls | None = None,
+        rados_direct: CephOptions | None = None,
     ) -> None:
         if not nodes:
             raise InvalidArgumentError("a client needs at least one node address")
         calls.check_tuning(piece_bytes, window)
         self.nodes = list(nodes)
+        #: Reads of RADOS node misses from RADOS itself (None: off, the default;
+        #: :class:`~shuttle.client.client.Client`'s ``rados_direct``).
+        self.rados_direct = DirectReads(rados_direct) if rados_direct is not None else None
         self.cache = ClientCache(cache_bytes, cache_block_bytes)
         self.piece_bytes, self.window = piece_bytes, window
         self.request_timeout_s = request_timeout_s
@@ -175,6 +183,8 @@ class AsyncClient:
         """Close every connection (the client reconnects if used again)."""
         for conn in self._conns.values():
             await conn.close()
+        if self.rados_direct is not None:
+            self.rados_direct.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -228,6 +238,12 @@ class AsyncClient:
         """Bytes ``[offset, offset+length)`` of ``key`` (to its end if ``length`` is None):
         one round trip up to the piece size, else pipelined pieces of one version."""
         if length is not None and length <= self.piece_bytes:
+            direct = self.rados_direct
+            if direct is not None:
+                conn = self._conns[self.node_for(key).node_id]
+                return await direct.read_async(
+                    lambda args: conn.call("read", args), key, offset, length
+                )
             return bytes((await self._send(calls.read(key, offset, length))).payload)
         return b"".join([bytes(p) async for p in self.iter_read(key, offset, length)])
 

@@ -52,11 +52,13 @@ reads the node answered with bytes: hits, untrusted keys, misses it caches), ``l
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import threading
 import time
 from collections import OrderedDict, defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,7 @@ from shuttle.cluster.cephclient import connect as ceph_connect
 from shuttle.cluster.cephclient import import_rados
 from shuttle.errors import ConfigError, ShuttleError, VersionMismatchError
 from shuttle.net.blocking import BlockingConnection
+from shuttle.wire import Response
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +237,46 @@ class DirectReads:
             return got[0]
         # The node answers it its usual way, and words any error as it does.
         return _plain(conn, key, offset, length, expected_version)
+
+    async def read_async(
+        self,
+        call: Callable[[dict[str, Any]], Awaitable[Response]],
+        key: str,
+        offset: int,
+        length: int,
+        expected_version: int | None = None,
+    ) -> bytes:
+        """:meth:`read` for the asyncio client: ``call(args)`` sends a ``read`` with
+        ``args`` to the key's node; the librados reads run in the loop's default
+        executor (librados blocks). No lane rule: the asyncio client's reads take the
+        node's general path either way."""
+        loop = asyncio.get_running_loop()
+        where = self._recall(key) if length <= DIRECT_BYTES_MAX else None
+        if where is not None:
+            got = await loop.run_in_executor(
+                None, self.read_at, where, key, offset, length, expected_version
+            )
+            if got is not None:
+                self.remembered += 1
+                self.direct += 1
+                return got[0]
+            self._forget(key)
+        args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
+        if expected_version is not None:
+            args["expected_version"] = expected_version
+        res = await call({**args, "direct": True})
+        where = location_of(res.result)
+        if where is None:
+            self.node_bytes += 1
+            return bytes(res.payload)
+        got = await loop.run_in_executor(
+            None, self.read_at, where, key, offset, length, expected_version
+        )
+        if got is not None:
+            self.direct += 1
+            self._remember(key, where)
+            return got[0]
+        return bytes((await call(args)).payload)  # the node's usual way
 
     def _followed(self, key: str) -> list[int]:
         """``key``'s ``[direct reads answered with bytes in a row, lane reads left]``
