@@ -1,13 +1,14 @@
 """A client that reads a RADOS node's misses from the OSD itself, with the user's own
 Ceph credentials (docs/ceph.md, "A client that reads a miss from the OSD itself").
 
-Opt-in (``Client(..., rados_direct=CephOptions(conf, keyring, user))``, ``shuttle cat
---rados-direct``), off by default: Shuttle hands out no Ceph keys. A small range read
-(one piece) asks the node with ``direct: true``. The node checks the principal's caps
-first, as for every read, and answers a hit with its bytes, as always; a miss of a key
-whose version it trusts and whose blocks its cache would not keep, it answers with
-where the bytes are instead of reading them: ``{"rados": {"pool", "namespace",
-"object", "version"}}`` (docs/protocol.md). The client then reads the object itself,
+Opt-in (``Client(..., rados_direct=CephOptions(conf, keyring, user))``, the same on
+``AsyncClient``, ``shuttle cat --rados-direct``), off by default: Shuttle hands out
+no Ceph keys. A small range read (one piece) asks the node with ``direct: true``.
+The node checks the principal's caps first, as for every read, and answers a hit with
+its bytes, as always; a miss of a key whose version it trusts and whose blocks its
+cache would not keep, it answers with where the bytes are instead of reading them:
+``{"rados": {"pool", "namespace", "object", "version"}}`` (docs/protocol.md). The
+client then reads the object itself,
 with one librados read that reports the version of the bytes it returned
 (``get_last_version`` after a blocking read on this thread's I/O context), and checks
 it as the node's own miss does (``LoopReads._answer``):
