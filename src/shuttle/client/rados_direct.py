@@ -8,10 +8,9 @@ The node checks the principal's caps first, as for every read, and answers a hit
 its bytes, as always; a miss of a key whose version it trusts and whose blocks its
 cache would not keep, it answers with where the bytes are instead of reading them:
 ``{"rados": {"pool", "namespace", "object", "version"}}`` (docs/protocol.md). The
-client then reads the object itself,
-with one librados read that reports the version of the bytes it returned
-(``get_last_version`` after a blocking read on this thread's I/O context), and checks
-it as the node's own miss does (``LoopReads._answer``):
+client then reads the object itself, with one librados read that reports the version
+of the bytes it returned (``get_last_version`` after a blocking read on this thread's
+I/O context), and checks it as the node's own miss does (``LoopReads._answer``):
 
 * the version named → the bytes are answered;
 * a newer one (a change written meanwhile) → the caller's ``expected_version``, if it
