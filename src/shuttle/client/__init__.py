@@ -18,6 +18,7 @@ Layout:
 * ``client``   :class:`Client`, the synchronous API (no asyncio needed)
 * ``gateways`` :class:`GatewayClient`: fails over between nodes that share one store (RADOS)
 * ``locality`` which gateway node sits beside a key's primary OSD (learned in the background)
+* ``rados_direct``  a RADOS node's misses read from the OSDs with the user's own Ceph key
 * ``files``    file objects over remote objects (``client.open``)
 * ``aio``      :class:`AsyncClient`, the asyncio API (same calls, limits, retry, cache)
 * ``connect``  :func:`connect`: a client from an address, a cluster file or the environment
