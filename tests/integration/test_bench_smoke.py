@@ -4,6 +4,7 @@ their READMEs promise. Figures are measured by the benchmarks, never asserted he
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -246,6 +247,14 @@ def test_abacus_mix_smoke(tmp_path: Path) -> None:
         assert one["timeline_at_server"] == {"cheap": [cheap] * 2, "heavy": [heavy] * 2}
         assert len(one["timeline_node_cpu_busy"]) == 2
         assert all(x >= 0 for x in one["timeline_node_cpu_busy"])
+        # The node and the clients (with the benchmark process) each kept to their own
+        # CPU while the pass ran, read back from /proc; and what each CPU did.
+        if len(os.sched_getaffinity(0)) > 1:
+            part = one["partition"]
+            assert part["mode"] == "partitioned" and part["held"], part
+            assert part["node"]["cpus"] != part["clients"]["cpus"]
+            assert part["node"]["threads"] > 1 and part["clients"]["processes"] == 3
+        assert set(one["cpu_busy"]) >= {"cpu0"} and one["clients_cpu_busy"] > 0
     assert (
         report["adaptive_over_split"] > 0 and len(report["split_over_better_static_per_run"]) == 1
     )

@@ -140,12 +140,14 @@ def bench_node(
     client_cpu: int | None = None,
     node_cpu: int | None = None,
     workdir: Path | None = None,
+    pin: bool = True,
 ) -> Iterator[Bench]:
     """Start ``nodes`` nodes (all pinned to the node CPU; the first holds the data),
     load ``size_bytes`` of data, pin this process's threads to the client CPU, and tear
-    it all down afterwards."""
+    it all down afterwards. ``pin=False`` pins nothing: the scheduler puts the node and
+    this process (and what it forks) on any CPU."""
     scratch = scratch_dir("shuttle-abacus-", workdir)
-    client_cpu, node_cpu = choose_cpus(client_cpu, node_cpu)
+    client_cpu, node_cpu = choose_cpus(client_cpu, node_cpu) if pin else (None, None)
     before = os.sched_getaffinity(0)
     cluster = local.up(
         scratch / "cluster",

@@ -27,13 +27,15 @@ where each filter ended.
 
 **Two cores.** The node runs on one CPU and every client on the other
 (:func:`shuttle.bench.abacus.choose_cpus`), so the clients together have one core and
-the node one. A node whose CPU is as fast as all its clients' together never
-saturates before they do, which is not the case being asked about (many client
-machines, one storage server): the node runs with ``--cpu-factor`` (default 0.05: its
-objects burn twenty times the CPU for the same work), so the clients together have
-twenty times its CPU. Links are per client (each client's run-time shapes its own
-connections), as on a switched LAN where each machine has its own port: the LAN
-profile's rate and latency with a deeper token bucket
+the node one: they cannot take CPU time from each other, as on separate machines, and
+every pass checks that this held and what each CPU did (:mod:`~shuttle.bench.mix_cpus`;
+``pin=False``, ``--no-pin``, leaves both to the scheduler instead). A node whose CPU is
+as fast as all its clients' together never saturates before they do, which is not the
+case being asked about (many client machines, one storage server): the node runs with
+``--cpu-factor`` (default 0.05: its objects burn twenty times the CPU for the same
+work), so the clients together have twenty times its CPU. Links are per client (each
+client's run-time shapes its own connections), as on a switched LAN where each machine
+has its own port: the LAN profile's rate and latency with a deeper token bucket
 (:data:`~shuttle.bench.mix_settings.LINK_DEFAULT`).
 
 By concept: the settings and their checks in :mod:`~shuttle.bench.mix_settings`, the
@@ -45,16 +47,21 @@ client processes in :mod:`~shuttle.bench.mix_clients`, the nodes' CPU over a pas
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from shuttle.bench.abacus import Bench, Progress, bench_node
 from shuttle.bench.mix_clients import ClientSetup, client_processes
+from shuttle.bench.mix_cpus import cpu_busy, partition, threads_allowed
 from shuttle.bench.mix_decisions import decisions, log_sizes
 from shuttle.bench.mix_report import pass_report, run_report
 from shuttle.bench.mix_settings import MixSettings
 from shuttle.bench.mix_timeline import CpuTimeline, node_cpu_s
+from shuttle.bench.placement import cpu_ticks
+from shuttle.bench.stream import process_cpu_s
 from shuttle.client.client import Client
 from shuttle.client.model import NodeAddress
 from shuttle.errors import ConfigError
@@ -87,6 +94,31 @@ def _data_keys(bench: Bench, settings: MixSettings) -> list[str]:
     return [ordered[i % len(ordered)] for i in range(settings.clients)]
 
 
+def _clients_cpu_s(client_pids: list[int]) -> float:
+    """CPU seconds the clients and this process (which runs on their CPU) have used:
+    /proc/PID/stat, which keeps the time of threads that ended (each pass's run-times)."""
+    total = 0.0
+    for pid in (os.getpid(), *client_pids):
+        with contextlib.suppress(OSError):
+            total += process_cpu_s(pid)
+    return total
+
+
+def _partition_probe(bench: Bench, client_pids: list[int]) -> Callable[[], dict[str, Any]]:
+    """What :func:`~shuttle.bench.mix_cpus.partition` says of this bench's processes
+    when called: the nodes' threads, and the clients' with this process's (the
+    benchmark process runs on the clients' CPU and forked them)."""
+    node_cpus = None if bench.node_cpu is None else frozenset({bench.node_cpu})
+    client_cpus = None if bench.client_cpu is None else frozenset({bench.client_cpu})
+
+    def probe() -> dict[str, Any]:
+        nodes = {e.pid: threads_allowed(e.pid) for e in bench.cluster.nodes if e.pid is not None}
+        clients = {pid: threads_allowed(pid) for pid in (os.getpid(), *client_pids)}
+        return partition(nodes, clients, node_cpus, client_cpus)
+
+    return probe
+
+
 def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, Any]:
     """The placements ``runs`` times each, interleaved; see the module docstring."""
     settings.check()
@@ -113,12 +145,14 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
         node_args=node_args,
         client_cpu=settings.client_cpu,
         node_cpu=settings.node_cpu,
+        pin=settings.pin,
     ) as bench:
         progress(f"writing the data and starting {settings.clients} client processes")
         setup = ClientSetup(
             tuple(bench.nodes), bench.key, tuple(_data_keys(bench, settings)), settings
         )
-        with client_processes(setup) as run_pass:
+        with client_processes(setup) as (run_pass, client_pids):
+            probe = _partition_probe(bench, client_pids)
             for run in range(settings.runs):
                 # Every other run in the reverse order: on a machine whose load drifts
                 # (others' runs starting), the first placement of a run is not always
@@ -126,13 +160,25 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
                 for placement in placements if run % 2 == 0 else placements[::-1]:
                     progress(f"run {run + 1}/{settings.runs}: {placement}")
                     cpu0, wall0 = node_cpu_s(bench), time.monotonic()
+                    ticks0, clients0 = cpu_ticks(), _clients_cpu_s(client_pids)
                     logged = log_sizes(bench)
-                    per_second = CpuTimeline(bench, int(settings.duration_s + 0.999))
+                    per_second = CpuTimeline(bench, int(settings.duration_s + 0.999), probe)
                     results = run_pass(placement, run, per_second.started)
                     cpu1, wall1 = node_cpu_s(bench), time.monotonic()
+                    ticks1, clients1 = cpu_ticks(), _clients_cpu_s(client_pids)
                     report = pass_report(
                         results, settings, cpu1 - cpu0, wall1 - wall0, per_second.result()
                     )
+                    # Each CPU's use over the pass and whether the node and the clients
+                    # kept to their own CPUs while it ran (read as its first second
+                    # ended): the emulation of separate machines, checked per pass.
+                    # (A CPU's busy share counts whatever ran on it, the others' too;
+                    # the clients' own is beside the node's own, node_cpu_busy.)
+                    report["cpu_busy"] = cpu_busy(ticks0, ticks1, wall1 - wall0)
+                    report["clients_cpu_busy"] = round(
+                        (clients1 - clients0) / max(wall1 - wall0, 1e-9), 3
+                    )
+                    report["partition"] = per_second.probed
                     # The machine's 1-minute load average as the pass ended: what else
                     # ran beside the benchmark (it is shared), to read the figures by.
                     report["machine_load_1min"] = round(os.getloadavg()[0], 2)

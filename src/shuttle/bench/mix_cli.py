@@ -11,7 +11,7 @@ filter ended. The measuring is in :mod:`shuttle.bench.mix`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -89,6 +89,16 @@ def mix(
     seed: Annotated[int, typer.Option(help="Seed of every client's sequence of calls.")] = 1,
     client_cpu: CpuOpt = None,
     node_cpu: NodeCpuOpt = None,
+    pin: Annotated[
+        bool,
+        typer.Option(
+            "--pin/--no-pin",
+            help="The node on one CPU (--node-cpu) and every client on another "
+            "(--client-cpu), so that neither can take the other's CPU, as on separate "
+            "machines (checked in every pass: JSON partition, cpu_busy). --no-pin leaves "
+            "both to the scheduler.",
+        ),
+    ] = True,
     logs: Annotated[
         Path | None,
         typer.Option(
@@ -168,6 +178,7 @@ def mix(
         seed=seed,
         client_cpu=client_cpu,
         node_cpu=node_cpu,
+        pin=pin,
         logs_dir=logs,
         split=split,
         partial=parse_partial(partial),
@@ -233,9 +244,49 @@ def mix(
             f"± {ratio['ci90']:.3f} (90 % CI), min {ratio['min']:.3f}, max {ratio['max']:.3f}",
             highlight=False,
         )
+    console.print(partition_line(report), highlight=False)
     console.print(
         f"adaptive / all at client {report['adaptive_over_client']:.2f}, / all at server "
         f"{report['adaptive_over_server']:.2f} (ATC 2020: 1.10 and 1.85)",
         highlight=False,
     )
     write_json(report, json_path)
+
+
+def partition_line(report: dict[str, Any]) -> str:
+    """One line on where the processes ran: whether the node and the clients kept to
+    their own CPUs in every pass, and each CPU's busy share over the passes (min-max)."""
+    passes = [x for runs in report["passes"].values() for x in runs]
+    checks = [x["partition"] for x in passes if x.get("partition")]
+    mode = checks[0]["mode"] if checks else "unknown"
+    if mode == "partitioned":
+        held = sum(1 for c in checks if c["held"])
+        first = checks[0]
+        text = (
+            f"partition (node on CPU {first['node']['cpus']}, clients on CPU "
+            f"{first['clients']['cpus']}): held in {held} of {len(passes)} passes"
+        )
+        if held < len(passes):
+            text += " [the figures are not of separate machines: see JSON partition]"
+    else:
+        text = f"no partition ({mode}): the scheduler placed the node and the clients"
+    busy: dict[str, list[float]] = {}
+    for x in passes:
+        for cpu, use in x.get("cpu_busy", {}).items():
+            busy.setdefault(cpu, []).append(use["busy"] + use["irq"])
+    if busy:
+        text += "; CPU busy over the passes: " + ", ".join(
+            f"{cpu} {min(v):.2f}-{max(v):.2f}" for cpu, v in sorted(busy.items())
+        )
+    own = [
+        (x["clients_cpu_busy"], x["node_cpu_busy"])
+        for x in passes
+        if x.get("clients_cpu_busy") is not None and x.get("node_cpu_busy") is not None
+    ]
+    if own:
+        clients, node = zip(*own, strict=True)
+        text += (
+            f"; of that the clients' own {min(clients):.2f}-{max(clients):.2f}, "
+            f"the node's own {min(node):.2f}-{max(node):.2f}"
+        )
+    return text

@@ -187,12 +187,16 @@ def client_main(
         conn.close()
 
 
+#: What :func:`client_processes` yields: ``run_pass(placement, run, started)``.
+RunPass = Callable[[str, int, Callable[[float], None]], list[dict[str, Any]]]
+
+
 @contextlib.contextmanager
-def client_processes(
-    setup: ClientSetup,
-) -> Iterator[Callable[[str, int, Callable[[float], None]], list[dict[str, Any]]]]:
-    """Fork the clients; yields ``run_pass(placement, run, started)`` → every client's
-    result (``started`` is called with the pass's start on the monotonic clock)."""
+def client_processes(setup: ClientSetup) -> Iterator[tuple[RunPass, list[int]]]:
+    """Fork the clients; yields ``(run_pass, pids)``: ``run_pass(placement, run,
+    started)`` → every client's result (``started`` is called with the pass's start on
+    the monotonic clock), and the clients' process ids (whose CPUs
+    :mod:`~shuttle.bench.mix_cpus` checks)."""
     n = setup.settings.clients
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(n + 1)
@@ -237,7 +241,7 @@ def client_processes(
         return out
 
     try:
-        yield run_pass
+        yield run_pass, [proc.pid for proc in procs if proc.pid is not None]
     finally:
         # Clients waiting at the barrier (a pass cut short: Ctrl-C, SIGTERM, a failed
         # client) leave it at once; the others read the end of the orders.

@@ -5,6 +5,7 @@ run that cannot mean anything, saying which setting and why. The benchmark itsel
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,11 @@ class MixSettings:
     seed: int = 1
     client_cpu: int | None = None
     node_cpu: int | None = None
+    #: The node on one CPU and the clients on another (``--client-cpu``,
+    #: ``--node-cpu``; by default the lowest and highest this process may use): the
+    #: emulation of separate machines. False (``--no-pin``): the scheduler puts both
+    #: anywhere, and the clients can take the node's CPU.
+    pin: bool = True
     #: Where to copy the nodes' decision logs of every adaptive pass (None: nowhere).
     logs_dir: Path | None = None
     #: Also run the oracle ``split`` placement (:data:`PLACEMENTS`) in every run.
@@ -121,8 +127,40 @@ class MixSettings:
             raise ConfigError(f"--cpu-budget must be in (0, 1], got {self.cpu_budget}")
         if self.arrivals_max is not None and self.arrivals_max < 0:
             raise ConfigError(f"--arrivals-max must be ≥ 0 (0: no limit), got {self.arrivals_max}")
+        self._check_cpus()
         if len(set(self.partial)) != len(self.partial):
             raise ConfigError(f"--partial lists a K twice: {list(self.partial)}")
+
+    def _check_cpus(self) -> None:
+        chosen = [
+            (n, c)
+            for n, c in (("--client-cpu", self.client_cpu), ("--node-cpu", self.node_cpu))
+            if c is not None
+        ]
+        if not self.pin:
+            if chosen:
+                raise ConfigError(
+                    f"{chosen[0][0]} {chosen[0][1]} with --no-pin: --no-pin leaves the node "
+                    "and the clients to the scheduler; drop one of the two"
+                )
+            return
+        usable = sorted(os.sched_getaffinity(0))
+        for name, cpu in chosen:
+            if cpu not in usable:
+                raise ConfigError(
+                    f"{name} {cpu}: this process may use CPUs {usable}; pick one of them"
+                )
+        # As bench_node chooses them: the lowest usable for the clients, the highest
+        # for the node, where not given (one usable CPU: nothing to separate).
+        client = usable[0] if self.client_cpu is None else self.client_cpu
+        node = usable[-1] if self.node_cpu is None else self.node_cpu
+        if len(usable) > 1 and client == node:
+            raise ConfigError(
+                f"the clients and the node would both run on CPU {client} (--client-cpu "
+                f"{self.client_cpu}, --node-cpu {self.node_cpu}; by default the lowest and "
+                "the highest usable): that is not separate machines; give them different "
+                "CPUs, or --no-pin to leave both to the scheduler"
+            )
 
 
 def parse_partial(text: str) -> tuple[int, ...]:

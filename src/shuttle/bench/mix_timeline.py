@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from shuttle.bench.abacus import Bench
 from shuttle.bench.stream import process_cpu_s
@@ -17,13 +19,18 @@ def node_cpu_s(bench: Bench) -> float:
 
 class CpuTimeline:
     """The nodes' CPU busy in each second of a pass, read from /proc by a thread that
-    wakes at each second's end (the pass's clock: ``started`` gives its start)."""
+    wakes at each second's end (the pass's clock: ``started`` gives its start).
+    ``probe``, if given, is called once by that thread as the pass's first second ends
+    (the clients' run-times and the node's threads are up by then); its result is
+    :attr:`probed`."""
 
-    def __init__(self, bench: Bench, seconds: int) -> None:
+    def __init__(self, bench: Bench, seconds: int, probe: Callable[[], Any] | None = None) -> None:
         self._bench = bench
         self._seconds = seconds
         self._busy: list[float] = []
         self._thread: threading.Thread | None = None
+        self._probe = probe
+        self.probed: Any = None
 
     def started(self, t0: float) -> None:
         self._thread = threading.Thread(target=self._run, args=(t0,), daemon=True)
@@ -36,6 +43,8 @@ class CpuTimeline:
             now = node_cpu_s(self._bench)
             self._busy.append(now - last)  # CPU seconds in a one-second interval
             last = now
+            if i == 1 and self._probe is not None:
+                self.probed = self._probe()
 
     def result(self) -> list[float]:
         """The series (the pass is over: the thread has at most one second to go)."""
