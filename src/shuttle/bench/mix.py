@@ -163,7 +163,7 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
                     ticks0, clients0 = cpu_ticks(), _clients_cpu_s(client_pids)
                     logged = log_sizes(bench)
                     per_second = CpuTimeline(bench, int(settings.duration_s + 0.999), probe)
-                    results = run_pass(placement, run, per_second.started)
+                    results, attempts = run_pass(placement, run, per_second.started)
                     cpu1, wall1 = node_cpu_s(bench), time.monotonic()
                     ticks1, clients1 = cpu_ticks(), _clients_cpu_s(client_pids)
                     report = pass_report(
@@ -179,6 +179,9 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
                         (clients1 - clients0) / max(wall1 - wall0, 1e-9), 3
                     )
                     report["partition"] = per_second.probed
+                    # Setups that failed before this pass started (a starved node:
+                    # mix_clients.SETUP_ATTEMPTS); their time is in the pass's wall time.
+                    report["setup_attempts"] = attempts
                     # The machine's 1-minute load average as the pass ended: what else
                     # ran beside the benchmark (it is shared), to read the figures by.
                     report["machine_load_1min"] = round(os.getloadavg()[0], 2)

@@ -32,9 +32,22 @@ SETUP_AT_ONCE = 4
 #: How long the clients get, all together, to close their run-times and exit after the
 #: last pass before they are killed.
 CLIENTS_STOP_S = 20.0
+#: Times a pass is set up before the benchmark gives up on it. Setting up is not what
+#: a pass measures (every client connects and makes its filters before the start), and
+#: on a machine whose other processes starve the node, a few of 64 clients' handshakes
+#: time out at the client's 5 s (8 attempts of one command failed so on 2026-11-29,
+#: and 2 of 2 here, all in the setup of a split pass): every client is told and the
+#: pass is set up again from the start, and the report counts the attempts.
+SETUP_ATTEMPTS = 3
 #: Memory each filter declares: small, so the node's memory never limits placement
 #: here (its CPU does).
 FILTER_MEMORY_BYTES = 1 << 20
+
+
+class SetupFailed(Exception):
+    """A client could not set up a pass (connect, make its filters), or another
+    client's failure broke the barrier they wait at before the start: the pass has not
+    begun, so it can be set up again (:data:`SETUP_ATTEMPTS`)."""
 
 
 @dataclass(frozen=True)
@@ -86,14 +99,18 @@ def one_pass(
     the filters ended."""
     s = setup.settings
     config = RuntimeConfig(window_s=s.window_s, threshold_fraction=s.threshold)
-    with gate:
-        rt = Runtime(list(setup.nodes), key=setup.key, config=config)
-    with rt:
+    try:
+        with gate:
+            rt = Runtime(list(setup.nodes), key=setup.key, config=config)
+    except Exception as exc:
+        raise SetupFailed(f"{type(exc).__name__}: {exc}") from exc
+    filters: dict[str, Any] = {}
+    try:
         key = setup.keys[index]
         node = rt.node_for(key)
         with gate:
-            filters = {
-                kind: rt.create(
+            for kind in KINDS:
+                filters[kind] = rt.create(
                     "filter",
                     at=node if at_node(placement, kind, index) else None,
                     placement="auto" if placement == "adaptive" else "static",
@@ -101,11 +118,19 @@ def one_pass(
                     key=key,
                     **filter_params(s, kind),
                 )
-                for kind in KINDS
-            }
+        barrier.wait(PASS_TIMEOUT_S)  # every client is ready
+    except Exception as exc:  # this client's setup, or another's (the barrier broke)
+        # Nothing of this attempt left behind (its filters at the node, its run-time);
+        # what fails in tidying up is the same starved node, and the attempt has failed.
+        for f in filters.values():
+            with contextlib.suppress(Exception):
+                rt.destroy(f)
+        with contextlib.suppress(Exception):
+            rt.close()
+        raise SetupFailed(f"{type(exc).__name__}: {exc}") from exc
+    with rt:
         # Same sequence of kinds in every placement of a run, different per client.
         rng = random.Random(f"{s.seed}/{run}/{index}")
-        barrier.wait(PASS_TIMEOUT_S)  # every client is ready
         barrier.wait(PASS_TIMEOUT_S)  # the parent set the start
         t0 = float(t_go.value)
         steady_from, end = t0 + s.warmup_s, t0 + s.duration_s
@@ -179,6 +204,9 @@ def client_main(
             placement, run = order
             try:
                 conn.send(one_pass(setup, index, placement, run, barrier, t_go, gate))
+            except SetupFailed as exc:  # the parent may set the pass up again: stay
+                barrier.abort()
+                conn.send({"error": f"client {index}: {exc}", "setup": True})
             except BaseException as exc:  # the parent reports it; a child has no console
                 barrier.abort()
                 conn.send({"error": f"client {index}: {type(exc).__name__}: {exc}"})
@@ -187,16 +215,20 @@ def client_main(
         conn.close()
 
 
-#: What :func:`client_processes` yields: ``run_pass(placement, run, started)``.
-RunPass = Callable[[str, int, Callable[[float], None]], list[dict[str, Any]]]
+#: What :func:`client_processes` yields: ``run_pass(placement, run, started)`` →
+#: (every client's result, the attempts its setup took).
+RunPass = Callable[[str, int, Callable[[float], None]], tuple[list[dict[str, Any]], int]]
 
 
 @contextlib.contextmanager
 def client_processes(setup: ClientSetup) -> Iterator[tuple[RunPass, list[int]]]:
     """Fork the clients; yields ``(run_pass, pids)``: ``run_pass(placement, run,
-    started)`` → every client's result (``started`` is called with the pass's start on
-    the monotonic clock), and the clients' process ids (whose CPUs
-    :mod:`~shuttle.bench.mix_cpus` checks)."""
+    started)`` → every client's result and the attempts the pass's setup took
+    (``started`` is called with the pass's start on the monotonic clock; a setup that
+    failed is made again, up to :data:`SETUP_ATTEMPTS` in all), and the clients'
+    process ids (whose CPUs :mod:`~shuttle.bench.mix_cpus` checks). Raises
+    :class:`RuntimeError` naming the first client's error if a pass fails once
+    started, or its setup fails every attempt."""
     n = setup.settings.clients
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(n + 1)
@@ -216,29 +248,39 @@ def client_processes(setup: ClientSetup) -> Iterator[tuple[RunPass, list[int]]]:
 
     def run_pass(
         placement: str, run: int, started: Callable[[float], None]
-    ) -> list[dict[str, Any]]:
-        for p in pipes:
-            p.send((placement, run))
-        broken = False
-        try:
-            barrier.wait(PASS_TIMEOUT_S)  # all ready
-            t_go.value = time.monotonic()
-            started(t_go.value)
-            barrier.wait(PASS_TIMEOUT_S)  # go
-        except threading.BrokenBarrierError:
-            broken = True
-        timeout = setup.settings.duration_s + PASS_TIMEOUT_S if not broken else 10.0
-        out = [p.recv() if p.poll(timeout) else {"error": "no answer"} for p in pipes]
-        errors = [o["error"] for o in out if "error" in o]
-        if errors or broken:
+    ) -> tuple[list[dict[str, Any]], int]:
+        for attempt in range(1, SETUP_ATTEMPTS + 1):
+            barrier.reset()  # nobody waits at it now; a failed setup left it broken
+            for p in pipes:
+                p.send((placement, run))
+            broken = False
+            try:
+                barrier.wait(PASS_TIMEOUT_S)  # all ready
+                t_go.value = time.monotonic()
+                started(t_go.value)
+                barrier.wait(PASS_TIMEOUT_S)  # go
+            except threading.BrokenBarrierError:
+                broken = True
+            # Every client answers every order, a failed setup at once: wait for all,
+            # so that an answer is never read as the next attempt's.
+            timeout = setup.settings.duration_s + PASS_TIMEOUT_S
+            out = [p.recv() if p.poll(timeout) else {"error": "no answer"} for p in pipes]
+            errors = [o["error"] for o in out if "error" in o]
+            if not errors and not broken:
+                return out, attempt
             first = next(
                 (e for e in errors if "BrokenBarrier" not in e), errors[0] if errors else ""
             )
-            raise RuntimeError(
-                f"{len(errors)} of {n} mix clients failed in the {placement} pass; first: "
-                f"{first or 'a client stopped without saying why'}"
-            )
-        return out
+            failed = f"{len(errors)} of {n} mix clients failed in the {placement} pass"
+            if not (errors and all(o.get("setup") for o in out)):
+                raise RuntimeError(
+                    f"{failed}; first: {first or 'a client stopped without saying why'}"
+                )
+        raise RuntimeError(
+            f"{failed} while setting it up, {SETUP_ATTEMPTS} times; the last time's "
+            f"first: {first}. The node or the clients got too little CPU to connect "
+            "within 5 s: run on a quieter machine, or with fewer --clients"
+        )
 
     try:
         yield run_pass, [proc.pid for proc in procs if proc.pid is not None]
