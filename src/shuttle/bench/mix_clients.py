@@ -142,10 +142,23 @@ def one_pass(
         second = 0
         steady = dict.fromkeys(KINDS, 0)
         total = dict.fromkeys(KINDS, 0)
+        called = False
         while time.monotonic() < end:
             kind = "cheap" if rng.random() < s.cheap_share else "heavy"
-            with rt.console(kind):
-                filters[kind].next()
+            try:
+                with rt.console(kind):
+                    filters[kind].next()
+            except Exception as exc:
+                if called:
+                    raise
+                # The first call makes this client's connection to the node (a filter
+                # made at the client connects when it first reads): 48 clients doing
+                # so at one instant starved the node's handshakes past 5 s. Not what
+                # the pass measures: the parent sets the pass up again.
+                with contextlib.suppress(Exception):
+                    rt.close()
+                raise SetupFailed(f"first call: {type(exc).__name__}: {exc}") from exc
+            called = True
             now = time.monotonic()
             if now >= end:
                 break  # finished after the pass: not counted
@@ -272,7 +285,9 @@ def client_processes(setup: ClientSetup) -> Iterator[tuple[RunPass, list[int]]]:
                 (e for e in errors if "BrokenBarrier" not in e), errors[0] if errors else ""
             )
             failed = f"{len(errors)} of {n} mix clients failed in the {placement} pass"
-            if not (errors and all(o.get("setup") for o in out)):
+            # Retried only if every client that failed did so setting up or in its
+            # first call (the others' results of that attempt are dropped with it).
+            if not (errors and all(o.get("setup") for o in out if "error" in o)):
                 raise RuntimeError(
                     f"{failed}; first: {first or 'a client stopped without saying why'}"
                 )
