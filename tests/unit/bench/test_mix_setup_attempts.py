@@ -36,10 +36,9 @@ def test_a_setup_that_keeps_failing_is_tried_again_then_reported() -> None:
         with pytest.raises(RuntimeError, match="while setting it up"):
             run_pass("split", 0, starts.append)
         assert starts == []  # no pass started
-        # Filters made at the clients connect to the node on their first call, after
-        # the start: that failing is set up again too (a burst of 48 clients' first
-        # handshakes at the start starved a loaded node), not a failed pass.
-        with pytest.raises(RuntimeError, match="while setting it up") as e:
+        # Filters made at the clients: each client connects to the node while setting
+        # up too (a 1-byte read), not on its first call at the start's instant, when
+        # 48 clients' handshakes at once met a saturated node and timed out.
+        with pytest.raises(RuntimeError, match="while setting it up"):
             run_pass("client", 0, starts.append)
-        assert "first call: UnreachableError" in str(e.value)
-        assert len(starts) == SETUP_ATTEMPTS  # each attempt started, each failed at once
+        assert starts == []  # no pass started
