@@ -43,7 +43,8 @@ Layout:
   filters; aggregate throughput at client, at node and adaptive (its passes); by
   concept: ``mix_settings`` (its flags and their checks), ``mix_clients`` (the forked
   client processes and their passes), ``mix_timeline`` (the nodes' CPU per second),
-  ``mix_decisions`` (the decision logs read back), ``mix_report`` (per pass and the JSON)
+  ``mix_decisions`` (the decision logs read back), ``mix_report`` (per pass and the JSON),
+  ``mix_cpus`` (the node's and the clients' CPUs read back: did the partition hold)
 * ``swing``    conditions that swing around the break-even point: does it thrash?
 * ``raid``     ABACUS 6.2: adapting to network topology, the RAID 5 object
 * ``directory``  ABACUS 6.5: adapting to contention over shared data
