@@ -16,6 +16,9 @@ Layout:
 * ``netrand``  ``bench netrand``: random page-sized fetches, local against remote
 * ``netrand_clients``  ``bench netrand --clients N``: the same fetches from N clients
   at once (throughput, p50, p99), against Redis with as many
+* ``netrand_summary``  what ``netrand --clients`` makes of its clients' samples: each
+  pass's figures, each slice's, the slice pairs' ratios
+* ``netrand_reruns``  ``netrand --clients --repeat``: how far the figures move run to run
 * ``netrand_machine``  what the machine did under each slice of ``netrand --clients``
 * ``netrand_workers``  ``bench netrand --workers 1,2``: nodes of 1, 2... processes,
   interleaved, with where the CPU went

@@ -96,10 +96,19 @@ def netrand(
         typer.Option(
             help="With --clients: how long every client reads in the warm, Redis and "
             "mixed_paged passes (its pages over and over; the three passes interleaved in "
-            "four slices), so that a rerun repeats the figures; 0: --pages each, as in the "
-            "cold and mixed passes.",
+            "--slices slices), so that a rerun repeats the figures; 0: --pages each, as in "
+            "the cold and mixed passes.",
         ),
     ] = 12.0,
+    slices: Annotated[
+        int,
+        typer.Option(
+            help="With --clients: cut each timed pass into this many slices (1-64), warm, "
+            "Redis and mixed_paged alternating, each warm slice paired with the Redis one "
+            "after it; more, shorter slices put the machine's drift on both servers more "
+            "evenly.",
+        ),
+    ] = 4,
     node_cache_bytes: Annotated[
         int,
         typer.Option(
@@ -181,6 +190,7 @@ def netrand(
         cpu=cpu,
         clients=tuple(parse_clients(clients or [])),
         pass_seconds=pass_seconds,
+        slices=slices,
         tls=tls,
         node_cache_bytes=node_cache_bytes,
         node_cache_block_bytes=node_cache_block_bytes,
@@ -374,6 +384,12 @@ def _netrand_clients_table(by_count: dict[str, Any], pages: int, seconds: float)
     captions += [
         f"{count}: warm ÷ redis throughput by slice "
         + ", ".join(f"{x['throughput']:.2f}" for x in rep["slices"])
+        + (
+            f" (pooled {rep['remote_warm_over_redis']['throughput']:.3f}, median of the "
+            f"pairs {rep['remote_warm_over_redis']['throughput_pair_median']:.3f})"
+            if "throughput_pair_median" in rep.get("remote_warm_over_redis", {})
+            else ""
+        )
         + (
             f"; slices' throughput range: warm {rep['spread']['remote_warm']['range_pct']:.0f} %"
             f", redis {rep['spread']['redis']['range_pct']:.0f} %"

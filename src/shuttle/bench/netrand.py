@@ -33,11 +33,13 @@ import shuttle.compiled as compiled
 from shuttle.bench.netrand_clients import (
     PASS_SECONDS_DEFAULT,
     PASS_TIMEOUT_S,
+    SLICES_DEFAULT,
+    SLICES_MAX,
     hot_pages,
     paged_object_bytes,
-    rerun_spread,
     run_clients,
 )
+from shuttle.bench.netrand_reruns import rerun_spread
 from shuttle.bench.nodes import bench_client
 from shuttle.bench.placement import cpu_time_s, default_cpu, pin_process, pinned
 from shuttle.bench.redis_anchor import RedisServer, RespClient
@@ -110,6 +112,8 @@ class NetrandConfig:
     #: How long each client reads in the timed passes of ``clients`` (warm, Redis;
     #: 0: ``pages`` each, as the other passes).
     pass_seconds: float = PASS_SECONDS_DEFAULT
+    #: Into how many alternating slices each timed pass is cut (``--slices``).
+    slices: int = SLICES_DEFAULT
     #: Also time warm fetches from a node serving TLS, and from Redis over TLS.
     tls: bool = False
     #: The block cache of the node started here (``shuttle serve --cache-bytes``).
@@ -135,6 +139,11 @@ class NetrandConfig:
             raise ConfigError(
                 f"--pass-seconds must be in 0..{PASS_SECONDS_MAX:g} (0: --pages per client, "
                 f"as the untimed passes), got {self.pass_seconds:g}"
+            )
+        if not 1 <= self.slices <= SLICES_MAX:
+            raise ConfigError(
+                f"--slices must be in 1..{SLICES_MAX} (each timed pass cut into that many "
+                f"alternating slices), got {self.slices}"
             )
         if self.file_bytes < self.page_bytes:
             raise ConfigError(f"--file-bytes must be at least one page ({self.page_bytes})")
@@ -346,6 +355,7 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                             block_bytes=cache["block_size_bytes"],
                             hot=hot,
                             pass_seconds=config.pass_seconds,
+                            slices=config.slices,
                             server_cpu=lambda: {
                                 name: cpu_time_s(pid) for name, pid in server_pids.items()
                             },

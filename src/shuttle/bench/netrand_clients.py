@@ -27,18 +27,18 @@ every client starting each pass together (a barrier):
 * **redis**: the warm pages from Redis, the anchor, with the same number of clients.
 
 The warm, Redis and mixed_paged passes are **timed** and **interleaved**: each lasts
-``pass_seconds`` in all, run as :data:`SLICES` slices that alternate (warm, Redis,
-mixed_paged, warm, Redis, ...), every client reading its pages over and over until
-the slice's time is up. So a pass holds tens of thousands of requests (at 400 pages a
-client, a 64-client pass lasted well under a second on a quiet machine and its p99
-moved by a third between runs), and drift on a shared machine falls on all three
-alike; the pass's figures pool its slices, and the ratio of each trio's slices
-(``slices``: warm ÷ Redis; ``mixed_paged_slices``: mixed_paged ÷ warm) shows how much
-the machine moved under the run; ``spread`` gives each pass's slices' throughput
-range, Redis against Redis included: the machine's own noise. The cold and mixed
-passes read their page lists once: a page read twice is no longer cold, and the file
-holds only so many (their ``--pages``). ``pass_seconds=0`` makes every pass one slice
-that reads its list once.
+``pass_seconds`` in all, run as ``slices`` slices (:data:`SLICES_DEFAULT`) that
+alternate (warm, Redis, mixed_paged, warm, Redis, ...), every client reading its pages
+over and over until the slice's time is up. So a pass holds tens of thousands of
+requests (at 400 pages a client, a 64-client pass lasted well under a second on a quiet
+machine and its p99 moved by a third between runs), and drift on a shared machine falls
+on all three alike; the pass's figures pool its slices, and the ratio of each trio's
+slices (``slices``: warm ÷ Redis; ``mixed_paged_slices``: mixed_paged ÷ warm) shows how
+much the machine moved under the run; ``spread`` gives each pass's slices' throughput
+range, Redis against Redis included: the machine's own noise. The cold and mixed passes
+read their page lists once: a page read twice is no longer cold, and the file holds only
+so many (their ``--pages``). ``pass_seconds=0`` makes every pass one slice that reads
+its list once.
 
 Each pass reports throughput (pages per second over the pass, first start to last
 finish) and the p50 and p99 of every request's latency; ``node`` says, per Shuttle
@@ -65,35 +65,18 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import random
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from shuttle.bench import netrand_machine
+from shuttle.bench.netrand_summary import summaries
 from shuttle.bench.placement import cpu_ticks, cpu_use
 from shuttle.bench.redis_anchor import RespClient
 from shuttle.client.client import Client
 from shuttle.errors import ConfigError
 
-#: The timed passes' slices, alternating (see the module): four trios of 3 s at the
-#: default length, enough to see the machine move and each long enough to hold
-#: tens of thousands of requests at 64 clients.
-SLICES = 4
-#: What the passes report: a mixed pass reports its warm and its cold readers apart,
-#: and both together.
-RESULTS = (
-    "remote_cold",
-    "remote_warm",
-    "mixed_warm",
-    "mixed_cold",
-    "mixed",
-    "mixed_paged_warm",
-    "mixed_paged_cold",
-    "mixed_paged",
-    "redis",
-)
 #: How long a pass may take before the benchmark gives up on its clients.
 PASS_TIMEOUT_S = 600.0
 #: How long each client reads in a timed pass (warm, Redis, mixed_paged), its four
@@ -106,6 +89,13 @@ PASS_TIMEOUT_S = 600.0
 #: unpinned under that load (benchmarks/README.md, "Tail latency", sixth session);
 #: a ``--clients 8,64 --repeat 3`` invocation then takes about 5 minutes.
 PASS_SECONDS_DEFAULT = 12.0
+#: The timed passes' slices, alternating (see the module), ``--slices``: each slice of
+#: the warm pass is paired with the Redis slice after it, and a pass's figure pools
+#: them. Four at first (3-s slices of the 12-s pass).
+SLICES_DEFAULT = 4
+#: Most slices a pass may be cut into: a slice under about 0.1 s at 64 clients would
+#: be mostly the barrier's start and finish, not reading.
+SLICES_MAX = 64
 #: The passes that are timed (see the module): the warm ones read cached pages, and
 #: mixed_paged's missing readers cycle over more blocks than the cache holds.
 TIMED_PASSES = frozenset({"remote_warm", "redis", "mixed_paged_warm", "mixed_paged_cold"})
@@ -179,53 +169,11 @@ def miss_cycle(
     return [b * per_block + rng.randrange(per_block) for b in range(reader, blocks, readers)]
 
 
-def _percentile(sorted_ns: list[int], q: float) -> float:
-    return sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))] / 1e3
-
-
-def summarize(
-    latencies_ns: list[int], started: list[float], finished: list[float]
-) -> dict[str, Any]:
-    """One pass of all clients: throughput over the pass and the latency percentiles."""
-    return summarize_slices([(latencies_ns, started, finished)])
-
-
-def summarize_slices(slices: list[tuple[list[int], list[float], list[float]]]) -> dict[str, Any]:
-    """A pass made of slices (each: every client's latencies, starts and finishes):
-    throughput over the slices' time (each from its first start to its last finish)
-    and the latency percentiles of all their requests."""
-    lat = sorted(x for latencies, _, _ in slices for x in latencies)
-    if not lat:
-        return {}
-    elapsed_s = sum(max(finished) - min(started) for _, started, finished in slices)
-    return {
-        "requests": len(lat),
-        "elapsed_s": elapsed_s,
-        "pages_per_s": len(lat) / elapsed_s if elapsed_s > 0 else 0.0,
-        "p50_us": _percentile(lat, 0.50),
-        "p99_us": _percentile(lat, 0.99),
-        "max_us": lat[-1] / 1e3,
-    }
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    """The median, lowest and highest of ``values``, and their range as a percentage
-    of the median (how far one slice's figure may sit from another's)."""
-    ordered = sorted(values)
-    mid = statistics.median(ordered)
-    return {
-        "median": mid,
-        "min": ordered[0],
-        "max": ordered[-1],
-        "range_pct": 100.0 * (ordered[-1] - ordered[0]) / mid if mid else 0.0,
-    }
-
-
-def pass_sequence(pass_seconds: float) -> list[str]:
+def pass_sequence(pass_seconds: float, slices: int = SLICES_DEFAULT) -> list[str]:
     """The passes in the order the clients make them: cold, the untimed warm-up and the
     disk-cold mixed pass, then the timed ones as alternating slices (warm, Redis,
     mixed_paged, warm, Redis, mixed_paged, ...)."""
-    slices = SLICES if pass_seconds > 0 else 1
+    slices = slices if pass_seconds > 0 else 1
     return [
         "remote_cold",
         WARM_UP,
@@ -242,10 +190,11 @@ def _client_process(
     barrier: Any,
     results: multiprocessing.connection.Connection,
     pass_seconds: float = 0.0,
+    slices: int = SLICES_DEFAULT,
 ) -> None:
     """One forked client: in each pass (when every client is ready) it reads ``plan``'s
     pages of its key for that pass (a timed pass: over and over for a slice of
-    ``pass_seconds``) and files their latencies under its result name (None: it sits
+    ``pass_seconds`` ÷ ``slices``) and files their latencies under its result name (None: it sits
     the pass out); sends its samples back."""
     client.after_fork_in_child()
     out: dict[str, list[tuple[list[int], float, float, float]]] = {}
@@ -272,7 +221,7 @@ def _client_process(
                 cpu = time.process_time()
                 start = time.time()
                 timed = pass_seconds > 0 and name in TIMED_PASSES
-                deadline = clock() + int(pass_seconds / SLICES * 1e9)
+                deadline = clock() + int(pass_seconds / slices * 1e9)
                 count = len(pages)
                 i = positions.get(name, 0)
                 stop = i + count
@@ -317,6 +266,7 @@ def run_clients(
     block_bytes: int,
     hot: int,
     pass_seconds: float = PASS_SECONDS_DEFAULT,
+    slices: int = SLICES_DEFAULT,
     server_cpu: Callable[[], dict[str, float]] = dict,
 ) -> dict[str, Any]:
     """The passes with ``n`` concurrent client processes (the warm, Redis and
@@ -328,7 +278,7 @@ def run_clients(
     (``"node"``) and Redis (``"redis"``) have used so far, those the benchmark knows."""
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(n + 1)
-    sequence = pass_sequence(pass_seconds)
+    sequence = pass_sequence(pass_seconds, slices)
     pipes: list[multiprocessing.connection.Connection] = []
     procs = []
     half = max(1, file_pages // 2)
@@ -367,7 +317,7 @@ def run_clients(
         receive, send = ctx.Pipe(duplex=False)
         proc = ctx.Process(
             target=_client_process,
-            args=(client, redis_port, plan, page_bytes, barrier, send, pass_seconds),
+            args=(client, redis_port, plan, page_bytes, barrier, send, pass_seconds, slices),
             daemon=True,
         )
         proc.start()
@@ -378,6 +328,7 @@ def run_clients(
         "clients": n,
         "pages_per_client": pages,
         "pass_seconds": pass_seconds,
+        "slices": slices if pass_seconds > 0 else 1,
         "hot_pages": hot,
         "paged_object_bytes": paged_bytes,
     }
@@ -433,7 +384,7 @@ def run_clients(
     if errors or broken:
         first = errors[0] if errors else "a client stopped without saying why"
         raise RuntimeError(f"{len(errors)} of {n} benchmark clients failed; first: {first}")
-    _summaries(report, outputs)
+    summaries(report, outputs)
     # The CPUs this process (and so its forked clients) may run on: one when pinned.
     ours = [f"cpu{cpu}" for cpu in sorted(os.sched_getaffinity(0))]
     netrand_machine.attach(report, machine, outputs, ours)
@@ -447,163 +398,3 @@ def run_clients(
         # (a warm reader's miss would count too: over 1 says the hot region was evicted).
         report["mixed_paged_missed"] = paged_node["cache_misses"] / missing["requests"]
     return report
-
-
-def _summaries(report: dict[str, Any], outputs: list[dict[str, Any]]) -> None:
-    """Every pass's figures (its slices pooled), each slice's, and the ratios."""
-    slice_figures: dict[str, list[dict[str, Any]]] = {}
-    for name in RESULTS:
-        # A mixed pass as a whole: its warm and its cold readers' samples together.
-        parts = (name + "_warm", name + "_cold") if name in ("mixed", "mixed_paged") else (name,)
-        got = [o[part] for o in outputs for part in parts if part in o]
-        if not got:
-            continue
-        slices = [
-            (
-                [x for runs in got for x in runs[i][0]],
-                [runs[i][1] for runs in got],
-                [runs[i][2] for runs in got],
-            )
-            for i in range(min(len(runs) for runs in got))
-        ]
-        report[name] = summarize_slices(slices)
-        cpu_s = sum(run[3] for runs in got for run in runs)
-        report[name]["client_cpu_us_per_req"] = cpu_s * 1e6 / report[name]["requests"]
-        if len(slices) > 1:
-            slice_figures[name] = [summarize_slices([one]) for one in slices]
-    warm_slices = slice_figures.get("remote_warm")
-    redis_slices = slice_figures.get("redis")
-    paged_slices = slice_figures.get("mixed_paged")
-    if warm_slices and redis_slices:
-        # How much the machine moved under the run: each pair of slices' ratios.
-        report["slices"] = [
-            {
-                "throughput": w["pages_per_s"] / r["pages_per_s"],
-                "p99": w["p99_us"] / r["p99_us"],
-                "requests": w["requests"] + r["requests"],
-                # Which side moved when the ratio did.
-                "warm_pages_per_s": w["pages_per_s"],
-                "redis_pages_per_s": r["pages_per_s"],
-                "warm_requests": w["requests"],
-                "redis_requests": r["requests"],
-            }
-            for w, r in zip(warm_slices, redis_slices, strict=False)
-        ]
-    if warm_slices and paged_slices:
-        # The miss path's target, slice by slice: mixed_paged ÷ the warm slice before it.
-        report["mixed_paged_slices"] = [
-            {
-                "throughput": m["pages_per_s"] / w["pages_per_s"],
-                "requests": m["requests"] + w["requests"],
-            }
-            for w, m in zip(warm_slices, paged_slices, strict=False)
-        ]
-    spreads: dict[str, dict[str, float]] = {
-        name: spread([s["pages_per_s"] for s in figures]) for name, figures in slice_figures.items()
-    }
-    if "slices" in report:
-        spreads["remote_warm_over_redis"] = spread([x["throughput"] for x in report["slices"]])
-    if "mixed_paged_slices" in report:
-        spreads["mixed_paged_over_warm"] = spread(
-            [x["throughput"] for x in report["mixed_paged_slices"]]
-        )
-    if spreads:
-        report["spread"] = spreads
-    warm_s = report.get("remote_warm")
-    for name in ("mixed", "mixed_paged"):
-        mixed_s = report.get(name)
-        if warm_s and mixed_s:  # the issue's target: ≥ 0.8 at 8 and 64 clients
-            report[f"{name}_over_warm"] = mixed_s["pages_per_s"] / warm_s["pages_per_s"]
-    redis_s = report.get("redis")
-    for name in (
-        "remote_cold",
-        "remote_warm",
-        "mixed_warm",
-        "mixed_cold",
-        "mixed_paged_warm",
-        "mixed_paged_cold",
-    ):
-        mine_s = report.get(name)
-        if redis_s and mine_s:
-            report[f"{name}_over_redis"] = {
-                "p50": mine_s["p50_us"] / redis_s["p50_us"],
-                "p99": mine_s["p99_us"] / redis_s["p99_us"],
-                "throughput": mine_s["pages_per_s"] / redis_s["pages_per_s"],
-            }
-
-
-#: What :func:`rerun_spread` follows from run to run: each a path into a run's report.
-RERUN_FIGURES: dict[str, tuple[str, ...]] = {
-    "remote_warm_pages_per_s": ("remote_warm", "pages_per_s"),
-    "redis_pages_per_s": ("redis", "pages_per_s"),
-    "mixed_paged_pages_per_s": ("mixed_paged", "pages_per_s"),
-    "remote_warm_p99_us": ("remote_warm", "p99_us"),
-    "redis_p99_us": ("redis", "p99_us"),
-    "remote_warm_over_redis_throughput": ("remote_warm_over_redis", "throughput"),
-    "remote_warm_over_redis_p99": ("remote_warm_over_redis", "p99"),
-    "mixed_paged_over_warm": ("mixed_paged_over_warm",),
-}
-
-
-def rerun_spread(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The same passes run back to back (``--repeat``): each run's headline figures and,
-    for each figure, its :func:`spread` over the runs (``range_pct``: how far a rerun
-    moved it, in % of the median); with the runs' slices, ``noise``
-    (:func:`ratio_noise`): whether the warm ÷ Redis ratio moved between runs by what
-    its slices move within one, or by more."""
-    figures: dict[str, list[float]] = {}
-    for name, path in RERUN_FIGURES.items():
-        values = []
-        for run in runs:
-            value: Any = run
-            for part in path:
-                value = value.get(part) if isinstance(value, dict) else None
-            if isinstance(value, (int, float)):
-                values.append(float(value))
-        if len(values) == len(runs):
-            figures[name] = values
-    out: dict[str, Any] = {
-        "runs": len(runs),
-        "figures": figures,
-        "spread": {name: spread(values) for name, values in figures.items()},
-    }
-    noise = ratio_noise(runs)
-    if noise is not None:
-        out["noise"] = noise
-        # Every run's slice pairs, for a look of one's own (the first run's are also
-        # its ``slices``).
-        out["slices"] = [run["slices"] for run in runs]
-    return out
-
-
-def ratio_noise(runs: list[dict[str, Any]]) -> dict[str, float] | None:
-    """Where the warm ÷ Redis throughput's rerun-to-rerun movement comes from, from
-    each run's slice pairs (``slices``), in % of the mean ratio: ``within_run_pct``, the
-    standard deviation of one slice pair's ratio about its run's mean (the machine
-    moving under a run, at the scale of a slice); ``expected_between_pct``, what that
-    alone makes of a run's figure, which pools its slices (``within / sqrt(slices)``);
-    ``between_runs_pct``, the standard deviation of the runs' figures themselves. A
-    between-runs figure well over the expected one says the runs differ by more than
-    their slices do: something that holds for a whole run (its forked clients, where
-    the scheduler put them, the machine's load over minutes), which longer passes would
-    not average away; one near it says the passes are too short. None without at
-    least two runs with two slice pairs each."""
-    per_run = [
-        [float(pair["throughput"]) for pair in run.get("slices", [])]
-        for run in runs
-        if len(run.get("slices", [])) >= 2
-    ]
-    if len(per_run) < 2 or len(per_run) != len(runs):
-        return None
-    means = [statistics.fmean(ratios) for ratios in per_run]
-    grand = statistics.fmean(means)
-    deviations = [r - mean for ratios, mean in zip(per_run, means, strict=True) for r in ratios]
-    dof = sum(len(ratios) - 1 for ratios in per_run)
-    within = (sum(d * d for d in deviations) / dof) ** 0.5
-    slices = statistics.fmean(len(ratios) for ratios in per_run)
-    figures = [float(run["remote_warm_over_redis"]["throughput"]) for run in runs]
-    return {
-        "within_run_pct": 100.0 * within / grand,
-        "expected_between_pct": 100.0 * within / slices**0.5 / grand,
-        "between_runs_pct": 100.0 * statistics.stdev(figures) / grand,
-    }

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shuttle.bench.netrand_clients import summarize
+from shuttle.bench.netrand_summary import summarize
 from shuttle.bench.nodes import bench_client
 from shuttle.bench.placement import default_cpu, pinned
 from shuttle.client.client import Client

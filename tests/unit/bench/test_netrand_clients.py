@@ -15,16 +15,15 @@ import pytest
 from shuttle.bench import netrand_machine
 from shuttle.bench.netrand_clients import (
     PAGED_CACHES,
-    SLICES,
+    SLICES_DEFAULT,
     WARM_UP,
-    _summaries,
     hot_pages,
     miss_cycle,
     paged_object_bytes,
     pass_sequence,
-    rerun_spread,
-    spread,
 )
+from shuttle.bench.netrand_reruns import rerun_spread
+from shuttle.bench.netrand_summary import spread, summaries
 from shuttle.bench.placement import cpu_ticks, cpu_use
 from shuttle.blockcache import BlockCache
 from shuttle.errors import ConfigError
@@ -38,11 +37,21 @@ def test_the_timed_passes_alternate_in_slices_after_the_untimed_ones() -> None:
         "remote_cold",
         WARM_UP,
         "mixed",
-        *["remote_warm", "redis", "mixed_paged"] * SLICES,
+        *["remote_warm", "redis", "mixed_paged"] * SLICES_DEFAULT,
     ]
-    # 0 s: every pass once, reading its list once.
+    # --slices: as many trios; 0 s: every pass once, reading its list once.
+    assert pass_sequence(3.0, 12)[3:] == ["remote_warm", "redis", "mixed_paged"] * 12
     once = ["remote_cold", WARM_UP, "mixed", "remote_warm", "redis", "mixed_paged"]
     assert pass_sequence(0) == once
+    assert pass_sequence(0, 12) == once
+
+
+def test_a_slice_count_out_of_range_is_refused_with_the_range() -> None:
+    from shuttle.bench.netrand import NetrandConfig
+
+    with pytest.raises(ConfigError, match=r"--slices must be in 1\.\.64"):
+        NetrandConfig(clients=(8,), slices=0)
+    assert NetrandConfig(clients=(8,), slices=12).slices == 12
 
 
 def test_missing_readers_share_the_paged_objects_blocks_one_page_each() -> None:
@@ -128,7 +137,7 @@ def test_slices_give_their_ratios_and_the_spread_of_each_pass() -> None:
         for c in range(2)
     ]
     report: dict[str, object] = {}
-    _summaries(report, outputs)
+    summaries(report, outputs)
     assert [round(x["throughput"], 2) for x in report["slices"]] == [2.0, 1.0]  # type: ignore[index]
     assert [round(x["throughput"], 2) for x in report["mixed_paged_slices"]] == [0.8, 0.9]  # type: ignore[index]
     spreads = report["spread"]
@@ -139,6 +148,25 @@ def test_slices_give_their_ratios_and_the_spread_of_each_pass() -> None:
     assert round(report["remote_warm"]["client_cpu_us_per_req"], 1) == 133.3  # type: ignore[index]
     # Pooled: 3,000 warm and 2,500 mixed requests over 2 s each.
     assert round(report["mixed_paged_over_warm"], 3) == round(2500 / 3000, 3)  # type: ignore[arg-type]
+
+
+def test_the_pair_median_stands_beside_the_pooled_ratio_and_ignores_one_slow_slice() -> None:
+    """Four slice pairs at 1.1 and one whose warm slice ran at half speed: the pooled
+    ratio (the headline, unchanged) falls by that slice's share, the median of the
+    pairs' ratios stays 1.1; both go into the reruns' figures."""
+    warm = [1100.0, 1100.0, 1100.0, 1100.0, 550.0]
+    outputs = [
+        {"remote_warm": [_slice(w, 50) for w in warm], "redis": [_slice(1000.0, 50)] * 5}
+        for _ in range(2)
+    ]
+    report: dict[str, Any] = {}
+    summaries(report, outputs)
+    ratio = report["remote_warm_over_redis"]
+    assert ratio["throughput"] == pytest.approx(4950 / 5000, rel=1e-3)
+    assert ratio["throughput_pair_median"] == pytest.approx(1.1, rel=1e-3)
+    again = rerun_spread([report, report])["figures"]
+    assert again["remote_warm_over_redis_pair_median"] == [ratio["throughput_pair_median"]] * 2
+    assert again["remote_warm_over_redis_throughput"] == [ratio["throughput"]] * 2
 
 
 def test_each_slice_pair_says_which_side_moved_and_what_the_machine_did() -> None:
@@ -152,7 +180,7 @@ def test_each_slice_pair_says_which_side_moved_and_what_the_machine_did() -> Non
         for _ in range(2)
     ]
     report: dict[str, Any] = {}
-    _summaries(report, outputs)
+    summaries(report, outputs)
 
     def cpus(busy: float, idle: float) -> dict[str, dict[str, float]]:
         # cpu0 is another session's: not the benchmark's CPU, so not in others_s.
