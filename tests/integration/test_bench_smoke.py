@@ -27,6 +27,8 @@ def test_netrand_smoke_writes_every_section(tmp_path: Path) -> None:
         "1,2",
         "--pass-seconds",
         "0.5",
+        "--slices",
+        "3",
         "--node-cache-bytes",
         str(4 << 20),  # the mixed_paged object: twice that, 8 MiB
         "--json-out",
@@ -46,9 +48,18 @@ def test_netrand_smoke_writes_every_section(tmp_path: Path) -> None:
         for section in ("remote_warm", "redis"):
             assert rep[section]["requests"] > 30 * n and rep[section]["elapsed_s"] >= 0.5
         assert rep["pass_seconds"] == 0.5
-        # Four pairs of slices, warm and Redis alternating: the ratio of each pair.
-        assert len(rep["slices"]) == 4 and all(x["throughput"] > 0 for x in rep["slices"])
+        # Three pairs of slices (--slices), warm and Redis alternating: the ratio of
+        # each pair, the pooled ratio and the pairs' median beside it.
+        assert rep["slice_count"] == 3
+        assert len(rep["slices"]) == 3 and all(x["throughput"] > 0 for x in rep["slices"])
         assert rep["remote_warm_over_redis"]["throughput"] > 0
+        assert rep["remote_warm_over_redis"]["throughput_pair_median"] > 0
+        # From the scheduler, per slice: how often the server and the clients ran.
+        for pair in rep["slices"]:
+            for side in ("warm_machine", "redis_machine"):
+                assert pair[side]["server_runs_per_req"] > 0
+                assert pair[side]["clients_runs_per_req"] > 0
+                assert pair[side]["clients_wait_s"] >= 0 and pair[side]["server_wait_s"] >= 0
         assert {"remote_warm", "redis", "remote_warm_over_redis"} <= set(rep["spread"])
         for section in ("remote_warm", "redis"):  # where the CPU went, per request
             assert rep[section]["client_cpu_us_per_req"] > 0
@@ -63,7 +74,7 @@ def test_netrand_smoke_writes_every_section(tmp_path: Path) -> None:
     assert paged["requests"] > 60 and paged["elapsed_s"] >= 0.5
     assert node["inline"] == paged["requests"] and node["pooled"] == 0
     assert node["cache_misses"] >= two["mixed_paged_cold"]["requests"] > 30
-    assert len(two["mixed_paged_slices"]) == 4 and two["mixed_paged_over_warm"] > 0
+    assert len(two["mixed_paged_slices"]) == 3 and two["mixed_paged_over_warm"] > 0
     assert two["spread"]["mixed_paged_over_warm"]["max"] > 0
     assert two["mixed_over_warm"] > 0 and "mixed_paged" not in one
     assert report["remote_miss_over_remote_warm_p50"] > 0

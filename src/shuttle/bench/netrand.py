@@ -41,7 +41,7 @@ from shuttle.bench.netrand_clients import (
 )
 from shuttle.bench.netrand_reruns import rerun_spread
 from shuttle.bench.nodes import bench_client
-from shuttle.bench.placement import cpu_time_s, default_cpu, pin_process, pinned
+from shuttle.bench.placement import default_cpu, pin_process, pinned, sched_use
 from shuttle.bench.redis_anchor import RedisServer, RespClient
 from shuttle.blockcache import DEFAULT_BLOCK_SIZE_BYTES
 from shuttle.client.client import Client
@@ -356,8 +356,8 @@ def run(config: NetrandConfig, progress: Callable[[str], None] = lambda _: None)
                             hot=hot,
                             pass_seconds=config.pass_seconds,
                             slices=config.slices,
-                            server_cpu=lambda: {
-                                name: cpu_time_s(pid) for name, pid in server_pids.items()
+                            server_sched=lambda: {
+                                name: sched_use(pid) for name, pid in server_pids.items()
                             },
                         )
                     )

@@ -72,7 +72,7 @@ from typing import Any
 
 from shuttle.bench import netrand_machine
 from shuttle.bench.netrand_summary import summaries
-from shuttle.bench.placement import cpu_ticks, cpu_use
+from shuttle.bench.placement import cpu_ticks, cpu_use, sched_use
 from shuttle.bench.redis_anchor import RespClient
 from shuttle.client.client import Client
 from shuttle.errors import ConfigError
@@ -197,7 +197,7 @@ def _client_process(
     ``pass_seconds`` ÷ ``slices``) and files their latencies under its result name (None: it sits
     the pass out); sends its samples back."""
     client.after_fork_in_child()
-    out: dict[str, list[tuple[list[int], float, float, float]]] = {}
+    out: dict[str, list[tuple[list[int], float, float, float, float, int]]] = {}
     try:
         resp = RespClient(redis_port) if redis_port is not None else None
         read = client.read
@@ -219,6 +219,7 @@ def _client_process(
                 fetch: Callable[[str, int], bytes] = redis if name == "redis" else remote
                 lat: list[int] = []
                 cpu = time.process_time()
+                _, waited, runs = sched_use()
                 start = time.time()
                 timed = pass_seconds > 0 and name in TIMED_PASSES
                 deadline = clock() + int(pass_seconds / slices * 1e9)
@@ -235,7 +236,19 @@ def _client_process(
                     i += 1
                 end = time.time()
                 positions[name] = i
-                out.setdefault(name, []).append((lat, start, end, time.process_time() - cpu))
+                # Per slice: latencies, start, finish, CPU seconds, and from the
+                # scheduler the seconds runnable but waiting and the times put on a CPU.
+                _, waited_after, runs_after = sched_use()
+                out.setdefault(name, []).append(
+                    (
+                        lat,
+                        start,
+                        end,
+                        time.process_time() - cpu,
+                        waited_after - waited,
+                        runs_after - runs,
+                    )
+                )
             barrier.wait(PASS_TIMEOUT_S)  # every client finished the pass
         if resp is not None:
             resp.close()
@@ -267,15 +280,17 @@ def run_clients(
     hot: int,
     pass_seconds: float = PASS_SECONDS_DEFAULT,
     slices: int = SLICES_DEFAULT,
-    server_cpu: Callable[[], dict[str, float]] = dict,
+    server_sched: Callable[[], dict[str, tuple[float, float, int]]] = dict,
 ) -> dict[str, Any]:
     """The passes with ``n`` concurrent client processes (the warm, Redis and
     mixed_paged ones ``pass_seconds`` long, 0: ``pages`` each); returns their
     summaries. ``paged_key``: mixed_paged's object (``paged_bytes``, the node's block
     cache in blocks of ``block_bytes`` twice over), brought into the node's page cache
     by ``warm_page_cache``; ``hot``: the warm readers draw their pages from the file's
-    first ``hot`` pages (:func:`hot_pages`). ``server_cpu``: the CPU seconds the node
-    (``"node"``) and Redis (``"redis"``) have used so far, those the benchmark knows."""
+    first ``hot`` pages (:func:`hot_pages`). ``server_sched``: what the scheduler did so
+    far for the node (``"node"``) and Redis (``"redis"``), those the benchmark knows
+    (:func:`~shuttle.bench.placement.sched_use`: CPU seconds, seconds waiting for a CPU,
+    times put on one)."""
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(n + 1)
     sequence = pass_sequence(pass_seconds, slices)
@@ -328,7 +343,7 @@ def run_clients(
         "clients": n,
         "pages_per_client": pages,
         "pass_seconds": pass_seconds,
-        "slices": slices if pass_seconds > 0 else 1,
+        "slice_count": slices if pass_seconds > 0 else 1,
         "hot_pages": hot,
         "paged_object_bytes": paged_bytes,
     }
@@ -348,20 +363,31 @@ def run_clients(
                 warm_page_cache()
                 paged_warmed = True
             before = node_counters()
-            cpu_before = server_cpu()
+            sched_before = server_sched()
             ticks_before = cpu_ticks()
             barrier.wait(PASS_TIMEOUT_S)  # go
             barrier.wait(PASS_TIMEOUT_S)  # all done
             ticks_after = cpu_ticks()
-            cpu_after = server_cpu()
+            sched_after = server_sched()
             after = node_counters()
             server = "redis" if name == "redis" else "node"
             used: float | None = None
-            if server in cpu_after and server in cpu_before:
-                used = cpu_after[server] - cpu_before[server]
+            waited: float | None = None
+            runs: int | None = None
+            if server in sched_after and server in sched_before:
+                (ran0, waited0, runs0), (ran1, waited1, runs1) = (
+                    sched_before[server],
+                    sched_after[server],
+                )
+                used, waited, runs = ran1 - ran0, waited1 - waited0, runs1 - runs0
                 server_cpu_s[name] = server_cpu_s.get(name, 0.0) + used
             if name in netrand_machine.PAIRED:
-                slice_use = {"cpus": cpu_use(ticks_before, ticks_after), "server_cpu_s": used}
+                slice_use = {
+                    "cpus": cpu_use(ticks_before, ticks_after),
+                    "server_cpu_s": used,
+                    "server_wait_s": waited,
+                    "server_runs": runs,
+                }
                 machine.setdefault(name, []).append(slice_use)
             if name not in ("redis", WARM_UP):
                 total = done.setdefault(name, {"inline": 0, "pooled": 0, "cache_misses": 0})

@@ -41,14 +41,30 @@ def cpu_time_s(pid: int) -> float:
     nanosecond count, ``/proc/PID/task/TID/schedstat``); threads that ended are not
     counted, so take differences over spans in which none does (a server's pool
     threads live as long as it)."""
-    total = 0
-    for tid in threads_of(pid):
+    return sched_use(pid)[0]
+
+
+def sched_use(pid: int | None = None) -> tuple[float, float, int]:
+    """What the scheduler did for every thread of ``pid`` so far (None: this process's
+    main thread): seconds on a CPU, seconds runnable but waiting for one (the run
+    delay), and how many times it was put on a CPU (``/proc/PID/task/TID/schedstat``),
+    summed over its threads; as in :func:`cpu_time_s`, take differences over spans in
+    which no thread ends."""
+    if pid is None:
+        paths = ["/proc/self/schedstat"]
+    else:
+        paths = [f"/proc/{pid}/task/{tid}/schedstat" for tid in threads_of(pid)]
+    ran = waited = slices = 0
+    for path in paths:
         try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
+            with open(path) as f:
+                fields = f.read().split()
+            ran += int(fields[0])
+            waited += int(fields[1])
+            slices += int(fields[2])
         except (OSError, IndexError, ValueError):
             continue  # a thread that just ended
-    return total / 1e9
+    return ran / 1e9, waited / 1e9, slices
 
 
 def pin_process(pid: int, cpu: int) -> None:

@@ -24,7 +24,7 @@ from shuttle.bench.netrand_clients import (
 )
 from shuttle.bench.netrand_reruns import rerun_spread
 from shuttle.bench.netrand_summary import spread, summaries
-from shuttle.bench.placement import cpu_ticks, cpu_use
+from shuttle.bench.placement import cpu_ticks, cpu_time_s, cpu_use, sched_use
 from shuttle.blockcache import BlockCache
 from shuttle.errors import ConfigError
 
@@ -212,6 +212,44 @@ def test_each_slice_pair_says_which_side_moved_and_what_the_machine_did() -> Non
     assert second["warm_machine"]["cpus"]["cpu1"]["irq_s"] == 0.1
     assert "others_s" not in second["redis_machine"]  # Redis's CPU unknown there
     assert first["redis_machine"]["clients_cpu_s"] == 0.2
+    assert "server_runs_per_req" not in first["warm_machine"]  # no scheduler figures given
+
+
+def test_each_slice_says_how_often_the_scheduler_ran_its_server_and_clients() -> None:
+    """From the scheduler: a warm slice whose node was put on the CPU once per request
+    and one where it found ten requests each time; the clients' waits and runs."""
+
+    def sample(runs: int) -> tuple[list[int], float, float, float, float, int]:
+        return ([1000] * 1000, 0.0, 1.0, 0.1, 0.25, runs)  # 1,000 requests a client
+
+    outputs = [{"remote_warm": [sample(1000), sample(100)], "redis": [sample(500)] * 2}] * 2
+    report: dict[str, Any] = {}
+    summaries(report, outputs)
+    cpus = {"cpu1": {"busy_s": 1.0, "irq_s": 0.0, "idle_s": 0.0, "steal_s": 0.0}}
+    machine = {
+        "remote_warm": [
+            {"cpus": cpus, "server_cpu_s": 0.4, "server_wait_s": 0.1, "server_runs": 2000},
+            {"cpus": cpus, "server_cpu_s": 0.3, "server_wait_s": 0.2, "server_runs": 200},
+        ],
+        "redis": [{"cpus": cpus, "server_cpu_s": None, "server_wait_s": None, "server_runs": None}]
+        * 2,
+    }
+    netrand_machine.attach(report, machine, outputs, ["cpu1"])
+    first, second = (pair["warm_machine"] for pair in report["slices"])
+    assert first["server_runs_per_req"] == 1.0 and second["server_runs_per_req"] == 0.1
+    assert second["server_wait_s"] == 0.2
+    assert first["clients_runs_per_req"] == 1.0 and second["clients_runs_per_req"] == 0.1
+    assert first["clients_wait_s"] == 0.5
+    assert "server_runs_per_req" not in report["slices"][0]["redis_machine"]
+    assert report["slices"][0]["redis_machine"]["clients_runs_per_req"] == 0.5
+
+
+def test_sched_use_reads_this_process_and_a_server_by_pid() -> None:
+    mine, by_pid = sched_use(), sched_use(os.getpid())
+    assert mine[0] > 0 and mine[2] > 0 and mine[1] >= 0
+    # The main thread's figures are part of every thread's, read just after.
+    assert by_pid[0] >= mine[0] and by_pid[2] >= mine[2]
+    assert cpu_time_s(os.getpid()) >= by_pid[0]
 
 
 def test_cpu_use_reads_what_each_cpu_did_in_seconds() -> None:
