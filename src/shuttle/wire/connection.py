@@ -508,6 +508,7 @@ class Connection:
         rid, op, args = h
         return (
             type(rid) is int
+            and rid > 0
             and type(args) is dict
             and type(op) is str
             and 0 < len(op) <= OP_NAME_BYTES_MAX
@@ -516,17 +517,15 @@ class Connection:
 
     def _take_request_id(self, rid: Any) -> bool:
         """:meth:`_take_request` once the header is known to be a well-formed request
-        (``rid`` an int, kept boxed as in :meth:`_check_response`)."""
+        (``rid`` a positive int, kept boxed as in :meth:`_check_response`: both callers
+        check that it is, the read lane's parsers and :meth:`_take_request`)."""
         in_flight = self._in_flight
-        if (
-            rid > 0
-            and rid not in in_flight
-            and len(in_flight) < self.our_limits.in_flight_max
-            and self._steady_recv_request
-            and self._is_server
-        ):
+        held = len(in_flight)
+        if held < self.our_limits.in_flight_max and self._steady_recv_request and self._is_server:
+            # One hash lookup, not two ("not in", then "add"): a fresh id grows the set,
+            # one already in flight leaves it as it was, and is refused.
             in_flight.add(rid)
-            return True
+            return len(in_flight) > held
         return False
 
     def _take_response(self, h: Any) -> int | None:
