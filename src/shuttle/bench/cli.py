@@ -108,7 +108,7 @@ def netrand(
             "after it; more, shorter slices put the machine's drift on both servers more "
             "evenly.",
         ),
-    ] = 4,
+    ] = 12,
     node_cache_bytes: Annotated[
         int,
         typer.Option(

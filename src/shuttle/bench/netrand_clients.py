@@ -79,20 +79,27 @@ from shuttle.errors import ConfigError
 
 #: How long a pass may take before the benchmark gives up on its clients.
 PASS_TIMEOUT_S = 600.0
-#: How long each client reads in a timed pass (warm, Redis, mixed_paged), its four
-#: slices together. What a rerun repeats is set by how much the machine moves under a
-#: pass, not by how many requests it holds (3 s held 17,000-120,000): on this shared
-#: 2-vCPU machine a slice pair's warm ÷ Redis ratio moves 13-29 % (sd) under other
-#: sessions' load, and three runs' figures moved by about what that predicts for a
-#: run's four slices (``reruns.noise``). 12 s (3-s slices) brought the 64-client
-#: ratio's range over three runs from 16.7 % to 2.2 % pinned and from 29.2 % to 9.5 %
-#: unpinned under that load (benchmarks/README.md, "Tail latency", sixth session);
-#: a ``--clients 8,64 --repeat 3`` invocation then takes about 5 minutes.
+#: How long each client reads in a timed pass (warm, Redis, mixed_paged), its slices
+#: together (:data:`SLICES_DEFAULT`). What a rerun repeats is set by how much the
+#: machine moves under a pass, not by how many requests it holds (3 s held
+#: 17,000-120,000): on this shared 2-vCPU machine a slice pair's warm ÷ Redis ratio
+#: moves 13-29 % (sd) under other sessions' load, and three runs' figures moved by
+#: about what that predicts for a run's four slices (``reruns.noise``). 12 s (then four
+#: 3-s slices) brought the 64-client ratio's range over three runs from 16.7 % to 2.2 %
+#: pinned and from 29.2 % to 9.5 % unpinned under that load (benchmarks/README.md,
+#: "Tail latency", sixth session); a ``--clients 8,64 --repeat 3`` invocation then
+#: takes about 5 minutes.
 PASS_SECONDS_DEFAULT = 12.0
 #: The timed passes' slices, alternating (see the module), ``--slices``: each slice of
 #: the warm pass is paired with the Redis slice after it, and a pass's figure pools
-#: them. Four at first (3-s slices of the 12-s pass).
-SLICES_DEFAULT = 4
+#: them. What moves a slice pair's ratio is the machine over seconds, not the slice's
+#: length: under other sessions' load a pair moved 24-31 % (sd) with 1-s slices and
+#: 25-29 % with 3-s ones, so more, shorter slices average more of it in the same pass:
+#: 12 (1-s slices of the 12-s pass) brought the 64-client ratio's range over three
+#: pinned runs from 31 and 39 % (4 slices) to 6.5 and 16 %, in the same sitting,
+#: interleaved (benchmarks/README.md, "Tail latency", eighth sitting). A slice of 1 s
+#: still holds 10,000-30,000 requests at 64 clients.
+SLICES_DEFAULT = 12
 #: Most slices a pass may be cut into: a slice under about 0.1 s at 64 clients would
 #: be mostly the barrier's start and finish, not reading.
 SLICES_MAX = 64

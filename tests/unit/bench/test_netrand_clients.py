@@ -40,7 +40,7 @@ def test_the_timed_passes_alternate_in_slices_after_the_untimed_ones() -> None:
         *["remote_warm", "redis", "mixed_paged"] * SLICES_DEFAULT,
     ]
     # --slices: as many trios; 0 s: every pass once, reading its list once.
-    assert pass_sequence(3.0, 12)[3:] == ["remote_warm", "redis", "mixed_paged"] * 12
+    assert pass_sequence(3.0, 6)[3:] == ["remote_warm", "redis", "mixed_paged"] * 6
     once = ["remote_cold", WARM_UP, "mixed", "remote_warm", "redis", "mixed_paged"]
     assert pass_sequence(0) == once
     assert pass_sequence(0, 12) == once
@@ -317,3 +317,5 @@ def test_the_cli_passes_last_the_modules_default() -> None:
     from shuttle.bench.netrand_clients import PASS_SECONDS_DEFAULT
 
     assert inspect.signature(netrand).parameters["pass_seconds"].default == PASS_SECONDS_DEFAULT
+    params = inspect.signature(netrand).parameters
+    assert params["slices"].default == SLICES_DEFAULT
