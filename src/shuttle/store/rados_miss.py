@@ -106,22 +106,12 @@ class LoopReads:
         StorageIOError naming a timeout)."""
         aio, reader = self.aio, self.reader
         cache = reader.cache
-        if not (
-            aio is not None
-            and type(k) is str
-            and type(length) is int
-            and 0 < length <= reader.config.cache_read_bytes_max
-            and type(offset) is int
-            and offset >= 0
-            and cache.capacity_bytes > 0
-        ):
+        if aio is None:
             return None
-        e = reader.trusted_entry(k)
-        if e is None or (expected is not None and expected != e.version):
-            return None  # validated first, or a mismatch the thread path words
-        end = min(offset + length, e.size) if e.exact else offset + length
-        if offset >= end:
-            return None  # nothing to read: the thread path answers b""
+        span = self._trusted_span(k, offset, length, expected)
+        if span is None:
+            return None
+        e, end = span
         lock = reader.lock_for(k)
         if not lock.try_acquire_read():
             return None  # a change through this node under way or waiting
@@ -182,21 +172,10 @@ class LoopReads:
         the cache's reach are read whole)."""
         reader = self.reader
         cache = reader.cache
-        if not (
-            type(k) is str
-            and type(length) is int
-            and 0 < length <= reader.config.cache_read_bytes_max
-            and type(offset) is int
-            and offset >= 0
-            and cache.capacity_bytes > 0
-        ):
+        span = self._trusted_span(k, offset, length, expected)
+        if span is None:
             return None
-        e = reader.trusted_entry(k)
-        if e is None or (expected is not None and expected != e.version):
-            return None
-        end = min(offset + length, e.size) if e.exact else offset + length
-        if offset >= end:
-            return None
+        e, end = span
         lock = reader.lock_for(k)
         if not lock.try_acquire_read():
             return None  # a change through this node under way or waiting
@@ -214,6 +193,28 @@ class LoopReads:
         reader.stat_free_hits += 1  # trusted: RADOS was not asked
         conn = reader.conn
         return {"pool": conn.pool, "namespace": conn.namespace, "object": k, "version": e.version}
+
+    def _trusted_span(
+        self, k: str, offset: int, length: int, expected: int | None
+    ) -> tuple[Entry, int] | None:
+        """A small read's trusted entry and the end of what it reads, or None: a bad
+        or large request, no cache, no trusted entry, a version mismatch (the thread
+        path words it) or nothing to read (the thread path answers b"")."""
+        reader = self.reader
+        if not (
+            type(k) is str
+            and type(length) is int
+            and 0 < length <= reader.config.cache_read_bytes_max
+            and type(offset) is int
+            and offset >= 0
+            and reader.cache.capacity_bytes > 0
+        ):
+            return None
+        e = reader.trusted_entry(k)
+        if e is None or (expected is not None and expected != e.version):
+            return None
+        end = min(offset + length, e.size) if e.exact else offset + length
+        return None if offset >= end else (e, end)
 
     def _answer(
         self,
