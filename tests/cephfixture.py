@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from shuttle.client.client import Client
+from shuttle.client.model import NodeAddress
 from shuttle.cluster.ceph import LocalCeph
 
 
@@ -31,3 +34,21 @@ def ceph(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCeph]:
         yield local
     finally:
         local.down()
+
+
+def rados_stats(c: Client, node: NodeAddress) -> dict[str, Any]:
+    """A RADOS node's store counters (``stats()["store"]["rados"]``)."""
+    stats: dict[str, Any] = c.node_stats(node)["store"]["rados"]
+    return stats
+
+
+def wait_trusting(c: Client, node: NodeAddress, timeout_s: float = 30.0) -> None:
+    """Wait until a RADOS node trusts its cache (its watch confirmed, the probation
+    over), so that its reads are answered as the tests expect."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        co = rados_stats(c, node)["coherence"]
+        if co["trusted"] and co["probation_s_left"] == 0:
+            return
+        assert time.monotonic() < deadline, f"node not trusting its cache: {co}"
+        time.sleep(0.05)

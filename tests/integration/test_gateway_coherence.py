@@ -5,16 +5,15 @@ change through the other is never followed by a stale read (docs/ceph.md)."""
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from shuttle.client.client import Client
 from shuttle.client.model import NodeAddress
 from shuttle.cluster.ceph import LocalCeph
+from tests.cephfixture import rados_stats, wait_trusting
 from tests.integration.nodeproc import NodeProcess
 
 
@@ -30,21 +29,6 @@ def nodes(ceph: LocalCeph, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             p.terminate()
 
 
-def _rados_stats(c: Client, node: NodeAddress) -> dict[str, Any]:
-    stats: dict[str, Any] = c.node_stats(node)["store"]["rados"]
-    return stats
-
-
-def _wait_trusting(c: Client, node: NodeAddress, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        co = _rados_stats(c, node)["coherence"]
-        if co["trusted"] and co["probation_s_left"] == 0:
-            return
-        assert time.monotonic() < deadline, f"node not trusting its cache: {co}"
-        time.sleep(0.05)
-
-
 def test_changes_through_one_node_are_never_read_stale_through_the_other(
     nodes: list[NodeProcess],
 ) -> None:
@@ -52,20 +36,20 @@ def test_changes_through_one_node_are_never_read_stale_through_the_other(
     with Client(addrs, request_timeout_s=30) as c:
         one, two = addrs
         for node in addrs:
-            _wait_trusting(c, node)
+            wait_trusting(c, node)
 
         def read_two(offset: int) -> bytes:
             args = {"key": "co/k", "offset": offset, "length": 4096}
             payload: bytes = c.call(two, "read", args).payload
             return payload
 
-        before = _rados_stats(c, two)
+        before = rados_stats(c, two)
         for i in range(30):
             data = bytes([i]) * 16384
             c.call(one, "put", {"key": "co/k"}, data)
             for _ in range(3):  # cold, then warm (on the node's event loop)
                 assert read_two(4096) == data[:4096], f"stale read after change {i}"
-        after = _rados_stats(c, two)
+        after = rados_stats(c, two)
         assert after["validations"] == before["validations"]  # not one stat
         assert after["inline_hits"] - before["inline_hits"] >= 30
         assert after["announced"] - before["announced"] >= 29
@@ -96,20 +80,20 @@ def test_a_node_just_started_serves_warm_reads_from_its_cache_once_its_probation
             # confirmed by RADOS), then read warm.
             while True:
                 assert read_new() == data[4096:8192]
-                co = _rados_stats(c, new)["coherence"]
+                co = rados_stats(c, new)["coherence"]
                 if co["trusted"] and co["probation_s_left"] == 0:
                     break
-            before = _rados_stats(c, new)
+            before = rados_stats(c, new)
             for _ in range(3):
                 assert read_new() == data[4096:8192]
-            after = _rados_stats(c, new)
+            after = rados_stats(c, new)
             assert after["validations"] - before["validations"] <= 1  # the first, at most
             assert after["inline_hits"] - before["inline_hits"] >= 2
             changed = secrets.token_bytes(16384)
             c.call(one, "put", {"key": "co/fresh"}, changed)  # through the other node
             assert read_new() == changed[4096:8192]
             assert read_new() == changed[4096:8192]
-            assert _rados_stats(c, new)["announced"] > after["announced"]
+            assert rados_stats(c, new)["announced"] > after["announced"]
     finally:
         fresh.terminate()
 
@@ -130,7 +114,7 @@ def test_reads_that_miss_the_cache_are_answered_without_a_pool_thread(
         with Client(addrs, request_timeout_s=30) as c:
             data = secrets.token_bytes(1 << 20)
             c.call(one, "put", {"key": "co/big"}, data)
-            _wait_trusting(c, node)
+            wait_trusting(c, node)
 
             def read(offset: int) -> bytes:
                 args = {"key": "co/big", "offset": offset, "length": 4096}

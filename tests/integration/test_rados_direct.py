@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from shuttle.cluster.clusterfile import ClusterFile, NodeEntry
 from shuttle.errors import InvalidArgumentError, NotPermittedError, VersionMismatchError
 from shuttle.net import auth
 from shuttle.net.principals import Caps
+from tests.cephfixture import rados_stats, wait_trusting
 from tests.integration.nodeproc import NodeProcess, shuttle_cli
 
 PAGE = 4096
@@ -81,25 +81,10 @@ def gw(ceph: LocalCeph, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ga
             proc, NodeAddress("gw", "127.0.0.1", proc.port), key, key_file, root, namespace, ceph
         )
         with g.client() as c:
-            _wait_trusting(c, g.addr)
+            wait_trusting(c, g.addr)
         yield g
     finally:
         proc.terminate()
-
-
-def _rados_stats(c: Client, node: NodeAddress) -> dict[str, Any]:
-    stats: dict[str, Any] = c.node_stats(node)["store"]["rados"]
-    return stats
-
-
-def _wait_trusting(c: Client, node: NodeAddress, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        co = _rados_stats(c, node)["coherence"]
-        if co["trusted"] and co["probation_s_left"] == 0:
-            return
-        assert time.monotonic() < deadline, f"node not trusting its cache: {co}"
-        time.sleep(0.05)
 
 
 def _object(c: Client, key: str) -> bytes:
@@ -117,13 +102,13 @@ def _pages() -> Iterator[int]:
 def test_a_direct_read_returns_what_the_node_returns(gw: Gateway) -> None:
     with gw.client() as plain, gw.client(rados_direct=gw.direct()) as c:
         data = _object(plain, "d/same")
-        before = _rados_stats(plain, gw.addr)
+        before = rados_stats(plain, gw.addr)
         offsets = list(_pages())[:96]
         for offset in offsets:
             assert c.read("d/same", offset, PAGE) == data[offset : offset + PAGE]
         # A range across the object's end: fewer bytes, as through the node.
         assert c.read("d/same", OBJECT_BYTES - 100, PAGE) == data[-100:]
-        after = _rados_stats(plain, gw.addr)
+        after = rados_stats(plain, gw.addr)
         answers = after["direct_answers"] - before["direct_answers"]
         stats = c.rados_direct.stats() if c.rados_direct else {}
         # The cache fills with the first 32 pages the node reads; then it is full.
@@ -135,10 +120,10 @@ def test_a_direct_read_returns_what_the_node_returns(gw: Gateway) -> None:
     # A client that remembers a key the node named reads its pages from RADOS without
     # asking the node again (for remember_s), the ones the node holds too.
     with gw.client() as plain, gw.client(rados_direct=gw.direct(remember_s=60)) as c:
-        before = _rados_stats(plain, gw.addr)
+        before = rados_stats(plain, gw.addr)
         got = [c.read("d/same", offset, PAGE) for offset in offsets]
         assert got == [data[offset : offset + PAGE] for offset in offsets]
-        after = _rados_stats(plain, gw.addr)
+        after = rados_stats(plain, gw.addr)
         assert c.rados_direct is not None
         stats = c.rados_direct.stats()
         named = after["direct_answers"] - before["direct_answers"]
@@ -196,10 +181,10 @@ def test_a_cephx_user_without_caps_on_the_pool_falls_back_to_the_node(gw: Gatewa
     keyring = _keyring_of(gw.ceph, user, gw.root, mon="allow r", osd="allow r pool=elsewhere")
     with gw.client() as plain, gw.client(rados_direct=gw.direct(keyring, user)) as c:
         data = _object(plain, "d/nocaps")
-        before = _rados_stats(plain, gw.addr)
+        before = rados_stats(plain, gw.addr)
         for offset in list(_pages())[:64]:
             assert c.read("d/nocaps", offset, PAGE) == data[offset : offset + PAGE]
-        answers = _rados_stats(plain, gw.addr)["direct_answers"] - before["direct_answers"]
+        answers = rados_stats(plain, gw.addr)["direct_answers"] - before["direct_answers"]
         assert c.rados_direct is not None
         stats = c.rados_direct.stats()
         assert answers >= 16 and stats["direct"] == 0, (answers, stats)
@@ -243,10 +228,10 @@ def test_off_by_default_the_client_reads_nothing_from_rados(gw: Gateway) -> None
     with gw.client() as c:
         assert c.rados_direct is None
         data = _object(c, "d/off")
-        before = _rados_stats(c, gw.addr)
+        before = rados_stats(c, gw.addr)
         for offset in list(_pages())[:64]:
             assert c.read("d/off", offset, PAGE) == data[offset : offset + PAGE]
-        after = _rados_stats(c, gw.addr)
+        after = rados_stats(c, gw.addr)
         assert after["direct_answers"] == before["direct_answers"]
         assert after["aio_reads"] - before["aio_reads"] >= 64  # the node read every miss
 
@@ -265,7 +250,7 @@ def test_shuttle_cat_reads_a_range_directly_with_the_user_s_ceph_credentials(
         data = _object(c, "d/cli")
         for offset in list(_pages())[:40]:  # the node's cache is full after these
             c.read("d/cli", offset, PAGE)
-        before = _rados_stats(c, gw.addr)["direct_answers"]
+        before = rados_stats(c, gw.addr)["direct_answers"]
     info = gw.ceph.info()
     where = ["--node", gw.proc.address, "--key-file", str(gw.key_file)]
     offset = 100 * PAGE
@@ -277,7 +262,7 @@ def test_shuttle_cat_reads_a_range_directly_with_the_user_s_ceph_credentials(
     assert ok.returncode == 0, ok.stderr.decode()
     assert ok.stdout == data[offset : offset + PAGE]
     with gw.client() as c:  # the node named the object; the command read it itself
-        assert _rados_stats(c, gw.addr)["direct_answers"] == before + 1
+        assert rados_stats(c, gw.addr)["direct_answers"] == before + 1
     bad = shuttle_cli("cat", "d/cli", *where, "--length", str(PAGE), "--rados-direct")
     assert bad.returncode == 2 and b"give --ceph-conf" in bad.stderr, bad.stderr.decode()
 
@@ -312,7 +297,7 @@ def test_a_key_the_node_keeps_answering_with_bytes_is_read_by_its_read_lane(gw: 
 def test_the_asyncio_client_reads_the_misses_the_node_names_itself(gw: Gateway) -> None:
     with gw.client() as plain:
         data = _object(plain, "d/async")
-        before = _rados_stats(plain, gw.addr)
+        before = rados_stats(plain, gw.addr)
 
     async def reads() -> tuple[list[bytes], dict[str, Any]]:
         async with AsyncClient(
@@ -325,7 +310,7 @@ def test_the_asyncio_client_reads_the_misses_the_node_names_itself(gw: Gateway) 
     got, stats = asyncio.run(reads())
     assert got == [data[offset : offset + PAGE] for offset in list(_pages())[:64]]
     with gw.client() as plain:
-        named = _rados_stats(plain, gw.addr)["direct_answers"] - before["direct_answers"]
+        named = rados_stats(plain, gw.addr)["direct_answers"] - before["direct_answers"]
     # Named once; the key's later pages read from RADOS without asking the node.
     assert named == 1 and stats["direct"] == stats["remembered"] + 1 >= 2, stats
     assert stats["direct"] + stats["node_bytes"] == 64, stats

@@ -94,16 +94,21 @@ def stand(
         ioctx = rados.open_ioctx(info.pool)
         bench = Stand(info, ioctx)
         with contextlib.ExitStack() as stack:
+
+            def start_node(mode: str, name: str, node_args: list[str], **options: Any) -> None:
+                """A one-node cluster under ``scratch/name`` and a client of it for ``mode``."""
+                cluster = local.up(
+                    scratch / name, nodes=1, cache_bytes=node_cache_bytes, node_args=node_args
+                )
+                clusters.append(cluster)
+                assert cluster.path is not None
+                bench.clients[mode] = stack.enter_context(
+                    connect(cluster=cluster.path, **client_options, **options)
+                )
+                _note_pid(bench, mode, cluster)
+
             progress("starting a node on local files")
-            file_cluster = local.up(
-                scratch / "file", nodes=1, cache_bytes=node_cache_bytes, node_args=block_args
-            )
-            clusters.append(file_cluster)
-            assert file_cluster.path is not None
-            bench.clients["file_node"] = stack.enter_context(
-                connect(cluster=file_cluster.path, **client_options)
-            )
-            _note_pid(bench, "file_node", file_cluster)
+            start_node("file_node", "file", block_args)
             if has_rados_store():
                 if compare_src is not None:
                     # First: with --no-wait-for-trust, this node's probation then ends
@@ -124,38 +129,21 @@ def stand(
                     )
                     _note_pid(bench, COMPARE_MODE, clusters[-1])
                 progress(f"starting a node on the RADOS pool {info.pool}")
-                rados_cluster = local.up(
-                    scratch / "rados",
-                    nodes=1,
-                    node_args=[*info.store_args(), *block_args],
-                    cache_bytes=node_cache_bytes,
-                )
-                clusters.append(rados_cluster)
-                assert rados_cluster.path is not None
-                bench.clients["rados_node"] = stack.enter_context(
-                    connect(cluster=rados_cluster.path, **client_options)
-                )
-                _note_pid(bench, "rados_node", rados_cluster)
+                start_node("rados_node", "rados", [*info.store_args(), *block_args])
                 if direct_remember_s is not None:
                     from shuttle.client.rados_direct import CephOptions
 
                     progress("starting a second node on the pool, for a client that reads RADOS")
-                    direct_cluster = local.up(
-                        scratch / "direct",
-                        nodes=1,
-                        node_args=[*info.store_args(), *block_args],
-                        cache_bytes=node_cache_bytes,
-                    )
-                    clusters.append(direct_cluster)
-                    assert direct_cluster.path is not None
                     options = CephOptions(
                         info.conf_path, info.keyring_path, info.user, remember_s=direct_remember_s
                     )
-                    bench.clients[DIRECT_MODE] = stack.enter_context(
-                        connect(cluster=direct_cluster.path, rados_direct=options, **client_options)
+                    start_node(
+                        DIRECT_MODE,
+                        "direct",
+                        [*info.store_args(), *block_args],
+                        rados_direct=options,
                     )
                     bench.shared.add(DIRECT_MODE)  # the same objects as rados_node's
-                    _note_pid(bench, DIRECT_MODE, direct_cluster)
             else:
                 bench.skipped["rados_node"] = (
                     "this build's `shuttle serve` has no --store rados:POOL yet; only the "

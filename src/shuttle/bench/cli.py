@@ -328,17 +328,10 @@ def _netrand_clients_table(by_count: dict[str, Any], pages: int, seconds: float)
     columns = ("N", "pass", "pages/s", "p50 µs", "p99 µs", "÷redis p50", "p99", "thr", "node")
     for col in (*columns, "CPU µs/req client+server"):
         table.add_column(col, justify="right")
+    from shuttle.bench.netrand_summary import OVER_REDIS
+
     for count, rep in by_count.items():
-        names = (
-            "remote_cold",
-            "remote_warm",
-            "mixed_warm",
-            "mixed_cold",
-            "mixed_paged_warm",
-            "mixed_paged_cold",
-            "redis",
-        )
-        for name in names:
+        for name in (*OVER_REDIS, "redis"):
             s = rep.get(name)
             if not s:
                 continue

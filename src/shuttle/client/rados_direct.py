@@ -154,14 +154,19 @@ def location_of(result: Any) -> Location | None:
     return None
 
 
+def _read_args(key: str, offset: int, length: int, expected: int | None) -> dict[str, Any]:
+    """A plain ``read``'s arguments (``expected_version`` only when given)."""
+    args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
+    if expected is not None:
+        args["expected_version"] = expected
+    return args
+
+
 def _plain(conn: NodeConnection, key: str, offset: int, length: int, expected: int | None) -> bytes:
     """The read through the node without ``direct`` (by its read lane when it can)."""
     if type(conn) is BlockingConnection:
         return conn.read(key, offset, length, expected)
-    args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
-    if expected is not None:
-        args["expected_version"] = expected
-    return bytes(conn.call("read", args).payload)
+    return bytes(conn.call("read", _read_args(key, offset, length, expected)).payload)
 
 
 def _errno_name(exc: Exception) -> str:
@@ -218,10 +223,8 @@ class DirectReads:
             followed[1] -= 1
             self.lane += 1
             return _plain(conn, key, offset, length, expected_version)
-        args: dict[str, Any] = {"key": key, "offset": offset, "length": length, "direct": True}
-        if expected_version is not None:
-            args["expected_version"] = expected_version
-        res = conn.call("read", args)
+        args = _read_args(key, offset, length, expected_version)
+        res = conn.call("read", {**args, "direct": True})
         where = location_of(res.result)
         if where is None:
             self.node_bytes += 1
@@ -261,9 +264,7 @@ class DirectReads:
                 self.direct += 1
                 return got[0]
             self._forget(key)
-        args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
-        if expected_version is not None:
-            args["expected_version"] = expected_version
+        args = _read_args(key, offset, length, expected_version)
         res = await call({**args, "direct": True})
         where = location_of(res.result)
         if where is None:

@@ -80,6 +80,18 @@ def make_counter(bm: BindingManager) -> ObjectId:
     return rid
 
 
+async def counter_on_n1(
+    net: Net, pool: ThreadPoolExecutor
+) -> tuple[BindingManager, BindingManager, BindingManager, ObjectId]:
+    """Run-times c1 (the client, and the object's home), n1 and n2; a counter made at
+    c1, called once, and moved to n1: the start of every move n1 -> n2 below."""
+    client, n1, n2 = net.add("c1"), net.add("n1"), net.add("n2")
+    rid = make_counter(client)
+    await call(pool, client, rid)
+    await migration.migrate_out(client, rid, "n1")
+    return client, n1, n2, rid
+
+
 def test_a_lost_activate_answer_and_an_unreachable_target_leave_one_copy() -> None:
     """The target activated (the home, here the source, committed) but its answer
     was lost, and then the target could not be reached: the source asks the home,
@@ -149,11 +161,7 @@ def test_a_home_cut_off_mid_move_keeps_both_sides_closed_until_it_answers() -> N
     neither serves; once c1 is back, both hear it was committed."""
 
     async def body(net: Net, pool: ThreadPoolExecutor) -> None:
-        client, n1 = net.add("c1"), net.add("n1")
-        net.add("n2")
-        rid = make_counter(client)
-        await call(pool, client, rid)
-        await migration.migrate_out(client, rid, "n1")
+        client, n1, _, rid = await counter_on_n1(net, pool)
         observed: list[list[str]] = []
 
         def rule(source: str, target: str, op: str) -> str:
@@ -220,11 +228,7 @@ def test_a_home_answer_that_does_not_say_committed_keeps_the_source_asking(
     garbled = garble_resolve_for(monkeypatch, "n1")
 
     async def body(net: Net, pool: ThreadPoolExecutor) -> None:
-        client, n1 = net.add("c1"), net.add("n1")
-        net.add("n2")
-        rid = make_counter(client)
-        await call(pool, client, rid)
-        await migration.migrate_out(client, rid, "n1")
+        client, n1, _, rid = await counter_on_n1(net, pool)
         observed: list[list[str]] = []
 
         def rule(source: str, target: str, op: str) -> str:
@@ -258,11 +262,7 @@ def test_a_home_answer_that_does_not_say_committed_keeps_the_target_asking(
     garbled = garble_resolve_for(monkeypatch, "n2")
 
     async def body(net: Net, pool: ThreadPoolExecutor) -> None:
-        client, n1 = net.add("c1"), net.add("n1")
-        n2 = net.add("n2")
-        rid = make_counter(client)
-        await call(pool, client, rid)
-        await migration.migrate_out(client, rid, "n1")
+        client, n1, n2, rid = await counter_on_n1(net, pool)
 
         def rule(source: str, target: str, op: str) -> str:
             return "lose_reply" if op == "object.commit" else "ok"
@@ -305,11 +305,7 @@ def test_a_commit_answer_that_does_not_say_ok_leaves_the_target_in_doubt(
     monkeypatch.setattr(migration_home, "commit_here", commit_here)
 
     async def body(net: Net, pool: ThreadPoolExecutor) -> None:
-        client, n1 = net.add("c1"), net.add("n1")
-        n2 = net.add("n2")
-        rid = make_counter(client)
-        await call(pool, client, rid)
-        await migration.migrate_out(client, rid, "n1")
+        client, n1, n2, rid = await counter_on_n1(net, pool)
         event = await asyncio.wait_for(migration.migrate_out(n1, rid, "n2"), 30)
         assert garbled, "the home's commit was never asked"
         assert event.ok and event.epoch == 3, event
