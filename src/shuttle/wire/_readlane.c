@@ -223,14 +223,22 @@ static int as_int64(PyObject *o, int64_t *out) {
 
 /* ---- the four functions -------------------------------------------------------- */
 
-enum { ARG_KEY, ARG_OFFSET, ARG_LENGTH, ARG_VERSION, ARG_COUNT };
+enum { ARG_KEY, ARG_OFFSET, ARG_LENGTH, ARG_VERSION, ARG_DIRECT, ARG_COUNT };
 
 static int arg_index(const char *s, Py_ssize_t n) {
     if (n == 3 && memcmp(s, "key", 3) == 0) return ARG_KEY;
     if (n == 6 && memcmp(s, "offset", 6) == 0) return ARG_OFFSET;
     if (n == 6 && memcmp(s, "length", 6) == 0) return ARG_LENGTH;
     if (n == 16 && memcmp(s, "expected_version", 16) == 0) return ARG_VERSION;
+    if (n == 6 && memcmp(s, "direct", 6) == 0) return ARG_DIRECT;
     return -1;
+}
+
+/* A msgpack bool: 1 (with *out set) for false or true, 0 for anything else. */
+static int read_bool(Cursor *c, int64_t *out) {
+    if (c->p >= c->end || (*c->p != 0xc2 && *c->p != 0xc3)) return 0;
+    *out = *c->p++ == 0xc3;
+    return 1;
 }
 
 /* The key of the last read parsed, when it was ASCII and at most LAST_KEY_BYTES_MAX
@@ -270,10 +278,10 @@ static PyObject *parse_read_request(PyObject *self, PyObject *const *args, Py_ss
     if (plen != 0 || (Py_ssize_t)hlen > header_max || PREFIX_BYTES + (Py_ssize_t)hlen != n)
         Py_RETURN_NONE;
     Cursor c = {buf + PREFIX_BYTES, buf + n};
-    int64_t rid, ints[ARG_COUNT] = {0, 0, 0, 0};
+    int64_t rid, ints[ARG_COUNT] = {0, 0, 0, 0, 0};
     const char *s = NULL, *key = NULL;
     Py_ssize_t sn = 0, key_n = 0, pairs;
-    int seen[ARG_COUNT] = {0, 0, 0, 0};
+    int seen[ARG_COUNT] = {0, 0, 0, 0, 0};
     if (read_container(&c, 0) != 3 || !read_int(&c, &rid) || rid <= 0) Py_RETURN_NONE;
     if (!read_str(&c, &s, &sn) || sn != 4 || memcmp(s, "read", 4) != 0) Py_RETURN_NONE;
     pairs = read_container(&c, 1);
@@ -285,6 +293,8 @@ static PyObject *parse_read_request(PyObject *self, PyObject *const *args, Py_ss
         seen[which] = 1;
         if (which == ARG_KEY) {
             if (!read_str(&c, &key, &key_n)) Py_RETURN_NONE;
+        } else if (which == ARG_DIRECT) {
+            if (!read_bool(&c, &ints[ARG_DIRECT])) Py_RETURN_NONE;
         } else if (!read_int(&c, &ints[which])) {
             Py_RETURN_NONE;
         }
@@ -297,11 +307,12 @@ static PyObject *parse_read_request(PyObject *self, PyObject *const *args, Py_ss
         PyErr_Clear();  /* not valid UTF-8: the general path says so */
         Py_RETURN_NONE;
     }
-    PyObject *out = PyTuple_New(5);
+    PyObject *out = PyTuple_New(6);
     if (out == NULL) {
         Py_DECREF(key_obj);
         return NULL;
     }
+    PyTuple_SET_ITEM(out, 5, Py_NewRef(ints[ARG_DIRECT] ? Py_True : Py_False));
     PyObject *items[4] = {
         PyLong_FromLongLong(rid),
         PyLong_FromLongLong(ints[ARG_OFFSET]),
@@ -370,12 +381,15 @@ static PyObject *pack_read_reply(PyObject *self, PyObject *const *args, Py_ssize
 }
 
 static PyObject *pack_read_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "pack_read_request(rid, key, offset, length, version)");
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "pack_read_request(rid, key, offset, length, version[, direct])");
         return NULL;
     }
     int64_t rid, offset, length, version = 0;
     int has_version = args[4] != Py_None;
+    int direct = nargs == 6 && args[5] == Py_True;
+    if (nargs == 6 && !PyBool_Check(args[5])) Py_RETURN_NONE;
     if (!PyUnicode_CheckExact(args[1]) || !as_int64(args[0], &rid) ||
         !as_int64(args[2], &offset) || !as_int64(args[3], &length) ||
         (has_version && !as_int64(args[4], &version)))
@@ -390,6 +404,7 @@ static PyObject *pack_read_request(PyObject *self, PyObject *const *args, Py_ssi
     Py_ssize_t hlen = 1 + int_size(rid) + 5 + 1 + 4 + str_size(key_n) + 7 + int_size(offset) +
                       7 + int_size(length);
     if (has_version) hlen += 17 + int_size(version);
+    if (direct) hlen += 7 + 1;
     PyObject *out = PyBytes_FromStringAndSize(NULL, PREFIX_BYTES + hlen);
     if (out == NULL) return NULL;
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
@@ -397,7 +412,7 @@ static PyObject *pack_read_request(PyObject *self, PyObject *const *args, Py_ssi
     *p++ = 0x93;
     p = write_int(p, rid);
     p = write_str(p, "read", 4);
-    *p++ = has_version ? 0x84 : 0x83;
+    *p++ = (unsigned char)(0x83 + has_version + direct);
     p = write_str(p, "key", 3);
     p = write_str(p, key, key_n);
     p = write_str(p, "offset", 6);
@@ -407,6 +422,10 @@ static PyObject *pack_read_request(PyObject *self, PyObject *const *args, Py_ssi
     if (has_version) {
         p = write_str(p, "expected_version", 16);
         p = write_int(p, version);
+    }
+    if (direct) {
+        p = write_str(p, "direct", 6);
+        *p++ = 0xc3;
     }
     return out;
 }
@@ -434,7 +453,7 @@ static PyObject *parse_read_reply(PyObject *self, PyObject *const *args, Py_ssiz
 
 static PyMethodDef methods[] = {
     {"parse_read_request", (PyCFunction)(void (*)(void))parse_read_request, METH_FASTCALL,
-     "(rid, key, offset, length, version) of one whole read request frame, or None."},
+     "(rid, key, offset, length, version, direct) of one whole read request frame, or None."},
     {"pack_read_reply", (PyCFunction)(void (*)(void))pack_read_reply, METH_FASTCALL,
      "The RESPONSE frame [rid, nil] carrying data (or data[start:stop]), as bytes."},
     {"pack_read_request", (PyCFunction)(void (*)(void))pack_read_request, METH_FASTCALL,

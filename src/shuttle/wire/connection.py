@@ -307,11 +307,17 @@ class Connection:
     # something, it returns None and the caller uses that call, which decides.
 
     def send_read_request(
-        self, rid: int, key: str, offset: int, length: int, version: int | None
+        self,
+        rid: int,
+        key: str,
+        offset: int,
+        length: int,
+        version: int | None,
+        direct: bool = False,
     ) -> bytes | None:
         """``send_request(rid, "read", {...})`` as one bytes object, or None (then use
         :meth:`send_request`, which encodes or refuses it)."""
-        data = pack_read_request(rid, key, offset, length, version)
+        data = pack_read_request(rid, key, offset, length, version, direct)
         if data is None or len(data) - PREFIX_BYTES > self.peer_limits.header_bytes_max:
             return None
         self._check_request(rid)
@@ -395,8 +401,8 @@ class Connection:
         return h[0], h[1], h[2], frame[2]
 
     def receive_read_request(self, data: bytes) -> tuple[Any, ...] | None:
-        """Node side: ``(rid, key, offset, length, version)`` of the ``read`` request
-        that is exactly ``data`` (its id is now in flight), or None: a
+        """Node side: ``(rid, key, offset, length, version, direct)`` of the ``read``
+        request that is exactly ``data`` (its id is now in flight), or None: a
         :data:`~shuttle.wire.readlane.ReadRequest`, typed as a tuple of objects so that
         the compiled build passes the parser's tuple on as it is (a typed tuple is
         unpacked into a C struct, its ints unboxed, and boxed into a new tuple again

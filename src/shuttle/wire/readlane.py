@@ -6,12 +6,13 @@ and walks msgpack objects, a header list and an args dict, an event tuple, for a
 request whose shape never changes. The lane parses and builds exactly that shape:
 
 * :func:`parse_read_request` (node) — a frame holding one ``read`` request
-  ``[rid, "read", {"key", "offset", "length"[, "expected_version"]}]``, and nothing
-  else, to ``(rid, key, offset, length, version)``;
+  ``[rid, "read", {"key", "offset", "length"[, "expected_version"][, "direct"]}]``,
+  and nothing else, to ``(rid, key, offset, length, version, direct)`` (``direct``: a
+  client that reads a RADOS node's miss itself, docs/ceph.md; False when absent);
 * :func:`pack_read_reply` (node) — its response ``[rid, nil]`` with the bytes read
   (or a range of a buffer holding them: a cached block, copied once, into the frame);
-* :func:`pack_read_request` (client) — the request, byte for byte what
-  :func:`~shuttle.wire.frames.encode_frame_fast` makes of it;
+* :func:`pack_read_request` (client) — the request (``direct: true`` last when asked
+  for), byte for byte what :func:`~shuttle.wire.frames.encode_frame_fast` makes of it;
 * :func:`parse_read_reply` (client) — a frame holding exactly that response, to its
   payload.
 
@@ -40,22 +41,27 @@ from shuttle.wire.events import FrameKind
 from shuttle.wire.frames import MAGIC, PREFIX_PACK, PREFIX_UNPACK_FROM, pack_header
 from shuttle.wire.limits import PREFIX_BYTES
 
-#: A parsed read request: ``(rid, key, offset, length, expected_version or None)``.
-ReadRequest = tuple[int, str, int, int, int | None]
+#: A parsed read request: ``(rid, key, offset, length, expected_version or None,
+#: direct)``.
+ReadRequest = tuple[int, str, int, int, int | None, bool]
 
 _INT64_MAX: Final = (1 << 63) - 1
 _INT64_MIN: Final = -(1 << 63)
 _REQUEST: Final = int(FrameKind.REQUEST)
 _RESPONSE: Final = int(FrameKind.RESPONSE)
-_READ_ARGS: Final = frozenset(("key", "offset", "length", "expected_version"))
+_READ_ARGS: Final = frozenset(("key", "offset", "length", "expected_version", "direct"))
 
 
-def read_args(key: str, offset: int, length: int, version: int | None) -> dict[str, Any]:
+def read_args(
+    key: str, offset: int, length: int, version: int | None, direct: bool = False
+) -> dict[str, Any]:
     """The arguments of the same ``read`` as the general path sends them (a client
     whose request the lane cannot make, a node whose lane declines the read)."""
     args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
     if version is not None:
         args["expected_version"] = version
+    if direct:
+        args["direct"] = True
     return args
 
 
@@ -72,9 +78,11 @@ def _int64(value: Any) -> bool:
 
 
 def pure_parse_read_request(data: bytes, header_max: int) -> ReadRequest | None:
-    """``(rid, key, offset, length, version)`` if ``data`` is exactly one REQUEST frame
-    of a ``read`` (no payload, header at most ``header_max`` bytes, rid > 0, offset and
-    length ≥ 0, every integer within 64 bits, each argument once, none other); else None."""
+    """``(rid, key, offset, length, version, direct)`` if ``data`` is exactly one
+    REQUEST frame of a ``read`` (no payload, header at most ``header_max`` bytes, rid >
+    0, offset and length ≥ 0, every integer within 64 bits, ``direct`` a bool, each
+    argument once, none other); else None (a non-boolean ``direct`` too: the general
+    path words its refusal)."""
     if type(data) is not bytes or len(data) < PREFIX_BYTES:
         return None
     magic, kind, flags, header_len, payload_len = PREFIX_UNPACK_FROM(data, 0)
@@ -105,6 +113,7 @@ def pure_parse_read_request(data: bytes, header_max: int) -> ReadRequest | None:
         args[name] = value
     key, offset, length = args.get("key"), args.get("offset"), args.get("length")
     version = args.get("expected_version")
+    direct = args.get("direct", False)
     if (
         type(key) is not str
         or not _int64(offset)
@@ -112,9 +121,10 @@ def pure_parse_read_request(data: bytes, header_max: int) -> ReadRequest | None:
         or offset < 0  # type: ignore[operator]
         or length < 0  # type: ignore[operator]
         or ("expected_version" in args and not _int64(version))
+        or type(direct) is not bool
     ):
         return None
-    return rid, key, offset, length, version  # type: ignore[return-value]
+    return rid, key, offset, length, version, direct  # type: ignore[return-value]
 
 
 def pure_pack_read_reply(rid: int, data: bytes, *span: int) -> bytes:
@@ -141,18 +151,24 @@ def pure_pack_read_reply(rid: int, data: bytes, *span: int) -> bytes:
 
 
 def pure_pack_read_request(
-    rid: int, key: str, offset: int, length: int, version: int | None
+    rid: int, key: str, offset: int, length: int, version: int | None, direct: bool = False
 ) -> bytes | None:
     """The REQUEST frame of a ``read`` (``version`` sent as ``expected_version`` unless
-    None), or None when an argument is not a ``str``/64-bit ``int`` (the general path
-    then encodes it, or raises)."""
-    if type(key) is not str or not (
-        _int64(rid) and _int64(offset) and _int64(length) and (version is None or _int64(version))
+    None, ``direct: true`` last when ``direct`` is True), or None when an argument is
+    not a ``str``/64-bit ``int``/``bool`` (the general path then encodes it, or
+    raises)."""
+    if (
+        type(key) is not str
+        or type(direct) is not bool
+        or not (
+            _int64(rid)
+            and _int64(offset)
+            and _int64(length)
+            and (version is None or _int64(version))
+        )
     ):
         return None
-    args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
-    if version is not None:
-        args["expected_version"] = version
+    args = read_args(key, offset, length, version, direct)
     try:
         head = pack_header([rid, "read", args])
     except Exception:  # a key that is not valid UTF-8 (lone surrogates)
@@ -207,7 +223,7 @@ parse_read_request: Callable[[bytes, int], ReadRequest | None] = (
     _lane.parse_read_request if NATIVE else pure_parse_read_request
 )
 pack_read_reply: Callable[..., bytes] = _lane.pack_read_reply if NATIVE else pure_pack_read_reply
-pack_read_request: Callable[[int, str, int, int, int | None], bytes | None] = (
+pack_read_request: Callable[..., bytes | None] = (
     _lane.pack_read_request if NATIVE else pure_pack_read_request
 )
 parse_read_reply: Callable[[bytes, int, int], bytes | None] = (

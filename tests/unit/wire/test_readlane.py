@@ -58,10 +58,16 @@ def both(name: str, *args: Any) -> Any:
     return outcomes[0][1] if outcomes[0][0] == "ok" else None
 
 
-def general_request(rid: int, key: str, offset: int, length: int, version: int | None) -> bytes:
+def general_request(
+    rid: int, key: str, offset: int, length: int, version: int | None, direct: Any = False
+) -> bytes:
+    """The general codec's frame of the read (``direct`` sent unless False: a client
+    that reads a RADOS node's miss itself sends ``direct: true``)."""
     args: dict[str, Any] = {"key": key, "offset": offset, "length": length}
     if version is not None:
         args["expected_version"] = version
+    if direct is not False:
+        args["direct"] = direct
     return encode_frame_fast(FrameKind.REQUEST, [rid, "read", args], b"", BIG, BIG)[0]
 
 
@@ -79,12 +85,14 @@ def general_decode(data: bytes) -> tuple[FrameKind, Any, bytes] | None:
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(RID, KEYS, INT64, INT64, st.none() | INT64)
+@given(RID, KEYS, INT64, INT64, st.none() | INT64, st.booleans())
 def test_a_request_is_packed_byte_for_byte_as_the_codec_does(
-    rid: int, key: str, offset: int, length: int, version: int | None
+    rid: int, key: str, offset: int, length: int, version: int | None, direct: bool
 ) -> None:
-    packed = both("pack_read_request", rid, key, offset, length, version)
-    assert packed == general_request(rid, key, offset, length, version)
+    packed = both("pack_read_request", rid, key, offset, length, version, direct)
+    assert packed == general_request(rid, key, offset, length, version, direct)
+    if not direct:  # the argument left out: the plain read
+        assert both("pack_read_request", rid, key, offset, length, version) == packed
 
 
 # Where msgpack's integer forms change, on both sides of each boundary.
@@ -104,16 +112,21 @@ def test_integers_at_every_form_boundary_are_packed_as_the_codec_does(value: int
         encode_frame_fast(FrameKind.RESPONSE, [rid, None], b"x", BIG, BIG, BIG)
     )
     if value >= 0:
-        assert both("parse_read_request", packed, BIG) == (rid, "k", value, value, value)
+        assert both("parse_read_request", packed, BIG) == (rid, "k", value, value, value, False)
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(RID, KEYS, NATURAL, NATURAL, st.none() | INT64)
+@given(RID, KEYS, NATURAL, NATURAL, st.none() | INT64, st.sampled_from([None, False, True]))
 def test_a_packed_request_parses_back(
-    rid: int, key: str, offset: int, length: int, version: int | None
+    rid: int, key: str, offset: int, length: int, version: int | None, direct: bool | None
 ) -> None:
-    data = general_request(rid, key, offset, length, version)
-    assert both("parse_read_request", data, BIG) == (rid, key, offset, length, version)
+    """``direct`` absent (None here), false or true: the same read, ``direct`` as sent."""
+    args = (rid, key, offset, length, version)
+    data = general_request(*args, False if direct is None else direct)
+    if direct is False:  # sent as false, not left out
+        head = msgpack.packb([rid, "read", {**readlane.read_args(*args[1:]), "direct": False}])
+        data = struct.pack(">2sBBII", b"SH", 3, 0, len(head), 0) + head
+    assert both("parse_read_request", data, BIG) == (*args, bool(direct))
     # Over the header limit it is not taken (the general path answers the limit).
     assert both("parse_read_request", data, len(data) - 13) is None
 
@@ -159,7 +172,7 @@ def test_any_valid_encoding_of_a_read_is_taken_as_the_codec_decodes_it(
     )
     data = struct.pack(">2sBBII", b"SH", 3, 0, len(head), 0) + head
     got = both("parse_read_request", data, BIG)
-    assert got == (rid, "k", offset, 4096, None)
+    assert got == (rid, "k", offset, 4096, None, False)
     frame = general_decode(data)
     assert frame is not None and frame[1] == [
         rid,
@@ -179,6 +192,10 @@ def test_any_valid_encoding_of_a_read_is_taken_as_the_codec_decodes_it(
         [1, "read", {"key": b"k", "offset": 0, "length": 1}],
         [1, "read", {"key": "k", "offset": 0, "length": 1, "expected_version": None}],
         [1, "read", {"key": "k", "offset": 0, "length": 1, "other": 1}],
+        # direct must be a bool: anything else is the general path's to refuse
+        [1, "read", {"key": "k", "offset": 0, "length": 1, "direct": 1}],
+        [1, "read", {"key": "k", "offset": 0, "length": 1, "direct": "true"}],
+        [1, "read", {"key": "k", "offset": 0, "length": 1, "direct": None}],
         [1, "read", {"key": "k", "offset": 0.0, "length": 1}],
         [1, "read", {"key": "k", "offset": True, "length": 1}],
         [1, "read", {"key": "k", "offset": 1 << 63, "length": 1}],
@@ -215,12 +232,19 @@ def test_unusual_frames_go_the_general_path() -> None:
 
 
 @settings(max_examples=examples(500), deadline=None)
-@given(RID, KEYS, NATURAL, NATURAL, st.data())
-@example(1, "k", 0, 1, None)
+@given(RID, KEYS, NATURAL, NATURAL, st.none() | NATURAL, st.booleans(), st.data())
+@example(1, "k", 0, 1, None, False, None)
+@example(1, "k", 0, 1, None, True, None)
 def test_a_mutated_request_is_declined_or_read_as_the_codec_reads_it(
-    rid: int, key: str, offset: int, length: int, data: Any
+    rid: int,
+    key: str,
+    offset: int,
+    length: int,
+    version: int | None,
+    direct: bool,
+    data: Any,
 ) -> None:
-    frame = bytearray(general_request(rid, key[:40], offset, length, None))
+    frame = bytearray(general_request(rid, key[:40], offset, length, version, direct))
     if data is not None:
         for _ in range(data.draw(st.integers(1, 3))):
             at = data.draw(st.integers(0, len(frame) - 1))
@@ -231,11 +255,21 @@ def test_a_mutated_request_is_declined_or_read_as_the_codec_reads_it(
         decoded = general_decode(raw)
         assert decoded is not None
         kind, header, payload = decoded
-        rid2, key2, offset2, length2, version2 = got
+        rid2, key2, offset2, length2, version2, direct2 = got
         args = {"key": key2, "offset": offset2, "length": length2}
         if version2 is not None:
             args["expected_version"] = version2
-        assert (kind, header, payload) == (FrameKind.REQUEST, [rid2, "read", args], b"")
+        # The general path's args say the same read: ``direct`` false or left out alike.
+        general = dict(header[2]) if type(header[2]) is dict else header[2]
+        if type(general) is dict and general.get("direct") is False:
+            del general["direct"]
+        if direct2:
+            args["direct"] = True
+        assert (kind, [header[0], header[1], general], payload) == (
+            FrameKind.REQUEST,
+            [rid2, "read", args],
+            b"",
+        )
 
 
 @settings(max_examples=examples(300), deadline=None)
@@ -308,7 +342,13 @@ def test_bad_arguments_raise_the_same_errors() -> None:
     with pytest.raises(TypeError):
         readlane.pure_pack_read_reply(1, bytearray(b"x"))
     # Arguments the lane does not encode: the general path encodes them or raises.
-    for args in ((1, 5, 0, 1, None), (1, "k", 1 << 64, 1, None), (1, "k", 0, 1, "v")):
+    for args in (
+        (1, 5, 0, 1, None),
+        (1, "k", 1 << 64, 1, None),
+        (1, "k", 0, 1, "v"),
+        (1, "k", 0, 1, None, 1),  # direct not a bool
+        (1, "k", 0, 1, None, None),
+    ):
         assert both("pack_read_request", *args) is None
     assert both("pack_read_request", 1, "\udc80", 0, 1, None) is None  # not UTF-8
 
