@@ -128,7 +128,7 @@ def test_a_direct_read_returns_what_the_node_returns(gw: Gateway) -> None:
         stats = c.rados_direct.stats()
         named = after["direct_answers"] - before["direct_answers"]
         assert named == 1 and stats["remembered"] == stats["direct"] - 1, (named, stats)
-        assert stats["remembered"] + stats["node_bytes"] + stats["lane"] == len(offsets) - 1
+        assert stats["remembered"] + stats["node_bytes"] == len(offsets) - 1
 
 
 def test_a_change_between_the_node_s_answer_and_the_client_s_read(gw: Gateway) -> None:
@@ -222,6 +222,11 @@ def test_a_principal_without_the_read_capability_is_refused_and_told_nothing(
         assert len(set(errors)) == 1, set(errors)
         assert gw.namespace not in errors[0] and "rados" not in errors[0].lower()
         assert bob.rados_direct is not None and bob.rados_direct.stats()["direct"] == 0
+        # Those went by the read lane; the general path words the refusal the same.
+        args = {"key": "secret/s", "offset": 50 * PAGE, "length": PAGE, "direct": True}
+        with pytest.raises(NotPermittedError) as general:
+            bob.call(gw.addr, "read", _general(args))
+        assert str(general.value).replace("secret/s", "KEY") == errors[0]
 
 
 def test_off_by_default_the_client_reads_nothing_from_rados(gw: Gateway) -> None:
@@ -237,10 +242,18 @@ def test_off_by_default_the_client_reads_nothing_from_rados(gw: Gateway) -> None
 
 
 def test_a_direct_flag_that_is_not_a_boolean_is_refused(gw: Gateway) -> None:
+    """Whether the request is one the read lane would take or not (its shape otherwise
+    the lane's, or ``expected_version`` nil), with the same words."""
     with gw.client() as c:
         _object(c, "d/flag")
-        with pytest.raises(InvalidArgumentError, match="direct must be true or false"):
-            c.call(gw.addr, "read", {"key": "d/flag", "offset": 0, "length": PAGE, "direct": 1})
+        for flag in (1, "true", None, [True]):
+            words = set()
+            args = {"key": "d/flag", "offset": 0, "length": PAGE, "direct": flag}
+            for sent in (args, _general(args)):
+                with pytest.raises(InvalidArgumentError, match="direct must be true or false") as e:
+                    c.call(gw.addr, "read", sent)
+                words.add(str(e.value))
+            assert len(words) == 1, words
 
 
 def test_shuttle_cat_reads_a_range_directly_with_the_user_s_ceph_credentials(
@@ -267,31 +280,82 @@ def test_shuttle_cat_reads_a_range_directly_with_the_user_s_ceph_credentials(
     assert bad.returncode == 2 and b"give --ceph-conf" in bad.stderr, bad.stderr.decode()
 
 
-def test_a_key_the_node_keeps_answering_with_bytes_is_read_by_its_read_lane(gw: Gateway) -> None:
-    """Pages the node holds are answered with their bytes (never named); after
-    LANE_AFTER such answers in a row the client reads the key by the node's read lane,
-    plain, LANE_READS times, then asks with ``direct`` again."""
-    from shuttle.client.rados_direct import LANE_AFTER, LANE_READS
+def _lane_reads(c: Client, addr: NodeAddress) -> int:
+    return int(c.node_stats(addr)["server"]["read_lane"])
 
+
+def test_direct_reads_hit_and_miss_by_the_node_s_read_lane(gw: Gateway) -> None:
+    """A ``direct`` read is taken by the node's read lane both ways: pages the node
+    holds answered with their bytes, misses it would not keep with the location (no
+    read of them goes the node's general path)."""
     with gw.client() as plain, gw.client(rados_direct=gw.direct()) as c:
         data = _object(plain, "d/lane")
-        offsets = [PAGE * i for i in range(1, 5)]
-        for offset in offsets:  # into the node's cache (it has room, or a ghost hit)
+        cached = [PAGE * i for i in range(1, 5)]
+        for offset in cached:  # into the node's cache (it has room, or a ghost hit)
             plain.read("d/lane", offset, PAGE)
             plain.read("d/lane", offset, PAGE)
-        before = plain.node_stats(gw.addr)
-        reads = LANE_AFTER + LANE_READS + 1
-        for i in range(reads):
-            offset = offsets[i % len(offsets)]
+        before, lane0 = rados_stats(plain, gw.addr), _lane_reads(plain, gw.addr)
+        for i in range(40):
+            offset = cached[i % len(cached)]
             assert c.read("d/lane", offset, PAGE) == data[offset : offset + PAGE]
-        after = plain.node_stats(gw.addr)
         assert c.rados_direct is not None
         stats = c.rados_direct.stats()
-        assert stats["lane"] == LANE_READS and stats["direct"] == 0, stats
-        lane = after["server"]["read_lane"] - before["server"]["read_lane"]
-        assert lane >= LANE_READS, lane
-        direct = after["store"]["rados"]["direct_answers"]
-        assert direct == before["store"]["rados"]["direct_answers"]
+        assert stats["node_bytes"] == 40 and stats["direct"] == 0, stats
+        # 40 reads and one stats call between (not by the lane)
+        assert _lane_reads(plain, gw.addr) - lane0 == 40
+        assert rados_stats(plain, gw.addr)["direct_answers"] == before["direct_answers"]
+        # Misses of a full cache: named by the lane, read by the client from RADOS.
+        lane0 = _lane_reads(plain, gw.addr)
+        misses = list(_pages())[200:240]
+        for offset in misses:
+            assert c.read("d/lane", offset, PAGE) == data[offset : offset + PAGE]
+        named = rados_stats(plain, gw.addr)["direct_answers"] - before["direct_answers"]
+        stats = c.rados_direct.stats()
+        assert named >= 16 and stats["direct"] == named, (named, stats)
+        assert _lane_reads(plain, gw.addr) - lane0 == len(misses), "a read left the lane"
+
+
+def _general(args: dict[str, Any]) -> dict[str, Any]:
+    """The same read, which the node's lane declines (``expected_version`` given as
+    nil: the general path reads it as left out), so its general path answers it."""
+    return {**args, "expected_version": None}
+
+
+def test_the_lane_s_direct_answer_is_the_general_path_s(gw: Gateway) -> None:
+    """The same ``direct`` request by the node's read lane and by its general path: the
+    same bytes for a page the node holds; for pages it has not read (its cache full),
+    the same answer, the location where it would not keep them, and only the first by
+    the lane. Each way reads pages of its own: a page named once is read whole if it
+    is asked again (the admission's ghost queue), so no page is asked twice."""
+    with gw.client() as plain:
+        data = _object(plain, "d/both")
+        held = PAGE
+        for _ in range(2):  # into the node's cache (it has room, or a ghost hit)
+            plain.read("d/both", held, PAGE)
+        fresh = iter(list(_pages())[100:])
+        answers: dict[str, list[tuple[int, Any, bytes]]] = {"lane": [], "general": []}
+        for i in range(48):
+            for way in ("lane", "general") if i % 2 else ("general", "lane"):
+                offset = held if i % 4 == 0 else next(fresh)
+                args = {"key": "d/both", "offset": offset, "length": PAGE, "direct": True}
+                lane0 = _lane_reads(plain, gw.addr)
+                res = plain.call(gw.addr, "read", args if way == "lane" else _general(args))
+                assert _lane_reads(plain, gw.addr) - lane0 == (way == "lane"), way
+                answers[way].append((offset, res.result, bytes(res.payload)))
+        where = {
+            "pool": gw.ceph.info().pool,
+            "namespace": gw.namespace,
+            "object": "d/both",
+            "version": plain.stat("d/both").version,
+        }
+        for way, got in answers.items():
+            for offset, result, payload in got:
+                if result is None or offset == held:
+                    assert (result, payload) == (None, data[offset : offset + PAGE]), way
+                else:
+                    assert (result, payload) == ({"rados": where}, b""), way
+            named = sum(result is not None for _, result, _ in got)
+            assert named >= 16, (way, named)
 
 
 def test_the_asyncio_client_reads_the_misses_the_node_names_itself(gw: Gateway) -> None:

@@ -24,14 +24,10 @@ I/O context), and checks it as the node's own miss does (``LoopReads._answer``):
 So a read never returns bytes of a version other than the one it names, exactly as
 through the node.
 
-**The node's hits by its read lane.** A ``direct`` read takes the node's general path
-(the read lane takes only the usual four arguments), which costs a hit about 20 µs
-more than the lane (benchmarks/README.md). The node answers a ``direct`` read with its
-bytes exactly where it would read or serve the bytes without ``direct`` (a hit, a key it
-does not trust, a miss its cache keeps), so a key whose last :data:`LANE_AFTER`
-``direct`` reads were all answered with bytes (its pages fit the node's cache) is read
-by the plain lane for its next :data:`LANE_READS` reads, then asked with ``direct``
-again, which names the object as soon as the node would not keep its blocks.
+**By the node's read lane.** A ``direct`` read goes both ways by the read lane
+(:mod:`shuttle.wire.readlane` carries the flag): the node answers a hit from its cache
+as it answers any, and names a miss without its general path; so every small read asks
+with ``direct``, and the node names the object as soon as it would not keep its blocks.
 
 **Skipping the node's hop.** A key the node named (its pages do not fit the node's
 cache) is remembered for ``remember_s`` (default :data:`REMEMBER_S_DEFAULT`), and its
@@ -45,8 +41,7 @@ client with Ceph credentials reads what Ceph lets it read whatever Shuttle's cap
 
 Counters (:meth:`DirectReads.stats`): ``direct`` (reads answered with bytes librados
 read), ``remembered`` (of those, reads that skipped the node), ``node_bytes`` (direct
-reads the node answered with bytes: hits, untrusted keys, misses it caches), ``lane``
-(plain reads of keys the node kept answering with bytes),
+reads the node answered with bytes: hits, untrusted keys, misses it caches),
 ``fallbacks`` (by reason: the librados error's name, ``older``, ``connect``).
 """
 
@@ -82,13 +77,6 @@ REMEMBERED_MAX = 4096
 #: The largest read a node names (``node/handlers.py``'s ``INLINE_READ_BYTES_MAX``):
 #: larger reads of a remembered key go through the node, as it would answer them.
 DIRECT_BYTES_MAX = 64 << 10
-#: A key whose last this many ``direct`` reads the node answered with bytes ...
-LANE_AFTER = 8
-#: ... is read by the node's read lane, without ``direct``, this many times, then asked
-#: with ``direct`` again (one read in 33 pays the general path while the pages fit).
-LANE_READS = 32
-#: Keys whose answers are followed (the oldest are forgotten): an int pair each.
-KEYS_FOLLOWED_MAX = 4096
 #: After a failed connection to Ceph, every read goes through the node for this long
 #: before the client tries again (a connection attempt waits up to its timeout).
 RECONNECT_AFTER_S = 10.0
@@ -169,6 +157,16 @@ def _plain(conn: NodeConnection, key: str, offset: int, length: int, expected: i
     return bytes(conn.call("read", _read_args(key, offset, length, expected)).payload)
 
 
+def _ask(
+    conn: NodeConnection, key: str, offset: int, length: int, expected: int | None
+) -> bytes | Response:
+    """The read through the node with ``direct: true``: the bytes the read lane brought
+    back, or the node's Response (where the bytes are, or the bytes)."""
+    if type(conn) is BlockingConnection:
+        return conn.read_direct(key, offset, length, expected)
+    return conn.call("read", {**_read_args(key, offset, length, expected), "direct": True})
+
+
 def _errno_name(exc: Exception) -> str:
     code = getattr(exc, "errno", None)
     if isinstance(code, int):
@@ -190,12 +188,9 @@ class DirectReads:
         self._ctxs: list[Any] = []
         self._failed_until = 0.0
         self._remembered: OrderedDict[str, tuple[Location, float]] = OrderedDict()
-        #: Per key: [direct reads answered with bytes in a row, lane reads left].
-        self._keys: OrderedDict[str, list[int]] = OrderedDict()
         self.direct = 0
         self.remembered = 0
         self.node_bytes = 0
-        self.lane = 0
         self.fallbacks: defaultdict[str, int] = defaultdict(int)
 
     # --- the read --------------------------------------------------------------------
@@ -218,21 +213,14 @@ class DirectReads:
                 self.direct += 1
                 return got[0]
             self._forget(key)
-        followed = self._followed(key)
-        if followed[1] > 0:  # the node kept answering this key with bytes: its lane
-            followed[1] -= 1
-            self.lane += 1
-            return _plain(conn, key, offset, length, expected_version)
-        args = _read_args(key, offset, length, expected_version)
-        res = conn.call("read", {**args, "direct": True})
-        where = location_of(res.result)
+        res = _ask(conn, key, offset, length, expected_version)
+        if type(res) is bytes:  # by the read lane: the node's bytes
+            self.node_bytes += 1
+            return res
+        where = location_of(res.result)  # type: ignore[union-attr]
         if where is None:
             self.node_bytes += 1
-            followed[0] += 1
-            if followed[0] >= LANE_AFTER:
-                followed[1] = LANE_READS
-            return bytes(res.payload)
-        followed[0] = 0
+            return bytes(res.payload)  # type: ignore[union-attr]
         got = self.read_at(where, key, offset, length, expected_version)
         if got is not None:
             self.direct += 1
@@ -251,8 +239,7 @@ class DirectReads:
     ) -> bytes:
         """:meth:`read` for the asyncio client: ``call(args)`` sends a ``read`` with
         ``args`` to the key's node; the librados reads run in the loop's default
-        executor (librados blocks). No lane rule: the asyncio client's reads take the
-        node's general path either way."""
+        executor (librados blocks)."""
         loop = asyncio.get_running_loop()
         where = self._recall(key) if length <= DIRECT_BYTES_MAX else None
         if where is not None:
@@ -278,18 +265,6 @@ class DirectReads:
             self._remember(key, where)
             return got[0]
         return bytes((await call(args)).payload)  # the node's usual way
-
-    def _followed(self, key: str) -> list[int]:
-        """``key``'s ``[direct reads answered with bytes in a row, lane reads left]``
-        (races between threads only move a read from one path to the other)."""
-        keys = self._keys
-        found = keys.get(key)
-        if found is None:
-            with self._lock:
-                found = keys.setdefault(key, [0, 0])
-                while len(keys) > KEYS_FOLLOWED_MAX:
-                    keys.popitem(last=False)
-        return found
 
     def read_at(
         self, where: Location, key: str, offset: int, length: int, expected: int | None
@@ -417,7 +392,6 @@ class DirectReads:
                 "direct": self.direct,
                 "remembered": self.remembered,
                 "node_bytes": self.node_bytes,
-                "lane": self.lane,
                 "fallbacks": dict(self.fallbacks),
                 "connected": self._cluster is not None,
             }

@@ -74,6 +74,10 @@ from shuttle.wire.readlane import read_args
 #: A read reply's bytes beyond its payload: the frame's prefix and its header
 #: ``[rid, nil]`` (at most 7 bytes), with room to spare.
 READ_REPLY_OVERHEAD = 32
+#: A ``direct`` read's room for a RADOS node's location instead of the bytes,
+#: ``{"rados": {pool, namespace, object, version}}``, beyond its key's UTF-8 (a larger
+#: one is read whole by the general loop).
+LOCATION_REPLY_BYTES = 512
 #: Requests kept in flight by call_many unless told otherwise.
 WINDOW_DEFAULT = 16
 #: A connection unused for this long is checked before a request goes out: a node
@@ -91,8 +95,9 @@ class Call:
     payload: Payload = b""
 
 
-#: A read for the read lane: ``(key, offset, length, expected_version or None)``.
-ReadArgs = tuple[str, int, int, int | None]
+#: A read for the read lane: ``(key, offset, length, expected_version or None,
+#: direct)``.
+ReadArgs = tuple[str, int, int, int | None, bool]
 
 
 class _NotRun(UnreachableError):
@@ -245,8 +250,17 @@ class BlockingConnection(BlockingStream):
         (``expected_version`` too unless None), with the same errors and retries. On an
         open, unshaped connection its request and reply go by the read lane
         (:mod:`shuttle.wire.readlane`): made and taken as bytes, no header objects."""
-        out = self._call("read", {}, b"", True, (key, offset, length, expected_version))
+        out = self._call("read", {}, b"", True, (key, offset, length, expected_version, False))
         return out if type(out) is bytes else bytes(out.payload)  # type: ignore[union-attr]
+
+    def read_direct(
+        self, key: str, offset: int, length: int, expected_version: int | None = None
+    ) -> bytes | Response:
+        """:meth:`read` with ``direct: true`` (a client that reads a RADOS node's miss
+        from the OSD itself, docs/ceph.md), by the read lane too: the bytes when they
+        came by it, else the Response (a RADOS node's ``{"rados": location}``, or the
+        bytes as the general path answered them)."""
+        return self._call("read", {}, b"", True, (key, offset, length, expected_version, True))
 
     def _call(
         self,
@@ -256,8 +270,8 @@ class BlockingConnection(BlockingStream):
         idempotent: bool,
         read: ReadArgs | None,
     ) -> Response | bytes:
-        """:meth:`call`, or with ``read`` the read ``(key, offset, length, version)``
-        (``op``, ``args`` and ``payload`` then unused): its payload comes back as bytes
+        """:meth:`call`, or with ``read`` the read ``(key, offset, length, version,
+        direct)`` (``op``, ``args`` and ``payload`` then unused): its payload comes back as bytes
         when it came by the read lane, else its Response."""
         now = monotonic()  # the name, not time.monotonic: one lookup fewer a call
         if now - self._used > IDLE_PROBE_S:
@@ -330,8 +344,11 @@ class BlockingConnection(BlockingStream):
         request = None
         reply_bytes = RECV_BYTES
         if read is not None:
-            request = conn.send_read_request(rid, read[0], read[1], read[2], read[3])
-            reply_bytes = min(RECV_BYTES, READ_REPLY_OVERHEAD + read[2])
+            request = conn.send_read_request(rid, read[0], read[1], read[2], read[3], read[4])
+            room = read[2]
+            if read[4] and room < LOCATION_REPLY_BYTES + 4 * len(read[0]):
+                room = LOCATION_REPLY_BYTES + 4 * len(read[0])
+            reply_bytes = min(RECV_BYTES, READ_REPLY_OVERHEAD + room)
             op = "read"
             if request is None:
                 args = read_args(*read)

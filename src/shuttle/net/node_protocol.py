@@ -45,7 +45,7 @@ from shuttle.net.node_dispatch import dispatch
 from shuttle.net.node_handshake import challenge, evict, greet, handshake_expired
 from shuttle.net.node_tls_edge import decrypt
 from shuttle.net.principals import Principal
-from shuttle.net.registry import ReadMiss
+from shuttle.net.registry import ReadLocated, ReadMiss
 from shuttle.net.tls import TlsChannel, looks_like_tls
 from shuttle.wire import (
     ConnectionClosed,
@@ -150,6 +150,8 @@ class NodeProtocol(asyncio.Protocol):
         self.read_lane: SpanReader | None = None if read_op is None else read_op.read_lane
         #: ``read``'s call for a miss of the lane's block cache (None: the pool reads it).
         self.read_miss: ReadMiss | None = None if read_op is None else read_op.read_miss
+        #: ``read``'s location of a ``direct`` read's miss (None: the usual way reads it).
+        self.read_located: ReadLocated | None = None if read_op is None else read_op.read_located
         #: The transport's ``write``, held from ``connection_made`` on (None before): a
         #: reply is written with one call of it, not a look-up of the method by name
         #: on the transport's type and then a call, for every reply.
@@ -343,11 +345,13 @@ class NodeProtocol(asyncio.Protocol):
         dispatch(self, parts[0], parts[1], parts[2], parts[3])
 
     def _read(self, read: tuple[Any, ...]) -> None:
-        """Answer a ``read`` the read lane took, ``(rid, key, offset, length, version)``
-        (:meth:`Connection.receive_read_request`): from the block cache, the reply made
-        as bytes (what :func:`~shuttle.net.node_dispatch.dispatch` would do, without
-        its objects) with the page copied once, from the cached block into the frame,
-        or else the usual way through ``dispatch``.
+        """Answer a ``read`` the read lane took, ``(rid, key, offset, length, version,
+        direct)`` (:meth:`Connection.receive_read_request`): from the block cache, the
+        reply made as bytes (what :func:`~shuttle.net.node_dispatch.dispatch` would do,
+        without its objects) with the page copied once, from the cached block into the
+        frame; a ``direct`` read's miss with where its bytes are, if the store says
+        (``read_located``, the reply the inline call gives); or else the usual way
+        through ``dispatch``.
 
         The request's values stay the Python objects the parser made (typed ``Any``):
         the compiled build would otherwise unbox each int and box it again, an
@@ -362,10 +366,11 @@ class NodeProtocol(asyncio.Protocol):
         principal = self.principal
         if principal is not None and not principal.caps.may_read(key):
             # Not the lane's to refuse: the usual way's guard says what is missing.
-            dispatch(self, rid, "read", read_args(key, offset, length, version), b"")
+            dispatch(self, rid, "read", read_args(key, offset, length, version, read[5]), b"")
             return
         data = b""
         start = stop = 0
+        where: Any = None
         try:
             # The span of the bytes, buffer[start:stop]: usually the cached block
             # itself, whose range the reply's packer copies straight into the frame;
@@ -379,13 +384,28 @@ class NodeProtocol(asyncio.Protocol):
                     got = miss(key, offset, length, version)
                     if got:
                         data, start, stop = got, 0, len(got)
+                if stop == 0 and read[5]:
+                    # A client that reads the miss with its own Ceph credentials: told
+                    # where the bytes are, if the store would not keep them (after the
+                    # guard above: a principal that may not read the key never learns
+                    # its object's name).
+                    located = self.read_located
+                    if located is not None:
+                        where = located(key, offset, length, version)
         except Exception:  # it should not raise; the usual way answers what went wrong
             stop = 0
+            where = None
+        if where is not None and not self.closed:
+            counters = self.counters
+            counters.requests += 1
+            counters.inline += 1
+            counters.read_lane += 1
+            self.send_reply(rid, {"rados": where}, b"")
+            return
         if stop == 0 or self.closed:
             # Both tries made: the usual way goes straight to the pool.
-            dispatch(
-                self, rid, "read", read_args(key, offset, length, version), b"", inline_tried=True
-            )
+            args = read_args(key, offset, length, version, read[5])
+            dispatch(self, rid, "read", args, b"", inline_tried=True)
             return
         counters = self.counters
         counters.requests += 1

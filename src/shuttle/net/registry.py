@@ -96,6 +96,10 @@ InlineTry = Callable[[dict[str, Any], bytes], Reply | None]
 #: ``read``'s call for the lane's miss: (key, offset, length, expected_version) →
 #: the bytes, or None.
 ReadMiss = Callable[[str, int, int, int | None], bytes | None]
+#: ``read``'s location of a ``direct`` read's miss, ``(key, offset, length,
+#: expected_version)`` → ``{pool, namespace, object, version}`` or None (a RADOS
+#: node's ``LoopReads.located``).
+ReadLocated = Callable[[str, int, int, int | None], Any]
 
 
 #: A THREAD operation's way to run without a thread: a future of its Reply that the
@@ -142,6 +146,10 @@ class Operation:
     #: (the page cache, :mod:`shuttle.store.nowait`); the same arguments and rules,
     #: its answer the bytes (:data:`ReadMiss`). None: a miss runs the usual way.
     read_miss: ReadMiss | None = None
+    #: ``read`` only: where a ``direct`` read's bytes are when both tries above missed
+    #: (:data:`ReadLocated`; the reply ``{"rados": location}``, as ``inline`` answers
+    #: it), asked after the guard; None: such a read runs the usual way.
+    read_located: ReadLocated | None = None
     #: THREAD only: tried on the event loop when ``inline`` declined, before the thread
     #: hop: starts the operation where it can complete without a thread (a RADOS
     #: store's read that missed the block cache: an asynchronous librados read) and
@@ -205,6 +213,7 @@ class OperationRegistry:
         per_connection: bool = False,
         read_lane: SpanReader | None = None,
         read_miss: ReadMiss | None = None,
+        read_located: ReadLocated | None = None,
         start: Start | None = None,
         guard: Guard | None = None,
         wants_principal: bool = False,
@@ -229,6 +238,8 @@ class OperationRegistry:
             raise ConfigError(f"operation {name!r}: only read, with inline_try, has a read lane")
         if read_miss is not None and read_lane is None:
             raise ConfigError(f"operation {name!r}: a read_miss call needs a read lane")
+        if read_located is not None and read_lane is None:
+            raise ConfigError(f"operation {name!r}: a read_located call needs a read lane")
         self._ops[name] = Operation(
             name,
             handler,
@@ -239,6 +250,7 @@ class OperationRegistry:
             inline=inline,
             read_lane=read_lane,
             read_miss=read_miss,
+            read_located=read_located,
             start=start,
             guard=guard or admin_only(name),
             wants_principal=wants_principal,

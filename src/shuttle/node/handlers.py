@@ -456,6 +456,7 @@ def register_storage_ops(registry: OperationRegistry, store: Store) -> None:
         inline_try=read_cached,
         read_lane=lane,
         read_miss=read_miss,
+        read_located=rados_inline.located if rados_inline is not None else None,
         start=read_start if read_async is not None else None,
         guard=reads(),
     )
