@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import shuttle.compiled as compiled
 from shuttle.bench.ceph_node_stats import (
     CounterLog,
     cache_capacity,
@@ -176,6 +177,9 @@ def run_netrand(config: CephNetrandConfig, progress: Progress) -> dict[str, Any]
     report: dict[str, Any] = {
         "experiment": "ceph-netrand",
         "config": asdict(config),
+        # Whether this process (and the nodes it started, from the same tree) ran
+        # Shuttle's compiled modules: a stale build falls back to pure Python.
+        "compiled": compiled.active().reason,
         "modes": {m: s.summary() for m, s in samples.items()},
         "skipped": skipped,
         # How the RADOS node answered its timed (warm) reads: from its cache on the
