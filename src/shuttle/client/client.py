@@ -318,13 +318,18 @@ class Client:
     ) -> bytes:
         """One range read of at most a piece from ``node`` (by default the key's): a
         socket connection takes it by its read lane (``BlockingConnection.read``)."""
+        direct = self.rados_direct
+        if direct is not None:  # a key the node named lately: no node, no connection
+            got = direct.read_remembered(key, offset, length)
+            if got is not None:
+                return got
         if node is None:
             node = self.node_for(key)
         conn = self._conns.mine.conns.get(node.node_id)  # connection()'s lookup, one call fewer
         if conn is None:
             conn = self.connection(node)
-        if self.rados_direct is not None:
-            return self.rados_direct.read(conn, key, offset, length)
+        if direct is not None:
+            return direct.ask(conn, key, offset, length)
         if type(conn) is BlockingConnection:
             return conn.read(key, offset, length)
         op = calls.read(key, offset, length)

@@ -51,11 +51,11 @@ import asyncio
 import errno
 import logging
 import threading
-import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from time import monotonic
 from typing import Any
 
 from shuttle.client.connections import NodeConnection
@@ -174,6 +174,13 @@ def _errno_name(exc: Exception) -> str:
     return type(exc).__name__
 
 
+class _PerThread(threading.local):
+    """A thread's I/O contexts, by ``(pool, namespace)``."""
+
+    def __init__(self) -> None:
+        self.ctxs: dict[tuple[str, str], Any] = {}
+
+
 class DirectReads:
     """A client's reads of RADOS node misses from RADOS itself (see the module). Shared
     by the client's threads: one librados client, an I/O context per thread and pool."""
@@ -183,7 +190,7 @@ class DirectReads:
         self.rados = import_rados()  # no binding: ConfigError now, not at the first read
         self._cluster: Any = None
         self._lock = threading.Lock()
-        self._local = threading.local()
+        self._local = _PerThread()
         #: Every thread's I/O contexts, closed before librados shuts down.
         self._ctxs: list[Any] = []
         self._failed_until = 0.0
@@ -205,14 +212,44 @@ class DirectReads:
     ) -> bytes:
         """Bytes ``[offset, offset+length)`` of ``key``: from RADOS where the node (or a
         recent answer of it) names the object, else from the node (see the module)."""
-        where = self._recall(key) if length <= DIRECT_BYTES_MAX else None
-        if where is not None:
-            got = self.read_at(where, key, offset, length, expected_version)
-            if got is not None:
-                self.remembered += 1
-                self.direct += 1
-                return got[0]
+        got = self.read_remembered(key, offset, length, expected_version)
+        if got is not None:
+            return got
+        return self.ask(conn, key, offset, length, expected_version)
+
+    def read_remembered(
+        self, key: str, offset: int, length: int, expected_version: int | None = None
+    ) -> bytes | None:
+        """The read from RADOS if the node named ``key`` within ``remember_s`` (no
+        connection needed: :class:`~shuttle.client.client.Client` tries this before it
+        looks the key's node up); None: ask the node (:meth:`ask`). The hot path of a
+        working set larger than the node's cache, kept short: one dict look-up without
+        the lock (atomic under the GIL; the lock guards only changes), the clock, the
+        librados read."""
+        found = self._remembered.get(key)
+        if found is None or length > DIRECT_BYTES_MAX:
+            return None
+        if monotonic() >= found[1]:
             self._forget(key)
+            return None
+        got = self.read_at(found[0], key, offset, length, expected_version)
+        if got is None:
+            self._forget(key)
+            return None
+        self.remembered += 1
+        self.direct += 1
+        return got[0]
+
+    def ask(
+        self,
+        conn: NodeConnection,
+        key: str,
+        offset: int,
+        length: int,
+        expected_version: int | None = None,
+    ) -> bytes:
+        """The read asked of the node on ``conn`` with ``direct: true``: its bytes, or
+        those librados reads where it names the object (remembered for ``remember_s``)."""
         res = _ask(conn, key, offset, length, expected_version)
         if type(res) is bytes:  # by the read lane: the node's bytes
             self.node_bytes += 1
@@ -274,13 +311,15 @@ class DirectReads:
         librados error, an older version than the node named: counted in
         ``fallbacks``). Raises :class:`VersionMismatchError` where the version is newer
         and not ``expected``."""
-        io = self._ioctx(where.pool, where.namespace)
+        io = self._local.ctxs.get((where.pool, where.namespace))
         if io is None:
-            self._fell_back("connect")
-            return None
+            io = self._ioctx(where.pool, where.namespace)
+            if io is None:
+                self._fell_back("connect")
+                return None
         try:
             data = io.read(where.object, length, offset)
-            version = int(io.get_last_version())
+            version = io.get_last_version()  # an int: this context's last operation's
         except self.rados.Error as exc:  # EPERM, ENOENT, a timeout: the node words it
             self._fell_back(_errno_name(exc))
             return None
@@ -294,7 +333,7 @@ class DirectReads:
                 f"{key!r} is at version {version}, but the caller expected version "
                 f"{expected}. Stat it and retry with the current version."
             )
-        return bytes(data), version
+        return data, version  # the binding's read returns bytes
 
     def _fell_back(self, why: str) -> None:
         with self._lock:
@@ -303,22 +342,19 @@ class DirectReads:
     # --- remembered keys -------------------------------------------------------------
 
     def _recall(self, key: str) -> Location | None:
-        if not self._remembered:
+        found = self._remembered.get(key)  # as in read_remembered: no lock
+        if found is None:
             return None
-        with self._lock:
-            found = self._remembered.get(key)
-            if found is None:
-                return None
-            if time.monotonic() >= found[1]:
-                del self._remembered[key]
-                return None
-            return found[0]
+        if monotonic() >= found[1]:
+            self._forget(key)
+            return None
+        return found[0]
 
     def _remember(self, key: str, where: Location) -> None:
         if self.options.remember_s <= 0:
             return
         with self._lock:
-            self._remembered[key] = (where, time.monotonic() + self.options.remember_s)
+            self._remembered[key] = (where, monotonic() + self.options.remember_s)
             self._remembered.move_to_end(key)
             while len(self._remembered) > REMEMBERED_MAX:
                 self._remembered.popitem(last=False)
@@ -333,9 +369,7 @@ class DirectReads:
         """This thread's I/O context on ``pool`` (``namespace``), or None: no
         connection to Ceph (it failed within :data:`RECONNECT_AFTER_S`). One per thread:
         ``get_last_version`` is the last operation's on that context."""
-        ctxs: dict[tuple[str, str], Any] | None = getattr(self._local, "ctxs", None)
-        if ctxs is None:
-            ctxs = self._local.ctxs = {}
+        ctxs = self._local.ctxs
         ctx = ctxs.get((pool, namespace))
         if ctx is not None:
             return ctx
@@ -357,7 +391,7 @@ class DirectReads:
         with self._lock:
             if self._cluster is not None:
                 return self._cluster
-            if time.monotonic() < self._failed_until:
+            if monotonic() < self._failed_until:
                 return None
             o = self.options
             try:
@@ -369,7 +403,7 @@ class DirectReads:
                     op_timeout_s=o.op_timeout_s,
                 )
             except ShuttleError as exc:
-                self._failed_until = time.monotonic() + RECONNECT_AFTER_S
+                self._failed_until = monotonic() + RECONNECT_AFTER_S
                 log.warning("direct RADOS reads go through the node: %s", exc)
                 return None
             return self._cluster
@@ -379,7 +413,7 @@ class DirectReads:
         with self._lock:
             cluster, self._cluster = self._cluster, None
             ctxs, self._ctxs = self._ctxs, []
-            self._local = threading.local()
+            self._local = _PerThread()
             self._remembered.clear()
         for ctx in ctxs:  # before the shutdown: a context freed after it is a use after free
             ctx.close()
