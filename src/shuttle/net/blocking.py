@@ -35,8 +35,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from time import monotonic
-from typing import Any
+from typing import Any, Final
 
 from shuttle.errors import (
     RemoteProtocolError,
@@ -73,17 +72,20 @@ from shuttle.wire.readlane import read_args
 
 #: A read reply's bytes beyond its payload: the frame's prefix and its header
 #: ``[rid, nil]`` (at most 7 bytes), with room to spare.
-READ_REPLY_OVERHEAD = 32
+READ_REPLY_OVERHEAD: Final = 32
 #: A ``direct`` read's room for a RADOS node's location instead of the bytes,
 #: ``{"rados": {pool, namespace, object, version}}``, beyond its key's UTF-8 (a larger
 #: one is read whole by the general loop).
-LOCATION_REPLY_BYTES = 512
+LOCATION_REPLY_BYTES: Final = 512
 #: Requests kept in flight by call_many unless told otherwise.
 WINDOW_DEFAULT = 16
 #: A connection unused for this long is checked before a request goes out: a node
 #: closes idle connections (with GOODBYE), and a request sent into a closed one could
 #: not be retried safely if it is not idempotent.
 IDLE_PROBE_S = 1.0
+#: The clock of :data:`IDLE_PROBE_S`, held as a final name: the compiled build reads
+#: it from a C variable, where a module global is looked up in a dict on every call.
+_monotonic: Final = time.monotonic
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +98,11 @@ class Call:
 
 
 #: A read for the read lane: ``(key, offset, length, expected_version or None,
-#: direct)``.
-ReadArgs = tuple[str, int, int, int | None, bool]
+#: direct)``, the ints typed ``Any`` so that the compiled build passes the tuple's
+#: objects on to the lane's packer as they are (a typed ``int`` is unboxed, and boxed
+#: into a new object again, an allocation for any value over 256, at each Python call
+#: it is passed to).
+ReadArgs = tuple[str, Any, Any, Any, bool]
 
 
 class _NotRun(UnreachableError):
@@ -145,6 +150,9 @@ class BlockingConnection(BlockingStream):
         self._early: dict[int, Response | ErrorResponse] = {}
         #: When the last call finished (monotonic), for :data:`IDLE_PROBE_S`.
         self._used = 0.0
+        #: :data:`IDLE_PROBE_S` as the connection was made (a field, not a module
+        #: global looked up in a dict each call).
+        self._idle_probe_s = IDLE_PROBE_S
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -273,8 +281,8 @@ class BlockingConnection(BlockingStream):
         """:meth:`call`, or with ``read`` the read ``(key, offset, length, version,
         direct)`` (``op``, ``args`` and ``payload`` then unused): its payload comes back as bytes
         when it came by the read lane, else its Response."""
-        now = monotonic()  # the name, not time.monotonic: one lookup fewer a call
-        if now - self._used > IDLE_PROBE_S:
+        now = _monotonic()
+        if now - self._used > self._idle_probe_s:
             self._drop_if_closed_by_node()
         for attempt in range(2):
             fresh = self._sock is None
@@ -322,7 +330,7 @@ class BlockingConnection(BlockingStream):
             self.connect()
             conn = self._conn
             assert conn is not None
-        rid = conn.next_request_id()
+        rid: int = conn.next_request_id()
         self._sendall(conn.send_request(rid, op, args, payload, join_below=SMALL_PAYLOAD_BYTES))
         counters = self.counters
         counters.requests += 1
@@ -345,7 +353,7 @@ class BlockingConnection(BlockingStream):
         reply_bytes = RECV_BYTES
         if read is not None:
             request = conn.send_read_request(rid, read[0], read[1], read[2], read[3], read[4])
-            room = read[2]
+            room = int(read[2])
             if read[4] and room < LOCATION_REPLY_BYTES + 4 * len(read[0]):
                 room = LOCATION_REPLY_BYTES + 4 * len(read[0])
             reply_bytes = min(RECV_BYTES, READ_REPLY_OVERHEAD + room)
@@ -425,7 +433,7 @@ class BlockingConnection(BlockingStream):
         drained so the connection stays usable).
         """
         attempts = 2 if idempotent else 1
-        if time.monotonic() - self._used > IDLE_PROBE_S:
+        if time.monotonic() - self._used > self._idle_probe_s:
             self._drop_if_closed_by_node()
         for attempt in range(attempts):
             fresh = self._sock is None

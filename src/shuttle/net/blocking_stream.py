@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from os import read as os_read
 from os import write as os_write
 from pathlib import Path
+from typing import Final
 
 from shuttle.errors import RequestTimeoutError, TlsError, UnreachableError
 from shuttle.net.shaped_socket import ShapedSocket
@@ -42,12 +43,12 @@ CONNECT_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 60.0
 #: Bytes asked of the kernel per recv between large payloads (those are received in
 #: place, as much as the kernel has): a small response and the start of a large one.
-RECV_BYTES = 64 << 10
+RECV_BYTES: Final = 64 << 10
 #: Bytes taken per receive from an emulated link's queue (it hands over what the
 #: link has released, already in memory).
 SHAPED_RECV_BYTES = 1 << 20
 #: Payloads below this are joined with their frame header into one send.
-SMALL_PAYLOAD_BYTES = 64 << 10
+SMALL_PAYLOAD_BYTES: Final = 64 << 10
 #: Ciphertext bytes asked of the kernel per read on a TLS connection: a 1 MiB piece
 #: arrives as 64 records of 16 KiB, taken in a few reads.
 TLS_RECV_BYTES = 256 << 10
