@@ -111,7 +111,19 @@ class Connection:
         #: is passed as: compiled, an ``int`` field is boxed into a new object (an
         #: allocation, for any value over 256) each time it is passed to a Python call.
         self._parse_read_header_max: Any = self.our_limits.header_bytes_max
-        self._next_rid = 1
+        #: The client's read lane calls and the reply's payload limit, held the same
+        #: way (the limit: what :meth:`receive_read_reply` takes by the lane).
+        self._pack_read_request: Callable[[Any, str, Any, Any, Any], bytes | None] = (
+            pack_read_request
+        )
+        self._parse_read_reply: Callable[[bytes, Any, Any], bytes | None] = parse_read_reply
+        self._parse_reply_payload_max: Any = min(
+            self.our_limits.payload_bytes_max, DIRECT_PAYLOAD_BYTES_MIN - 1
+        )
+        #: The next request id, an int held as an object: the id is passed on to Python
+        #: calls and set operations (the lane's packer and parser, ``_in_flight``), and
+        #: compiled, each would box an ``int`` into a new object again.
+        self._next_rid: Any = 1
         self._eof = False
 
     # --- bookkeeping --------------------------------------------------------------
@@ -158,8 +170,10 @@ class Connection:
         of a frame is buffered, or the end of the stream was received)."""
         return self._eof or not self._reader.at_frame_boundary()
 
-    def next_request_id(self) -> int:
-        """A fresh request id (client side). Ids are positive; 0 means 'the connection'."""
+    def next_request_id(self) -> Any:
+        """A fresh request id (client side). Ids are positive; 0 means 'the connection'.
+        An ``int``, typed ``Any`` so that the compiled build hands on the one object
+        made here (see ``_next_rid``)."""
         rid = self._next_rid
         self._next_rid = rid + 1 if rid < 0xFFFFFFFF else 1
         return rid
@@ -246,8 +260,9 @@ class Connection:
         self._requested(rid)
         return buffers
 
-    def _check_request(self, rid: int) -> None:
-        """Raise unless request ``rid`` may be sent now (every request path calls it)."""
+    def _check_request(self, rid: Any) -> None:
+        """Raise unless request ``rid`` may be sent now (every request path calls it;
+        ``rid``: an int, kept boxed as in :meth:`_check_response`)."""
         in_flight = self._in_flight
         limits = self.peer_limits
         if rid in in_flight:
@@ -258,8 +273,9 @@ class Connection:
                 f"{limits.in_flight_max}; wait for responses before sending more"
             )
 
-    def _requested(self, rid: int) -> None:
-        """Request ``rid`` was encoded: apply the table and put it in flight."""
+    def _requested(self, rid: Any) -> None:
+        """Request ``rid`` was encoded: apply the table and put it in flight (``rid``:
+        an int, kept boxed as in :meth:`_check_response`)."""
         if not self._steady_send_request:
             self._transition(SEND, Request)  # not a READY -> READY step: raise or move
         self._in_flight.add(rid)
@@ -307,17 +323,13 @@ class Connection:
     # something, it returns None and the caller uses that call, which decides.
 
     def send_read_request(
-        self,
-        rid: int,
-        key: str,
-        offset: int,
-        length: int,
-        version: int | None,
-        direct: bool = False,
+        self, rid: Any, key: str, offset: Any, length: Any, version: Any, direct: bool = False
     ) -> bytes | None:
         """``send_request(rid, "read", {...})`` as one bytes object, or None (then use
-        :meth:`send_request`, which encodes or refuses it)."""
-        data = pack_read_request(rid, key, offset, length, version, direct)
+        :meth:`send_request`, which encodes or refuses it). ``rid``, ``offset``,
+        ``length`` and ``version`` (an int or None): typed ``Any`` so that the compiled
+        build passes the caller's objects on to the packer, not new boxes of them."""
+        data = self._pack_read_request(rid, key, offset, length, version, direct)
         if data is None or len(data) - PREFIX_BYTES > self.peer_limits.header_bytes_max:
             return None
         self._check_request(rid)
@@ -414,13 +426,13 @@ class Connection:
             return None
         return read
 
-    def receive_read_reply(self, data: bytes, rid: int) -> bytes | None:
+    def receive_read_reply(self, data: bytes, rid: Any) -> bytes | None:
         """Client side: the payload of the answer to read ``rid`` that is exactly
-        ``data`` (no longer in flight), or None."""
+        ``data`` (no longer in flight), or None. (``rid``: an int, kept boxed as in
+        :meth:`_check_response`.)"""
         if not self._reader.at_frame_boundary():
             return None
-        limit = min(self.our_limits.payload_bytes_max, DIRECT_PAYLOAD_BYTES_MIN - 1)
-        payload = parse_read_reply(data, rid, limit)
+        payload = self._parse_read_reply(data, rid, self._parse_reply_payload_max)
         if payload is None or not self._take_response_id(rid):
             return None
         return payload
@@ -546,12 +558,16 @@ class Connection:
             return rid
         return None
 
-    def _take_response_id(self, rid: int) -> bool:
-        """:meth:`_take_response` once the header is known to be ``[rid, ...]``."""
+    def _take_response_id(self, rid: Any) -> bool:
+        """:meth:`_take_response` once the header is known to be ``[rid, ...]``
+        (``rid``: an int, kept boxed as in :meth:`_check_response`)."""
         in_flight = self._in_flight
-        if rid in in_flight and self._steady_recv_response and not self._is_server:
+        if self._steady_recv_response and not self._is_server:
+            # One hash lookup, not two ("in", then "discard"): an id in flight shrinks
+            # the set; any other leaves it as it was, and is refused.
+            held = len(in_flight)
             in_flight.discard(rid)
-            return True
+            return len(in_flight) < held
         return False
 
     def _from_wire(
