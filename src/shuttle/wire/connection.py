@@ -346,6 +346,18 @@ class Connection:
         if len(data) > limit and stop - start > limit:
             # raises the limit's error
             return b"".join(self.send_response(rid, None, data[start:stop]))
+        if self._steady_send_response and self._is_server:
+            # READY or ERROR, where a response needs its request in flight: pack, then
+            # take the id out with one set operation, not two ("in", then "discard");
+            # an id not in flight leaves the set as it was, and is refused (the reply
+            # unsent, as when _check_response refuses it before packing).
+            in_flight = self._in_flight
+            reply = self._pack_read(rid, data, start, stop)
+            held = len(in_flight)
+            in_flight.discard(rid)
+            if len(in_flight) == held:
+                raise LocalProtocolError(f"no request {rid} is waiting for a response")
+            return reply
         self._check_response(rid)
         reply = self._pack_read(rid, data, start, stop)
         self._responded(rid)
