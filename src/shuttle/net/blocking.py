@@ -387,8 +387,11 @@ class BlockingConnection(BlockingStream):
         counters = self.counters
         counters.requests += 1
         counters.bytes_sent += sent
-        by_op = counters.by_op
-        by_op[op] = by_op.get(op, 0) + 1
+        if read is not None:
+            counters.count_read()  # by_op's "read", as an int: no dict item a read
+        else:
+            by_op = counters.by_op
+            by_op[op] = by_op.get(op, 0) + 1
         if conn.pending():
             return self._wait_for(rid)
         try:

@@ -69,7 +69,24 @@ class ConnectionCounters:
     errors: int = 0
     #: Reads whose reply came back by the read lane (``wire/readlane.py``).
     read_lane: int = 0
-    by_op: dict[str, int] = field(default_factory=dict)
+    #: ``by_op`` less the reads counted in ``_reads``.
+    _ops: dict[str, int] = field(default_factory=dict, repr=False)
+    #: Reads sent (``BlockingConnection.read``) not yet added to ``_ops``: an int field,
+    #: where a dict item costs the compiled read path a look-up, a new int object and a
+    #: store every read.
+    _reads: int = field(default=0, repr=False)
+
+    @property
+    def by_op(self) -> dict[str, int]:
+        """Requests sent, by operation (the dict itself: callers may count in it)."""
+        if self._reads:
+            self._ops["read"] = self._ops.get("read", 0) + self._reads
+            self._reads = 0
+        return self._ops
+
+    def count_read(self) -> None:
+        """One more ``read`` sent (in ``by_op`` when it is next asked for)."""
+        self._reads += 1
 
 
 class BlockingStream:
