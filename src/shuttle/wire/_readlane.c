@@ -1,4 +1,4 @@
-/* The read lane in C: shuttle/wire/readlane.py's four functions, the same answers.
+/* The read lane in C: shuttle/wire/readlane.py's five functions, the same answers.
  *
  * readlane.py is the reference and says what each function takes and returns; this
  * file only does it without building msgpack objects. It is built with the compiled
@@ -19,8 +19,11 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #define PREFIX_BYTES 12
 #define KIND_REQUEST 3
@@ -451,6 +454,73 @@ static PyObject *parse_read_reply(PyObject *self, PyObject *const *args, Py_ssiz
     return PyBytes_FromStringAndSize((const char *)c.end, plen);
 }
 
+/* recv_read_reply(fd, rid, length, payload_max): the client's receive of read rid's
+ * reply on a plain socket, its payload read straight into the bytes object returned
+ * (no copy out of a frame): one readv of the prefix and header [rid, nil] (their size
+ * known from rid) into a buffer and of up to length bytes into the payload. The
+ * payload (bytes) when what arrived is exactly that RESPONSE frame with at most
+ * min(length, payload_max) bytes; else what arrived, as a bytearray (empty at the end
+ * of the stream), for the general path. OSError as os.read raises it. */
+static PyObject *recv_read_reply(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "recv_read_reply(fd, rid, length, payload_max)");
+        return NULL;
+    }
+    int64_t fd, rid, length, payload_max;
+    if (!as_int64(args[0], &fd) || fd < 0 || fd > INT_MAX || !as_int64(args[1], &rid) ||
+        rid <= 0 || !as_int64(args[2], &length) || length < 0 || length > 0xffffffffLL ||
+        !as_int64(args[3], &payload_max)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "recv_read_reply: fd, rid, length and payload_max must be ints, "
+                        "fd >= 0, rid > 0, 0 <= length < 4 GiB");
+        return NULL;
+    }
+    unsigned char want[PREFIX_BYTES + 11], head[PREFIX_BYTES + 11];
+    Py_ssize_t hlen = 1 + int_size(rid) + 1;
+    unsigned char *w = write_prefix(want, KIND_RESPONSE, hlen, 0);
+    *w++ = 0x92;
+    w = write_int(w, rid);
+    *w++ = 0xc0;
+    Py_ssize_t head_n = PREFIX_BYTES + hlen;
+    PyObject *payload = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)length);
+    if (payload == NULL) return NULL;
+    struct iovec iov[2] = {{head, (size_t)head_n}, {PyBytes_AS_STRING(payload), (size_t)length}};
+    ssize_t n;
+    int err;
+    do {  /* as os.read: retried on EINTR unless a signal handler raised */
+        Py_BEGIN_ALLOW_THREADS
+        n = readv((int)fd, iov, 2);
+        err = errno;
+        Py_END_ALLOW_THREADS
+    } while (n < 0 && err == EINTR && PyErr_CheckSignals() == 0);
+    if (n < 0) {
+        Py_DECREF(payload);
+        if (!PyErr_Occurred()) {
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+        }
+        return NULL;
+    }
+    if (n >= head_n && memcmp(head, want, 8) == 0 &&
+        memcmp(head + PREFIX_BYTES, want + PREFIX_BYTES, (size_t)hlen) == 0) {
+        Py_ssize_t plen = be32(head + 8);
+        if (plen <= length && plen <= payload_max && n - head_n == plen) {
+            if (plen < length && _PyBytes_Resize(&payload, plen) < 0) return NULL;
+            return payload;
+        }
+    }
+    /* Not the lane's: the bytes that arrived, in order. */
+    PyObject *raw = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)n);
+    if (raw != NULL) {
+        char *r = PyByteArray_AS_STRING(raw);
+        Py_ssize_t in_head = n < head_n ? (Py_ssize_t)n : head_n;
+        memcpy(r, head, (size_t)in_head);
+        memcpy(r + in_head, PyBytes_AS_STRING(payload), (size_t)(n - in_head));
+    }
+    Py_DECREF(payload);
+    return raw;
+}
+
 static PyMethodDef methods[] = {
     {"parse_read_request", (PyCFunction)(void (*)(void))parse_read_request, METH_FASTCALL,
      "(rid, key, offset, length, version, direct) of one whole read request frame, or None."},
@@ -460,6 +530,8 @@ static PyMethodDef methods[] = {
      "The REQUEST frame of a read, or None when the general path must encode it."},
     {"parse_read_reply", (PyCFunction)(void (*)(void))parse_read_reply, METH_FASTCALL,
      "The payload of one whole RESPONSE frame [rid, nil], or None."},
+    {"recv_read_reply", (PyCFunction)(void (*)(void))recv_read_reply, METH_FASTCALL,
+     "Read rid's reply from fd: its payload (bytes), or what arrived (a bytearray)."},
     {NULL, NULL, 0, NULL},
 };
 

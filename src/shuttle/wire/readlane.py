@@ -14,7 +14,11 @@ request whose shape never changes. The lane parses and builds exactly that shape
 * :func:`pack_read_request` (client) — the request (``direct: true`` last when asked
   for), byte for byte what :func:`~shuttle.wire.frames.encode_frame_fast` makes of it;
 * :func:`parse_read_reply` (client) — a frame holding exactly that response, to its
-  payload.
+  payload;
+* :func:`recv_read_reply` (client) — that response received from a plain socket's
+  descriptor with its payload read straight into the bytes object returned (one
+  ``readv``: the prefix and header, whose size the id gives, and the payload), or
+  else the bytes that arrived, for the general path.
 
 The lane only ever takes what the general path would take the same way: a parse
 returns None for anything else (another operation, an unusual encoding such as a
@@ -24,7 +28,7 @@ it. The lane checks only the frame; the protocol rules (ids in flight, states, t
 peers' limits) stay with :class:`~shuttle.wire.connection.Connection`.
 
 The ``pure_*`` functions here are the reference; ``shuttle.wire._readlane`` is the
-same four in C (``src/shuttle/wire/_readlane.c``), and the public names are the C ones
+same five in C (``src/shuttle/wire/_readlane.c``), and the public names are the C ones
 when Shuttle runs its compiled modules (:mod:`shuttle.compiled`), else the pure ones.
 tests/unit/wire/test_readlane.py checks that both give the same bytes, answers and
 errors, and take only what the general codec reads the same way.
@@ -32,6 +36,7 @@ errors, and take only what the general codec reads the same way.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -202,6 +207,44 @@ def pure_parse_read_reply(data: bytes, rid: int, payload_max: int) -> bytes | No
     return data[head_end:]
 
 
+def pure_recv_read_reply(fd: int, rid: int, length: int, payload_max: int) -> bytes | bytearray:
+    """Read ``rid``'s reply from descriptor ``fd``, at most its prefix and header
+    ``[rid, nil]`` and ``length`` bytes: the payload if what arrived is exactly that
+    RESPONSE frame (its header in the packer's encoding) with at most
+    ``min(length, payload_max)`` bytes; else what arrived, as a bytearray (empty at the
+    end of the stream). OSError as ``os.read`` raises it; ValueError for arguments
+    out of range."""
+    if not (
+        _int64(fd)
+        and 0 <= fd <= 0x7FFFFFFF
+        and _int64(rid)
+        and rid > 0
+        and _int64(length)
+        and 0 <= length <= 0xFFFFFFFF
+        and _int64(payload_max)
+    ):
+        raise ValueError(
+            "recv_read_reply: fd, rid, length and payload_max must be ints, "
+            "fd >= 0, rid > 0, 0 <= length < 4 GiB"
+        )
+    head = pack_header([rid, None])
+    head_n = PREFIX_BYTES + len(head)
+    data = os.read(fd, head_n + length)
+    if len(data) >= head_n:
+        magic, kind, flags, header_len, payload_len = PREFIX_UNPACK_FROM(data, 0)
+        if (
+            magic == MAGIC
+            and kind == _RESPONSE
+            and not flags
+            and header_len == len(head)
+            and data[PREFIX_BYTES:head_n] == head
+            and payload_len <= min(length, payload_max)
+            and len(data) == head_n + payload_len
+        ):
+            return data[head_n:]
+    return bytearray(data)
+
+
 def _native() -> Any:
     """The C module, when Shuttle runs its compiled modules (else None)."""
     from shuttle.compiled import active
@@ -228,4 +271,7 @@ pack_read_request: Callable[..., bytes | None] = (
 )
 parse_read_reply: Callable[[bytes, int, int], bytes | None] = (
     _lane.parse_read_reply if NATIVE else pure_parse_read_reply
+)
+recv_read_reply: Callable[[int, int, int, int], bytes | bytearray] = (
+    _lane.recv_read_reply if NATIVE else pure_recv_read_reply
 )

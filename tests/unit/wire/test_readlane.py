@@ -5,6 +5,7 @@ general codec takes the same way."""
 from __future__ import annotations
 
 import importlib
+import socket
 import struct
 from collections.abc import Callable
 from types import ModuleType
@@ -384,3 +385,88 @@ def test_the_c_parser_gives_the_same_key_object_for_a_key_read_again() -> None:
     assert key_of("bench/netrand.daX") == "bench/netrand.daX"  # same length, other bytes
     assert key_of("clé") == "clé" and key_of("clé") == "clé"  # not ASCII: decoded each time
     assert key_of("") == "" and key_of("k" * 300) == "k" * 300  # empty; over the memo's bound
+
+
+def recv_both(arrived: bytes, rid: int, length: int, payload_max: int = BIG) -> Any:
+    """``recv_read_reply`` from C and from the reference, each reading a socket that
+    holds ``arrived``: the same answer (type and bytes) or the same error, and the same
+    bytes left unread in the socket. Returns the answer (None for an error)."""
+    native = _native()
+    outcomes = []
+    for fn in (native.recv_read_reply, readlane.pure_recv_read_reply):
+        a, b = socket.socketpair()
+        with a, b:
+            if arrived:
+                a.sendall(arrived)
+            b.setblocking(False)
+            try:
+                got = fn(b.fileno(), rid, length, payload_max)
+                outcome: tuple[Any, ...] = ("ok", type(got), bytes(got))
+            except Exception as exc:  # compared: the same type and message
+                outcome = ("error", type(exc), str(exc))
+            try:
+                left = b.recv(1 << 20)
+            except BlockingIOError:
+                left = b""
+            outcomes.append((outcome, left))
+    assert outcomes[0] == outcomes[1], f"C and pure differ on {arrived!r:.200}, {rid}, {length}"
+    outcome = outcomes[0][0]
+    return outcome[1](outcome[2]) if outcome[0] == "ok" else None
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    st.sampled_from([1, 127, 128, 255, 256, 65535, 65536, 0xFFFFFFFF]) | RID,
+    st.binary(max_size=9000),
+    st.integers(0, 64),
+)
+@example(rid=300, payload=b"p" * 4096, spare=0)  # the benchmark's warm read
+def test_a_reply_received_whole_is_its_payload_read_in_place(
+    rid: int, payload: bytes, spare: int
+) -> None:
+    """A client's receive of its read's reply: the payload when the socket holds
+    exactly that frame (asked for ``len(payload) + spare`` bytes: a read near the
+    object's end gets fewer), with nothing of the next frame taken."""
+    reply = readlane.pure_pack_read_reply(rid, payload)
+    after = readlane.pure_pack_read_reply(1, b"next")
+    got = recv_both(reply, rid, len(payload) + spare)
+    assert type(got) is bytes and got == payload
+    if spare:  # the bytes after the reply stay in the socket (recv_both compares them)
+        assert type(recv_both(reply + after, rid, len(payload) + spare)) is bytearray
+    assert recv_both(reply + after, rid, len(payload)) == payload
+
+
+def test_a_reply_that_is_not_exactly_the_reads_comes_back_as_it_arrived() -> None:
+    """Anything else is what arrived, as a bytearray, for the general path: another
+    id's reply, an error, a payload over either limit, part of a frame, an unusual
+    encoding of the header, the end of the stream."""
+    reply = readlane.pure_pack_read_reply(5, b"abcd")
+    error = encode_frame_fast(FrameKind.ERROR, [5, "not_found", "no"], b"", BIG, BIG)[0]
+    head = b"\x92\xcc\x05\xc0"  # rid 5 as a uint8: valid msgpack, not the packer's form
+    unusual = struct.pack(">2sBBII", b"SH", 4, 0, len(head), 4) + head + b"abcd"
+    for arrived, rid, length, payload_max in (
+        (reply, 6, 4, BIG),  # another id
+        (error, 5, 4096, BIG),
+        (reply, 5, 3, BIG),  # longer than asked for: the rest stays in the socket
+        (reply, 5, 4, 3),  # over the payload limit
+        (reply[:9], 5, 4, BIG),  # part of the prefix
+        (reply[:-1], 5, 4, BIG),  # all but the last byte
+        (unusual, 5, 8, BIG),
+        (b"", 5, 4, BIG),  # nothing yet: the socket's error, as os.read raises it
+    ):
+        got = recv_both(arrived, rid, length, payload_max)
+        if arrived:
+            assert type(got) is bytearray and arrived.startswith(got), arrived
+    a, b = socket.socketpair()
+    with a, b:
+        a.close()  # the end of the stream
+        assert _native().recv_read_reply(b.fileno(), 5, 4, BIG) == bytearray()
+        assert readlane.pure_recv_read_reply(b.fileno(), 5, 4, BIG) == bytearray()
+
+
+def test_recv_read_reply_refuses_bad_arguments_with_the_same_error() -> None:
+    for args in ((-1, 5, 4, 1), (0, 0, 4, 1), (0, 5, -1, 1), (0, 5, 1 << 32, 1), (0, 5, 4, None)):
+        with pytest.raises(ValueError, match="fd >= 0, rid > 0, 0 <= length < 4 GiB"):
+            readlane.pure_recv_read_reply(*args)
+        with pytest.raises(ValueError, match="fd >= 0, rid > 0, 0 <= length < 4 GiB"):
+            _native().recv_read_reply(*args)
