@@ -68,7 +68,8 @@ from shuttle.wire import (
     Welcome,
 )
 from shuttle.wire.events import Event, Payload
-from shuttle.wire.readlane import read_args
+from shuttle.wire.limits import PREFIX_BYTES
+from shuttle.wire.readlane import pack_read_reply, read_args, recv_read_reply
 
 #: A read reply's bytes beyond its payload: the frame's prefix and its header
 #: ``[rid, nil]`` (at most 7 bytes), with room to spare.
@@ -86,6 +87,9 @@ IDLE_PROBE_S = 1.0
 #: The clock of :data:`IDLE_PROBE_S`, held as a final name: the compiled build reads
 #: it from a C variable, where a module global is looked up in a dict on every call.
 _monotonic: Final = time.monotonic
+#: The read lane's receive and its reply's packer, held as final names the same way.
+_recv_read_reply: Final = recv_read_reply
+_pack_read_reply: Final = pack_read_reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,12 @@ class Call:
 #: into a new object again, an allocation for any value over 256, at each Python call
 #: it is passed to).
 ReadArgs = tuple[str, Any, Any, Any, bool]
+
+
+def _reply_head_bytes(rid: int) -> int:
+    """A read reply's bytes before its payload: the prefix and ``[rid, nil]`` as the
+    lane packs them (an id is at most 32 bits: a msgpack int of 1, 2, 3 or 5 bytes)."""
+    return PREFIX_BYTES + 2 + (1 if rid < 128 else 2 if rid < 256 else 3 if rid < 65536 else 5)
 
 
 class _NotRun(UnreachableError):
@@ -394,16 +404,37 @@ class BlockingConnection(BlockingStream):
             by_op[op] = by_op.get(op, 0) + 1
         if conn.pending():
             return self._wait_for(rid)
+        # On a plain socket, a read lane request's reply is received straight into its
+        # payload's bytes object (recv_read_reply), not copied out of the frame's.
+        lane_recv = (
+            read is not None
+            and request is not None
+            and self._tls is None
+            and 0 <= read[2] <= conn.read_reply_payload_max
+        )
+        arrived: bytes | bytearray
         try:
-            # For a read, just the reply it expects (a bigger one, such as an error,
-            # leaves its rest in the kernel for the general loop): the bytes object is
-            # allocated at its size, not at RECV_BYTES and then shrunk.
-            data = self._read_fd(self._fd, reply_bytes)
+            if lane_recv:
+                assert read is not None
+                arrived = _recv_read_reply(self._fd, rid, read[2], conn.read_reply_payload_max)
+            else:
+                # For a read, just the reply it expects (a bigger one, such as an error,
+                # leaves its rest in the kernel for the general loop): the bytes object
+                # is allocated at its size, not at RECV_BYTES and then shrunk.
+                arrived = self._read_fd(self._fd, reply_bytes)
         except OSError as exc:
             # It blocked for the whole request timeout (SO_RCVTIMEO), or failed: with no
             # time left, _recv_failed raises the typed error.
             self._recv_failed(exc, 0.0, self.request_timeout_s)
             raise
+        if lane_recv and type(arrived) is bytes:
+            if conn.take_read_reply(rid):
+                counters.bytes_received += _reply_head_bytes(rid) + len(arrived)
+                counters.read_lane += 1
+                return arrived
+            # Refused: the frame as it came, for the general path to say why.
+            arrived = _pack_read_reply(rid, arrived)
+        data = bytes(arrived)  # (the same object when it is bytes)
         if not data:
             conn.receive_data(b"")  # end of stream: the loop reports how it ended
             return self._wait_for(rid)

@@ -112,12 +112,13 @@ class Connection:
         #: allocation, for any value over 256) each time it is passed to a Python call.
         self._parse_read_header_max: Any = self.our_limits.header_bytes_max
         #: The client's read lane calls and the reply's payload limit, held the same
-        #: way (the limit: what :meth:`receive_read_reply` takes by the lane).
+        #: way (the limit: what :meth:`receive_read_reply`, and a client receiving with
+        #: :func:`~shuttle.wire.readlane.recv_read_reply`, take by the lane).
         self._pack_read_request: Callable[[Any, str, Any, Any, Any], bytes | None] = (
             pack_read_request
         )
         self._parse_read_reply: Callable[[bytes, Any, Any], bytes | None] = parse_read_reply
-        self._parse_reply_payload_max: Any = min(
+        self.read_reply_payload_max: Any = min(
             self.our_limits.payload_bytes_max, DIRECT_PAYLOAD_BYTES_MIN - 1
         )
         #: The next request id, an int held as an object: the id is passed on to Python
@@ -444,10 +445,18 @@ class Connection:
         :meth:`_check_response`.)"""
         if not self._reader.at_frame_boundary():
             return None
-        payload = self._parse_read_reply(data, rid, self._parse_reply_payload_max)
+        payload = self._parse_read_reply(data, rid, self.read_reply_payload_max)
         if payload is None or not self._take_response_id(rid):
             return None
         return payload
+
+    def take_read_reply(self, rid: Any) -> bool:
+        """Client side: the answer to read ``rid`` arrived whole by the read lane,
+        received from the socket by :func:`~shuttle.wire.readlane.recv_read_reply`
+        (exactly the reply's frame, no other byte): True, its id no longer in flight;
+        or False, nothing changed (then give the frame to :meth:`receive_response`,
+        which says what is wrong). ``rid``: as in :meth:`receive_read_reply`."""
+        return self._reader.at_frame_boundary() and self._take_response_id(rid)
 
     def receive_response(self, data: Payload) -> Response | None:
         """Client side: the response in ``data`` (its id no longer in flight), or None."""

@@ -158,6 +158,24 @@ def test_a_response_nobody_asked_for_is_a_protocol_error_in_the_fast_lane() -> N
     assert client.state is State.ERROR
 
 
+def test_a_read_reply_received_whole_is_taken_only_if_its_id_is_in_flight() -> None:
+    """``take_read_reply`` (after ``recv_read_reply`` took the reply off the socket):
+    the id in flight is taken out once; any other leaves the connection as it was."""
+    client, server = handshake()
+    frame = client.send_read_request(3, "k", 0, 10, None)
+    assert frame is not None and client.in_flight == 1
+    assert not client.take_read_reply(4)  # not asked for
+    assert client.in_flight == 1
+    assert client.take_read_reply(3)
+    assert client.in_flight == 0
+    assert not client.take_read_reply(3)  # answered already
+    assert not server.take_read_reply(3)  # a node never takes a reply
+    client.receive_data(b"SH")  # part of a frame waiting: not at a frame's boundary
+    client.send_read_request(5, "k", 0, 10, None)
+    assert not client.take_read_reply(5)
+    assert client.in_flight == 1
+
+
 def test_send_lanes_refuse_what_send_refuses() -> None:
     client, server = handshake(Limits(payload_bytes_max=10, in_flight_max=1))
     with pytest.raises(LocalProtocolError, match="no request 5"):
