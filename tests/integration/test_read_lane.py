@@ -52,8 +52,12 @@ def test_a_warm_read_goes_by_the_lane_on_both_ends(client: Client) -> None:
     client.read(KEY, 8192, 4096)  # warm the node's block cache
     before, conn = server_stats(client), lane_conn(client)
     taken, sent = conn.counters.read_lane, dict(conn.counters.by_op)
+    received = conn.counters.bytes_received
     for offset in (8192, 8192 + 100, 12288 - 7):
         assert client.read(KEY, offset, 4096 - 200) == DATA[offset : offset + 4096 - 200]
+    # Whole frames counted: the prefix, the header [rid, nil] (ids under 128 here, one
+    # byte) and the payload.
+    assert conn.counters.bytes_received - received == 3 * (12 + 3 + 4096 - 200)
     # The client counts each in its by_op as it sends it, and every request once.
     assert conn.counters.by_op["read"] - sent["read"] == 3
     assert sum(conn.counters.by_op.values()) == conn.counters.requests

@@ -470,3 +470,12 @@ def test_recv_read_reply_refuses_bad_arguments_with_the_same_error() -> None:
             readlane.pure_recv_read_reply(*args)
         with pytest.raises(ValueError, match="fd >= 0, rid > 0, 0 <= length < 4 GiB"):
             _native().recv_read_reply(*args)
+
+
+@pytest.mark.parametrize("rid", [1, 127, 128, 255, 256, 65535, 65536, 0xFFFFFFFF])
+def test_the_client_counts_a_replys_head_as_the_packer_makes_it(rid: int) -> None:
+    """What the client adds to ``bytes_received`` for a reply read in place: its bytes
+    before the payload, as the lane packs them, for ids of every size."""
+    from shuttle.net.blocking import _reply_head_bytes
+
+    assert _reply_head_bytes(rid) == len(readlane.pure_pack_read_reply(rid, b""))
