@@ -406,12 +406,10 @@ class BlockingConnection(BlockingStream):
             return self._wait_for(rid)
         # On a plain socket, a read lane request's reply is received straight into its
         # payload's bytes object (recv_read_reply), not copied out of the frame's.
-        lane_recv = (
-            read is not None
-            and request is not None
-            and self._tls is None
-            and 0 <= read[2] <= conn.read_reply_payload_max
-        )
+        lane_recv = False
+        if read is not None and request is not None and self._tls is None:
+            length: int = read[2]  # unboxed once: compared as C ints, not objects
+            lane_recv = 0 <= length <= conn.read_reply_payload_bytes
         arrived: bytes | bytearray
         try:
             if lane_recv:

@@ -121,6 +121,8 @@ class Connection:
         self.read_reply_payload_max: Any = min(
             self.our_limits.payload_bytes_max, DIRECT_PAYLOAD_BYTES_MIN - 1
         )
+        #: The same limit as an int field (compared, not passed on).
+        self.read_reply_payload_bytes: int = self.read_reply_payload_max
         #: The next request id, an int held as an object: the id is passed on to Python
         #: calls and set operations (the lane's packer and parser, ``_in_flight``), and
         #: compiled, each would box an ``int`` into a new object again.
