@@ -114,7 +114,7 @@ class Connection:
         #: The client's read lane calls and the reply's payload limit, held the same
         #: way (the limit: what :meth:`receive_read_reply`, and a client receiving with
         #: :func:`~shuttle.wire.readlane.recv_read_reply`, take by the lane).
-        self._pack_read_request: Callable[[Any, str, Any, Any, Any], bytes | None] = (
+        self._pack_read_request: Callable[[Any, str, Any, Any, Any, bool], bytes | None] = (
             pack_read_request
         )
         self._parse_read_reply: Callable[[bytes, Any, Any], bytes | None] = parse_read_reply
