@@ -133,6 +133,8 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
         node_args += ["--arrivals-max", str(settings.arrivals_max)]
     if settings.cpu_budget is not None:
         node_args += ["--cpu-budget", str(settings.cpu_budget)]
+    if settings.cpu_budget_saturated is not None:
+        node_args += ["--cpu-budget-saturated", str(settings.cpu_budget_saturated)]
     if settings.cpu_climb:
         node_args.append("--cpu-climb")
     placements = settings.placements()

@@ -140,6 +140,16 @@ def mix(
             "(shuttle serve --cpu-budget; default: the node's, 0.7).",
         ),
     ] = None,
+    cpu_budget_saturated: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            help="The share of its CPU the node lets arriving stacks fill while the "
+            "clients report their CPUs saturated (shuttle serve --cpu-budget-saturated; "
+            "default: the node's, 0.85; the --cpu-budget value: no raise, as before).",
+        ),
+    ] = None,
     cpu_climb: Annotated[
         bool,
         typer.Option(
@@ -184,6 +194,7 @@ def mix(
         partial=parse_partial(partial),
         arrivals_max=arrivals_max,
         cpu_budget=cpu_budget,
+        cpu_budget_saturated=cpu_budget_saturated,
         cpu_climb=cpu_climb,
     )
     settings.check()

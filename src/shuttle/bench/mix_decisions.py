@@ -21,6 +21,10 @@ QUEUE_NOTE = re.compile(
     r"waits ([0-9.]+) s a call beyond the model.*?; (\d+) stacks on their way there, "
     r"\d+ at most, (\d+) held back"
 )
+#: The node's note when its CPU budget holds arrivals back, and when its clients'
+#: saturation raised that budget (placement_choice.choose).
+BUDGET_NOTE = re.compile(r"has no CPU for arrivals .*?: (\d+) held back")
+SATURATED_NOTE = re.compile(r"clients saturated \(their CPUs ([0-9.]+) busy")
 
 
 def decision_logs(bench: Bench) -> list[Path]:
@@ -53,6 +57,12 @@ def decisions(
     waits: list[float] = []
     on_way: list[int] = []
     held_back = 0
+    #: Evaluations whose arrivals the CPU budget held back, and the candidates it held;
+    #: the clients' median busy share at each evaluation whose budget it raised.
+    budget_full = budget_held = 0
+    saturated: list[float] = []
+    #: The evaluations' own CPU (the node's thread time in each), in all.
+    evaluation_cpu_s = 0.0
     #: The admission edge's climb (``--cpu-climb``): each change, with the pass's
     #: second it came at, and the edge at each evaluation's end.
     climb: list[dict[str, Any]] = []
@@ -74,6 +84,7 @@ def decisions(
             except ValueError:
                 continue  # a torn last line
             evaluations += 1
+            evaluation_cpu_s += float(record.get("cpu_s", 0.0))
             started = record.get("t") if started is None else started
             step = record.get("climb")
             if isinstance(step, dict):
@@ -88,6 +99,13 @@ def decisions(
                     waits.append(float(found.group(1)))
                     on_way.append(int(found.group(2)))
                     held_back += int(found.group(3))
+                full = BUDGET_NOTE.search(str(note))
+                if full:
+                    budget_full += 1
+                    budget_held += int(full.group(1))
+                busy = SATURATED_NOTE.search(str(note))
+                if busy:
+                    saturated.append(float(busy.group(1)))
             for move in record.get("moves", []):
                 kind = kind_of(str(move.get("stack", "")))
                 if kind not in made:
@@ -109,6 +127,8 @@ def decisions(
         "evaluations": evaluations,
         "evaluations_per_s": round(evaluations / wall_s, 2) if wall_s > 0 else None,
         "stacks_max": stacks_max,
+        # The node's CPU its evaluations took, a second (its use, like its objects').
+        "evaluation_cpu_s_per_s": round(evaluation_cpu_s / wall_s, 4) if wall_s > 0 else None,
         "moves_made": made,
         "moves_made_reasons": why,
         "moves_refused": refused,
@@ -116,6 +136,11 @@ def decisions(
         "queue_s_per_call": spread(waits),
         "arriving": spread([float(x) for x in on_way]),
         "arrivals_held_back": held_back,
+        # The CPU budget (docs/runtime.md, "Saturation", "The clients' saturation"):
+        # evaluations where it had no room for arrivals, the candidates it held back
+        # in all, and the evaluations whose budget the clients' saturation raised.
+        "budget_full": {"evaluations": budget_full, "held_back": budget_held},
+        "clients_saturated": {"evaluations": len(saturated), "busy": spread(saturated)},
         # The admission edge's climb (docs/runtime.md, "The admission edge"; None: off).
         "climb": {"changes": climb, "share": spread(shares), "final_share": shares[-1]}
         if shares

@@ -80,6 +80,9 @@ class MixSettings:
     #: The node's CPU budget for arrivals (``shuttle serve --cpu-budget``; None: its
     #: default).
     cpu_budget: float | None = None
+    #: The share arrivals may fill while the clients are saturated (``shuttle serve
+    #: --cpu-budget-saturated``; None: its default; the budget: no raise).
+    cpu_budget_saturated: float | None = None
     #: The node climbs its admission edge from the budget on the clients' measured
     #: calls a second (``shuttle serve --cpu-climb``).
     cpu_climb: bool = False
@@ -125,6 +128,10 @@ class MixSettings:
                 )
         if self.cpu_budget is not None and not 0 < self.cpu_budget <= 1:
             raise ConfigError(f"--cpu-budget must be in (0, 1], got {self.cpu_budget}")
+        if self.cpu_budget_saturated is not None and not 0 < self.cpu_budget_saturated <= 1:
+            raise ConfigError(
+                f"--cpu-budget-saturated must be in (0, 1], got {self.cpu_budget_saturated}"
+            )
         if self.arrivals_max is not None and self.arrivals_max < 0:
             raise ConfigError(f"--arrivals-max must be ≥ 0 (0: no limit), got {self.arrivals_max}")
         self._check_cpus()

@@ -104,6 +104,17 @@ def serve(
             "(default 0.7).",
         ),
     ] = None,
+    cpu_budget_saturated: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            help="Run-time: with many clients, the share of its CPU arriving stacks may "
+            "fill instead while the clients' digests say their CPUs are saturated (median "
+            "0.9 busy or more): work the node takes off them is throughput (default 0.85; "
+            "never less than --cpu-budget: set it to that to turn the raise off).",
+        ),
+    ] = None,
     cpu_climb: Annotated[
         bool | None,
         typer.Option(
@@ -374,6 +385,7 @@ def serve(
         "aggregate_clients": aggregate_clients,
         "arrivals_max": arrivals_max,
         "cpu_budget": cpu_budget,
+        "cpu_budget_saturated": cpu_budget_saturated,
         "cpu_climb": cpu_climb,
         "residence_s": residence,
         "object_memory_bytes": object_memory,

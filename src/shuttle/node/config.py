@@ -42,6 +42,7 @@ from shuttle.runtime.placement import (
     AGGREGATE_CLIENTS_MIN_DEFAULT,
     ARRIVALS_MAX_DEFAULT,
     SERVER_CPU_SHARE_MAX_DEFAULT,
+    SERVER_CPU_SHARE_SATURATED_DEFAULT,
 )
 from shuttle.runtime.sandbox_limits import (
     CPU_S_PER_CALL_DEFAULT as SANDBOX_CPU_S_DEFAULT,
@@ -152,6 +153,9 @@ class NodeConfig:
     #: With many clients, the share of its CPU the node lets arrivals fill
     #: (docs/runtime.md, "Saturation").
     cpu_budget: float = SERVER_CPU_SHARE_MAX_DEFAULT
+    #: With many clients, the share arrivals may fill while the clients report their
+    #: CPUs saturated (docs/runtime.md, "The clients' saturation").
+    cpu_budget_saturated: float = SERVER_CPU_SHARE_SATURATED_DEFAULT
     #: With many clients, climb the share arrivals may fill from ``cpu_budget`` on the
     #: clients' measured calls a second (docs/runtime.md, "The admission edge").
     cpu_climb: bool = False
@@ -336,6 +340,7 @@ class NodeConfig:
             aggregate_clients_min=self.aggregate_clients,
             arrivals_max=self.arrivals_max,
             cpu_budget=self.cpu_budget,
+            cpu_budget_saturated=self.cpu_budget_saturated,
             cpu_climb=self.cpu_climb,
             residence_s=self.residence_s,
             object_memory_bytes=self.object_memory_bytes,

@@ -15,6 +15,7 @@ from shuttle.runtime.placement import (
     ARRIVALS_MAX_DEFAULT,
     SERVER_CPU_SHARE_EVICT_DEFAULT,
     SERVER_CPU_SHARE_MAX_DEFAULT,
+    SERVER_CPU_SHARE_SATURATED_DEFAULT,
     PlacementConfig,
 )
 
@@ -81,6 +82,10 @@ class RuntimeConfig:
     #: With many clients, the share of its CPU a node lets arrivals fill (docs/runtime.md,
     #: "Saturation"); the share that sends stacks back is the larger of this and 0.9.
     cpu_budget: float = SERVER_CPU_SHARE_MAX_DEFAULT
+    #: With many clients, the share arrivals may fill instead while the clients report
+    #: their CPUs saturated (docs/runtime.md, "The clients' saturation"; never less
+    #: than ``cpu_budget``: set it to that to turn the raise off).
+    cpu_budget_saturated: float = SERVER_CPU_SHARE_SATURATED_DEFAULT
     #: With many clients, raise the share arrivals may fill from ``cpu_budget`` while
     #: the clients' aggregate calls a second do not fall (docs/runtime.md, "The
     #: admission edge"); off: the fixed budget.
@@ -132,7 +137,10 @@ class RuntimeConfig:
             self.aggregate_clients_min,
             arrivals_max=self.arrivals_max,
             server_cpu_share_max=self.cpu_budget,
-            server_cpu_share_evict=max(SERVER_CPU_SHARE_EVICT_DEFAULT, self.cpu_budget),
+            server_cpu_share_saturated=self.cpu_budget_saturated,
+            server_cpu_share_evict=max(
+                SERVER_CPU_SHARE_EVICT_DEFAULT, self.cpu_budget, self.cpu_budget_saturated
+            ),
         )
 
     @property

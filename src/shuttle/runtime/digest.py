@@ -93,6 +93,11 @@ class CpuUse:
     own_per_s: float = 0.0
     available_per_s: float = 1.0
     cpus: int = 1
+    #: The share of its CPUs busy with any process over the window, 0 to 1 (None:
+    #: not measured). A client's tells the node whether the clients' CPUs are the
+    #: bound: then work the node takes off them is throughput (docs/runtime.md,
+    #: "Many clients", "The clients' saturation").
+    busy_share: float | None = None
 
 
 def _frozen_links(links: Mapping[str, LinkDigest]) -> Mapping[str, LinkDigest]:
@@ -253,7 +258,17 @@ def _parse_cpu(cpu: Any) -> CpuUse | None:
         own_per_s=_number(cpu.get("own_per_s", 0.0), "cpu.own_per_s"),
         available_per_s=_number(cpu.get("available_per_s", 1.0), "cpu.available_per_s"),
         cpus=int(_number(cpu.get("cpus", 1), "cpu.cpus", minimum=1)),
+        busy_share=_share(cpu.get("busy_share"), "cpu.busy_share"),
     )
+
+
+def _share(value: Any, where: str) -> float | None:
+    share = _number(value, where, optional=True)
+    if share is None:
+        return None
+    if share > 1:
+        raise InvalidArgumentError(f"digest: {where} must be a share from 0 to 1, got {share!r}")
+    return float(share)
 
 
 def _parse(raw: Any) -> Digest:

@@ -8,6 +8,7 @@ verdicts (:mod:`~shuttle.runtime.placement_verdicts`)."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ from shuttle.runtime.placement_costs import (
 )
 from shuttle.runtime.placement_load import Coefficients, Prediction, server_cpu_s
 from shuttle.runtime.placement_views import (
+    CLIENTS_SATURATED_BUSY,
     SATURATED_SCORE_MIN,
     TOLERANCE_S,
     NodeView,
@@ -44,6 +46,10 @@ class CpuBudget:
     shedding: frozenset[str] = frozenset()
     #: Per server, the CPU seconds a window past which it sends stacks back.
     evict_s: Mapping[str, float] = field(default_factory=dict)
+    #: The servers whose clients are saturated (:func:`clients_busy` at least
+    #: :data:`CLIENTS_SATURATED_BUSY`): their clients' busy share and the share of
+    #: their CPU they plan instead (:attr:`PlacementConfig.server_cpu_share_saturated`).
+    raised: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     @staticmethod
     def of(
@@ -55,13 +61,26 @@ class CpuBudget:
         capacity: dict[str, float] = {}
         evict_at: dict[str, float] = {}
         shedding: set[str] = set()
+        raised: dict[str, tuple[float, float]] = {}
         if config.aggregate(len({s.client for s in stacks})):
             for server in {s.server for s in stacks}:
                 node = nodes[server]
-                cap = node.cpu_capacity_s(config.server_cpu_share_max, config.window_s)
+                share = config.server_cpu_share_max
+                busy = clients_busy(stacks, nodes, server)
+                if busy is not None and busy >= CLIENTS_SATURATED_BUSY:
+                    # The clients' CPUs are the bound: what the node takes off them is
+                    # throughput, up to where its own queue waits about as long as
+                    # theirs (and under the share that sends stacks back: its band).
+                    saturated = min(
+                        config.server_cpu_share_saturated, config.server_cpu_share_evict
+                    )
+                    share = max(share, saturated)
+                cap = node.cpu_capacity_s(share, config.window_s)
                 evict = node.cpu_capacity_s(config.server_cpu_share_evict, config.window_s)
                 if cap is None or evict is None or node.cpu_busy is None:
                     continue
+                if share > config.server_cpu_share_max and busy is not None:
+                    raised[server] = (busy, share)
                 capacity[server] = cap
                 evict_at[server] = evict
                 if node.cpu_busy * config.window_s > evict:
@@ -74,6 +93,7 @@ class CpuBudget:
             capacity,
             frozenset(shedding),
             evict_at,
+            raised,
         )
 
     def used(self, prediction: Prediction) -> dict[str, float]:
@@ -114,6 +134,21 @@ class CpuBudget:
             return False
         now = trial.get(server, 0.0)
         return now > cap and now > best.get(server, 0.0) + TOLERANCE_S
+
+
+def clients_busy(
+    stacks: Sequence[StackView], nodes: Mapping[str, NodeView], server: str
+) -> float | None:
+    """The median share of their CPUs busy (with any process) over the clients with
+    stacks at ``server`` that measured it (None: none did). The median, so that a
+    few clients on idle machines do not raise the node's budget for the rest, nor a
+    few on busy ones hold it."""
+    busy = [
+        b
+        for c in {s.client for s in stacks if s.server == server}
+        if (b := nodes[c].cpus_busy) is not None
+    ]
+    return statistics.median(busy) if busy else None
 
 
 def worth_per_server_cpu_s(

@@ -174,6 +174,11 @@ def choose(
                 for srv, cap in sorted(cpu.capacity_s.items())
             )
         )
+    for srv, (busy, share) in sorted(cpu.raised.items()):
+        notes.append(
+            f"many clients: {srv}'s clients saturated (their CPUs {busy:.2f} busy, "
+            f"median): it plans up to {share:.2f} of its CPU"
+        )
 
     for srv in sorted(admit):
         waiting = (arriving or {}).get(srv, 0)

@@ -27,6 +27,20 @@ AGGREGATE_CLIENTS_MIN_DEFAULT = 5
 #: 0.9. Past it, each hosted object's calls queue for the node's one interpreter, and
 #: the cheap stacks the node hosts lose more than a CPU-heavy newcomer gains.
 SERVER_CPU_SHARE_MAX_DEFAULT = 0.7
+#: The share of their CPUs busy (with any process; the median of the clients with
+#: stacks at the node, by their digests) from which the clients are the bound: then
+#: what the node takes off them is throughput, and it may plan up to
+#: :data:`SERVER_CPU_SHARE_SATURATED_DEFAULT` of its own (docs/runtime.md, "Many
+#: clients", "The clients' saturation"). The mix benchmark's 64 clients on one core
+#: read 0.95-0.97 in every pass on the idle machine.
+CLIENTS_SATURATED_BUSY = 0.9
+#: The share of its CPU the node's planned work may fill while its clients are
+#: saturated. A call queued at a CPU busy ρ of the time waits ρ/(1-ρ) service times
+#: (M/M/1): 19-32 at the clients' 0.95-0.97, 5.7 at the node's 0.85, so work moved
+#: from them to the node waits less there up to about that share; and it is where the
+#: best static splits ran the node at 64 clients on the idle machine (0.79-0.87 of its
+#: core), under the share that sends stacks back (0.9), which keeps its band.
+SERVER_CPU_SHARE_SATURATED_DEFAULT = 0.85
 #: The node sends stacks back for its CPU only once its measured use passes this share
 #: of the CPU it could have had (and then down to :data:`SERVER_CPU_SHARE_MAX_DEFAULT`):
 #: a band, so that a node whose use swings around its budget with the other processes
@@ -86,6 +100,11 @@ class PlacementConfig:
     #: than B_thresh). 0: never (the paper's per-stack rule at any scale).
     aggregate_clients_min: int = AGGREGATE_CLIENTS_MIN_DEFAULT
     server_cpu_share_max: float = SERVER_CPU_SHARE_MAX_DEFAULT
+    #: In that regime, the share it may plan instead while the clients with stacks at
+    #: it report their CPUs busy past :data:`CLIENTS_SATURATED_BUSY` (never less than
+    #: :attr:`server_cpu_share_max` nor more than :attr:`server_cpu_share_evict`; set
+    #: it to the former to turn the raise off).
+    server_cpu_share_saturated: float = SERVER_CPU_SHARE_SATURATED_DEFAULT
     #: In that regime, the share of its CPU the node's measured use must pass before
     #: it sends stacks back for their CPU (down to :attr:`server_cpu_share_max`).
     server_cpu_share_evict: float = SERVER_CPU_SHARE_EVICT_DEFAULT
@@ -110,6 +129,11 @@ class PlacementConfig:
         if not 0 < self.server_cpu_share_max <= 1:
             raise ConfigError(
                 f"server CPU share must be in (0, 1], got {self.server_cpu_share_max!r}"
+            )
+        if not 0 < self.server_cpu_share_saturated <= 1:
+            raise ConfigError(
+                f"server CPU share with the clients saturated must be in (0, 1], "
+                f"got {self.server_cpu_share_saturated!r}"
             )
         if not self.server_cpu_share_max <= self.server_cpu_share_evict <= 1:
             raise ConfigError(
@@ -160,6 +184,10 @@ class NodeView:
     #: :func:`~shuttle.runtime.placement_many.queue_wait_s`; 0 otherwise): the price
     #: of a call to the node for a stack that is not there yet.
     queue_s_per_call: float = 0.0
+    #: The share of its CPUs busy with any process over the window, 0 to 1 (its
+    #: digest's; None: not measured). A client's says whether its CPU is the bound
+    #: (:func:`~shuttle.runtime.placement_budget.clients_saturated`).
+    cpus_busy: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.speed > 0 and math.isfinite(self.speed)):
@@ -177,6 +205,11 @@ class NodeView:
             raise ConfigError(
                 f"node {self.node_id}: wait per call must be ≥ 0 seconds, "
                 f"got {self.queue_s_per_call!r}"
+            )
+        if self.cpus_busy is not None and not 0 <= self.cpus_busy <= 1:
+            raise ConfigError(
+                f"node {self.node_id}: busy share of its CPUs must be from 0 to 1, "
+                f"got {self.cpus_busy!r}"
             )
 
     def cpu_capacity_s(self, share: float, window_s: float) -> float | None:

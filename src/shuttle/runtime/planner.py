@@ -230,6 +230,9 @@ class ResourceManager:
     ) -> tuple[dict[str, tuple[Decision, ...]], list[LocalMove]]:
         """Decide over every stack using this node (call under the lock). Returns
         decisions per client and the moves this node starts itself."""
+        # The evaluation's own CPU, in its record: it is the node's too, and with many
+        # clients it counts against the budget its hosted objects share.
+        started_cpu = time.thread_time()
         local, facts, now = self.local_digest(), self.facts(), self.clock()
         given = model_input(local, self.fresh_digests(), facts, self.knobs)
         if not given.stacks:
@@ -273,7 +276,8 @@ class ResourceManager:
             if climbing is not None and self.climb is not None:
                 self.climb.arrived(m.stack_id for m in plan.executed if m.to_server)
                 self.climb.left(m.stack_id for m in plan.executed if not m.to_server)
-        self._record(trigger, given, plan, list(routing.actions), climbing)
+        cpu_s = time.thread_time() - started_cpu
+        self._record(trigger, given, plan, list(routing.actions), climbing, cpu_s)
         return dict(routing.decisions), list(routing.local_moves)
 
     # --- the decision log ---------------------------------------------------------------
@@ -285,6 +289,7 @@ class ResourceManager:
         plan: Plan,
         actions: list[dict[str, str]],
         climbing: dict[str, Any] | None = None,
+        cpu_s: float | None = None,
     ) -> None:
         self._seq += 1
         record: dict[str, Any] = {
@@ -299,6 +304,8 @@ class ResourceManager:
             **plan.to_json(),
             "actions": actions,
         }
+        if cpu_s is not None:
+            record["cpu_s"] = round(cpu_s, 6)
         if given.notes:
             record["notes"] = [*record.get("notes", []), *given.notes]
         if climbing is not None:

@@ -237,7 +237,12 @@ def _stacks(
     for (caller, callee), rate in m.edge_bytes_per_s.items():
         callees.setdefault(caller, []).append((rate, callee))
     for client, digest in clients.items():
-        nodes[client] = NodeView(client, digest.speed, digest.load)
+        nodes[client] = NodeView(
+            client,
+            digest.speed,
+            digest.load,
+            cpus_busy=None if digest.cpu is None else digest.cpu.busy_share,
+        )
         link = digest.links.get(me)
         for console in digest.consoles:
             chain = [console]

@@ -49,8 +49,12 @@ class Ticker:
         if span <= 0:
             return None
         last = self._samples[-1][1]
+        busy = sum(x.own_run_s + x.others_run_s for _, x in self._samples)
         return CpuUse(
             own_per_s=sum(x.own_run_s for _, x in self._samples) / span,
             available_per_s=sum(available_cpu_s(x) for _, x in self._samples) / span,
             cpus=last.cpus,
+            # Over the CPUs it may run on (a sample's counters are in jiffies: a
+            # little over 1 on a full CPU is rounding, not more than full).
+            busy_share=min(1.0, busy / (span * last.cpus)),
         )

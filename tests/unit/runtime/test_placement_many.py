@@ -11,6 +11,8 @@ The stacks are the mix benchmark's: each client calls a cheap filter (5 % of eac
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from shuttle.errors import ConfigError, InvalidArgumentError
@@ -248,6 +250,19 @@ def test_a_digest_carries_the_cpu_its_process_used() -> None:
         Digest.parse({**d.to_wire(), "cpu": 3})
 
 
+def test_a_digest_carries_the_share_of_its_cpus_busy() -> None:
+    # A client's tells the node whether the clients' CPUs are the bound
+    # (docs/runtime.md, "The clients' saturation"); a sender that leaves it out did
+    # not measure it.
+    d = Digest("c-a", cpu=CpuUse(0.02, 0.05, 1, busy_share=0.97))
+    assert Digest.parse(d.to_wire()).cpu == CpuUse(0.02, 0.05, 1, 0.97)
+    assert Digest.parse({**d.to_wire(), "cpu": {"own_per_s": 0.1}}).cpu == CpuUse(0.1)
+    with pytest.raises(InvalidArgumentError, match=r"cpu\.busy_share must be a share from 0 to 1"):
+        Digest.parse({**d.to_wire(), "cpu": {"busy_share": 1.5}})
+    with pytest.raises(ConfigError, match="busy share of its CPUs must be from 0 to 1"):
+        NodeView("c-a", cpus_busy=-0.1)
+
+
 def test_the_node_view_carries_the_cpu_of_the_nodes_own_digest() -> None:
     knobs = PlannerKnobs(window_s=1.0, residence_after_move_s=5.0, retry_after_s=5.0)
     local = Digest("n1", speed=0.05, load=1.0, span_s=1.0, cpu=CpuUse(0.4, 0.9, 1))
@@ -257,6 +272,9 @@ def test_the_node_view_carries_the_cpu_of_the_nodes_own_digest() -> None:
     node = given.nodes["n1"]
     assert (node.cpu_busy, node.cpu_available, node.cpus) == (0.4, 0.9, 1)
     assert given.nodes[CLIENT].cpu_busy is None  # a client's CPU is not budgeted
+    assert given.nodes[CLIENT].cpus_busy is None  # nor measured, in this digest
+    busy = {CLIENT: replace(clients[CLIENT], cpu=CpuUse(0.02, 0.05, 1, busy_share=0.96))}
+    assert model_input(local, busy, NodeFacts("n1"), knobs).nodes[CLIENT].cpus_busy == 0.96
     bare = model_input(Digest("n1", speed=0.05, span_s=1.0), clients, NodeFacts("n1"), knobs)
     assert bare.nodes["n1"].cpu_busy is None
 

@@ -110,6 +110,7 @@ digests = st.builds(
         own_per_s=st.floats(min_value=0, max_value=64),
         available_per_s=st.floats(min_value=0, max_value=64),
         cpus=st.integers(1, 64),
+        busy_share=st.none() | st.floats(min_value=0, max_value=1),
     ),
 )
 
