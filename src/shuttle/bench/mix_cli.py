@@ -123,6 +123,15 @@ def mix(
             "placement; the best split of a run is the ceiling).",
         ),
     ] = "",
+    partial_heavy: Annotated[
+        str,
+        typer.Option(
+            help="Partial splits with heavy filters at the node too, e.g. 32:2,32:4: for "
+            "each K:J the first K clients' cheap filters and the first J clients' heavy "
+            "ones at the node (split-K+hJ; whether any placement beats the cheap-only "
+            "splits when the clients' core is the bound).",
+        ),
+    ] = "",
     arrivals_max: Annotated[
         int | None,
         typer.Option(
@@ -165,7 +174,7 @@ def mix(
     closed loop: aggregate calls per second with every filter at the client, every
     filter at the node, and adaptive, and where each kind ended."""
     from shuttle.bench.mix import run_mix_benchmark
-    from shuttle.bench.mix_settings import MixSettings, parse_partial
+    from shuttle.bench.mix_settings import MixSettings, parse_partial, parse_partial_heavy
 
     settings = MixSettings(
         clients=clients,
@@ -192,6 +201,7 @@ def mix(
         logs_dir=logs,
         split=split,
         partial=parse_partial(partial),
+        partial_heavy=parse_partial_heavy(partial_heavy),
         arrivals_max=arrivals_max,
         cpu_budget=cpu_budget,
         cpu_budget_saturated=cpu_budget_saturated,
@@ -236,7 +246,7 @@ def mix(
     )
     console.print(table)
     ceiling = report.get("ceiling")
-    if ceiling is not None and settings.partial:
+    if ceiling is not None and (settings.partial or settings.partial_heavy):
         for i, name in enumerate(ceiling["placement_per_run"]):
             rates = ", ".join(
                 f"{p} {report['throughput_runs'][p]['runs'][i]:.1f}"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from shuttle.bench.mix_settings import KINDS, PARTIAL_PREFIX, MixSettings
+from shuttle.bench.mix_settings import HEAVY_MARK, KINDS, PARTIAL_PREFIX, MixSettings
 from shuttle.client.model import NodeAddress
 from shuttle.runtime.client import Runtime
 from shuttle.runtime.config import RuntimeConfig
@@ -76,13 +76,10 @@ def at_node(placement: str, kind: str, index: int) -> bool:
     """Whether client ``index``'s filter of ``kind`` starts at the node in ``placement``."""
     if placement == "server":
         return True
-    if kind != "cheap":
-        return False
-    if placement == "split":
-        return True
     if placement.startswith(PARTIAL_PREFIX):
-        return index < int(placement.removeprefix(PARTIAL_PREFIX))
-    return False
+        cheap, _, heavy = placement.removeprefix(PARTIAL_PREFIX).partition(HEAVY_MARK)
+        return index < int(cheap if kind == "cheap" else heavy or 0)
+    return kind == "cheap" and placement == "split"
 
 
 def one_pass(

@@ -23,6 +23,11 @@ PLACEMENTS = ("client", "server", "split", "adaptive")
 #: Prefix of the partial splits' placement names (``split-4``: four cheap filters at
 #: the node).
 PARTIAL_PREFIX = "split-"
+#: Between K and J in a partial split with heavy filters at the node too
+#: (``split-32+h4``: the first 32 clients' cheap filters and the first 4 clients'
+#: heavy ones; ``--partial-heavy 32:4``): whether any placement but the cheap-at-node
+#: splits does better when the clients' core is the bound and the node's is not full.
+HEAVY_MARK = "+h"
 #: The two kinds of function every client calls.
 KINDS = ("cheap", "heavy")
 #: More client processes than this measure the machine's process table, not placement.
@@ -74,6 +79,9 @@ class MixSettings:
     #: Partial splits to run too: for each K, the first K clients' cheap filters at
     #: the node and every other filter at its client (``split-K``).
     partial: tuple[int, ...] = ()
+    #: Partial splits with heavy filters at the node too: for each (K, J), the first K
+    #: clients' cheap filters and the first J clients' heavy ones (``split-K+hJ``).
+    partial_heavy: tuple[tuple[int, int], ...] = ()
     #: The nodes' limit on stacks on their way to them and not yet observed
     #: (``shuttle serve --arrivals-max``; None: the node's default).
     arrivals_max: int | None = None
@@ -92,7 +100,8 @@ class MixSettings:
         (every cheap filter at the node, then the partial ones), adaptive."""
         fixed = tuple(p for p in PLACEMENTS[:-1] if self.split or p != "split")
         partial = tuple(f"{PARTIAL_PREFIX}{k}" for k in self.partial)
-        return (*fixed, *partial, PLACEMENTS[-1])
+        heavy = tuple(f"{PARTIAL_PREFIX}{k}{HEAVY_MARK}{j}" for k, j in self.partial_heavy)
+        return (*fixed, *partial, *heavy, PLACEMENTS[-1])
 
     def check(self) -> None:
         """Refuse settings that cannot make a meaningful run, saying which and why."""
@@ -126,6 +135,15 @@ class MixSettings:
                     f"cheap filters at the node, so K must be 1..{self.clients - 1} "
                     "(0 is the all-at-client placement, every one the split)"
                 )
+        for k, j in self.partial_heavy:
+            if not (0 <= k <= self.clients and 1 <= j < self.clients):
+                raise ConfigError(
+                    f"--partial-heavy {k}:{j}: K cheap and J heavy filters of the "
+                    f"{self.clients} clients at the node, so K must be 0..{self.clients} "
+                    f"and J 1..{self.clients - 1} (J = 0 is --partial K)"
+                )
+        if len(set(self.partial_heavy)) != len(self.partial_heavy):
+            raise ConfigError(f"--partial-heavy lists a K:J twice: {list(self.partial_heavy)}")
         if self.cpu_budget is not None and not 0 < self.cpu_budget <= 1:
             raise ConfigError(f"--cpu-budget must be in (0, 1], got {self.cpu_budget}")
         if self.cpu_budget_saturated is not None and not 0 < self.cpu_budget_saturated <= 1:
@@ -184,4 +202,22 @@ def parse_partial(text: str) -> tuple[int, ...]:
                 f"--partial takes the numbers of cheap filters to put at the node, "
                 f"comma-separated (e.g. 4,8,12); {part!r} is not a whole number"
             ) from None
+    return tuple(out)
+
+
+def parse_partial_heavy(text: str) -> tuple[tuple[int, int], ...]:
+    """``--partial-heavy``'s value, ``"32:2,32:4"``, as ((32, 2), (32, 4));
+    :class:`ConfigError` says what is wrong with anything else."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        k, sep, j = part.partition(":")
+        if not (sep and k.strip().isdigit() and j.strip().isdigit()):
+            raise ConfigError(
+                f"--partial-heavy takes K:J pairs, comma-separated (e.g. 32:2,32:4: the "
+                f"first K clients' cheap filters and the first J clients' heavy ones at "
+                f"the node); {part!r} is not one"
+            )
+        out.append((int(k), int(j)))
     return tuple(out)

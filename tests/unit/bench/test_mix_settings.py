@@ -7,7 +7,7 @@ import pytest
 
 from shuttle.bench.mix_clients import at_node
 from shuttle.bench.mix_report import ceiling
-from shuttle.bench.mix_settings import MixSettings, parse_partial
+from shuttle.bench.mix_settings import MixSettings, parse_partial, parse_partial_heavy
 from shuttle.errors import ConfigError
 
 
@@ -37,6 +37,31 @@ def test_a_partial_split_puts_the_first_k_clients_cheap_filters_at_the_node() ->
     assert all(at_node("split", "cheap", i) and not at_node("split", "heavy", i) for i in range(3))
     assert all(at_node("server", k, 5) for k in ("cheap", "heavy"))
     assert not any(at_node(p, "cheap", 0) for p in ("client", "adaptive"))
+
+
+def test_a_partial_split_with_heavy_filters_puts_the_first_j_heavy_ones_there_too() -> None:
+    # Whether any placement beats the cheap-only splits when the clients' core is the
+    # bound (benchmarks/README.md, "Placement for aggregate throughput").
+    settings = MixSettings(clients=16, split=False, partial=(8,), partial_heavy=((8, 2), (0, 3)))
+    assert settings.placements() == (
+        "client",
+        "server",
+        "split-8",
+        "split-8+h2",
+        "split-0+h3",
+        "adaptive",
+    )
+    assert [i for i in range(16) if at_node("split-8+h2", "cheap", i)] == list(range(8))
+    assert [i for i in range(16) if at_node("split-8+h2", "heavy", i)] == [0, 1]
+    assert [i for i in range(16) if at_node("split-0+h3", "heavy", i)] == [0, 1, 2]
+    assert not any(at_node("split-0+h3", "cheap", i) for i in range(16))
+    assert parse_partial_heavy("32:2, 32:4") == ((32, 2), (32, 4))
+    with pytest.raises(ConfigError, match=r"takes K:J pairs.*'32' is not one"):
+        parse_partial_heavy("32")
+    with pytest.raises(ConfigError, match=r"K must be 0\.\.16 and J 1\.\.15"):
+        MixSettings(clients=16, partial_heavy=((8, 0),)).check()
+    with pytest.raises(ConfigError, match="lists a K:J twice"):
+        MixSettings(clients=16, partial_heavy=((8, 1), (8, 1))).check()
 
 
 def test_partial_splits_that_are_not_partial_are_refused_saying_why() -> None:
