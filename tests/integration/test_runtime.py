@@ -5,6 +5,7 @@ are corrected through the home, and shipped code is contained."""
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
 import threading
@@ -329,7 +330,13 @@ def test_auto_placement_moves_a_selective_grep_and_the_tools_show_it(
     log = shuttle_cli("placement", "log", "--node", address, env=env)
     assert log.returncode == 0, log.stderr
     assert b"MOVE" in log.stdout and b"to_server" in log.stdout
-    assert (tmp_path / node / ".shuttle" / "runtime" / "placement.jsonl").stat().st_size > 0
+    logged = (tmp_path / node / ".shuttle" / "runtime" / "placement.jsonl").read_text()
+    assert logged
+    # The client's digests carry the share of its CPUs busy: the node weighs whether
+    # its clients' CPUs are full (docs/runtime.md, "The clients' saturation").
+    seen = [v for line in logged.splitlines() for v in json.loads(line)["nodes"].values()]
+    clients = [v["cpus_busy"] for v in seen if "cpus_busy" in v]
+    assert clients and all(0 <= busy <= 1 for busy in clients)
     objects = shuttle_cli("objects", "--node", address, env=env)
     assert objects.returncode == 0, objects.stderr
     assert b"moved" in objects.stdout

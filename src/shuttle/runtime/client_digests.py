@@ -126,8 +126,13 @@ class Digests:
 
     async def _send(self, window: Any, targets: set[str]) -> None:
         loop = asyncio.get_running_loop()
+        # With its CPU: whether the clients' CPUs are full is the node's to weigh
+        # (docs/runtime.md, "The clients' saturation").
         digest = await loop.run_in_executor(
-            self._executor, lambda: build_digest(self._bm, window, self._ticker.load, self._links())
+            self._executor,
+            lambda: build_digest(
+                self._bm, window, self._ticker.load, self._links(), cpu=self._ticker.cpu
+            ),
         )
         packed = values.pack(digest.to_wire())
         replies = await asyncio.gather(

@@ -344,6 +344,7 @@ def _nodes_json(nodes: Mapping[str, NodeView]) -> dict[str, Any]:
             "load": round(n.load, 4),
             "calls_in_progress": round(n.calls_in_progress, 4),
             "memory_capacity_bytes": n.memory_capacity_bytes,
+            **({} if n.cpus_busy is None else {"cpus_busy": round(n.cpus_busy, 3)}),
         }
         for n in nodes.values()
     }
