@@ -115,15 +115,42 @@ def queue_wait_s(stacks: Sequence[StackView], node: NodeView) -> float:
     return max(0.0, waited) / calls if calls > 0 else 0.0
 
 
+def anchored_shares(stacks: Sequence[StackView]) -> list[StackView]:
+    """Each stack with only its share of the CPU of the anchored object it ends at
+    (the node's storage): the share of the calls into that object its last edge
+    made. The node's digest reports the object's CPU over all its callers, and each
+    stack through it carried all of it: at 64 clients the whole CPU of the node's
+    reads (0.29 node seconds a window) in each of 120 stacks, so a cheap filter
+    arriving, which raises the node's load by its own small share, read as slowing
+    every stack by that share of all the reads, more than the 0.2 s it saves its own
+    client, and no more came with the node at 0.5 of its CPU (docs/runtime.md, "The
+    clients' saturation"). An object no stack called keeps its CPU whole."""
+    calls: dict[str, float] = {}
+    for s in stacks:
+        rid = s.objects[-1].rid
+        calls[rid] = calls.get(rid, 0.0) + s.edges[-1].calls
+    out = []
+    for s in stacks:
+        anchor = s.objects[-1]
+        total = calls[anchor.rid]
+        if total <= 0 or anchor.cpu_s <= 0:
+            out.append(s)
+            continue
+        mine = replace(anchor, cpu_s=anchor.cpu_s * s.edges[-1].calls / total)
+        out.append(replace(s, objects=(*s.objects[:-1], mine)))
+    return out
+
+
 def many_clients_view(
     stacks: Sequence[StackView], nodes: Mapping[str, NodeView]
 ) -> tuple[list[StackView], dict[str, NodeView]]:
     """The stacks and nodes as the many-clients rule decides on them: each server's
     load with its queued calls (:func:`queued_load`), each stack's traffic from its
     completed calls (:func:`settled`), and each server's wait per call as its hosted
-    stacks measure it (:func:`queue_wait_s`)."""
+    stacks measure it (:func:`queue_wait_s`), and each stack's share of the
+    anchored object it ends at (:func:`anchored_shares`)."""
     servers = {s.server for s in stacks}
-    settled_stacks = [settled(s) for s in stacks]
+    settled_stacks = anchored_shares([settled(s) for s in stacks])
     view = {}
     for n, node in nodes.items():
         if n in servers:

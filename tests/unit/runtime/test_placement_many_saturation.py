@@ -24,7 +24,12 @@ from shuttle.runtime.placement import (
     PlacementConfig,
     choose,
 )
-from shuttle.runtime.placement_many import cpu_per_byte_saved, pushback
+from shuttle.runtime.placement_many import (
+    anchored_shares,
+    cpu_per_byte_saved,
+    many_clients_view,
+    pushback,
+)
 from tests.unit.runtime.test_placement_many import BLOCK, NODE_SPEED, mix
 
 
@@ -204,3 +209,27 @@ def test_the_raised_share_keeps_the_band_under_the_share_that_sends_back() -> No
     saturated(nodes, 0.96)
     fenced = PlacementConfig(server_cpu_share_saturated=0.85, server_cpu_share_evict=0.7)
     assert arrivals(choose(stacks, nodes, fenced).moves) == []
+
+
+def test_each_stack_carries_its_share_of_the_node_s_storage() -> None:
+    # The node's digest reports its storage's CPU over all its callers: at 64 clients
+    # on the idle machine's share-0.5 passes, 0.0146 reference seconds a window (0.29 s
+    # at the node's speed), the reads it serves. Each of the stacks through it carried
+    # all of it, so an arrival, raising the node's load by its own share, read as
+    # slowing every stack by that share of all the reads: a node at 0.5 of its CPU,
+    # its budget raised to 0.85, took no cheap filter for the 13 s of a pass
+    # (benchmarks/README.md, "The clients' saturation"). With each stack's share (by
+    # its calls into the storage), the limit's batch comes.
+    stacks, nodes = mix(60, node=NodeView("n1", NODE_SPEED, 1.4, cpu_busy=0.5))
+    saturated(nodes, 1.0)
+    stacks = [
+        replace(s, objects=(*s.objects[:2], ObjectView("n1/storage", 0.0146, migratable=False)))
+        for s in stacks
+    ]
+    plan = choose(stacks, nodes, PlacementConfig())
+    assert len(arrivals(plan.moves)) == 8
+    shared, _ = many_clients_view(stacks, nodes)
+    assert [s.objects[-1].cpu_s for s in shared] == [pytest.approx(0.0146 / 60)] * 60
+    # A storage no stack called this window keeps its CPU whole (no share to go by).
+    idle = [replace(s, edges=(s.edges[0], EdgeView(0, 0))) for s in stacks[:2]]
+    assert [s.objects[-1].cpu_s for s in anchored_shares(idle)] == [0.0146, 0.0146]
