@@ -131,17 +131,25 @@ def test_an_oversized_output_is_a_clear_error(ioctx: Any) -> None:
 def test_a_slow_call_times_out_with_a_clear_error(ceph: LocalCeph) -> None:
     """A Lua body that runs past the connection's operation timeout raises instead of
     hanging; the OSD finishes it (it holds its PG until then), and the object is
-    usable again afterwards. (3e8 iterations: 4-8 s on this machine, so well over the
-    1 s timeout on a fast one, and under the OSD's 15 s op-thread timeout here.)"""
+    usable again afterwards. The body's length is measured on this machine first (a
+    fixed count of iterations took 4-8 s on one machine and 0.9 s on another, under
+    the 1 s timeout): about 4 s of it, well over the timeout and under the OSD's 15 s
+    op-thread timeout."""
     info = ceph.info()
+    with open_pool(info.conf_path, info.pool, keyring_path=info.keyring_path) as io:
+        io.write_full("cls-lua-slow", b"x\n")
+        probe = 10_000_000
+        t0 = time.monotonic()
+        OsdSite(io).run_lua("cls-lua-slow", f"local x = 0 for i = 1, {probe} do x = x + i end")
+        per_iteration_s = (time.monotonic() - t0) / probe
+    iterations = int(min(4.0 / per_iteration_s, 3e9))
     with open_pool(
         info.conf_path, info.pool, keyring_path=info.keyring_path, op_timeout_s=1.0
     ) as io:
-        io.write_full("cls-lua-slow", b"x\n")
         site = OsdSite(io)
         t0 = time.monotonic()
         with pytest.raises(RequestTimeoutError, match=r"did not answer .*slice_bytes"):
-            site.run_lua("cls-lua-slow", "local x = 0 for i = 1, 300000000 do x = x + i end")
+            site.run_lua("cls-lua-slow", f"local x = 0 for i = 1, {iterations} do x = x + i end")
         assert time.monotonic() - t0 < 10
     with open_pool(info.conf_path, info.pool, keyring_path=info.keyring_path) as io:
         assert OsdSite(io).grep("cls-lua-slow", "x") == [(1, b"x")]
