@@ -47,7 +47,7 @@ from shuttle.blockcache import NO_SPAN, SpanReader
 from shuttle.errors import ShuttleError
 from shuttle.store.rados_admission import MissAdmission
 from shuttle.store.rados_aio import AioClient, read_error
-from shuttle.store.rados_read import Entry, VersionedReader, check_version_number
+from shuttle.store.rados_read import Entry, VersionedReader, check_version_number, small_read
 from shuttle.store.stats import StoreCounters
 
 T = TypeVar("T")
@@ -202,11 +202,7 @@ class LoopReads:
         path words it) or nothing to read (the thread path answers b"")."""
         reader = self.reader
         if not (
-            type(k) is str
-            and type(length) is int
-            and 0 < length <= reader.config.cache_read_bytes_max
-            and type(offset) is int
-            and offset >= 0
+            small_read(k, offset, length, reader.config.cache_read_bytes_max)
             and reader.cache.capacity_bytes > 0
         ):
             return None

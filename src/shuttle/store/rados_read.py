@@ -68,6 +68,19 @@ ENTRY_TRUST_S = 60.0
 RECONFIRM_S = 1.0
 
 
+def small_read(k: object, offset: object, length: object, bytes_max: int) -> bool:
+    """Whether a request is the shape the cache answers on the loop: a str key, an int
+    offset from 0 and an int length in 1..``bytes_max`` (anything else takes the thread
+    path, which words what is wrong)."""
+    return (
+        type(k) is str
+        and type(length) is int
+        and 0 < length <= bytes_max
+        and type(offset) is int
+        and offset >= 0
+    )
+
+
 class Raced(Exception):
     """The object changed between our look and our write (or read)."""
 
@@ -212,13 +225,7 @@ class VersionedReader:
         read both, then the entry and the blocks, then both again: unchanged means the
         blocks were those of the entry when we read them, and the entry current (each
         step is atomic under the GIL, as in ObjectStore.read_cached)."""
-        if not (
-            type(k) is str
-            and type(length) is int
-            and 0 < length <= self.config.cache_read_bytes_max
-            and type(offset) is int
-            and offset >= 0
-        ):
+        if not small_read(k, offset, length, self.config.cache_read_bytes_max):
             return None
         lock = self._locks.lock_for(k)
         generation, epoch = lock.generation, self._epoch
