@@ -43,6 +43,7 @@ from types import ModuleType
 MODULES: tuple[str, ...] = (
     "shuttle.wire.frames",
     "shuttle.wire.connection",
+    "shuttle.wire.call_checks",
     "shuttle.wire.handshake",
     "shuttle.wire.events",
     "shuttle.wire.states",

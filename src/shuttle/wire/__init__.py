@@ -8,7 +8,10 @@ Layout:
 * ``states``      roles, states and the table of allowed transitions
 * ``handshake``   the frames outside calls (CHALLENGE, HELLO, WELCOME, GOODBYE) as
   headers and back, and the protocol version a handshake settles on
-* ``connection``  the state machine of one end (handshake, request ids, limits)
+* ``call_checks``  the checks every path of a call shares: the table's state, the
+  limits, the request ids in flight
+* ``connection``  the state machine of one end: the general path, the fast lanes and the
+  read lane over those checks
 * ``readlane``    a small read's request and reply as bytes (C in ``_readlane.c``)
 
 There are no sockets in this package; ``shuttle.net`` moves the bytes.
