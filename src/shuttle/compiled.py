@@ -53,6 +53,7 @@ MODULES: tuple[str, ...] = (
     "shuttle.net.node_handshake",
     "shuttle.net.node_dispatch",
     "shuttle.net.node_tls_edge",
+    "shuttle.net.node_closing",
     "shuttle.net.server_stats",
     # The blocking client: its calls and fast lane, and the stream of bytes under them
     # (a compiled class extends only compiled classes).

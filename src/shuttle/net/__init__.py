@@ -6,7 +6,8 @@ Layout:
 * ``server``    the asyncio (uvloop) server that runs a registry over the wire codec
 * ``node_protocol``  one client connection of a node: requests answered once, backpressure,
   the read lane; with ``node_handshake`` (challenge, HELLO, refusals), ``node_dispatch``
-  (a request the general way) and ``node_tls_edge`` (TLS at its edges)
+  (a request the general way), ``node_tls_edge`` (TLS at its edges) and ``node_closing``
+  (how it ends: protocol errors, the sweep's timeouts, revocation, GOODBYE)
 * ``server_stats``  the server's counters (``node.stats``), compiled with the hot path
 * ``admission`` what a client may make a node hold: connections, descriptors, time
 * ``auth``      cluster-key authentication: key files, proofs, the handshake's checks

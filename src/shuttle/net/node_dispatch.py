@@ -16,6 +16,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from shuttle.errors import NodeBusyError, ShuttleError
+from shuttle.net.node_closing import hang_up
 from shuttle.net.registry import CONNECTION_ARG, PRINCIPAL_ARG, Mode, Operation, Reply
 from shuttle.wire import Request
 from shuttle.wire.events import Payload
@@ -159,7 +160,7 @@ def _finished(
         proto.send_reply(rid, reply.result, reply.payload)
     if proto.failing is not None:
         if not proto.pending:  # the last request taken is answered: now say why
-            proto.hang_up(proto.failing)
+            hang_up(proto, proto.failing)
         return
     if proto.held:
         proto.release()

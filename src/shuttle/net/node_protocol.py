@@ -11,12 +11,14 @@ many are in their handshake, is closed too. A principal's connection and its req
 count against that principal's share of the node (:mod:`shuttle.net.principal_limits`):
 past it, ``busy`` naming the limit.
 
-The connection is one class in four modules, one concept each (all compiled with the
+The connection is one class in five modules, one concept each (all compiled with the
 mypyc group): this one holds its state, the asyncio callbacks, the read lane (a warm
 read answered with no codec object) and the replies; :mod:`shuttle.net.node_handshake`
 the challenge, the HELLO and the connections refused on the way;
 :mod:`shuttle.net.node_dispatch` a request run the general way (guards, inline
-answers, the thread pool); :mod:`shuttle.net.node_tls_edge` TLS at its edges.
+answers, the thread pool); :mod:`shuttle.net.node_tls_edge` TLS at its edges;
+:mod:`shuttle.net.node_closing` how it ends (a protocol error answered, the sweep's
+timeouts, a revoked principal, GOODBYE).
 
 On a TLS node the connection's ciphertext goes through a
 :class:`~shuttle.net.tls.TlsChannel` at its two edges (:meth:`data_received` and
@@ -40,13 +42,13 @@ from typing import TYPE_CHECKING, Any
 
 from shuttle.blockcache import SpanReader
 from shuttle.errors import RemoteProtocolError, ShuttleError
-from shuttle.net.admission import ServerLimits
+from shuttle.net.node_closing import fatal
 from shuttle.net.node_dispatch import dispatch
 from shuttle.net.node_handshake import challenge, evict, greet, handshake_expired
 from shuttle.net.node_tls_edge import decrypt
 from shuttle.net.principals import Principal
 from shuttle.net.registry import ReadLocated, ReadMiss
-from shuttle.net.tls import TlsChannel, looks_like_tls
+from shuttle.net.tls import TlsChannel
 from shuttle.wire import (
     ConnectionClosed,
     ErrorResponse,
@@ -57,8 +59,7 @@ from shuttle.wire import (
     Role,
 )
 from shuttle.wire.connection import Connection
-from shuttle.wire.events import NEED_DATA, FrameKind, Payload
-from shuttle.wire.frames import encode_frame
+from shuttle.wire.events import NEED_DATA, Payload
 from shuttle.wire.readlane import read_args
 
 if TYPE_CHECKING:
@@ -70,14 +71,6 @@ log = logging.getLogger("shuttle.node")
 #: How long a closing connection may take to send what is buffered for it before it
 #: is dropped (a client that does not read would keep it forever).
 CLOSE_GRACE_S = 10.0
-
-#: How long a connection hung up on for breaking the protocol keeps reading (and
-#: dropping) what its client still sends after the error. Closing a socket with unread
-#: bytes makes the kernel send a reset, which can reach the client before it has read
-#: the error (its send fails with "connection reset" and the reason is lost), so the
-#: node shuts its sending side and drains the rest, as web servers' lingering close
-#: does; bounded in time, so a client that never stops sending cannot hold it.
-LINGER_S = 5.0
 
 #: Replies with payloads below this are sent as one joined buffer.
 SMALL_REPLY_BYTES = 64 << 10
@@ -159,11 +152,11 @@ class NodeProtocol(asyncio.Protocol):
         #: The server's CPU account around protocol work (None: a full-speed node),
         #: held here: the server is an interpreted object, each look-up a dict's.
         self.account: CpuAccount | None = server._account
-        # What the housekeeping sweep last saw: since when a partial frame has not
-        # grown, since when nothing has happened.
+        # What the housekeeping sweep last saw (node_closing.check_timeouts): since
+        # when a partial frame has not grown, since when nothing has happened.
         now = time.monotonic()
-        self._frame_since, self._frame_bytes = now, 0
-        self._idle_since, self._idle_requests = now, 0
+        self.frame_since, self.frame_bytes = now, 0
+        self.idle_since, self.idle_requests = now, 0
 
     # asyncio callbacks ----------------------------------------------------------------
 
@@ -256,51 +249,6 @@ class NodeProtocol(asyncio.Protocol):
         assert self.transport is not None
         self.transport.resume_reading()
         self._process(b"")  # requests already buffered
-
-    def check_timeouts(self, now: float, limits: ServerLimits) -> None:
-        """Close the connection if a frame stopped arriving, its client stopped reading
-        replies, or it idled (from the sweep)."""
-        if self.closed or self.refused or self.failing is not None:
-            return  # (a failing one closes once the requests it had running are answered)
-        # A partial frame with no byte arriving for the timeout (progress resets it:
-        # a big upload on a slow link is never cut while it moves).
-        partial = self.conn.partial_frame
-        if not partial or self.bytes_in != self._frame_bytes:
-            self._frame_since, self._frame_bytes = now, self.bytes_in
-        elif not self.held and now - self._frame_since > limits.frame_timeout_s:
-            self.server.counters.frame_timeouts += 1
-            self.fatal(
-                RemoteProtocolError(
-                    f"a frame has been incomplete with nothing arriving for over "
-                    f"{limits.frame_timeout_s:g} s ({self.conn.buffered_bytes} bytes of it "
-                    "arrived); closing the connection"
-                )
-            )
-            return
-        # Unsent replies over the high mark that have not drained to the low mark for
-        # the timeout (nothing is added meanwhile): the client stopped reading.
-        unsent = self.unsent()
-        if (
-            self.writing_paused_since is not None
-            and now - self.writing_paused_since > limits.frame_timeout_s
-        ):
-            self.server.counters.send_timeouts += 1
-            log.warning(
-                "closing %s: its client has not read its %d unsent reply bytes for over %g s",
-                self.peer,
-                unsent,
-                limits.frame_timeout_s,
-            )
-            self.abort()
-            return
-        if partial or self.pending or self.held or unsent or self._idle_requests != self.requests:
-            self._idle_since, self._idle_requests = now, self.requests
-        elif self.owns_sessions and self.server.registry.owns_anything(self.number):
-            self._idle_since = now  # a slow writer keeps its upload session
-        elif now - self._idle_since > limits.idle_timeout_s:
-            self.server.counters.idle_closed += 1
-            log.info("closing %s: idle for over %g s", self.peer, limits.idle_timeout_s)
-            self.goodbye(f"idle for over {limits.idle_timeout_s:g} s; reconnect when needed")
 
     def data_received(self, data: bytes) -> None:
         self.counters.bytes_in += len(data)
@@ -438,7 +386,7 @@ class NodeProtocol(asyncio.Protocol):
                 return
             ev = conn.receive_event(data) if data else conn.next_event()
         except RemoteProtocolError as exc:
-            self.fatal(exc)
+            fatal(self, exc)
             return
         while not self.closed:
             kind = type(ev)
@@ -464,7 +412,7 @@ class NodeProtocol(asyncio.Protocol):
             try:
                 ev = conn.next_event()
             except RemoteProtocolError as exc:
-                self.fatal(exc)
+                fatal(self, exc)
                 return
 
     # output ---------------------------------------------------------------------------
@@ -516,87 +464,6 @@ class NodeProtocol(asyncio.Protocol):
         """Write bytes as they are (TLS handshake records)."""
         if self.transport is not None and not self.closed:
             self.transport.write(data)
-
-    def fatal(self, exc: RemoteProtocolError) -> None:
-        """The client broke the protocol (or its stream is corrupt): read nothing more of
-        it, answer every request it sent before (they were taken, and may have run),
-        then tell it why (rid 0) and hang up."""
-        server = self.server
-        server.counters.protocol_errors += 1
-        if not self.encrypted and not self.authenticated and looks_like_tls(self.first_bytes):
-            log.warning(
-                "protocol error from %s: it speaks TLS, and this node serves without TLS "
-                "(start it with --tls, or connect without TLS)",
-                self.peer,
-            )
-        else:
-            log.warning("protocol error from %s: %s", self.peer, exc)
-        if self.pending and not self.closed and self.failing is None:
-            self.failing = exc
-            server.counters.drained_before_close += 1
-            if self.transport is not None:
-                self.transport.pause_reading()
-            return
-        self.hang_up(exc)
-
-    def hang_up(self, exc: RemoteProtocolError) -> None:
-        """Send the connection's ERROR (rid 0) saying why, and close."""
-        limits = self.server.limits
-        frame = encode_frame(
-            FrameKind.ERROR,
-            [0, exc.code, str(exc)],
-            header_bytes_max=limits.header_bytes_max,
-            payload_bytes_max=limits.payload_bytes_max,
-        )
-        if self.transport is not None and not self.closed:
-            self.send_bytes(b"".join(frame))
-        if self.failing is None:
-            self.failing = exc  # (so ``data_received`` drops what still arrives)
-        self.linger()
-
-    def linger(self) -> None:
-        """Close after a protocol error without resetting the connection: send what is
-        buffered and the end of stream, then drop whatever still arrives (``failing``
-        makes ``data_received`` ignore it) until the client's end of stream or
-        ``LINGER_S`` (see there why)."""
-        transport = self.transport
-        if transport is None or self.closed or self.lost or not transport.can_write_eof():
-            self.close()
-            return
-        if self.tls is not None:
-            self.close()  # close_notify first; TLS has no half-close to linger in
-            return
-        self.closed = True
-        self.lingering = True
-        transport.write_eof()
-        transport.resume_reading()
-        asyncio.get_running_loop().call_later(LINGER_S, self.abort)
-
-    def revoke(self, error: ShuttleError) -> None:
-        """The principal it authenticated as is gone: say why (rid 0) and close. Replies
-        of requests still running are dropped (their clients see the error)."""
-        if self.closed or self.transport is None:
-            return
-        log.warning("closing %s: %s", self.peer, error)
-        with contextlib.suppress(ShuttleError):
-            self.write_frames(self.conn.send(ErrorResponse.from_exception(0, error)))
-        self.close()
-
-    def goodbye(self, reason: str) -> None:
-        """Say GOODBYE and close: only when every request taken has been answered
-        (clients may then send the unanswered ones again, safely)."""
-        if self.transport is None:
-            return
-        if self.closed:
-            if self.lingering:
-                self.abort()  # after a protocol error: the node is going
-            return
-        if self.encrypted and (self.tls is None or not self.tls.established):
-            self.abort()  # still in its TLS handshake: no frame could reach it
-            return
-        with contextlib.suppress(ShuttleError):
-            self.write_frames(self.conn.send(Goodbye(reason)))
-        self.close()
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:

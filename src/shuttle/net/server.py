@@ -51,6 +51,7 @@ from shuttle.net.admission import (
     raise_descriptor_limit,
     unauthenticated_max,
 )
+from shuttle.net.node_closing import check_timeouts, goodbye, revoke
 from shuttle.net.node_protocol import NodeProtocol
 from shuttle.net.principal_limits import PrincipalLimits, PrincipalLoad
 from shuttle.net.principals import Principal, PrincipalBook, PrincipalTable, anyone
@@ -250,11 +251,12 @@ class RpcServer:
             new = table.get(old.name)
             if new is None or new.salt != old.salt:
                 self.counters.auth_failures += 1
-                proto.revoke(
+                revoke(
+                    proto,
                     AuthenticationError(
                         f"principal {old.name!r} was removed from the cluster: node "
                         f"{self.node_id} closed this connection"
-                    )
+                    ),
                 )
             else:
                 proto.principal = new
@@ -302,7 +304,7 @@ class RpcServer:
                 if proto.pending:
                     proto.abort()
                 else:
-                    proto.goodbye(reason)
+                    goodbye(proto, reason)
                 return True
         return False
 
@@ -342,7 +344,7 @@ class RpcServer:
         for proto in list(self._protocols):
             total += proto.unsent()
             try:
-                proto.check_timeouts(now, limits)
+                check_timeouts(proto, now, limits)
             except Exception:  # one connection's trouble must not stop the sweeps
                 log.exception("housekeeping of connection %s failed", proto.peer)
         self.unsent_bytes = total
@@ -379,7 +381,7 @@ class RpcServer:
             if proto.pending:  # GOODBYE promises every request taken was answered
                 proto.abort()
             else:
-                proto.goodbye("node is shutting down")
+                goodbye(proto, "node is shutting down")
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
