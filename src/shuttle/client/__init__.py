@@ -15,6 +15,8 @@ Layout:
 * ``integrity``  end-to-end checks: payload hashes on writes, chunk hashes on reads
 * ``connections``  one client's connections to its nodes: one per thread and node, counted
 * ``uploads``  one streamed upload over one connection: begin, pipelined writes, commit
+* ``downloads``  one streamed download over one connection: pipelined reads of one
+  version, each piece checked; into a local file atomically
 * ``client``   :class:`Client`, the synchronous API (no asyncio needed)
 * ``gateways`` :class:`GatewayClient`: fails over between nodes that share one store (RADOS)
 * ``locality`` which gateway node sits beside a key's primary OSD (learned in the background)

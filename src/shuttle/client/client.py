@@ -6,7 +6,7 @@ a stream is limited by the link, not by round trips. Keys are spread over the
 nodes by rendezvous hashing (:mod:`shuttle.client.routing`). One client may be shared
 by threads: each thread gets its own connection to each node
 (:mod:`shuttle.client.connections`). A streamed upload's session is
-:mod:`shuttle.client.uploads`'s.
+:mod:`shuttle.client.uploads`'s, a streamed download's :mod:`shuttle.client.downloads`'s.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from shuttle.client.calls import (
 )
 from shuttle.client.calls import Op, Pieces
 from shuttle.client.connections import Dial, NodeConnection, ThreadConnections
-from shuttle.client.integrity import CheckedPieces, RangeVerifier, check_written
+from shuttle.client.downloads import download, write_to
+from shuttle.client.integrity import check_written
 from shuttle.client.lookaside import LookasideReader, LookasideStore, StoreSet
 from shuttle.client.model import Chunk, NodeAddress, ObjectInfo, WriteInfo
 from shuttle.client.namespace import Namespace
@@ -40,7 +41,7 @@ from shuttle.client.routing import node_for_key, node_named, positions_by_node
 from shuttle.client.uploads import upload
 from shuttle.client.validation import VALIDATION_DEFAULT, ValidationMode, make_mode
 from shuttle.errors import InvalidArgumentError, NotFoundError
-from shuttle.net.blocking import BlockingConnection, Call
+from shuttle.net.blocking import BlockingConnection
 from shuttle.net.blocking_stream import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S
 from shuttle.net.memory import tune_allocator
 from shuttle.net.shaping import Link
@@ -365,39 +366,24 @@ class Client:
         if self.lookaside is not None:
             yield from self.lookaside.iter_range(info, offset, end, progress=progress)
             return
-        checked = CheckedPieces(RangeVerifier.for_object(info, offset, end))
-        reads = (
-            Call(op.op, op.args)
-            for op in calls.read_pieces(key, offset, end, self.piece_bytes, info.version)
-        )
         conn = self.connection(self.node_for(key))
-        for res in conn.call_many(reads, window=self.window):
-            for out in checked.add(calls.piece(res)):  # large pieces are handed on uncopied
-                progress(len(out))
-                yield out
-        for out in checked.finish():
-            progress(len(out))
-            yield out
+        yield from download(
+            conn,
+            key,
+            info,
+            offset,
+            end,
+            piece_bytes=self.piece_bytes,
+            window=self.window,
+            progress=progress,
+        )
 
     def get_to(
         self, key: str, target: str | Path | IO[bytes], *, progress: Progress = _no_progress
     ) -> ObjectInfo:
         """Stream ``key`` into a local file (written atomically if ``target`` is a path)."""
         info = self.stat(key)
-        if isinstance(target, str | Path):
-            path = Path(target)
-            tmp = path.with_name(f".{path.name}.shuttle-partial")
-            try:
-                with open(tmp, "wb") as out:
-                    for piece in self.iter_read(key, info=info, progress=progress):
-                        out.write(piece)
-                tmp.replace(path)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-        else:
-            for piece in self.iter_read(key, info=info, progress=progress):
-                target.write(piece)
+        write_to(target, self.iter_read(key, info=info, progress=progress))
         return info
 
     def open(self, key: str, mode: str = "rb", *, validation: str | None = None) -> io.RawIOBase:
