@@ -115,6 +115,26 @@ def serve(
             "never less than --cpu-budget: set it to that to turn the raise off).",
         ),
     ] = None,
+    raise_hold: Annotated[
+        bool | None,
+        typer.Option(
+            "--raise-hold/--no-raise-hold",
+            help="Run-time: with many clients, keep the raised share (--cpu-budget-saturated) "
+            "while the node's use is above --cpu-budget once its clients read saturated: "
+            "they read less busy then because they wait on it (default on; off: the "
+            "raise lapses at the first evaluation they read under 0.9).",
+        ),
+    ] = None,
+    rank_by_node_cpu: Annotated[
+        bool | None,
+        typer.Option(
+            "--rank-by-node-cpu/--no-rank-by-node-cpu",
+            help="Run-time: with many clients, admit arrivals in order of what they save "
+            "their clients per second of the node's CPU, and while the clients are "
+            "saturated none that saves less than that CPU (default on; off: the paper's "
+            "score, client-load weighted).",
+        ),
+    ] = None,
     cpu_climb: Annotated[
         bool | None,
         typer.Option(
@@ -387,6 +407,8 @@ def serve(
         "cpu_budget": cpu_budget,
         "cpu_budget_saturated": cpu_budget_saturated,
         "cpu_climb": cpu_climb,
+        "raise_hold": raise_hold,
+        "rank_by_node_cpu": rank_by_node_cpu,
         "residence_s": residence,
         "object_memory_bytes": object_memory,
         "adaptive": None if adapt else False,

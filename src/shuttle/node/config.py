@@ -159,6 +159,12 @@ class NodeConfig:
     #: With many clients, climb the share arrivals may fill from ``cpu_budget`` on the
     #: clients' measured calls a second (docs/runtime.md, "The admission edge").
     cpu_climb: bool = False
+    #: With many clients, keep the raised share while the node is the bound
+    #: (docs/runtime.md, "The raise held").
+    raise_hold: bool = True
+    #: With many clients, rank arrivals by what they save per node CPU second
+    #: (docs/runtime.md, "Ranked by the node's CPU").
+    rank_by_node_cpu: bool = True
     #: Anti-thrashing: an object that moved stays put this long (None: 5 H).
     residence_s: float | None = None
     #: Memory lent to hosted mobile objects, for the placement model (None: no limit).
@@ -342,6 +348,8 @@ class NodeConfig:
             cpu_budget=self.cpu_budget,
             cpu_budget_saturated=self.cpu_budget_saturated,
             cpu_climb=self.cpu_climb,
+            raise_hold=self.raise_hold,
+            rank_by_node_cpu=self.rank_by_node_cpu,
             residence_s=self.residence_s,
             object_memory_bytes=self.object_memory_bytes,
             adaptive=self.adaptive,

@@ -90,6 +90,12 @@ class RuntimeConfig:
     #: the clients' aggregate calls a second do not fall (docs/runtime.md, "The
     #: admission edge"); off: the fixed budget.
     cpu_climb: bool = False
+    #: With many clients, keep the raised share while the node is the bound
+    #: (docs/runtime.md, "The raise held"; :attr:`PlacementConfig.saturated_hold`).
+    raise_hold: bool = True
+    #: With many clients, rank arrivals by what they save per node CPU second
+    #: (docs/runtime.md, "Ranked by the node's CPU"; :attr:`PlacementConfig.rank_by_node_cpu`).
+    rank_by_node_cpu: bool = True
     drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT
     staged_ttl_s: float = STAGED_TTL_S_DEFAULT
     lease_s: float = LEASE_S_DEFAULT
@@ -141,6 +147,8 @@ class RuntimeConfig:
             server_cpu_share_evict=max(
                 SERVER_CPU_SHARE_EVICT_DEFAULT, self.cpu_budget, self.cpu_budget_saturated
             ),
+            saturated_hold=self.raise_hold,
+            rank_by_node_cpu=self.rank_by_node_cpu,
         )
 
     @property

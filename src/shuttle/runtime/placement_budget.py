@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from shuttle.runtime.placement_costs import (
@@ -50,6 +50,9 @@ class CpuBudget:
     #: :data:`CLIENTS_SATURATED_BUSY`): their clients' busy share and the share of
     #: their CPU they plan instead (:attr:`PlacementConfig.server_cpu_share_saturated`).
     raised: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    #: Of those, the servers whose raise is held, not read: their clients read under
+    #: :data:`CLIENTS_SATURATED_BUSY` while the node is the bound (:func:`raise_held`).
+    held: frozenset[str] = frozenset()
 
     @staticmethod
     def of(
@@ -57,17 +60,30 @@ class CpuBudget:
         nodes: Mapping[str, NodeView],
         config: PlacementConfig,
         table: Coefficients,
+        raised_before: Collection[str] = (),
     ) -> CpuBudget:
+        """The budget of one evaluation. ``raised_before``: the servers whose budget
+        the clients' saturation raised at the last evaluation (the resource manager's
+        memory; :attr:`PlacementConfig.saturated_hold`)."""
         capacity: dict[str, float] = {}
         evict_at: dict[str, float] = {}
         shedding: set[str] = set()
         raised: dict[str, tuple[float, float]] = {}
+        held: set[str] = set()
         if config.aggregate(len({s.client for s in stacks})):
             for server in {s.server for s in stacks}:
                 node = nodes[server]
                 share = config.server_cpu_share_max
                 busy = clients_busy(stacks, nodes, server)
-                if busy is not None and busy >= CLIENTS_SATURATED_BUSY:
+                hold = (
+                    config.saturated_hold
+                    and server in raised_before
+                    and raise_held(node, config)
+                    and not (busy is not None and busy >= CLIENTS_SATURATED_BUSY)
+                )
+                if hold:
+                    held.add(server)
+                if hold or (busy is not None and busy >= CLIENTS_SATURATED_BUSY):
                     # The clients' CPUs are the bound: what the node takes off them is
                     # throughput, up to where its own queue waits about as long as
                     # theirs (and under the share that sends stacks back: its band).
@@ -81,6 +97,8 @@ class CpuBudget:
                     continue
                 if share > config.server_cpu_share_max and busy is not None:
                     raised[server] = (busy, share)
+                elif share > config.server_cpu_share_max:
+                    raised[server] = (math.nan, share)  # held, no client measured now
                 capacity[server] = cap
                 evict_at[server] = evict
                 if node.cpu_busy * config.window_s > evict:
@@ -94,6 +112,7 @@ class CpuBudget:
             frozenset(shedding),
             evict_at,
             raised,
+            frozenset(held),
         )
 
     def used(self, prediction: Prediction) -> dict[str, float]:
@@ -134,6 +153,18 @@ class CpuBudget:
             return False
         now = trial.get(server, 0.0)
         return now > cap and now > best.get(server, 0.0) + TOLERANCE_S
+
+
+def raise_held(node: NodeView, config: PlacementConfig) -> bool:
+    """Whether a server whose clients read saturated at the last evaluation keeps its
+    raised budget although they read less now: its measured use is above the base
+    budget (:attr:`PlacementConfig.server_cpu_share_max`), so the node is the bound
+    and its clients wait on it, and their CPUs read less busy for that, not for room
+    of their own. On the idle machine (64 clients, share 0.5) a node at 0.99 of its
+    core read its clients at 0.64-0.78 busy, lost the raise, and shed from 24 cheap
+    filters to 12 down to 0.7 over 5 s before filling again (benchmarks/README.md)."""
+    base = node.cpu_capacity_s(config.server_cpu_share_max, 1.0)
+    return base is not None and node.cpu_busy is not None and node.cpu_busy > base
 
 
 def clients_busy(

@@ -12,7 +12,7 @@ among them) in :mod:`~shuttle.runtime.placement_verdicts`, the servers' CPU budg
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from shuttle.runtime.placement_budget import CpuBudget, worth_per_server_cpu_s
 from shuttle.runtime.placement_costs import (
@@ -28,7 +28,13 @@ from shuttle.runtime.placement_many import (
 )
 from shuttle.runtime.placement_plan import Candidate, Plan
 from shuttle.runtime.placement_verdicts import judge
-from shuttle.runtime.placement_views import TOLERANCE_S, NodeView, PlacementConfig, StackView
+from shuttle.runtime.placement_views import (
+    SATURATED_SCORE_MIN,
+    TOLERANCE_S,
+    NodeView,
+    PlacementConfig,
+    StackView,
+)
 
 # --- the choice (5.4.3) ---------------------------------------------------------------
 
@@ -41,6 +47,7 @@ def choose(
     pinned: Iterable[str] = (),
     arriving: Mapping[str, int] | None = None,
     send_back: Mapping[str, str] | None = None,
+    raised_before: Collection[str] = (),
 ) -> Plan:
     """Decide the placement of ``stacks`` (5.4.3); see the module docstring.
 
@@ -51,7 +58,10 @@ def choose(
     ``send_back``: stacks to send back to their clients whatever they save, with the
     reason (many clients: the stacks a failed step of the admission edge let in,
     :class:`~shuttle.runtime.placement_climb.AdmissionClimb`); those not at their
-    server, or pinned there, are left as they are."""
+    server, or pinned there, are left as they are. ``raised_before``: the servers
+    whose budget the clients' saturation raised at the last evaluation
+    (:attr:`Plan.raised` of it), whose raise holds while they are the bound
+    (:func:`~shuttle.runtime.placement_budget.raise_held`)."""
     pinned = frozenset(pinned)
     window = config.window_s
     stacks = list(stacks)
@@ -90,7 +100,22 @@ def choose(
                     hosted_memory_bytes(s, k),
                 )
             )
-    candidates.sort(key=lambda c: (-c.score, -c.benefit_s, c.stack_id, c.split))
+    if many and config.rank_by_node_cpu:
+        # What each saves its client per second of the node's CPU, the client's CPU
+        # unweighted by its load: the paper's score weighs it by that load, and at 64
+        # clients on one core (load 150+) a heavy filter that saves no transfer ranked
+        # among the cheap ones and took places in the arrivals' batches.
+        worth_of = {
+            (c.stack_id, c.split): worth_per_server_cpu_s(
+                by_id[c.stack_id], base[c.stack_id], c.split, nodes
+            )
+            for c in candidates
+        }
+        candidates.sort(
+            key=lambda c: (-worth_of[c.stack_id, c.split], -c.benefit_s, c.stack_id, c.split)
+        )
+    else:
+        candidates.sort(key=lambda c: (-c.score, -c.benefit_s, c.stack_id, c.split))
 
     # Greedy allocation: take candidates best first while they fit and help.
     chosen = dict(base)
@@ -105,7 +130,7 @@ def choose(
             - sum(hosted_memory_bytes(s, base[s.stack_id]) for s in stacks if s.server == server)
         )
     # Many clients: the servers' CPU is allocated too (docs/runtime.md, "Many clients").
-    cpu = CpuBudget.of(stacks, nodes, config, table)
+    cpu = CpuBudget.of(stacks, nodes, config, table, raised_before)
     # Many clients: a few stacks on their way to a server at once, then observe the
     # wait and the CPU they make there (docs/runtime.md, "Many clients").
     limit = arrival_limits(stacks, config) if many else {}
@@ -131,6 +156,7 @@ def choose(
                 shed[s.stack_id] = why
     capped: dict[str, int] = {}
     full: dict[str, int] = {}
+    unworthy: dict[str, int] = {}
     best = baseline
     best_used = cpu.used(baseline)
     for cand in candidates:
@@ -155,6 +181,18 @@ def choose(
             # server's measured saturation admits: Bhardwaj et al., ATC 2020).
             full[stack.server] = full.get(stack.server, 0) + 1
             continue
+        if (
+            arrival
+            and config.rank_by_node_cpu
+            and stack.server in cpu.raised
+            and worth < SATURATED_SCORE_MIN
+        ):
+            # Its clients saturated, the node plans its CPU for their throughput: an
+            # arrival that saves them less than the node CPU it takes (a heavy filter:
+            # 2 ms of its client's for 48-66 ms of the node's) only lengthens the queue
+            # its cheap stacks wait in.
+            unworthy[stack.server] = unworthy.get(stack.server, 0) + 1
+            continue
         if arrival and stack.server in admit and admit[stack.server] <= 0:
             capped[stack.server] = capped.get(stack.server, 0) + 1  # held back: noted
             continue
@@ -175,6 +213,14 @@ def choose(
             )
         )
     for srv, (busy, share) in sorted(cpu.raised.items()):
+        if srv in cpu.held:
+            notes.append(
+                f"many clients: {srv}'s clients saturated at the last evaluation, their "
+                f"CPUs {busy:.2f} busy now (median) while the node is over its base "
+                f"budget ({nodes[srv].cpu_busy or 0.0:.2f} of a CPU busy): they wait on "
+                f"it; it holds its raise, up to {share:.2f} of its CPU"
+            )
+            continue
         notes.append(
             f"many clients: {srv}'s clients saturated (their CPUs {busy:.2f} busy, "
             f"median): it plans up to {share:.2f} of its CPU"
@@ -189,6 +235,11 @@ def choose(
                 f"stacks' measure, charged to arrivals); {waiting} stacks on their way "
                 f"there, {limit[srv]} at most, {capped.get(srv, 0)} held back"
             )
+    for srv in sorted(unworthy):
+        notes.append(
+            f"many clients: {srv}'s clients saturated: {unworthy[srv]} arrivals held back "
+            f"that save them less than the node's CPU they take"
+        )
     for srv in sorted(full):
         notes.append(
             f"many clients: {srv} has no CPU for arrivals (its budget with what it hosts): "
@@ -196,4 +247,12 @@ def choose(
         )
 
     moves = judge(stacks, current, best, admitted, candidates, nodes, config, pinned, cpu, shed)
-    return Plan(current, best, tuple(candidates), moves, config.threshold_s, tuple(notes))
+    return Plan(
+        current,
+        best,
+        tuple(candidates),
+        moves,
+        config.threshold_s,
+        tuple(notes),
+        frozenset(cpu.raised),
+    )

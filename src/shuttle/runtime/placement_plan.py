@@ -62,6 +62,9 @@ class Plan:
     moves: tuple[Move, ...]
     threshold_s: float
     notes: tuple[str, ...] = field(default=())
+    #: The servers whose budget the clients' saturation raised in this evaluation
+    #: (read or held; many clients): the next evaluation's ``raised_before``.
+    raised: frozenset[str] = field(default=frozenset())
 
     @property
     def executed(self) -> tuple[Move, ...]:

@@ -108,6 +108,20 @@ class PlacementConfig:
     #: In that regime, the share of its CPU the node's measured use must pass before
     #: it sends stacks back for their CPU (down to :attr:`server_cpu_share_max`).
     server_cpu_share_evict: float = SERVER_CPU_SHARE_EVICT_DEFAULT
+    #: In that regime, keep the raise to :attr:`server_cpu_share_saturated` while the
+    #: node's use stays above :attr:`server_cpu_share_max`, once its clients read
+    #: saturated: their CPUs then read less busy *because* they wait on the node, which
+    #: is not room at the clients (docs/runtime.md, "The raise held"). Off: the raise
+    #: lapses at the first evaluation whose clients read under
+    #: :data:`CLIENTS_SATURATED_BUSY` (the rule as it was).
+    saturated_hold: bool = True
+    #: In that regime, take the greedy's candidates in order of what they save their
+    #: clients per second of the node's CPU
+    #: (:func:`~shuttle.runtime.placement_budget.worth_per_server_cpu_s`: the clients'
+    #: CPU unweighted by their load, and the link) rather than by the paper's score,
+    #: whose client-load weighting ranks a CPU-heavy filter on a loaded client near a
+    #: cheap one (docs/runtime.md, "Ranked by the node's CPU"). Off: the paper's order.
+    rank_by_node_cpu: bool = True
     #: In that regime, the stacks that may be on their way to a node and not yet
     #: observed there (:data:`ARRIVALS_MAX_DEFAULT`); 0: no limit.
     arrivals_max: int = ARRIVALS_MAX_DEFAULT

@@ -128,6 +128,9 @@ class ResourceManager:
         #: Objects this node decided to move to itself and has not observed here for a
         #: window yet: rid -> when decided (the many-clients rule's arrivals).
         self._arriving: dict[str, float] = {}
+        #: The servers whose CPU budget the clients' saturation raised at the last
+        #: evaluation (held while the node is the bound: ``PlacementConfig.saturated_hold``).
+        self._raised: frozenset[str] = frozenset()
         #: The admission edge climbed on the clients' measured calls a second
         #: (``--cpu-climb``; None: the fixed budget).
         self.climb = (
@@ -267,7 +270,9 @@ class ResourceManager:
             pinned=given.pinned,
             arriving={self.node_id: len(self._arriving)},
             send_back=send_back,
+            raised_before=self._raised,
         )
+        self._raised = plan.raised
         self.evaluations += 1
         routing = route_moves(plan, given, self.node_id, adaptive=self.config.adaptive)
         if self.config.adaptive:
