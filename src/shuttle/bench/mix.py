@@ -137,6 +137,10 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
         node_args += ["--cpu-budget-saturated", str(settings.cpu_budget_saturated)]
     if settings.cpu_climb:
         node_args.append("--cpu-climb")
+    if not settings.raise_hold:
+        node_args.append("--no-raise-hold")
+    if not settings.rank_by_node_cpu:
+        node_args.append("--no-rank-by-node-cpu")
     placements = settings.placements()
     passes: dict[str, list[dict[str, Any]]] = {p: [] for p in placements}
     with bench_node(

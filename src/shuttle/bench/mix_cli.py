@@ -167,6 +167,22 @@ def mix(
             "the clients' calls a second do not fall (shuttle serve --cpu-climb).",
         ),
     ] = False,
+    raise_hold: Annotated[
+        bool,
+        typer.Option(
+            "--raise-hold/--no-raise-hold",
+            help="The node keeps its raised share while it is the bound (shuttle serve "
+            "--raise-hold; --no-raise-hold: the rule as it was).",
+        ),
+    ] = True,
+    rank_by_node_cpu: Annotated[
+        bool,
+        typer.Option(
+            "--rank-by-node-cpu/--no-rank-by-node-cpu",
+            help="The node admits arrivals by what they save per second of its CPU "
+            "(shuttle serve --rank-by-node-cpu; --no-rank-by-node-cpu: the paper's order).",
+        ),
+    ] = True,
     json_path: JsonOpt = None,
 ) -> None:
     """Many clients, each calling a cheap filter (selective, little CPU: best at the
@@ -206,6 +222,8 @@ def mix(
         cpu_budget=cpu_budget,
         cpu_budget_saturated=cpu_budget_saturated,
         cpu_climb=cpu_climb,
+        raise_hold=raise_hold,
+        rank_by_node_cpu=rank_by_node_cpu,
     )
     settings.check()
     with bench_status("mix", console) as update:

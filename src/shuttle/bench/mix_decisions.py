@@ -25,6 +25,9 @@ QUEUE_NOTE = re.compile(
 #: saturation raised that budget (placement_choice.choose).
 BUDGET_NOTE = re.compile(r"has no CPU for arrivals .*?: (\d+) held back")
 SATURATED_NOTE = re.compile(r"clients saturated \(their CPUs ([0-9.]+) busy")
+#: The node's note when it holds that raise while it is the bound (its clients read
+#: under saturated, waiting on it).
+HELD_NOTE = re.compile(r"their CPUs ([0-9.]+|nan) busy now .*? it holds its raise")
 
 
 def decision_logs(bench: Bench) -> list[Path]:
@@ -61,6 +64,9 @@ def decisions(
     #: the clients' median busy share at each evaluation whose budget it raised.
     budget_full = budget_held = 0
     saturated: list[float] = []
+    #: The clients' median busy share at each evaluation whose raise was held.
+    held: list[float] = []
+    held_evaluations = 0
     #: The evaluations' own CPU (the node's thread time in each), in all.
     evaluation_cpu_s = 0.0
     #: The admission edge's climb (``--cpu-climb``): each change, with the pass's
@@ -106,6 +112,11 @@ def decisions(
                 busy = SATURATED_NOTE.search(str(note))
                 if busy:
                     saturated.append(float(busy.group(1)))
+                kept = HELD_NOTE.search(str(note))
+                if kept:
+                    held_evaluations += 1
+                    if kept.group(1) != "nan":  # no client measured its CPU then
+                        held.append(float(kept.group(1)))
             for move in record.get("moves", []):
                 kind = kind_of(str(move.get("stack", "")))
                 if kind not in made:
@@ -141,6 +152,9 @@ def decisions(
         # in all, and the evaluations whose budget the clients' saturation raised.
         "budget_full": {"evaluations": budget_full, "held_back": budget_held},
         "clients_saturated": {"evaluations": len(saturated), "busy": spread(saturated)},
+        # Those whose raise was held while the node was the bound (docs/runtime.md,
+        # "The raise held"), with the clients' busy share they read then.
+        "raise_held": {"evaluations": held_evaluations, "busy": spread(held)},
         # The admission edge's climb (docs/runtime.md, "The admission edge"; None: off).
         "climb": {"changes": climb, "share": spread(shares), "final_share": shares[-1]}
         if shares

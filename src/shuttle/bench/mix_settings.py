@@ -94,6 +94,12 @@ class MixSettings:
     #: The node climbs its admission edge from the budget on the clients' measured
     #: calls a second (``shuttle serve --cpu-climb``).
     cpu_climb: bool = False
+    #: The node holds its raised share while it is the bound (``shuttle serve
+    #: --raise-hold``; False: ``--no-raise-hold``, the rule as it was).
+    raise_hold: bool = True
+    #: The node ranks arrivals by what they save per node CPU second (``shuttle serve
+    #: --rank-by-node-cpu``; False: the paper's order, as it was).
+    rank_by_node_cpu: bool = True
 
     def placements(self) -> tuple[str, ...]:
         """The placements each run makes, in order: the uniform ones, the splits
