@@ -18,6 +18,7 @@ import pytest
 
 from shuttle.client.aio import AsyncClient
 from shuttle.client.client import Client
+from shuttle.client.gateways import GatewayClient
 from shuttle.client.model import NodeAddress
 from shuttle.client.rados_direct import CephOptions, location_of
 from shuttle.cluster import principals as cluster_ops
@@ -129,6 +130,44 @@ def test_a_direct_read_returns_what_the_node_returns(gw: Gateway) -> None:
         named = after["direct_answers"] - before["direct_answers"]
         assert named == 1 and stats["remembered"] == stats["direct"] - 1, (named, stats)
         assert stats["remembered"] + stats["node_bytes"] == len(offsets) - 1
+
+
+def test_a_gateway_client_reads_a_remembered_key_without_choosing_a_node(
+    gw: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client ``connect`` gives for a RADOS cluster (a GatewayClient, which ranks
+    the nodes for every request and fails over between them) reads a key its node
+    named from RADOS without ranking its nodes: no node is asked, so none is chosen
+    (ranking them cost a remembered read 6-10 µs; benchmarks/README.md, issue 26
+    item 2). A key not remembered still goes to the node the ranking picks."""
+    direct = gw.direct(remember_s=60)
+    with gw.client() as plain, GatewayClient(
+        [gw.addr], key=gw.key, request_timeout_s=30, rados_direct=direct
+    ) as c:
+        data = _object(plain, "d/gateway")
+        assert c.rados_direct is not None
+        pages = _pages()
+        for offset in pages:  # until the node names the key (its cache full)
+            assert c.read("d/gateway", offset, PAGE) == data[offset : offset + PAGE]
+            if c.rados_direct.stats()["direct"]:
+                break
+        ranked, orders = c._order, []
+
+        def counted(key: str, *, keyed: bool = True) -> list[NodeAddress]:
+            orders.append(key)
+            return ranked(key, keyed=keyed)
+
+        monkeypatch.setattr(c, "_order", counted)
+        remembered = c.rados_direct.stats()["remembered"]
+        offsets = [next(pages) for _ in range(8)]
+        got = [c.read("d/gateway", offset, PAGE) for offset in offsets]
+        assert got == [data[offset : offset + PAGE] for offset in offsets]
+        assert c.rados_direct.stats()["remembered"] == remembered + len(offsets)
+        assert orders == [], "a remembered read ranked the nodes"
+        # A key not remembered: ranked, and asked of the node the ranking picks.
+        other = _object(plain, "d/gateway-other")
+        assert c.read("d/gateway-other", 0, PAGE) == other[:PAGE]
+        assert orders == ["d/gateway-other"]
 
 
 def test_a_change_between_the_node_s_answer_and_the_client_s_read(gw: Gateway) -> None:
