@@ -6,7 +6,7 @@ from the OSD itself"), in one process, interleaved.
         [--osds 1] [--json-out FILE]
 
 Starts a local Ceph, writes an 8 MiB object, and times random 4 KiB reads of it, one
-at a time, in four ways, each round running every way once in a shuffled order
+at a time, in five ways, each round running every way once in a shuffled order
 (drift on a shared machine hits them alike):
 
 * ``librados``: ``ioctx.read`` through the Python binding (``shuttle bench ceph
@@ -17,7 +17,11 @@ at a time, in four ways, each round running every way once in a shuffled order
   read_at>`, the client's read of a named object with its version check, on the
   client's own librados connection;
 * ``client_remembered``: ``Client.read`` of a key the node named before (remembered,
-  so no node is asked): the whole client path of a remembered read.
+  so no node is asked): the whole client path of a remembered read;
+* ``gateway_remembered``: the same through a
+  :class:`~shuttle.client.gateways.GatewayClient`, the client ``shuttle.connect`` gives
+  for a cluster of RADOS nodes (and so ``shuttle bench ceph netrand``'s direct client),
+  sharing ``client_remembered``'s direct reads.
 
 Prints each way's p50 (the median over the timed rounds of each round's median, µs),
 its paired ratio to ``librados`` (the median of the rounds' ratios, with their range:
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from shuttle.client.client import Client
+from shuttle.client.gateways import GatewayClient
 from shuttle.client.model import NodeAddress
 from shuttle.client.rados_direct import CephOptions, Location
 from shuttle.cluster.ceph import LocalCeph
@@ -89,12 +94,15 @@ def run(info: Any, rounds: int, reads: int) -> dict[str, Any]:
     assert direct is not None
     pages = OBJECT_BYTES // PAGE
     direct._remember(OID, where)
+    gateway = GatewayClient([NodeAddress("unused", "127.0.0.1", 9)])
+    gateway.rados_direct = direct  # the same remembered key and librados connection
     own = direct._connected().open_ioctx(info.pool)
     ways: dict[str, Callable[[int], Any]] = {
         "librados": lambda p: io.read(OID, PAGE, p * PAGE),
         "librados_own": lambda p: own.read(OID, PAGE, p * PAGE),
         "read_at": lambda p: direct.read_at(where, OID, p * PAGE, PAGE, None),
         "client_remembered": lambda p: client.read(OID, p * PAGE, PAGE),
+        "gateway_remembered": lambda p: gateway.read(OID, p * PAGE, PAGE),
     }
     for p in range(8):  # each way's connections made before anything is timed
         for fetch in ways.values():
@@ -119,6 +127,8 @@ def run(info: Any, rounds: int, reads: int) -> dict[str, Any]:
                 cpu[way] += time.process_time() - c0
                 medians[way].append(statistics.median(lat) / 1e3)
     own.close()
+    gateway.rados_direct = None  # closed once, by client
+    gateway.close()
     client.close()
     cluster.shutdown()
     out: dict[str, Any] = {}
