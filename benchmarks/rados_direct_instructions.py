@@ -2,7 +2,7 @@
 (issue 26, item 2; docs/ceph.md, "A client that reads a miss from the OSD itself").
 
     .venv/bin/python benchmarks/rados_direct_instructions.py [--json-out FILE]
-        [--ways librados_own,read_at,client_remembered]
+        [--ways librados_own,read_at,client_remembered,gateway_remembered]
 
 ``benchmarks/rados_direct_path.py`` times the same ways by the clock; on a shared
 machine their p50s swing by more than the client's own path costs (1–2 µs of a
@@ -15,11 +15,14 @@ that calls it (librados's own threads, and the start-up both runs share, drop ou
 
 * ``librados_own``: ``ioctx.read`` on the client's own librados connection;
 * ``read_at``: :meth:`DirectReads.read_at` (the read and its version check);
-* ``client_remembered``: ``Client.read`` of a key the node named before.
+* ``client_remembered``: ``Client.read`` of a key the node named before;
+* ``gateway_remembered``: the same by a :class:`~shuttle.client.gateways.GatewayClient`
+  of one node (what ``shuttle.connect`` gives for a cluster of RADOS nodes, and
+  ``shuttle bench ceph netrand``'s direct client).
 
 ``client_remembered - librados_own`` is Shuttle's own cost of a remembered read.
 Prints each way's count and writes them as JSON with ``--json-out``. About 35 s a
-way, after the Ceph's start (2 min in all).
+way, after the Ceph's start (2.5 min in all).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Any
 PAGE = 4096
 OBJECT_BYTES = 8 << 20
 OID = "bench-direct-instructions"
-WAYS = ("librados_own", "read_at", "client_remembered")
+WAYS = ("librados_own", "read_at", "client_remembered", "gateway_remembered")
 WARM_READS = 20
 
 
@@ -122,13 +125,15 @@ def child(
 ) -> None:
     """The counted process: ``reads`` reads of one way, after untimed ones."""
     from shuttle.client.client import Client
+    from shuttle.client.gateways import GatewayClient
     from shuttle.client.model import NodeAddress
     from shuttle.client.rados_direct import CephOptions, Location
 
     where = Location(pool, "", OID, version)
     options = CephOptions(Path(conf), Path(keyring), user, remember_s=1e9)
     # No node is ever asked: the key is remembered (the address is never dialled).
-    client = Client([NodeAddress("unused", "127.0.0.1", 9)], rados_direct=options)
+    kind = GatewayClient if way == "gateway_remembered" else Client
+    client = kind([NodeAddress("unused", "127.0.0.1", 9)], rados_direct=options)
     direct = client.rados_direct
     assert direct is not None
     direct._remember(OID, where)
@@ -137,6 +142,7 @@ def child(
         "librados_own": lambda p: own.read(OID, PAGE, p),
         "read_at": lambda p: direct.read_at(where, OID, p, PAGE, None),
         "client_remembered": lambda p: client.read(OID, p, PAGE),
+        "gateway_remembered": lambda p: client.read(OID, p, PAGE),
     }[way]
     rng = random.Random(7)
     for _ in range(WARM_READS + reads):
