@@ -43,6 +43,7 @@ import json
 import os
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -126,7 +127,7 @@ def run(
             if KEY in direct._remembered:
                 break
         where = direct._remembered[KEY][0]
-        own = direct._local.ctxs[(where.pool, where.namespace)]
+        own = direct._by_thread[threading.get_ident()][(where.pool, where.namespace)]
         direct_tids = set(thread_cpu()) - before_direct
         io = bench.ioctx
         fetchers: dict[str, Callable[[int], Any]] = {

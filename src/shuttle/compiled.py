@@ -82,6 +82,9 @@ MODULES: tuple[str, ...] = (
     "shuttle.store.missread",
     "shuttle.store.nowait",
     "shuttle.store.openfiles",
+    # A client's read of a RADOS object its node named (issue 26, item 2): the
+    # remembered key's look-up, the librados read and the version check.
+    "shuttle.client.rados_direct",
 )
 
 #: Extension modules written in C, built with the mypyc group and used with it, all or

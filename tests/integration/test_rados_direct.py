@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,9 +142,10 @@ def test_a_gateway_client_reads_a_remembered_key_without_choosing_a_node(
     (ranking them cost a remembered read 6-10 µs; benchmarks/README.md, issue 26
     item 2). A key not remembered still goes to the node the ranking picks."""
     direct = gw.direct(remember_s=60)
-    with gw.client() as plain, GatewayClient(
-        [gw.addr], key=gw.key, request_timeout_s=30, rados_direct=direct
-    ) as c:
+    with (
+        gw.client() as plain,
+        GatewayClient([gw.addr], key=gw.key, request_timeout_s=30, rados_direct=direct) as c,
+    ):
         data = _object(plain, "d/gateway")
         assert c.rados_direct is not None
         pages = _pages()
@@ -168,6 +170,36 @@ def test_a_gateway_client_reads_a_remembered_key_without_choosing_a_node(
         other = _object(plain, "d/gateway-other")
         assert c.read("d/gateway-other", 0, PAGE) == other[:PAGE]
         assert orders == ["d/gateway-other"]
+
+
+def test_each_thread_reads_rados_through_its_own_io_context(gw: Gateway) -> None:
+    """The version a read reports is its I/O context's last operation's, so each thread
+    has its own (one per thread and pool), the module compiled or not."""
+    with gw.client() as plain, gw.client(rados_direct=gw.direct(remember_s=60)) as c:
+        data = _object(plain, "d/threads")
+        assert c.rados_direct is not None
+        pages = list(_pages())
+        for offset in pages:  # until the node names the key (its cache full)
+            c.read("d/threads", offset, PAGE)
+            if c.rados_direct.stats()["direct"]:
+                break
+        got: dict[int, list[bytes]] = {}
+        offsets = pages[-64:]
+
+        def reader(n: int) -> None:
+            got[n] = [c.read("d/threads", offset, PAGE) for offset in offsets]
+
+        threads = [threading.Thread(target=reader, args=(n,)) for n in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        want = [data[offset : offset + PAGE] for offset in offsets]
+        assert got == {0: want, 1: want, 2: want}
+        assert c.rados_direct.stats()["remembered"] >= 3 * len(offsets)
+        # This thread's context and the three readers' (a thread's id may be reused
+        # once it ended, and its contexts with it: never by two threads at once).
+        assert 2 <= len(c.rados_direct._ctxs) <= 4
 
 
 def test_a_change_between_the_node_s_answer_and_the_client_s_read(gw: Gateway) -> None:

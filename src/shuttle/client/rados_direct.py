@@ -55,6 +55,7 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from threading import get_ident
 from time import monotonic
 from typing import Any
 
@@ -136,7 +137,7 @@ def location_of(result: Any) -> Location | None:
     where = result.get("rados")
     if type(where) is not dict:
         return None
-    pool, ns, obj, version = (where.get(f) for f in ("pool", "namespace", "object", "version"))
+    pool, ns, obj, version = [where.get(f) for f in ("pool", "namespace", "object", "version")]
     if type(pool) is str and type(ns) is str and type(obj) is str and type(version) is int:
         return Location(pool, ns, obj, version)
     return None
@@ -174,13 +175,6 @@ def _errno_name(exc: Exception) -> str:
     return type(exc).__name__
 
 
-class _PerThread(threading.local):
-    """A thread's I/O contexts, by ``(pool, namespace)``."""
-
-    def __init__(self) -> None:
-        self.ctxs: dict[tuple[str, str], Any] = {}
-
-
 class DirectReads:
     """A client's reads of RADOS node misses from RADOS itself (see the module). Shared
     by the client's threads: one librados client, an I/O context per thread and pool."""
@@ -190,7 +184,11 @@ class DirectReads:
         self.rados = import_rados()  # no binding: ConfigError now, not at the first read
         self._cluster: Any = None
         self._lock = threading.Lock()
-        self._local = _PerThread()
+        #: Each thread's I/O contexts by ``(pool, namespace)``, by thread id: a thread
+        #: uses only its own (``get_last_version`` is its context's last operation's);
+        #: one that ended leaves them to the next thread given its id. (Not a
+        #: ``threading.local`` subclass: mypyc cannot compile one.)
+        self._by_thread: dict[int, dict[tuple[str, str], Any]] = {}
         #: Every thread's I/O contexts, closed before librados shuts down.
         self._ctxs: list[Any] = []
         self._failed_until = 0.0
@@ -311,7 +309,8 @@ class DirectReads:
         librados error, an older version than the node named: counted in
         ``fallbacks``). Raises :class:`VersionMismatchError` where the version is newer
         and not ``expected``."""
-        io = self._local.ctxs.get((where.pool, where.namespace))
+        ctxs = self._by_thread.get(get_ident())
+        io = None if ctxs is None else ctxs.get((where.pool, where.namespace))
         if io is None:
             io = self._ioctx(where.pool, where.namespace)
             if io is None:
@@ -369,7 +368,7 @@ class DirectReads:
         """This thread's I/O context on ``pool`` (``namespace``), or None: no
         connection to Ceph (it failed within :data:`RECONNECT_AFTER_S`). One per thread:
         ``get_last_version`` is the last operation's on that context."""
-        ctxs = self._local.ctxs
+        ctxs = self._by_thread.setdefault(get_ident(), {})  # atomic under the GIL
         ctx = ctxs.get((pool, namespace))
         if ctx is not None:
             return ctx
@@ -413,7 +412,7 @@ class DirectReads:
         with self._lock:
             cluster, self._cluster = self._cluster, None
             ctxs, self._ctxs = self._ctxs, []
-            self._local = _PerThread()
+            self._by_thread = {}
             self._remembered.clear()
         for ctx in ctxs:  # before the shutdown: a context freed after it is a use after free
             ctx.close()
