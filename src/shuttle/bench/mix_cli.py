@@ -183,6 +183,14 @@ def mix(
             "(shuttle serve --rank-by-node-cpu; --no-rank-by-node-cpu: the paper's order).",
         ),
     ] = True,
+    shed_by_freed_cpu: Annotated[
+        bool,
+        typer.Option(
+            "--shed-by-freed-cpu/--no-shed-by-freed-cpu",
+            help="The node sends back for its CPU only stacks whose leaving frees it "
+            "(shuttle serve --shed-by-freed-cpu; --no-shed-by-freed-cpu: as it was).",
+        ),
+    ] = True,
     json_path: JsonOpt = None,
 ) -> None:
     """Many clients, each calling a cheap filter (selective, little CPU: best at the
@@ -224,6 +232,7 @@ def mix(
         cpu_climb=cpu_climb,
         raise_hold=raise_hold,
         rank_by_node_cpu=rank_by_node_cpu,
+        shed_by_freed_cpu=shed_by_freed_cpu,
     )
     settings.check()
     with bench_status("mix", console) as update:

@@ -100,6 +100,9 @@ class MixSettings:
     #: The node ranks arrivals by what they save per node CPU second (``shuttle serve
     #: --rank-by-node-cpu``; False: the paper's order, as it was).
     rank_by_node_cpu: bool = True
+    #: The node sends back for its CPU only stacks whose leaving frees it (``shuttle
+    #: serve --shed-by-freed-cpu``; False: any hosted stack, as it was).
+    shed_by_freed_cpu: bool = True
 
     def placements(self) -> tuple[str, ...]:
         """The placements each run makes, in order: the uniform ones, the splits

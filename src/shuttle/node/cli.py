@@ -135,6 +135,16 @@ def serve(
             "score, client-load weighted).",
         ),
     ] = None,
+    shed_by_freed_cpu: Annotated[
+        bool | None,
+        typer.Option(
+            "--shed-by-freed-cpu/--no-shed-by-freed-cpu",
+            help="Run-time: with many clients, a node over its CPU sends back only "
+            "stacks whose leaving frees it: their CPU there more than serving their "
+            "reads over the link would cost (default on; off: any hosted stack, as "
+            "before).",
+        ),
+    ] = None,
     cpu_climb: Annotated[
         bool | None,
         typer.Option(
@@ -409,6 +419,7 @@ def serve(
         "cpu_climb": cpu_climb,
         "raise_hold": raise_hold,
         "rank_by_node_cpu": rank_by_node_cpu,
+        "shed_by_freed_cpu": shed_by_freed_cpu,
         "residence_s": residence,
         "object_memory_bytes": object_memory,
         "adaptive": None if adapt else False,

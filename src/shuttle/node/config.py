@@ -165,6 +165,9 @@ class NodeConfig:
     #: With many clients, rank arrivals by what they save per node CPU second
     #: (docs/runtime.md, "Ranked by the node's CPU").
     rank_by_node_cpu: bool = True
+    #: With many clients, send back for the node's CPU only stacks whose leaving frees
+    #: it (docs/runtime.md, "What a send-back frees").
+    shed_by_freed_cpu: bool = True
     #: Anti-thrashing: an object that moved stays put this long (None: 5 H).
     residence_s: float | None = None
     #: Memory lent to hosted mobile objects, for the placement model (None: no limit).
@@ -350,6 +353,7 @@ class NodeConfig:
             cpu_climb=self.cpu_climb,
             raise_hold=self.raise_hold,
             rank_by_node_cpu=self.rank_by_node_cpu,
+            shed_by_freed_cpu=self.shed_by_freed_cpu,
             residence_s=self.residence_s,
             object_memory_bytes=self.object_memory_bytes,
             adaptive=self.adaptive,

@@ -96,6 +96,10 @@ class RuntimeConfig:
     #: With many clients, rank arrivals by what they save per node CPU second
     #: (docs/runtime.md, "Ranked by the node's CPU"; :attr:`PlacementConfig.rank_by_node_cpu`).
     rank_by_node_cpu: bool = True
+    #: With many clients, a node over its CPU sends back only stacks whose leaving
+    #: frees it (docs/runtime.md, "What a send-back frees";
+    #: :attr:`PlacementConfig.shed_by_freed_cpu`).
+    shed_by_freed_cpu: bool = True
     drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT
     staged_ttl_s: float = STAGED_TTL_S_DEFAULT
     lease_s: float = LEASE_S_DEFAULT
@@ -149,6 +153,7 @@ class RuntimeConfig:
             ),
             saturated_hold=self.raise_hold,
             rank_by_node_cpu=self.rank_by_node_cpu,
+            shed_by_freed_cpu=self.shed_by_freed_cpu,
         )
 
     @property

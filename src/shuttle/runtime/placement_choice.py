@@ -30,6 +30,7 @@ from shuttle.runtime.placement_plan import Candidate, Plan
 from shuttle.runtime.placement_verdicts import judge
 from shuttle.runtime.placement_views import (
     SATURATED_SCORE_MIN,
+    SERVE_CPU_S_PER_BYTE,
     TOLERANCE_S,
     NodeView,
     PlacementConfig,
@@ -141,7 +142,14 @@ def choose(
     for srv in sorted(cpu.shedding):
         used_s = (nodes[srv].cpu_busy or 0.0) * window
         cap_s = cpu.capacity_s[srv]
-        back = pushback(stacks, nodes[srv], used_s, cap_s, base)
+        serve = SERVE_CPU_S_PER_BYTE if config.shed_by_freed_cpu else 0.0
+        back = pushback(stacks, nodes[srv], used_s, cap_s, base, serve)
+        if not back and used_s > cap_s and serve:
+            notes.append(
+                f"many clients: {srv} over its CPU ({used_s:.3f} s a window > "
+                f"{cap_s:.3f} s), sends nothing back: no stack it hosts frees its CPU by "
+                "leaving (serving its reads over the link would cost the node more)"
+            )
         for s, ratio in back:
             per_mb = "no bytes saved" if math.isinf(ratio) else f"{ratio * 1e6:.4f} s per MB saved"
             shed[s.stack_id] = (

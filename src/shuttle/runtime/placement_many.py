@@ -251,12 +251,25 @@ def cpu_per_byte_saved(stack: StackView, k_client: int, speed: float) -> float:
     return cpu / saved
 
 
+def cpu_freed_s(stack: StackView, k_client: int, speed: float, serve_s_per_byte: float) -> float:
+    """The node's CPU seconds a window ``stack``'s leaving for ``k_client`` frees: its
+    objects' measured CPU there, less what serving the bytes the link would then carry
+    beyond the edge that crosses now costs the node (``serve_s_per_byte`` reference
+    seconds a byte; :data:`~shuttle.runtime.placement_views.SERVE_CPU_S_PER_BYTE`).
+    Negative: the node would work more with it gone (its client then reads whole
+    blocks at the window's rate)."""
+    cpu = sum(stack.objects[j].cpu_s for j in stack.moved(stack.split, k_client))
+    extra = max(0.0, stack.edges[k_client].bytes - stack.edges[stack.split].bytes)
+    return (cpu - extra * serve_s_per_byte) / speed
+
+
 def pushback(
     stacks: Sequence[StackView],
     node: NodeView,
     used_s: float,
     cap_s: float,
     client_split: Mapping[str, int],
+    serve_s_per_byte: float = 0.0,
 ) -> list[tuple[StackView, float]]:
     """The stacks a node over its CPU sends back, with their CPU per byte saved: of the
     stacks it hosts, the share ``(used − cap) / used`` of them (rounded up), those with
@@ -272,7 +285,15 @@ def pushback(
     node sheds as if its whole use were its hosted stacks' (which sheds less than that
     share of the stacks would free), and sheds again at the next evaluation if it is
     still over: a multiplicative decrease, measured at each step. ``client_split``:
-    each stack's split with everything movable at the client."""
+    each stack's split with everything movable at the client.
+
+    ``serve_s_per_byte`` > 0 (:attr:`PlacementConfig.shed_by_freed_cpu`): only stacks
+    whose leaving frees the node's CPU (:func:`cpu_freed_s` > 0) go back, the share
+    still counted of all it hosts. Measured (benchmarks/move_node_cpu.py): a cheap
+    filter's call costs the node 5.0 ms at the node and 6.7 ms from its client, so
+    sending one back frees nothing per call; in the idle run of 12:47 (share 0.5, run
+    3) the node sent 1-5 back an evaluation for 5.5 s, from 24 down to 12, and stayed
+    at 0.97-0.99 of its CPU throughout."""
     hosted = [
         s
         for s in stacks
@@ -280,7 +301,14 @@ def pushback(
     ]
     if not hosted or used_s <= cap_s or used_s <= 0:
         return []
-    count = min(len(hosted), math.ceil(len(hosted) * (used_s - cap_s) / used_s))
+    count = math.ceil(len(hosted) * (used_s - cap_s) / used_s)
+    if serve_s_per_byte > 0:
+        hosted = [
+            s
+            for s in hosted
+            if cpu_freed_s(s, client_split[s.stack_id], node.speed, serve_s_per_byte) > 0
+        ]
+    count = min(len(hosted), count)
     rated = [(s, cpu_per_byte_saved(s, client_split[s.stack_id], node.speed)) for s in hosted]
     rated.sort(key=lambda x: (-x[1], x[0].stack_id))
     return rated[:count]

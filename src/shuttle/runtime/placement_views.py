@@ -59,6 +59,15 @@ SERVER_CPU_SHARE_EVICT_DEFAULT = 0.9
 #: saves its client a 256 KiB transfer for a millisecond of filtering is worth ~50; a
 #: CPU-heavy filter that saves no transfer, about 1 or less.
 SATURATED_SCORE_MIN = 1.0
+#: Reference CPU seconds a node spends per byte it serves a client over the link
+#: beyond what the same read costs a hosted object (its dispatch, the reply's frames,
+#: the socket), the cost a stack sent back leaves at the node. Measured with the mix
+#: benchmark's cheap filter at the node's speed 0.05 (benchmarks/move_node_cpu.py):
+#: a call at the node 5.0 ms of its CPU, the same call from its client 6.7 ms for
+#: serving the read alone; the filter's own 1.0 ms taken off, 2.7 ms for the 0.95 of
+#: a 256 KiB block the link then carries: 1.08e-8 s a byte of the node's, 5.4e-10 in
+#: reference seconds (docs/runtime.md, "What a send-back frees").
+SERVE_CPU_S_PER_BYTE = 5.4e-10
 #: In that regime, the stacks that may be on their way to a node at once, decided to
 #: move there and not yet observed there for a window
 #: (:attr:`PlacementConfig.arrivals_max`; or as many as the node hosts already, if
@@ -122,6 +131,12 @@ class PlacementConfig:
     #: whose client-load weighting ranks a CPU-heavy filter on a loaded client near a
     #: cheap one (docs/runtime.md, "Ranked by the node's CPU"). Off: the paper's order.
     rank_by_node_cpu: bool = True
+    #: A node over its CPU sends back only stacks whose leaving frees its CPU: their
+    #: objects' CPU there more than what serving their reads over the link would cost
+    #: it (:data:`SERVE_CPU_S_PER_BYTE`; a cheap filter's reads cost the node more
+    #: from its client than its whole call at the node). Off: any hosted stack, as if
+    #: serving bytes cost nothing (docs/runtime.md, "What a send-back frees").
+    shed_by_freed_cpu: bool = True
     #: In that regime, the stacks that may be on their way to a node and not yet
     #: observed there (:data:`ARRIVALS_MAX_DEFAULT`); 0: no limit.
     arrivals_max: int = ARRIVALS_MAX_DEFAULT

@@ -24,7 +24,13 @@ from shuttle.runtime.planner import ResourceManager
 from shuttle.testing import FakeClock
 from tests.unit.runtime.test_placement_many import NODE_SPEED, mix, stack
 from tests.unit.runtime.test_placement_many_arrivals import grep_digest, residents, seed
-from tests.unit.runtime.test_placement_many_saturation import arrivals, backs, node, saturated
+from tests.unit.runtime.test_placement_many_saturation import (
+    SHED_ANY,
+    arrivals,
+    backs,
+    node,
+    saturated,
+)
 
 
 def test_the_raise_holds_while_the_node_is_the_bound() -> None:
@@ -35,10 +41,10 @@ def test_the_raise_holds_while_the_node_is_the_bound() -> None:
     stacks, nodes = mix(16, node=node(0.95), at_node=("cheap",))
     saturated(nodes, 0.75)
     # Read alone, the clients are not saturated: down to 0.7, ceil(16 x 0.25 / 0.95).
-    plan = choose(stacks, nodes, PlacementConfig())
+    plan = choose(stacks, nodes, SHED_ANY)
     assert len(backs(plan.moves)) == 5 and plan.raised == frozenset()
     # Raised at the last evaluation: held, down to 0.85, ceil(16 x 0.1 / 0.95).
-    plan = choose(stacks, nodes, PlacementConfig(), raised_before={"n1"})
+    plan = choose(stacks, nodes, SHED_ANY, raised_before={"n1"})
     assert len(backs(plan.moves)) == 2 and plan.raised == {"n1"}
     assert (
         "many clients: n1's clients saturated at the last evaluation, their CPUs 0.75 "
@@ -46,7 +52,7 @@ def test_the_raise_holds_while_the_node_is_the_bound() -> None:
         "they wait on it; it holds its raise, up to 0.85 of its CPU" in plan.notes
     )
     # Turned off, the rule as it was: it lapses.
-    off = PlacementConfig(saturated_hold=False)
+    off = replace(SHED_ANY, saturated_hold=False)
     plan = choose(stacks, nodes, off, raised_before={"n1"})
     assert len(backs(plan.moves)) == 5 and plan.raised == frozenset()
 

@@ -32,6 +32,11 @@ from shuttle.runtime.placement_many import (
 )
 from tests.unit.runtime.test_placement_many import BLOCK, NODE_SPEED, mix
 
+#: The share a saturated node sends back, counted with every cheap filter it hosts
+#: eligible: the rule before a send-back had to free the node's CPU (a cheap filter's
+#: does not; tests/unit/runtime/test_placement_many_freed.py).
+SHED_ANY = PlacementConfig(shed_by_freed_cpu=False)
+
 
 def arrivals(plan_moves: tuple[Move, ...]) -> list[str]:
     return [m.stack_id for m in plan_moves if m.execute and m.to_server]
@@ -97,7 +102,7 @@ def test_a_saturated_node_sends_back_the_stacks_with_the_most_cpu_per_byte_saved
         replace(s, edges=(EdgeView(BLOCK * 0.25, 1), s.edges[1])) if s.stack_id in lean else s
         for s in stacks
     ]
-    plan = choose(stacks, nodes, PlacementConfig())
+    plan = choose(stacks, nodes, SHED_ANY)
     back = backs(plan.moves)
     assert len(back) == 5 and lean < set(back) and "app0/console-cheap" in back
     assert arrivals(plan.moves) == []
@@ -107,7 +112,7 @@ def test_a_saturated_node_sends_back_the_stacks_with_the_most_cpu_per_byte_saved
     )
     # The same node between the budget and that share: nothing moves either way.
     nodes["n1"] = node(0.8)
-    plan = choose(stacks, nodes, PlacementConfig())
+    plan = choose(stacks, nodes, SHED_ANY)
     assert backs(plan.moves) == [] and arrivals(plan.moves) == []
 
 
@@ -199,11 +204,11 @@ def test_the_raised_share_keeps_the_band_under_the_share_that_sends_back() -> No
     stacks, nodes = mix(16, node=node(0.88), at_node=("cheap",))
     saturated(nodes, 0.96)
     # Between the raised share and 0.9 nothing moves either way.
-    plan = choose(stacks, nodes, PlacementConfig())
+    plan = choose(stacks, nodes, SHED_ANY)
     assert backs(plan.moves) == [] and arrivals(plan.moves) == []
     # Past 0.9 it sheds down to the raised share: ceil(16 x (0.95 - 0.85) / 0.95) = 2.
     nodes["n1"] = node(0.95)
-    assert len(backs(choose(stacks, nodes, PlacementConfig()).moves)) == 2
+    assert len(backs(choose(stacks, nodes, SHED_ANY).moves)) == 2
     # Never above the share that sends stacks back, whatever it is set to.
     stacks, nodes = mix(16, node=node(0.75))
     saturated(nodes, 0.96)
