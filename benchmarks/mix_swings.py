@@ -31,9 +31,7 @@ def pass_swings(path: Path) -> dict[str, Any]:
     swings = swing_evals = backs = backs_busy = 0
     in_swing = False
     for r in records:
-        busy = next(
-            (float(m.group(1)) / window for n in r["notes"] if (m := NOW.match(n))), None
-        )
+        busy = next((float(m.group(1)) / window for n in r["notes"] if (m := NOW.match(n))), None)
         back = sum(1 for a in r["actions"] if a["from"] == node)
         backs += back
         swinging = busy is not None and busy >= BUSY and back > 0
