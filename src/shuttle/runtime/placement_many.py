@@ -289,11 +289,13 @@ def pushback(
 
     ``serve_s_per_byte`` > 0 (:attr:`PlacementConfig.shed_by_freed_cpu`): only stacks
     whose leaving frees the node's CPU (:func:`cpu_freed_s` > 0) go back, the share
-    still counted of all it hosts. Measured (benchmarks/move_node_cpu.py): a cheap
-    filter's call costs the node 5.0 ms at the node and 6.7 ms from its client, so
-    sending one back frees nothing per call; in the idle run of 12:47 (share 0.5, run
-    3) the node sent 1-5 back an evaluation for 5.5 s, from 24 down to 12, and stayed
-    at 0.97-0.99 of its CPU throughout."""
+    still counted of all it hosts. Measured one call at a time
+    (benchmarks/move_node_cpu.py): a cheap filter's call costs the node 4.7-5.0 ms at
+    the node and 6.2-6.7 ms from its client; by the idle passes' CPU per call at 64
+    clients a hosted one costs it about 0.8 ms more than serving its read. Either way
+    sending one back frees little: in the idle run of 12:47 (share 0.5, run 3) the node
+    sent 1-5 back an evaluation for 5.5 s, from 24 down to 12, and stayed at 0.97-0.99
+    of its CPU throughout."""
     hosted = [
         s
         for s in stacks
