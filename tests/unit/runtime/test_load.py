@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from shuttle.runtime.load import LoadSampler, estimate_load
@@ -29,8 +31,13 @@ def test_estimate_load(
 
 def test_the_sampler_reads_this_process() -> None:
     sampler = LoadSampler()
+    # 50 ms of this thread's own CPU (by its precise clock): a running thread's
+    # schedstat advances only at scheduler ticks and switches, so a fixed count of
+    # iterations (5 ms on a fast machine) could read 0 on a loaded one.
+    start = time.thread_time()
     x = 0
-    for i in range(200_000):  # some CPU of our own
-        x ^= i
+    while time.thread_time() - start < 0.05:
+        for i in range(10_000):
+            x ^= i
     sample = sampler.sample()
     assert sample.interval_s > 0 and sample.own_run_s > 0 and sample.load >= 0
