@@ -131,6 +131,8 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
         node_args.append("--threshold-share")
     if settings.arrivals_max is not None:
         node_args += ["--arrivals-max", str(settings.arrivals_max)]
+    if settings.arrivals_max_saturated is not None:
+        node_args += ["--arrivals-max-saturated", str(settings.arrivals_max_saturated)]
     if settings.cpu_budget is not None:
         node_args += ["--cpu-budget", str(settings.cpu_budget)]
     if settings.cpu_budget_saturated is not None:

@@ -140,6 +140,15 @@ def mix(
             "there (shuttle serve --arrivals-max; default: the node's, 8; 0: no limit).",
         ),
     ] = None,
+    arrivals_max_saturated: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="The same limit while the clients report their CPUs saturated "
+            "(shuttle serve --arrivals-max-saturated; default: the node's, 32; the "
+            "--arrivals-max value: as before).",
+        ),
+    ] = None,
     cpu_budget: Annotated[
         float | None,
         typer.Option(
@@ -227,6 +236,7 @@ def mix(
         partial=parse_partial(partial),
         partial_heavy=parse_partial_heavy(partial_heavy),
         arrivals_max=arrivals_max,
+        arrivals_max_saturated=arrivals_max_saturated,
         cpu_budget=cpu_budget,
         cpu_budget_saturated=cpu_budget_saturated,
         cpu_climb=cpu_climb,

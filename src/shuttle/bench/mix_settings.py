@@ -85,6 +85,9 @@ class MixSettings:
     #: The nodes' limit on stacks on their way to them and not yet observed
     #: (``shuttle serve --arrivals-max``; None: the node's default).
     arrivals_max: int | None = None
+    #: The same while the clients are saturated (``shuttle serve
+    #: --arrivals-max-saturated``; None: the node's default).
+    arrivals_max_saturated: int | None = None
     #: The node's CPU budget for arrivals (``shuttle serve --cpu-budget``; None: its
     #: default).
     cpu_budget: float | None = None
@@ -161,6 +164,10 @@ class MixSettings:
             )
         if self.arrivals_max is not None and self.arrivals_max < 0:
             raise ConfigError(f"--arrivals-max must be ≥ 0 (0: no limit), got {self.arrivals_max}")
+        if self.arrivals_max_saturated is not None and self.arrivals_max_saturated < 0:
+            raise ConfigError(
+                f"--arrivals-max-saturated must be ≥ 0, got {self.arrivals_max_saturated}"
+            )
         self._check_cpus()
         if len(set(self.partial)) != len(self.partial):
             raise ConfigError(f"--partial lists a K twice: {list(self.partial)}")

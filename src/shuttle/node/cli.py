@@ -94,6 +94,16 @@ def serve(
             "measure (default 8; 0: no limit).",
         ),
     ] = None,
+    arrivals_max_saturated: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Run-time: with many clients, the same limit while the clients' digests "
+            "say their CPUs are saturated (the budget raised): the node's CPU budget, not "
+            "the batch, then stops the arrivals (default 32; never fewer than "
+            "--arrivals-max).",
+        ),
+    ] = None,
     cpu_budget: Annotated[
         float | None,
         typer.Option(
@@ -414,6 +424,7 @@ def serve(
         "settle_calls": settle_calls,
         "aggregate_clients": aggregate_clients,
         "arrivals_max": arrivals_max,
+        "arrivals_max_saturated": arrivals_max_saturated,
         "cpu_budget": cpu_budget,
         "cpu_budget_saturated": cpu_budget_saturated,
         "cpu_climb": cpu_climb,

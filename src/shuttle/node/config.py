@@ -41,6 +41,7 @@ from shuttle.runtime.config import (
 from shuttle.runtime.placement import (
     AGGREGATE_CLIENTS_MIN_DEFAULT,
     ARRIVALS_MAX_DEFAULT,
+    ARRIVALS_MAX_SATURATED_DEFAULT,
     SERVER_CPU_SHARE_MAX_DEFAULT,
     SERVER_CPU_SHARE_SATURATED_DEFAULT,
 )
@@ -150,6 +151,9 @@ class NodeConfig:
     #: With many clients, the stacks that may be on their way here and not yet
     #: observed (docs/runtime.md, "Many clients"); 0: no limit.
     arrivals_max: int = ARRIVALS_MAX_DEFAULT
+    #: The same while the clients report their CPUs saturated (docs/runtime.md,
+    #: "The ramp").
+    arrivals_max_saturated: int = ARRIVALS_MAX_SATURATED_DEFAULT
     #: With many clients, the share of its CPU the node lets arrivals fill
     #: (docs/runtime.md, "Saturation").
     cpu_budget: float = SERVER_CPU_SHARE_MAX_DEFAULT
@@ -348,6 +352,7 @@ class NodeConfig:
             settle_calls=self.settle_calls,
             aggregate_clients_min=self.aggregate_clients,
             arrivals_max=self.arrivals_max,
+            arrivals_max_saturated=self.arrivals_max_saturated,
             cpu_budget=self.cpu_budget,
             cpu_budget_saturated=self.cpu_budget_saturated,
             cpu_climb=self.cpu_climb,

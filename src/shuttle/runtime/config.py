@@ -13,6 +13,7 @@ from shuttle.errors import ConfigError
 from shuttle.runtime.placement import (
     AGGREGATE_CLIENTS_MIN_DEFAULT,
     ARRIVALS_MAX_DEFAULT,
+    ARRIVALS_MAX_SATURATED_DEFAULT,
     SERVER_CPU_SHARE_EVICT_DEFAULT,
     SERVER_CPU_SHARE_MAX_DEFAULT,
     SERVER_CPU_SHARE_SATURATED_DEFAULT,
@@ -79,6 +80,9 @@ class RuntimeConfig:
     #: With many clients, the stacks that may be on their way to the node and not yet
     #: observed there (docs/runtime.md, "Many clients"); 0: no limit.
     arrivals_max: int = ARRIVALS_MAX_DEFAULT
+    #: The same while the clients report their CPUs saturated (docs/runtime.md,
+    #: "The ramp"); never fewer than ``arrivals_max``.
+    arrivals_max_saturated: int = ARRIVALS_MAX_SATURATED_DEFAULT
     #: With many clients, the share of its CPU a node lets arrivals fill (docs/runtime.md,
     #: "Saturation"); the share that sends stacks back is the larger of this and 0.9.
     cpu_budget: float = SERVER_CPU_SHARE_MAX_DEFAULT
@@ -146,6 +150,7 @@ class RuntimeConfig:
             self.settle_calls,
             self.aggregate_clients_min,
             arrivals_max=self.arrivals_max,
+            arrivals_max_saturated=self.arrivals_max_saturated,
             server_cpu_share_max=self.cpu_budget,
             server_cpu_share_saturated=self.cpu_budget_saturated,
             server_cpu_share_evict=max(

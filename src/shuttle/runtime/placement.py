@@ -96,6 +96,7 @@ from shuttle.runtime.placement_plan import Candidate, Move, Plan
 from shuttle.runtime.placement_views import (
     AGGREGATE_CLIENTS_MIN_DEFAULT,
     ARRIVALS_MAX_DEFAULT,
+    ARRIVALS_MAX_SATURATED_DEFAULT,
     ITERATIONS_MAX,
     QUIESCE_S_DEFAULT,
     SERVER_CPU_SHARE_EVICT_DEFAULT,
@@ -112,6 +113,7 @@ from shuttle.runtime.placement_views import (
 __all__ = [
     "AGGREGATE_CLIENTS_MIN_DEFAULT",
     "ARRIVALS_MAX_DEFAULT",
+    "ARRIVALS_MAX_SATURATED_DEFAULT",
     "ITERATIONS_MAX",
     "QUIESCE_S_DEFAULT",
     "SERVER_CPU_SHARE_EVICT_DEFAULT",

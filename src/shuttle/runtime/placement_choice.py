@@ -134,7 +134,7 @@ def choose(
     cpu = CpuBudget.of(stacks, nodes, config, table, raised_before)
     # Many clients: a few stacks on their way to a server at once, then observe the
     # wait and the CPU they make there (docs/runtime.md, "Many clients").
-    limit = arrival_limits(stacks, config) if many else {}
+    limit = arrival_limits(stacks, config, cpu.raised) if many else {}
     admit = {srv: max(0, n - (arriving or {}).get(srv, 0)) for srv, n in limit.items()}
     # Many clients: a server over the share of its CPU that sends stacks back sends
     # back the ones with the most CPU per byte saved (docs/runtime.md, "Saturation").

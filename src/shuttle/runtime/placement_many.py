@@ -28,7 +28,7 @@ aggregate throughput"):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from shuttle.runtime.placement_costs import (
@@ -160,10 +160,15 @@ def many_clients_view(
     return settled_stacks, view
 
 
-def arrival_limits(stacks: Sequence[StackView], config: PlacementConfig) -> dict[str, int]:
+def arrival_limits(
+    stacks: Sequence[StackView], config: PlacementConfig, saturated: Collection[str] = ()
+) -> dict[str, int]:
     """Per server, how many stacks may be on their way there and not observed yet:
-    :attr:`PlacementConfig.arrivals_max`, or as many as the server hosts already,
-    whichever is more. Empty with no limit (``arrivals_max`` 0).
+    :attr:`PlacementConfig.arrivals_max` (:attr:`~PlacementConfig.arrivals_max_saturated`
+    at a server in ``saturated``, whose clients' CPUs are saturated: what it takes off
+    them is throughput and its raised CPU budget stops the arrivals; eight at a time
+    spread 64 cheap filters' arrival over most of a 16 s pass), or as many as the
+    server hosts already, whichever is more. Empty with no limit (``arrivals_max`` 0).
 
     A node's measurements price only the stacks already there: the wait a newcomer
     will add is not in them until it has been there for a window. At 64 clients
@@ -186,7 +191,14 @@ def arrival_limits(stacks: Sequence[StackView], config: PlacementConfig) -> dict
         hosted.setdefault(s.server, 0)
         if s.split < s.n - 1:  # a mobile object of it is at the server
             hosted[s.server] += 1
-    return {srv: max(config.arrivals_max, there) for srv, there in hosted.items()}
+    return {
+        srv: max(
+            config.arrivals_max,
+            config.arrivals_max_saturated if srv in saturated else 0,
+            there,
+        )
+        for srv, there in hosted.items()
+    }
 
 
 def moves_in_together(
