@@ -75,22 +75,23 @@ class CpuBudget:
                 node = nodes[server]
                 share = config.server_cpu_share_max
                 busy = clients_busy(stacks, nodes, server)
+                saturated = busy is not None and busy >= CLIENTS_SATURATED_BUSY
                 hold = (
-                    config.saturated_hold
+                    not saturated
+                    and config.saturated_hold
                     and server in raised_before
                     and raise_held(node, config)
-                    and not (busy is not None and busy >= CLIENTS_SATURATED_BUSY)
                 )
                 if hold:
                     held.add(server)
-                if hold or (busy is not None and busy >= CLIENTS_SATURATED_BUSY):
+                if saturated or hold:
                     # The clients' CPUs are the bound: what the node takes off them is
                     # throughput, up to where its own queue waits about as long as
                     # theirs (and under the share that sends stacks back: its band).
-                    saturated = min(
+                    raised_share = min(
                         config.server_cpu_share_saturated, config.server_cpu_share_evict
                     )
-                    share = max(share, saturated)
+                    share = max(share, raised_share)
                 cap = node.cpu_capacity_s(share, config.window_s)
                 evict = node.cpu_capacity_s(config.server_cpu_share_evict, config.window_s)
                 if cap is None or evict is None or node.cpu_busy is None:

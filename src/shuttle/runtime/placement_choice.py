@@ -101,17 +101,18 @@ def choose(
                     hosted_memory_bytes(s, k),
                 )
             )
+    # What each saves its client per second of the node's CPU (the budget's measure,
+    # and with many clients the order).
+    worth_of = {
+        (c.stack_id, c.split): worth_per_server_cpu_s(
+            by_id[c.stack_id], base[c.stack_id], c.split, nodes
+        )
+        for c in candidates
+    }
     if many and config.rank_by_node_cpu:
-        # What each saves its client per second of the node's CPU, the client's CPU
-        # unweighted by its load: the paper's score weighs it by that load, and at 64
-        # clients on one core (load 150+) a heavy filter that saves no transfer ranked
-        # among the cheap ones and took places in the arrivals' batches.
-        worth_of = {
-            (c.stack_id, c.split): worth_per_server_cpu_s(
-                by_id[c.stack_id], base[c.stack_id], c.split, nodes
-            )
-            for c in candidates
-        }
+        # The client's CPU unweighted by its load: the paper's score weighs it by that
+        # load, and at 64 clients on one core (load 150+) a heavy filter that saves no
+        # transfer ranked among the cheap ones and took places in the arrivals' batches.
         candidates.sort(
             key=lambda c: (-worth_of[c.stack_id, c.split], -c.benefit_s, c.stack_id, c.split)
         )
@@ -179,7 +180,7 @@ def choose(
         if trial.mean_response_s >= best.mean_response_s - TOLERANCE_S:
             continue
         trial_used = cpu.used(trial)
-        worth = worth_per_server_cpu_s(stack, base[stack.stack_id], cand.split, nodes)
+        worth = worth_of[cand.stack_id, cand.split]
         if cpu.over(stack.server, trial_used, best_used, worth):
             continue
         arrival = many and cand.split < stack.split
