@@ -25,7 +25,9 @@ times the second pass, as netrand does. The ways:
 * ``own_key``: ``ioctx.read`` of the key's object on the direct client's own librados
   connection (the read ``read_at`` makes, alone);
 * ``librados_key``: ``ioctx.read`` of the key's object on the benchmark's librados
-  connection (netrand's anchor); ``librados``: of the benchmark's copy ``OID``.
+  connection (netrand's anchor); ``librados``: of the benchmark's copy ``OID``;
+* ``late_key`` (not by default): the same read on a third librados connection, made
+  after the direct client's: a later connection in the process against the first.
 
 Per way: the p50 of the timed passes pooled and paired by round with ``librados_key``;
 this process's CPU per read, the calling thread's alone (``time.thread_time``), and that
@@ -53,6 +55,7 @@ from shuttle.bench.ceph_node_stats import wait_for_trust
 from shuttle.bench.ceph_stand import DIRECT_MODE, KEY, OID, load, stand
 from shuttle.bench.netrand import GENERATORS, Samples, make_file, timed_run
 from shuttle.client.client import Client
+from shuttle.cluster.cephclient import connect as rados_connect
 
 PAGE = 4096
 FILE_BYTES = 8 << 20
@@ -127,12 +130,18 @@ def run(
             if KEY in direct._remembered:
                 break
         where = direct._remembered[KEY][0]
-        own = direct._by_thread[threading.get_ident()][(where.pool, where.namespace)]
+        own = direct._by_thread[threading.get_ident()][where.pool][where.namespace]
         direct_tids = set(thread_cpu()) - before_direct
         io = bench.ioctx
+        # A third librados connection, made after the direct client's (way late_key):
+        # is a later connection in this process slower than the benchmark's first one?
+        late = None
+        if "late_key" in ways:
+            late = rados_connect(bench.info.conf_path, bench.info.keyring_path, op_timeout_s=60)
+            late_io = late.open_ioctx(bench.info.pool)
         fetchers: dict[str, Callable[[int], Any]] = {
             "direct": lambda p: client.read(KEY, p * PAGE, PAGE),
-            "read_at": lambda p: direct.read_at(where, KEY, p * PAGE, PAGE, None)[0],  # type: ignore[index]
+            "read_at": lambda p: direct.read_at(where, KEY, p * PAGE, PAGE, None),
             # (a key forgotten after --remember-s: asked of the node, as direct does)
             "remembered": lambda p: (
                 direct.read_remembered(KEY, p * PAGE, PAGE) or client.read(KEY, p * PAGE, PAGE)
@@ -140,6 +149,7 @@ def run(
             "client_piece": lambda p: Client._read_piece(client, KEY, p * PAGE, PAGE),
             "own_key": lambda p: own.read(where.object, PAGE, p * PAGE),
             "librados_key": lambda p: io.read(KEY, PAGE, p * PAGE),
+            "late_key": lambda p: late_io.read(KEY, PAGE, p * PAGE),
             "librados": lambda p: io.read(OID, PAGE, p * PAGE),
         }
         for mode in ("file_node", "rados_node"):
@@ -190,6 +200,9 @@ def run(
                 this_pass = samples[way].latencies_ns[-len(pages) :]
                 by_round[way].append(statistics.median(this_pass) / 1e3)
         names = sorted({thread_cpu().get(t, ("?", 0))[0] for t in direct_tids})
+        if late is not None:
+            late_io.close()
+            late.shutdown()
     reads = rounds * pages_per_round
     key = statistics.median(samples["librados_key"].latencies_ns) / 1e3
     out: dict[str, Any] = {}

@@ -311,6 +311,11 @@ class Client:
         with pipelined requests against one version of the object.
         """
         if length is not None and length <= self.piece_bytes:
+            direct = self.rados_direct
+            if direct is not None:  # a key a node named lately: RADOS, no frame more
+                got = direct.read_remembered(key, offset, length)
+                if got is not None:
+                    return got
             return self._read_piece(key, offset, length)
         return b"".join(self.iter_read(key, offset, length))
 

@@ -184,11 +184,12 @@ class DirectReads:
         self.rados = import_rados()  # no binding: ConfigError now, not at the first read
         self._cluster: Any = None
         self._lock = threading.Lock()
-        #: Each thread's I/O contexts by ``(pool, namespace)``, by thread id: a thread
+        #: Each thread's I/O contexts by pool and namespace, by thread id: a thread
         #: uses only its own (``get_last_version`` is its context's last operation's);
         #: one that ended leaves them to the next thread given its id. (Not a
-        #: ``threading.local`` subclass: mypyc cannot compile one.)
-        self._by_thread: dict[int, dict[tuple[str, str], Any]] = {}
+        #: ``threading.local`` subclass: mypyc cannot compile one. Two string-keyed
+        #: levels, not a ``(pool, namespace)`` key: no tuple made and hashed a read.)
+        self._by_thread: dict[int, dict[str, dict[str, Any]]] = {}
         #: Every thread's I/O contexts, closed before librados shuts down.
         self._ctxs: list[Any] = []
         self._failed_until = 0.0
@@ -236,7 +237,7 @@ class DirectReads:
             return None
         self.remembered += 1
         self.direct += 1
-        return got[0]
+        return got
 
     def ask(
         self,
@@ -260,7 +261,7 @@ class DirectReads:
         if got is not None:
             self.direct += 1
             self._remember(key, where)
-            return got[0]
+            return got
         # The node answers it its usual way, and words any error as it does.
         return _plain(conn, key, offset, length, expected_version)
 
@@ -284,7 +285,7 @@ class DirectReads:
             if got is not None:
                 self.remembered += 1
                 self.direct += 1
-                return got[0]
+                return got
             self._forget(key)
         args = _read_args(key, offset, length, expected_version)
         res = await call({**args, "direct": True})
@@ -298,26 +299,27 @@ class DirectReads:
         if got is not None:
             self.direct += 1
             self._remember(key, where)
-            return got[0]
+            return got
         return bytes((await call(args)).payload)  # the node's usual way
 
     def read_at(
         self, where: Location, key: str, offset: int, length: int, expected: int | None
-    ) -> tuple[bytes, int] | None:
-        """``length`` bytes at ``offset`` of the object at ``where`` and the version
-        RADOS reported for them; None where the read must go through the node (a
-        librados error, an older version than the node named: counted in
-        ``fallbacks``). Raises :class:`VersionMismatchError` where the version is newer
-        and not ``expected``."""
+    ) -> bytes | None:
+        """``length`` bytes at ``offset`` of the object at ``where``, at the version the
+        node named or newer; None where the read must go through the node (a librados
+        error, an older version than the node named: counted in ``fallbacks``). Raises
+        :class:`VersionMismatchError` where the version is newer and not ``expected``.
+        (The bytes alone: no tuple with the version made and taken apart a read.)"""
         ctxs = self._by_thread.get(get_ident())
-        io = None if ctxs is None else ctxs.get((where.pool, where.namespace))
+        pool_ctxs = None if ctxs is None else ctxs.get(where.pool)
+        io = None if pool_ctxs is None else pool_ctxs.get(where.namespace)
         if io is None:
             io = self._ioctx(where.pool, where.namespace)
             if io is None:
                 self._fell_back("connect")
                 return None
         try:
-            data = io.read(where.object, length, offset)
+            data: bytes = io.read(where.object, length, offset)
             version = io.get_last_version()  # an int: this context's last operation's
         except self.rados.Error as exc:  # EPERM, ENOENT, a timeout: the node words it
             self._fell_back(_errno_name(exc))
@@ -332,7 +334,7 @@ class DirectReads:
                 f"{key!r} is at version {version}, but the caller expected version "
                 f"{expected}. Stat it and retry with the current version."
             )
-        return data, version  # the binding's read returns bytes
+        return data
 
     def _fell_back(self, why: str) -> None:
         with self._lock:
@@ -369,7 +371,8 @@ class DirectReads:
         connection to Ceph (it failed within :data:`RECONNECT_AFTER_S`). One per thread:
         ``get_last_version`` is the last operation's on that context."""
         ctxs = self._by_thread.setdefault(get_ident(), {})  # atomic under the GIL
-        ctx = ctxs.get((pool, namespace))
+        pool_ctxs = ctxs.setdefault(pool, {})
+        ctx = pool_ctxs.get(namespace)
         if ctx is not None:
             return ctx
         cluster = self._connected()
@@ -381,7 +384,7 @@ class DirectReads:
             log.warning("direct RADOS reads of pool %s go through the node: %s", pool, exc)
             return None
         ctx.set_namespace(namespace)
-        ctxs[(pool, namespace)] = ctx
+        pool_ctxs[namespace] = ctx
         with self._lock:
             self._ctxs.append(ctx)
         return ctx
