@@ -48,6 +48,8 @@ Layout:
   client processes and their passes), ``mix_timeline`` (the nodes' CPU per second),
   ``mix_decisions`` (the decision logs read back), ``mix_report`` (per pass and the JSON),
   ``mix_cpus`` (the node's and the clients' CPUs read back: did the partition hold)
+* ``node_profile``  a node process sampled by py-spy during a pass (``mix
+  --profile-node``) and what its CPU went to, per second and by function
 * ``swing``    conditions that swing around the break-even point: does it thrash?
 * ``raid``     ABACUS 6.2: adapting to network topology, the RAID 5 object
 * ``directory``  ABACUS 6.5: adapting to contention over shared data

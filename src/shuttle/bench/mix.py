@@ -60,6 +60,7 @@ from shuttle.bench.mix_decisions import decisions, log_sizes
 from shuttle.bench.mix_report import pass_report, run_report
 from shuttle.bench.mix_settings import MixSettings
 from shuttle.bench.mix_timeline import CpuTimeline, node_cpu_s
+from shuttle.bench.node_profile import Recording, start_recording, write_summary
 from shuttle.bench.placement import cpu_ticks
 from shuttle.bench.stream import process_cpu_s
 from shuttle.client.client import Client
@@ -119,6 +120,35 @@ def _partition_probe(bench: Bench, client_pids: list[int]) -> Callable[[], dict[
     return probe
 
 
+def _start_profiles(
+    bench: Bench, settings: MixSettings, placement: str, run: int
+) -> list[Recording]:
+    """py-spy on every node for an adaptive pass when ``--profile-node`` asks (on the
+    clients' CPU: its own CPU is not the node's); none otherwise."""
+    if settings.profile_dir is None or placement != "adaptive":
+        return []
+    return [
+        start_recording(
+            e.pid,
+            settings.profile_dir,
+            f"run{run + 1}-adaptive-node{i + 1}",
+            rate=settings.profile_rate,
+            cpu=bench.client_cpu,
+            native=settings.profile_native,
+            gil=settings.profile_gil,
+        )
+        for i, e in enumerate(bench.cluster.nodes)
+        if e.pid is not None
+    ]
+
+
+def _profile_brief(summary: dict[str, Any]) -> dict[str, Any]:
+    """A pass's node profile in the report: its file, py-spy's cost, where the sampled
+    CPU went (the full summary, per second and top functions, is beside the trace)."""
+    keep = ("trace", "chunks", "py_spy_cpu_s", "py_spy_said", "sampled_cpu_s", "cpu_s")
+    return {k: summary[k] for k in keep if k in summary}
+
+
 def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, Any]:
     """The placements ``runs`` times each, interleaved; see the module docstring."""
     settings.check()
@@ -172,9 +202,12 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
                     cpu0, wall0 = node_cpu_s(bench), time.monotonic()
                     ticks0, clients0 = cpu_ticks(), _clients_cpu_s(client_pids)
                     logged = log_sizes(bench)
-                    per_second = CpuTimeline(bench, int(settings.duration_s + 0.999), probe)
+                    seconds = int(settings.duration_s + 0.999)
+                    per_second = CpuTimeline(bench, seconds, probe)
+                    profiling = _start_profiles(bench, settings, placement, run)
                     results, attempts = run_pass(placement, run, per_second.started)
                     cpu1, wall1 = node_cpu_s(bench), time.monotonic()
+                    profiles = [write_summary(r, r.stop(), per_second.t0) for r in profiling]
                     ticks1, clients1 = cpu_ticks(), _clients_cpu_s(client_pids)
                     report = pass_report(
                         results, settings, cpu1 - cpu0, wall1 - wall0, per_second.result()
@@ -202,6 +235,8 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
                             else settings.logs_dir / f"run{run + 1}-adaptive"
                         )
                         report["decisions"] = decisions(bench, logged, wall1 - wall0, keep)
+                    if profiles:
+                        report["node_profile"] = [_profile_brief(p) for p in profiles]
                     passes[placement].append(report)
         placement_cpus = {"client_cpu": bench.client_cpu, "node_cpu": bench.node_cpu}
     return run_report(settings, passes, placement_cpus)

@@ -200,6 +200,34 @@ def mix(
             "(shuttle serve --shed-by-freed-cpu; --no-shed-by-freed-cpu: as it was).",
         ),
     ] = True,
+    profile_node: Annotated[
+        Path | None,
+        typer.Option(
+            "--profile-node",
+            help="Sample each node with py-spy during every adaptive pass into this "
+            "directory: collapsed stacks per 2 s (flamegraph.pl or speedscope open them) "
+            "and a summary of where the node's CPU went, per 2 s and by function.",
+        ),
+    ] = None,
+    profile_rate: Annotated[
+        int, typer.Option(min=1, max=1000, help="py-spy's samples a second (--profile-node).")
+    ] = 100,
+    profile_native: Annotated[
+        bool,
+        typer.Option(
+            "--profile-native/--no-profile-native",
+            help="--profile-node with the C frames too (a garbage collection shows): py-spy "
+            "then stops the node for every sample, which slows it (not for the figures).",
+        ),
+    ] = False,
+    profile_gil: Annotated[
+        bool,
+        typer.Option(
+            "--profile-gil/--no-profile-gil",
+            help="--profile-node samples only the thread holding the GIL (the Python code "
+            "running); without it, threads woken and waiting for the GIL or the CPU count.",
+        ),
+    ] = False,
     json_path: JsonOpt = None,
 ) -> None:
     """Many clients, each calling a cheap filter (selective, little CPU: best at the
@@ -243,6 +271,10 @@ def mix(
         raise_hold=raise_hold,
         rank_by_node_cpu=rank_by_node_cpu,
         shed_by_freed_cpu=shed_by_freed_cpu,
+        profile_dir=profile_node,
+        profile_rate=profile_rate,
+        profile_native=profile_native,
+        profile_gil=profile_gil,
     )
     settings.check()
     with bench_status("mix", console) as update:

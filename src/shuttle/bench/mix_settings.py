@@ -107,6 +107,15 @@ class MixSettings:
     #: serve --shed-by-freed-cpu``; False: any hosted stack, as it was).
     shed_by_freed_cpu: bool = True
 
+    #: Where to write a py-spy trace of each node in each adaptive pass and its summary
+    #: (``--profile-node``; None: no profile), and py-spy's samples a second.
+    profile_dir: Path | None = None
+    profile_rate: int = 100
+    #: py-spy with the C frames too (``--profile-native``: it stops the node per sample).
+    profile_native: bool = False
+    #: Only the thread holding the GIL (``--profile-gil``).
+    profile_gil: bool = False
+
     def placements(self) -> tuple[str, ...]:
         """The placements each run makes, in order: the uniform ones, the splits
         (every cheap filter at the node, then the partial ones), adaptive."""
@@ -126,6 +135,10 @@ class MixSettings:
             )
         if not 1 <= self.nodes <= NODES_MAX:
             raise ConfigError(f"--nodes must be 1..{NODES_MAX}, got {self.nodes}")
+        if self.profile_dir is not None:
+            from shuttle.bench.node_profile import py_spy_path
+
+            py_spy_path()  # before any pass: says how to install it if it is missing
         if not 0.0 <= self.warmup_s < self.duration_s:
             raise ConfigError(
                 f"--warmup ({self.warmup_s:g} s) must be ≥ 0 and shorter than --duration "

@@ -31,8 +31,11 @@ class CpuTimeline:
         self._thread: threading.Thread | None = None
         self._probe = probe
         self.probed: Any = None
+        #: The pass's start (``time.monotonic()``), once it has started.
+        self.t0: float | None = None
 
     def started(self, t0: float) -> None:
+        self.t0 = t0
         self._thread = threading.Thread(target=self._run, args=(t0,), daemon=True)
         self._thread.start()
 
