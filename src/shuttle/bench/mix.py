@@ -175,6 +175,8 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
         node_args.append("--no-rank-by-node-cpu")
     if not settings.shed_by_freed_cpu:
         node_args.append("--no-shed-by-freed-cpu")
+    if not settings.log_as_text:
+        node_args.append("--log-as-dicts")
     placements = settings.placements()
     passes: dict[str, list[dict[str, Any]]] = {p: [] for p in placements}
     with bench_node(

@@ -200,6 +200,14 @@ def mix(
             "(shuttle serve --shed-by-freed-cpu; --no-shed-by-freed-cpu: as it was).",
         ),
     ] = True,
+    log_as_text: Annotated[
+        bool,
+        typer.Option(
+            "--log-as-text/--log-as-dicts",
+            help="The node keeps its decision log in memory as JSON lines (shuttle serve "
+            "--log-as-text); --log-as-dicts: as dicts, as before.",
+        ),
+    ] = True,
     profile_node: Annotated[
         Path | None,
         typer.Option(
@@ -271,6 +279,7 @@ def mix(
         raise_hold=raise_hold,
         rank_by_node_cpu=rank_by_node_cpu,
         shed_by_freed_cpu=shed_by_freed_cpu,
+        log_as_text=log_as_text,
         profile_dir=profile_node,
         profile_rate=profile_rate,
         profile_native=profile_native,

@@ -107,6 +107,9 @@ class MixSettings:
     #: serve --shed-by-freed-cpu``; False: any hosted stack, as it was).
     shed_by_freed_cpu: bool = True
 
+    #: The nodes keep their decision logs in memory as JSON lines (``shuttle serve
+    #: --log-as-text``; False: as dicts, as before).
+    log_as_text: bool = True
     #: Where to write a py-spy trace of each node in each adaptive pass and its summary
     #: (``--profile-node``; None: no profile), and py-spy's samples a second.
     profile_dir: Path | None = None

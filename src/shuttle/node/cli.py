@@ -155,6 +155,15 @@ def serve(
             "before).",
         ),
     ] = None,
+    log_as_text: Annotated[
+        bool | None,
+        typer.Option(
+            "--log-as-text/--log-as-dicts",
+            help="Run-time: keep the decision log in memory as JSON lines, which no "
+            "garbage collection traverses (default); --log-as-dicts: as dicts, as before "
+            "(a full collection then walks every record's objects).",
+        ),
+    ] = None,
     cpu_climb: Annotated[
         bool | None,
         typer.Option(
@@ -431,6 +440,7 @@ def serve(
         "raise_hold": raise_hold,
         "rank_by_node_cpu": rank_by_node_cpu,
         "shed_by_freed_cpu": shed_by_freed_cpu,
+        "log_as_text": log_as_text,
         "residence_s": residence,
         "object_memory_bytes": object_memory,
         "adaptive": None if adapt else False,

@@ -172,6 +172,9 @@ class NodeConfig:
     #: With many clients, send back for the node's CPU only stacks whose leaving frees
     #: it (docs/runtime.md, "What a send-back frees").
     shed_by_freed_cpu: bool = True
+    #: The run-time's decision log kept in memory as JSON lines, not dicts (docs/
+    #: runtime.md, "The node profiled").
+    log_as_text: bool = True
     #: Anti-thrashing: an object that moved stays put this long (None: 5 H).
     residence_s: float | None = None
     #: Memory lent to hosted mobile objects, for the placement model (None: no limit).
@@ -359,6 +362,7 @@ class NodeConfig:
             raise_hold=self.raise_hold,
             rank_by_node_cpu=self.rank_by_node_cpu,
             shed_by_freed_cpu=self.shed_by_freed_cpu,
+            log_as_text=self.log_as_text,
             residence_s=self.residence_s,
             object_memory_bytes=self.object_memory_bytes,
             adaptive=self.adaptive,

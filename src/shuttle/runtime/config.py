@@ -116,6 +116,9 @@ class RuntimeConfig:
     adaptive: bool = True
     #: Where a node appends its placement decisions (JSON lines); None: memory only.
     decision_log: Path | None = None
+    #: The decision log kept in memory as its JSON lines, which no garbage collection
+    #: traverses (docs/runtime.md, "The node profiled"); False: as dicts, as before.
+    log_as_text: bool = True
     #: Where a node keeps its durable objects' records (docs/runtime.md, "Durable
     #: objects"); None (a client's run-time): it is the home of none.
     durable_dir: Path | None = None

@@ -120,7 +120,13 @@ class ResourceManager:
         #: Decisions for clients, delivered with the reply to their next digest (if
         #: it comes soon enough to still be meant).
         self.pending: dict[str, list[tuple[float, Decision]]] = {}
-        self.records: deque[dict[str, Any]] = deque(maxlen=LOG_RECORDS_MAX)
+        #: The decision log in memory: each record as its JSON line with its ``seq``
+        #: (``config.log_as_text``), or as the dict (as before). A record at 64 clients
+        #: is about 7,000 objects; as dicts 2,000 of them made every full collection of
+        #: the node traverse millions, 150 ms at a few hundred (docs/runtime.md, "The
+        #: node profiled"), charged 20-fold to the call it landed in on a slow node.
+        self.records: deque[tuple[int, str] | dict[str, Any]] = deque(maxlen=LOG_RECORDS_MAX)
+        self._as_text = config.log_as_text
         self.evaluations = 0
         #: Clients heard from since the last evaluation, and when that was.
         self._round: set[str] = set()
@@ -147,7 +153,7 @@ class ResourceManager:
         self._log_path = config.decision_log
         #: Records evaluated but not yet in the log file (written in ``seq`` order
         #: under ``_file_lock``, after ``_lock`` is let go).
-        self._unwritten: list[dict[str, Any]] = []
+        self._unwritten: list[str | dict[str, Any]] = []
         self._file_lock = threading.Lock()
         if self._log_path is not None:
             self._log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -315,9 +321,16 @@ class ResourceManager:
             record["notes"] = [*record.get("notes", []), *given.notes]
         if climbing is not None:
             record["climb"] = climbing
-        self.records.append(record)
+        kept: str | dict[str, Any] = record
+        if self._as_text:
+            # Encoded once, here, for the memory and the file alike: a str is nothing a
+            # collection looks into.
+            kept = json.dumps(record)
+            self.records.append((self._seq, kept))
+        else:
+            self.records.append(record)
         if self._log_path is not None:
-            self._unwritten.append(record)
+            self._unwritten.append(kept)
 
     def _write_log(self) -> None:
         """Append the records evaluated so far to the log file, in order (outside
@@ -333,13 +346,19 @@ class ResourceManager:
                 if self._log_path.exists() and self._log_path.stat().st_size > LOG_FILE_BYTES_MAX:
                     self._log_path.replace(self._log_path.with_suffix(".jsonl.1"))
                 with open(self._log_path, "a") as f:
-                    f.writelines(json.dumps(r) + "\n" for r in records)
+                    f.writelines(
+                        (r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records
+                    )
             except OSError as exc:
                 log.warning("cannot append to the decision log %s: %s", self._log_path, exc)
 
     def log_since(self, seq: int = 0, limit: int = 200) -> list[dict[str, Any]]:
-        out = [r for r in list(self.records) if r["seq"] > seq]
-        return out[-limit:]
+        out = [r for r in list(self.records) if _seq_of(r) > seq][-limit:]
+        return [json.loads(r[1]) if isinstance(r, tuple) else r for r in out]
+
+
+def _seq_of(record: tuple[int, str] | dict[str, Any]) -> int:
+    return record[0] if isinstance(record, tuple) else int(record["seq"])
 
 
 def _nodes_json(nodes: Mapping[str, NodeView]) -> dict[str, Any]:
