@@ -311,10 +311,10 @@ def seed(rm: ResourceManager, clients: list[str], clock: FakeClock) -> None:
 def one_round(rm: ResourceManager, clients: list[str]) -> list[dict[str, str]]:
     """Every client sends its digest; the moves to the node the round's evaluations
     made."""
-    seq = rm.records[-1]["seq"] if rm.records else 0
+    seq = rm.log_since(0, limit=1)[-1]["seq"] if rm.records else 0
     for c in clients:
         rm.receive(grep_digest(c))
-    made = [r for r in rm.records if r["seq"] > seq]
+    made = rm.log_since(seq)
     assert made, "the round made no evaluation"
     return [a for r in made for a in r["actions"] if a["to"] == "n1"]
 
@@ -329,7 +329,8 @@ def test_the_node_sends_for_more_stacks_only_as_those_on_their_way_are_observed(
     for t in range(1, int(ARRIVAL_WINDOWS_MAX)):
         clock.jump_to(100.0 + t)
         assert one_round(rm, clients) == []
-        assert "8 stacks on their way there, 8 at most" in " ".join(rm.records[-1]["notes"])
+        (last,) = rm.log_since(0, limit=1)
+        assert "8 stacks on their way there, 8 at most" in " ".join(last["notes"])
     clock.jump_to(100.0 + ARRIVAL_WINDOWS_MAX)
     assert len(one_round(rm, clients)) == 8
     # Without the limit, all twelve at once.
