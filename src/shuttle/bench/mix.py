@@ -177,6 +177,8 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
         node_args.append("--no-shed-by-freed-cpu")
     if not settings.log_as_text:
         node_args.append("--log-as-dicts")
+    if settings.scheduled_gc_s is not None:
+        node_args += ["--scheduled-gc", str(settings.scheduled_gc_s)]
     placements = settings.placements()
     passes: dict[str, list[dict[str, Any]]] = {p: [] for p in placements}
     with bench_node(

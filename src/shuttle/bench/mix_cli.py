@@ -208,6 +208,16 @@ def mix(
             "--log-as-text); --log-as-dicts: as dicts, as before.",
         ),
     ] = True,
+    scheduled_gc: Annotated[
+        float | None,
+        typer.Option(
+            "--scheduled-gc",
+            min=0.1,
+            help="The node makes its full garbage collections on a thread of their own "
+            "every this many seconds (shuttle serve --scheduled-gc; default: the "
+            "interpreter's own, wherever they fall).",
+        ),
+    ] = None,
     profile_node: Annotated[
         Path | None,
         typer.Option(
@@ -280,6 +290,7 @@ def mix(
         rank_by_node_cpu=rank_by_node_cpu,
         shed_by_freed_cpu=shed_by_freed_cpu,
         log_as_text=log_as_text,
+        scheduled_gc_s=scheduled_gc,
         profile_dir=profile_node,
         profile_rate=profile_rate,
         profile_native=profile_native,

@@ -110,6 +110,9 @@ class MixSettings:
     #: The nodes keep their decision logs in memory as JSON lines (``shuttle serve
     #: --log-as-text``; False: as dicts, as before).
     log_as_text: bool = True
+    #: The nodes' full collections on a thread every this many seconds (``shuttle
+    #: serve --scheduled-gc``; None: the interpreter's own).
+    scheduled_gc_s: float | None = None
     #: Where to write a py-spy trace of each node in each adaptive pass and its summary
     #: (``--profile-node``; None: no profile), and py-spy's samples a second.
     profile_dir: Path | None = None

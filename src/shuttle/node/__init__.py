@@ -9,6 +9,8 @@ Layout:
 * ``principal_store`` where a node keeps its principals (a file, or the RADOS pool),
   and the operations that change them
 * ``principal_peers`` a node that missed a change of principals takes it from its peers
+* ``full_collections`` ``--scheduled-gc``: the node's full garbage collections on a
+  thread of their own, never inside a call
 * ``main``      ``shuttle serve``: open the store, serve it, stop cleanly on SIGTERM
 * ``worker_pool`` ``--workers N``: the primary's side (its worker processes, started
   again when they die, the change hook that keeps the shared change generations)

@@ -164,6 +164,16 @@ def serve(
             "(a full collection then walks every record's objects).",
         ),
     ] = None,
+    scheduled_gc: Annotated[
+        float | None,
+        typer.Option(
+            "--scheduled-gc",
+            min=0.1,
+            help="Make the node's full garbage collections on a thread of their own every "
+            "this many seconds, never inside a call (on a slow node a collection inside a "
+            "call is burned with it); default: the interpreter's own.",
+        ),
+    ] = None,
     cpu_climb: Annotated[
         bool | None,
         typer.Option(
@@ -441,6 +451,7 @@ def serve(
         "rank_by_node_cpu": rank_by_node_cpu,
         "shed_by_freed_cpu": shed_by_freed_cpu,
         "log_as_text": log_as_text,
+        "scheduled_gc_s": scheduled_gc,
         "residence_s": residence,
         "object_memory_bytes": object_memory,
         "adaptive": None if adapt else False,

@@ -175,6 +175,10 @@ class NodeConfig:
     #: The run-time's decision log kept in memory as JSON lines, not dicts (docs/
     #: runtime.md, "The node profiled").
     log_as_text: bool = True
+    #: Seconds between the node's full garbage collections, made on a thread of their
+    #: own instead of inside a call (``shuttle.node.full_collections``); None: the
+    #: interpreter's own, wherever they fall.
+    scheduled_gc_s: float | None = None
     #: Anti-thrashing: an object that moved stays put this long (None: 5 H).
     residence_s: float | None = None
     #: Memory lent to hosted mobile objects, for the placement model (None: no limit).

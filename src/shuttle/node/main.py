@@ -31,6 +31,7 @@ from shuttle.net.tls import ClientTls, ServerTls
 from shuttle.node.callback_ops import register_callback_ops
 from shuttle.node.callbacks import PromiseTable
 from shuttle.node.config import NodeConfig
+from shuttle.node.full_collections import start_full_collections
 from shuttle.node.handlers import register_locality_ops, register_storage_ops
 from shuttle.node.principal_peers import PeerCatchUp
 from shuttle.node.principal_store import (
@@ -207,6 +208,9 @@ async def serve(config: NodeConfig) -> None:
             load=server.load,
         )
         runtime.start(f"{host}:{port}")
+        if config.scheduled_gc_s is not None:
+            # Up and serving: full collections from now on on their own thread.
+            start_full_collections(config.scheduled_gc_s)
         # Holders of promises from before a restart are called back (writes wait).
         recovering = loop.run_in_executor(None, recover_services, services)
         server.add_stats_source("runtime", runtime.stats)
