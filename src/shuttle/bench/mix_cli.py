@@ -212,10 +212,11 @@ def mix(
         float | None,
         typer.Option(
             "--scheduled-gc",
-            min=0.1,
+            min=0.0,
             help="The node makes its full garbage collections on a thread of their own "
-            "every this many seconds (shuttle serve --scheduled-gc; default: the "
-            "interpreter's own, wherever they fall).",
+            "every this many seconds (shuttle serve --scheduled-gc; 0: the interpreter's "
+            "own, wherever they fall, as before; default: the node's, 10 at --cpu-factor "
+            "< 1).",
         ),
     ] = None,
     profile_node: Annotated[

@@ -111,7 +111,7 @@ class MixSettings:
     #: --log-as-text``; False: as dicts, as before).
     log_as_text: bool = True
     #: The nodes' full collections on a thread every this many seconds (``shuttle
-    #: serve --scheduled-gc``; None: the interpreter's own).
+    #: serve --scheduled-gc``; 0: the interpreter's own; None: the node's default).
     scheduled_gc_s: float | None = None
     #: Where to write a py-spy trace of each node in each adaptive pass and its summary
     #: (``--profile-node``; None: no profile), and py-spy's samples a second.

@@ -168,10 +168,11 @@ def serve(
         float | None,
         typer.Option(
             "--scheduled-gc",
-            min=0.1,
+            min=0.0,
             help="Make the node's full garbage collections on a thread of their own every "
             "this many seconds, never inside a call (on a slow node a collection inside a "
-            "call is burned with it); default: the interpreter's own.",
+            "call is burned with it); 0: the interpreter's own; default: 10 on a node of "
+            "--cpu-factor < 1, the interpreter's own otherwise.",
         ),
     ] = None,
     cpu_climb: Annotated[

@@ -81,6 +81,11 @@ _PATH_FIELDS = (
 )
 
 
+#: Seconds between a slow node's full collections when it schedules them itself
+#: (docs/runtime.md, "The node profiled": the interpreter's own came every 13-23 s).
+SCHEDULED_GC_S_SLOW = 10.0
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     """Everything a node needs to run."""
@@ -176,8 +181,10 @@ class NodeConfig:
     #: runtime.md, "The node profiled").
     log_as_text: bool = True
     #: Seconds between the node's full garbage collections, made on a thread of their
-    #: own instead of inside a call (``shuttle.node.full_collections``); None: the
-    #: interpreter's own, wherever they fall.
+    #: own instead of inside a call (``shuttle.node.full_collections``); 0: the
+    #: interpreter's own, wherever they fall; None: :data:`SCHEDULED_GC_S_SLOW` on a
+    #: node slower than this machine (``cpu_factor`` < 1, where a collection inside a
+    #: call is burned with it), the interpreter's own otherwise.
     scheduled_gc_s: float | None = None
     #: Anti-thrashing: an object that moved stays put this long (None: 5 H).
     residence_s: float | None = None
@@ -219,7 +226,18 @@ class NodeConfig:
     #: to the primary.
     workers: int = 1
 
+    def full_collections_s(self) -> float | None:
+        """Seconds between the node's scheduled full collections; None: none scheduled."""
+        if self.scheduled_gc_s is None:
+            return SCHEDULED_GC_S_SLOW if self.cpu_factor < 1 else None
+        return self.scheduled_gc_s or None
+
     def __post_init__(self) -> None:
+        if self.scheduled_gc_s is not None and not self.scheduled_gc_s >= 0:
+            raise ConfigError(
+                f"--scheduled-gc takes seconds between full collections (0: none), got "
+                f"{self.scheduled_gc_s!r}"
+            )
         if self.cache_bytes < 0:
             raise ConfigError(f"cache size must be ≥ 0 bytes, got {self.cache_bytes}")
         if self.cache_block_bytes <= 0 or self.cache_block_bytes & (self.cache_block_bytes - 1):

@@ -208,9 +208,10 @@ async def serve(config: NodeConfig) -> None:
             load=server.load,
         )
         runtime.start(f"{host}:{port}")
-        if config.scheduled_gc_s is not None:
+        interval = config.full_collections_s()
+        if interval is not None:
             # Up and serving: full collections from now on on their own thread.
-            start_full_collections(config.scheduled_gc_s)
+            start_full_collections(interval)
         # Holders of promises from before a restart are called back (writes wait).
         recovering = loop.run_in_executor(None, recover_services, services)
         server.add_stats_source("runtime", runtime.stats)

@@ -6,10 +6,14 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from shuttle.errors import ConfigError
+from shuttle.node.config import SCHEDULED_GC_S_SLOW, NodeConfig
 from shuttle.node.full_collections import FULL_THRESHOLD_OFF, FullCollections
 
 
@@ -57,3 +61,13 @@ def test_full_collections_run_on_their_thread_only(full_collections: list[int]) 
 def test_an_interval_that_is_not_one_is_refused() -> None:
     with pytest.raises(ValueError, match="must be > 0"):
         FullCollections(0)
+
+
+def test_a_slow_node_schedules_its_full_collections_by_default(tmp_path: Path) -> None:
+    slow = NodeConfig(data_dir=tmp_path, cpu_factor=0.05)
+    assert slow.full_collections_s() == SCHEDULED_GC_S_SLOW
+    assert NodeConfig(data_dir=tmp_path).full_collections_s() is None  # full speed
+    assert replace(slow, scheduled_gc_s=0.0).full_collections_s() is None
+    assert NodeConfig(data_dir=tmp_path, scheduled_gc_s=3.0).full_collections_s() == 3.0
+    with pytest.raises(ConfigError, match="--scheduled-gc"):
+        NodeConfig(data_dir=tmp_path, scheduled_gc_s=-1.0)
