@@ -145,7 +145,8 @@ def _start_profiles(
 def _profile_brief(summary: dict[str, Any]) -> dict[str, Any]:
     """A pass's node profile in the report: its file, py-spy's cost, where the sampled
     CPU went (the full summary, per second and top functions, is beside the trace)."""
-    keep = ("trace", "chunks", "py_spy_cpu_s", "py_spy_said", "sampled_cpu_s", "cpu_s")
+    keep: tuple[str, ...] = ("trace", "chunks", "py_spy_cpu_s", "py_spy_failed")
+    keep += ("py_spy_said", "sampled_cpu_s", "cpu_s")
     return {k: summary[k] for k in keep if k in summary}
 
 
@@ -209,7 +210,12 @@ def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, An
                     seconds = int(settings.duration_s + 0.999)
                     per_second = CpuTimeline(bench, seconds, probe)
                     profiling = _start_profiles(bench, settings, placement, run)
-                    results, attempts = run_pass(placement, run, per_second.started)
+                    try:
+                        results, attempts = run_pass(placement, run, per_second.started)
+                    except BaseException:
+                        for r in profiling:  # no py-spy left sampling a node torn down
+                            r.stop()
+                        raise
                     cpu1, wall1 = node_cpu_s(bench), time.monotonic()
                     profiles = [write_summary(r, r.stop(), per_second.t0) for r in profiling]
                     ticks1, clients1 = cpu_ticks(), _clients_cpu_s(client_pids)

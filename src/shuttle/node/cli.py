@@ -172,7 +172,8 @@ def serve(
             help="Make the node's full garbage collections on a thread of their own every "
             "this many seconds, never inside a call (on a slow node a collection inside a "
             "call is burned with it); 0: the interpreter's own; default: 10 on a node of "
-            "--cpu-factor < 1, the interpreter's own otherwise.",
+            "--cpu-factor < 1, the interpreter's own otherwise. The primary process's "
+            "only: --workers processes keep the interpreter's own.",
         ),
     ] = None,
     cpu_climb: Annotated[

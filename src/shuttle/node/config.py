@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -233,10 +234,12 @@ class NodeConfig:
         return self.scheduled_gc_s or None
 
     def __post_init__(self) -> None:
-        if self.scheduled_gc_s is not None and not self.scheduled_gc_s >= 0:
+        if self.scheduled_gc_s is not None and not (
+            self.scheduled_gc_s >= 0 and math.isfinite(self.scheduled_gc_s)
+        ):
             raise ConfigError(
-                f"--scheduled-gc takes seconds between full collections (0: none), got "
-                f"{self.scheduled_gc_s!r}"
+                "--scheduled-gc takes the seconds between the node's full collections "
+                f"(0: the interpreter's own, wherever they fall), got {self.scheduled_gc_s!r}"
             )
         if self.cache_bytes < 0:
             raise ConfigError(f"cache size must be ≥ 0 bytes, got {self.cache_bytes}")

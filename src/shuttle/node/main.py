@@ -31,7 +31,7 @@ from shuttle.net.tls import ClientTls, ServerTls
 from shuttle.node.callback_ops import register_callback_ops
 from shuttle.node.callbacks import PromiseTable
 from shuttle.node.config import NodeConfig
-from shuttle.node.full_collections import start_full_collections
+from shuttle.node.full_collections import FullCollections, start_full_collections
 from shuttle.node.handlers import register_locality_ops, register_storage_ops
 from shuttle.node.principal_peers import PeerCatchUp
 from shuttle.node.principal_store import (
@@ -178,6 +178,7 @@ async def serve(config: NodeConfig) -> None:
     server.add_stats_source("cpu", lambda: {"factor": cpu.factor, **asdict(cpu.counters)})
     runtime: NodeRuntime | None = None
     pool: WorkerPool | None = None
+    full_collections: FullCollections | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -210,8 +211,9 @@ async def serve(config: NodeConfig) -> None:
         runtime.start(f"{host}:{port}")
         interval = config.full_collections_s()
         if interval is not None:
-            # Up and serving: full collections from now on on their own thread.
-            start_full_collections(interval)
+            # Up and serving: full collections from now on on their own thread (this,
+            # the primary, process's: --workers processes keep the interpreter's own).
+            full_collections = start_full_collections(interval)
         # Holders of promises from before a restart are called back (writes wait).
         recovering = loop.run_in_executor(None, recover_services, services)
         server.add_stats_source("runtime", runtime.stats)
@@ -284,6 +286,8 @@ async def serve(config: NodeConfig) -> None:
         store.close()
         if generations is not None:
             generations.close()
+        if full_collections is not None:
+            full_collections.stop()  # the interpreter's own collections back
 
 
 async def _expire_uploads(store: Store) -> None:

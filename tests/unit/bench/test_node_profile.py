@@ -21,7 +21,13 @@ HOSTED = (
 )
 LOOP = ("Runner.run (asyncio/runners.py:118)", "NodeProtocol.data_received (shuttle/net/x.py:9)")
 BURN = "burn_cpu (shuttle/net/cpu.py:132)"
-EVAL = "ResourceManager.evaluate (shuttle/runtime/placement_many.py:50)"
+EVAL = "ResourceManager.evaluate (shuttle/runtime/planner.py:237)"
+#: The evaluation's other real frames: its input and its record in the decision log.
+EVAL_FRAMES = (
+    "model_input (shuttle/runtime/planner_input.py:130)",
+    "ResourceManager._record (shuttle/runtime/planner.py:296)",
+    "Digest.parse (shuttle/runtime/digest.py:80)",
+)
 
 
 def _raw(path: Path, stacks: dict[tuple[str, ...], int]) -> Path:
@@ -51,6 +57,8 @@ def test_samples_are_charged_to_what_ran_and_burns_to_their_section(tmp_path: Pa
 
 def test_category_order() -> None:
     assert category(list(HOSTED)) == "hosted call"
+    for frame in EVAL_FRAMES:  # the planner's own modules, by their real paths
+        assert category([*LOOP, frame]) == "evaluation", frame
     assert category([*LOOP, "ReadOps.read (shuttle/store/reads.py:160)"]) == "serve"
     assert category(["main (x.py:1)"]) == "other"
 
@@ -75,6 +83,8 @@ def test_a_real_process_is_sampled_in_chunks(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+    if said["py_spy_failed"] and any("ermission" in x for x in said["py_spy_said"]):
+        pytest.skip(f"py-spy may not attach to a sibling process here: {said['py_spy_said']}")
     assert said["chunks"] >= 1, said
     assert said["py_spy_cpu_s"] > 0
     stacks = read_raw(rec.chunks[0][1])
@@ -90,3 +100,16 @@ def test_profile_without_py_spy_says_how_to_get_it(
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ConfigError, match="make setup-dev"):
         MixSettings(clients=4, profile_dir=tmp_path / "prof").check()
+
+
+def test_py_spy_that_cannot_attach_ends_the_recording_and_says_why(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid with no process behind it
+    rec = start_recording(gone.pid, tmp_path, "gone", rate=50)
+    assert rec._thread is not None
+    rec._thread.join(30)  # it ends by itself: no py-spy started again and again
+    assert not rec._thread.is_alive()
+    said = rec.stop()
+    assert said["py_spy_failed"] is True and said["chunks"] == 0
+    assert said["py_spy_said"] and said["py_spy_said"][-1].startswith("Error:"), said
+    assert not any("StdError" in line or line[:1].isdigit() for line in said["py_spy_said"])
