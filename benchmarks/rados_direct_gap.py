@@ -16,8 +16,9 @@ times the second pass, as netrand does. The ways:
 * ``direct``: ``Client.read`` by the direct client (netrand's ``rados_node_direct``: a
   :class:`~shuttle.client.gateways.GatewayClient`, which ``connect`` gives for a
   cluster of RADOS nodes);
-* ``client_piece``: ``Client._read_piece`` of the same client, past the
-  ``GatewayClient``'s layer (its ranking of the nodes and its failover);
+* ``client_piece``: the remembered read, else ``Client._read_piece`` of the same
+  client, past the ``GatewayClient``'s layer (its ranking of the nodes and its
+  failover; since the eleventh sitting ``Client.read`` alone checks the remembered key);
 * ``remembered``: ``DirectReads.read_remembered`` alone (the remembered key's look-up
   and ``read_at``);
 * ``read_at``: the direct client's ``DirectReads.read_at`` of the location its node
@@ -146,7 +147,10 @@ def run(
             "remembered": lambda p: (
                 direct.read_remembered(KEY, p * PAGE, PAGE) or client.read(KEY, p * PAGE, PAGE)
             ),
-            "client_piece": lambda p: Client._read_piece(client, KEY, p * PAGE, PAGE),
+            "client_piece": lambda p: (
+                direct.read_remembered(KEY, p * PAGE, PAGE)
+                or Client._read_piece(client, KEY, p * PAGE, PAGE)
+            ),
             "own_key": lambda p: own.read(where.object, PAGE, p * PAGE),
             "librados_key": lambda p: io.read(KEY, PAGE, p * PAGE),
             "late_key": lambda p: late_io.read(KEY, PAGE, p * PAGE),

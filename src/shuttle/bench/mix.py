@@ -142,12 +142,22 @@ def _start_profiles(
     ]
 
 
+#: What of a pass's node profile summary goes into the report.
+PROFILE_BRIEF = (
+    "trace",
+    "chunks",
+    "py_spy_cpu_s",
+    "py_spy_failed",
+    "py_spy_said",
+    "sampled_cpu_s",
+    "cpu_s",
+)
+
+
 def _profile_brief(summary: dict[str, Any]) -> dict[str, Any]:
     """A pass's node profile in the report: its file, py-spy's cost, where the sampled
     CPU went (the full summary, per second and top functions, is beside the trace)."""
-    keep: tuple[str, ...] = ("trace", "chunks", "py_spy_cpu_s", "py_spy_failed")
-    keep += ("py_spy_said", "sampled_cpu_s", "cpu_s")
-    return {k: summary[k] for k in keep if k in summary}
+    return {k: summary[k] for k in PROFILE_BRIEF if k in summary}
 
 
 def run_mix_benchmark(settings: MixSettings, progress: Progress) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from shuttle.bench.abacus_options import (
     console,
     write_json,
 )
+from shuttle.bench.node_profile import RATE_DEFAULT
 from shuttle.bench.session import benchmark
 from shuttle.bench.session import status as bench_status
 
@@ -230,7 +231,7 @@ def mix(
     ] = None,
     profile_rate: Annotated[
         int, typer.Option(min=1, max=1000, help="py-spy's samples a second (--profile-node).")
-    ] = 100,
+    ] = RATE_DEFAULT,
     profile_native: Annotated[
         bool,
         typer.Option(

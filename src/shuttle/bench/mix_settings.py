@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from shuttle.bench.node_profile import RATE_DEFAULT, py_spy_path
 from shuttle.errors import ConfigError
 from shuttle.net.profiles import parse_link_profile
 
@@ -116,7 +117,7 @@ class MixSettings:
     #: Where to write a py-spy trace of each node in each adaptive pass and its summary
     #: (``--profile-node``; None: no profile), and py-spy's samples a second.
     profile_dir: Path | None = None
-    profile_rate: int = 100
+    profile_rate: int = RATE_DEFAULT
     #: py-spy with the C frames too (``--profile-native``: it stops the node per sample).
     profile_native: bool = False
     #: Only the thread holding the GIL (``--profile-gil``).
@@ -142,8 +143,6 @@ class MixSettings:
         if not 1 <= self.nodes <= NODES_MAX:
             raise ConfigError(f"--nodes must be 1..{NODES_MAX}, got {self.nodes}")
         if self.profile_dir is not None:
-            from shuttle.bench.node_profile import py_spy_path
-
             py_spy_path()  # before any pass: says how to install it if it is missing
         if not 0.0 <= self.warmup_s < self.duration_s:
             raise ConfigError(

@@ -109,6 +109,8 @@ class Recording:
     native: bool
     gil: bool = False
     started: float = 0.0
+    #: The py-spy binary (:func:`py_spy_path`), found once for all the chunks.
+    py_spy: str = "py-spy"
     #: (start, ``time.monotonic()``, and the file) of each chunk.
     chunks: list[tuple[float, Path]] = field(default_factory=list)
     py_spy_cpu_s: float = 0.0
@@ -120,7 +122,7 @@ class Recording:
     _thread: threading.Thread | None = None
 
     def _args(self, out: Path) -> list[str]:
-        args = [py_spy_path(), "record", "--pid", str(self.pid), "--rate", str(self.rate)]
+        args = [self.py_spy, "record", "--pid", str(self.pid), "--rate", str(self.rate)]
         args += ["--duration", str(CHUNK_S), "--format", "raw", "--output", str(out)]
         # --native stops the process for each sample (its C stacks cannot be read while
         # it runs): 100 a second stalled a 64-client node to a third of its calls.
@@ -206,7 +208,7 @@ def start_recording(
     """Start sampling process ``pid`` with py-spy (on CPU ``cpu`` if given: the
     clients', not the profiled node's) into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    rec = Recording(pid, directory, stem, rate, cpu, native, gil, time.monotonic())
+    rec = Recording(pid, directory, stem, rate, cpu, native, gil, time.monotonic(), py_spy_path())
     rec._thread = threading.Thread(target=rec._run, name=f"py-spy {pid}", daemon=True)
     rec._thread.start()
     return rec

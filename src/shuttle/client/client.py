@@ -312,7 +312,11 @@ class Client:
         """
         if length is not None and length <= self.piece_bytes:
             direct = self.rados_direct
-            if direct is not None:  # a key a node named lately: RADOS, no frame more
+            if direct is not None:
+                # A key a node named lately is read from RADOS here, before any node is
+                # looked up or ranked (a GatewayClient's ranking, a blake3 hash a node
+                # and two locks, cost such a read 6-10 µs: the README, issue 26 item 2),
+                # and with no frame more. The one place this check is made.
                 got = direct.read_remembered(key, offset, length)
                 if got is not None:
                     return got
@@ -323,12 +327,9 @@ class Client:
         self, key: str, offset: int, length: int, node: NodeAddress | None = None
     ) -> bytes:
         """One range read of at most a piece from ``node`` (by default the key's): a
-        socket connection takes it by its read lane (``BlockingConnection.read``)."""
+        socket connection takes it by its read lane (``BlockingConnection.read``).
+        (:meth:`read` has already read a key remembered for direct reads from RADOS.)"""
         direct = self.rados_direct
-        if direct is not None:  # a key the node named lately: no node, no connection
-            got = direct.read_remembered(key, offset, length)
-            if got is not None:
-                return got
         if node is None:
             node = self.node_for(key)
         conn = self._conns.mine.conns.get(node.node_id)  # connection()'s lookup, one call fewer

@@ -110,16 +110,8 @@ class GatewayClient(Client):
     def _read_piece(
         self, key: str, offset: int, length: int, node: NodeAddress | None = None
     ) -> bytes:
-        direct = self.rados_direct
-        if direct is not None:
-            # A key a node named lately is read from RADOS: no node to rank or fail
-            # over to. Ranking them (a blake3 hash a node, two locks) cost a remembered
-            # read 6-10 µs, its code cold after each wait for librados (the README,
-            # issue 26 item 2). A key not remembered goes on to Client._read_piece,
-            # whose own check then finds nothing, at a dict look-up's cost.
-            got = direct.read_remembered(key, offset, length)
-            if got is not None:
-                return got
+        # (Client.read has already read a key remembered for direct reads from RADOS,
+        # before any node is ranked.)
         return self._failover(
             self._order(key),
             node,

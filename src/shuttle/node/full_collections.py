@@ -5,7 +5,7 @@ On a node of ``--cpu-factor`` below 1 a collection that runs inside a section of
 is CPU the section measured, burned ``1/f - 1`` times over (``shuttle.net.cpu``): at
 speed 0.05 a 76 ms full collection inside a hosted call's section was 1.45 s of the
 node's core, a swing (docs/runtime.md, "The node profiled"). With
-:func:`start_full_collections` the interpreter makes no full collection by itself
+:class:`FullCollections` started the interpreter makes no full collection by itself
 (the third threshold out of reach: young ones still run where they fall, 2 ms at
 most) and a daemon thread, in no section, makes one every ``interval_s``: its cost is
 the node's real CPU once, whatever the speed factor. ``shuttle serve --scheduled-gc S``.
@@ -22,7 +22,7 @@ FULL_THRESHOLD_OFF = 1 << 30
 
 
 class FullCollections:
-    """The thread that makes the node's full collections (:func:`start_full_collections`)."""
+    """The thread that makes the node's full collections (:meth:`start`, :meth:`stop`)."""
 
     def __init__(self, interval_s: float) -> None:
         if not interval_s > 0:
@@ -49,7 +49,3 @@ class FullCollections:
         self._stop.set()
         self._thread.join()
         gc.set_threshold(*self._before)
-
-
-def start_full_collections(interval_s: float) -> FullCollections:
-    return FullCollections(interval_s).start()

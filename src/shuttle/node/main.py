@@ -31,7 +31,7 @@ from shuttle.net.tls import ClientTls, ServerTls
 from shuttle.node.callback_ops import register_callback_ops
 from shuttle.node.callbacks import PromiseTable
 from shuttle.node.config import NodeConfig
-from shuttle.node.full_collections import FullCollections, start_full_collections
+from shuttle.node.full_collections import FullCollections
 from shuttle.node.handlers import register_locality_ops, register_storage_ops
 from shuttle.node.principal_peers import PeerCatchUp
 from shuttle.node.principal_store import (
@@ -213,7 +213,7 @@ async def serve(config: NodeConfig) -> None:
         if interval is not None:
             # Up and serving: full collections from now on on their own thread (this,
             # the primary, process's: --workers processes keep the interpreter's own).
-            full_collections = start_full_collections(interval)
+            full_collections = FullCollections(interval).start()
         # Holders of promises from before a restart are called back (writes wait).
         recovering = loop.run_in_executor(None, recover_services, services)
         server.add_stats_source("runtime", runtime.stats)

@@ -140,10 +140,10 @@ def choose(
     # Many clients: a server over the share of its CPU that sends stacks back sends
     # back the ones with the most CPU per byte saved (docs/runtime.md, "Saturation").
     shed: dict[str, str] = {}
+    serve = SERVE_CPU_S_PER_BYTE if config.shed_by_freed_cpu else 0.0
     for srv in sorted(cpu.shedding):
         used_s = (nodes[srv].cpu_busy or 0.0) * window
         cap_s = cpu.capacity_s[srv]
-        serve = SERVE_CPU_S_PER_BYTE if config.shed_by_freed_cpu else 0.0
         back = pushback(stacks, nodes[srv], used_s, cap_s, base, serve)
         if not back and used_s > cap_s and serve:
             notes.append(
